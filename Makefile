@@ -1,0 +1,32 @@
+# Two entry points: `make demo` (the main job) and `make test` (set up + whole suite).
+# Each creates .venv from the requirements when it is missing or out of date.
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+DEMO_OUTPUT ?= demo_output
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast bench clean
+
+$(VENV)/.runtime: requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . || $(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+demo: $(VENV)/.runtime
+	$(PY) demo.py --output_dir=$(DEMO_OUTPUT)
+
+test: $(VENV)/.dev
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.dev
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) $(DEMO_OUTPUT) build *.egg-info

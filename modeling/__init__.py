@@ -1,0 +1,1 @@
+"""The BERT network: config, Keras 3 layers, heads, losses, optimizers, checkpoints."""

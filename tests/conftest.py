@@ -1,0 +1,34 @@
+"""Shared test set-up: quiet TensorFlow logs, tiny vocab fixtures, the repo root on sys.path."""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+import pytest  # noqa: E402
+
+TINY_VOCAB = [
+    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]", "[unused1]",
+    "the", "a", "of", "and", "to", "in", "is", "was", "it", "he", "she", "on",
+    "cat", "dog", "sat", "mat", "ran", "far", "away", "home", "big", "red",
+    "un", "##aff", "##able", "##s", "##ed", "##ing", "##ly", "want", "run",
+    ",", ".", "!", "?", "'", "\"", "-", "(", ")", ":", ";",
+    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9",
+] + [chr(c) for c in range(ord("a"), ord("z") + 1) if chr(c) not in ("a",)] + [
+    "##" + chr(c) for c in range(ord("a"), ord("z") + 1)
+]
+
+
+def write_vocab(path, tokens=TINY_VOCAB):
+    """Writes a vocab.txt (one token per line) and returns its path as str."""
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def tiny_vocab_file(tmp_path):
+    """A small English WordPiece vocab written to tmp_path."""
+    return write_vocab(tmp_path / "vocab.txt")

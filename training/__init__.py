@@ -1,0 +1,1 @@
+"""Strategy, input pipeline, training loop, checkpoints, metrics and summaries."""
