@@ -1,12 +1,22 @@
 """WordPiece tokenization with exactly the behaviour of Google's original BERT tokenizer.
 
 The reference ("exact") path below is a character-by-character statement of the
-original algorithm. Faster paths must give identical output and are tested against it.
+original algorithm. `FullTokenizer.tokenize` uses a fast path that works on whole lines
+with C-level string operations (translate tables, regexes, str.lower, NFD) built once from
+the very same character predicates; `FullTokenizer.tokenize_exact` keeps the reference.
+Why the two agree is argued in `_FastBasic`; tests compare both with Google's code.
+
+Also a CLI: `python -m data_prep.tokenization --vocab_file=V --do_lower_case=true|false`
+turns each stdin line (split on "\n" only) into one line of space-separated WordPieces.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
+import logging
+import re
+import sys
 import unicodedata
 
 # The original's limit on a word's length in characters before it becomes [UNK].
@@ -29,9 +39,12 @@ def convert_to_unicode(text) -> str:
 
 
 def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
-    """Loads a vocab file (one token per line, stripped) into an ordered token->id dict.
+    """Loads a vocab file (one token per line) into an ordered token->id dict.
 
-    As the original: ids are line numbers, a repeated token keeps its last line's id.
+    As the reference code (bert-tensorflow, reading through TensorFlow's GFile): lines end
+    at "\n" only, every "\r" is dropped (GFile's readline discards it wherever it is),
+    each line is then stripped, and ids are dense in order of first appearance: a
+    repeated token keeps its first id and does not use up an id (logged as a warning).
     """
     vocab: collections.OrderedDict[str, int] = collections.OrderedDict()
     try:
@@ -44,12 +57,20 @@ def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise VocabError(f"{vocab_file}:{line}: vocab file is not valid UTF-8") from err
-    # The original reads with readline(), i.e. lines end at "\n" only.
-    lines = text.split("\n")
+    lines = text.replace("\r", "").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    for index, line in enumerate(lines):
-        vocab[line.strip()] = index
+    duplicates = []
+    for line_number, line in enumerate(lines, start=1):
+        token = line.strip()
+        if token in vocab:
+            duplicates.append(line_number)
+            continue
+        vocab[token] = len(vocab)
+    if duplicates:
+        logging.getLogger(__name__).warning(
+            "%s: %d repeated token(s) ignored (first at line %d); ids are dense in order "
+            "of first appearance", vocab_file, len(duplicates), duplicates[0])
     return vocab
 
 
@@ -211,8 +232,100 @@ class WordpieceTokenizer:
         return sub_tokens
 
 
+def _char_class(code_points) -> str:
+    """A regex character class body ("a-z...") for a sorted iterable of code points."""
+    parts = []
+    run_start = previous = None
+    for cp in code_points:
+        if previous is not None and cp == previous + 1:
+            previous = cp
+            continue
+        if run_start is not None:
+            parts.append((run_start, previous))
+        run_start = previous = cp
+    if run_start is not None:
+        parts.append((run_start, previous))
+    return "".join(
+        re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
+        for a, b in parts
+    )
+
+
+class _FastBasic:
+    r"""BasicTokenizer on whole lines with C-level passes, identical to the reference.
+
+    Built once per process from the same predicates as the reference path. Why whole-line
+    operations give the reference's per-token result:
+    - cleaning is per character: one translate table deletes what `_clean_text` drops and
+      maps to " " what it turns into a space. U+2028/U+2029 (the only Python whitespace
+      left after cleaning) are mapped to " " too: str.split() splits on them either way.
+    - CJK spacing is per character (a regex substitution).
+    - str.lower() is per character except Final_Sigma, whose context stops at characters
+      that are neither cased nor case-ignorable, such as the spaces between tokens, so
+      lowering the line equals lowering each token. NFD is per character plus canonical
+      reordering of combining marks, which never crosses a space (combining class 0).
+      Removing Mn is per character. These run after cleaning and CJK spacing, as in the
+      reference, so characters they create (U+1FEF -> "`") are classified afterwards.
+    - the reference's punctuation split, " ".join and str.split() yield every punctuation
+      character alone and every maximal run of other non-whitespace characters: one
+      regex findall `[P]|[^P\s]+` (Python's regex `\s` is exactly str.split()'s set).
+    """
+
+    def __init__(self):
+        clean: dict[int, str | None] = {}
+        punctuation, chinese, nonspacing = [], [], []
+        for cp in range(0x110000):
+            char = chr(cp)
+            if cp == 0 or cp == 0xFFFD or _is_control(char):
+                clean[cp] = None
+            elif _is_whitespace(char) or char.isspace():
+                if char != " ":
+                    clean[cp] = " "
+            if _is_punctuation(char):
+                punctuation.append(cp)
+            if _is_chinese_char(cp):
+                chinese.append(cp)
+            if unicodedata.category(char) == "Mn":
+                nonspacing.append(cp)
+        self.clean_table = clean
+        self.ascii_clean_table = {cp: v for cp, v in clean.items() if cp < 128}
+        self.strip_marks_table = dict.fromkeys(nonspacing)
+        self.chinese_re = re.compile(f"[{_char_class(chinese)}]")
+        punct = _char_class(punctuation)
+        self.split_re = re.compile(rf"[{punct}]|[^{punct}\s]+")
+        ascii_punct = _char_class(cp for cp in punctuation if cp < 128)
+        self.ascii_split_re = re.compile(rf"[{ascii_punct}]|[^{ascii_punct}\s]+", re.ASCII)
+
+    def tokenize(self, text: str, do_lower_case: bool) -> list[str]:
+        if text.isascii():
+            text = text.translate(self.ascii_clean_table)
+            if do_lower_case:
+                text = text.lower()
+            return self.ascii_split_re.findall(text)
+        text = text.translate(self.clean_table)
+        text = self.chinese_re.sub(r" \g<0> ", text)
+        if do_lower_case:
+            text = text.lower()
+            if not text.isascii():
+                text = unicodedata.normalize("NFD", text).translate(self.strip_marks_table)
+        return self.split_re.findall(text)
+
+
+@functools.lru_cache(maxsize=1)
+def _fast_basic() -> _FastBasic:
+    return _FastBasic()
+
+
 class FullTokenizer:
-    """Basic tokenization followed by WordPiece; the original's public API."""
+    """Basic tokenization followed by WordPiece; the original's public API.
+
+    `tokenize` is the fast path (whole-line passes plus a bounded cache of word ->
+    WordPieces); `tokenize_exact` is the character-by-character reference. Both give the
+    original's output. The vocab is read once: mutating `vocab` afterwards is not supported.
+    """
+
+    # The word cache is cleared when it reaches this size, bounding memory on huge corpora.
+    MAX_CACHED_WORDS = 500_000
 
     def __init__(self, vocab_file: str, do_lower_case: bool = True):
         self.vocab = load_vocab(vocab_file)
@@ -220,15 +333,136 @@ class FullTokenizer:
         self.do_lower_case = do_lower_case
         self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
         self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
+        self._max_token_chars = max((len(t) for t in self.vocab), default=0)
+        self._word_cache: dict[str, tuple[str, ...]] = {}
 
     def tokenize(self, text) -> list[str]:
+        """WordPiece tokens of `text` (str or UTF-8 bytes), fast path."""
+        words = _fast_basic().tokenize(convert_to_unicode(text), self.do_lower_case)
+        cache = self._word_cache
+        output: list[str] = []
+        for word in words:
+            pieces = cache.get(word)
+            if pieces is None:
+                pieces = self._wordpiece_bounded(word)
+                if len(cache) >= self.MAX_CACHED_WORDS:
+                    cache.clear()
+                cache[word] = pieces
+            output += pieces
+        return output
+
+    def tokenize_exact(self, text) -> list[str]:
+        """WordPiece tokens of `text` by the character-by-character reference path."""
         split_tokens = []
         for token in self.basic_tokenizer.tokenize(text):
             split_tokens.extend(self.wordpiece_tokenizer.tokenize(token))
         return split_tokens
+
+    def _wordpiece_bounded(self, word: str) -> tuple[str, ...]:
+        """Greedy longest-match-first like WordpieceTokenizer, but never trying a candidate
+        longer than the longest vocab entry (no such candidate can be in the vocab)."""
+        if len(word) > MAX_INPUT_CHARS_PER_WORD:
+            return (UNK_TOKEN,)
+        vocab = self.vocab
+        longest = self._max_token_chars
+        pieces = []
+        start = 0
+        while start < len(word):
+            if start == 0:
+                end = min(len(word), longest)
+            else:
+                end = min(len(word), start + max(longest - 2, 0))
+            while start < end:
+                piece = word[start:end] if start == 0 else "##" + word[start:end]
+                if piece in vocab:
+                    pieces.append(piece)
+                    break
+                end -= 1
+            else:
+                return (UNK_TOKEN,)
+            start = end
+        return tuple(pieces)
 
     def convert_tokens_to_ids(self, tokens):
         return convert_by_vocab(self.vocab, tokens)
 
     def convert_ids_to_tokens(self, ids):
         return convert_by_vocab(self.inv_vocab, ids)
+
+
+# ---------------------------------------------------------------------------------------
+# CLI. Flags are defined when the CLI starts, never at import: other CLIs that import this
+# module (create_pretraining_data) define flags with the same names.
+
+
+def _define_flags() -> None:
+    from absl import flags
+
+    if "vocab_file" not in flags.FLAGS:
+        flags.DEFINE_string("vocab_file", None, "WordPiece vocab file (one token per line).")
+    if "do_lower_case" not in flags.FLAGS:
+        flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
+
+
+def tokenize_stream(tokenizer: FullTokenizer, source, sink, batch_lines: int = 4096) -> int:
+    r"""Writes one line of space-separated tokens to `sink` (binary) per line of `source`.
+
+    `source` is a binary stream split on b"\n" only. Returns the number of lines. Raises
+    ValueError naming the (1-based) line and byte offset of invalid UTF-8.
+    """
+    out: list[str] = []
+    count = 0
+    for count, raw in enumerate(source, start=1):
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            sink.write("".join(out).encode("utf-8"))
+            raise ValueError(
+                f"stdin line {count}: invalid UTF-8 at byte {err.start} of the line "
+                f"({raw[err.start:err.start + 4]!r})") from err
+        out.append(" ".join(tokenizer.tokenize(line)) + "\n")
+        if len(out) >= batch_lines:
+            sink.write("".join(out).encode("utf-8"))
+            out.clear()
+    sink.write("".join(out).encode("utf-8"))
+    return count
+
+
+def main(argv) -> int:
+    from absl import flags
+
+    FLAGS = flags.FLAGS
+    if len(argv) > 1:
+        sys.stderr.write(f"error: unexpected arguments {argv[1:]}; text is read from stdin\n")
+        return 2
+    if not FLAGS.vocab_file:
+        sys.stderr.write("error: --vocab_file is required\n")
+        return 2
+    try:
+        tokenizer = FullTokenizer(FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case)
+        check_vocab(tokenizer.vocab, FLAGS.vocab_file)
+    except VocabError as err:
+        sys.stderr.write(f"error: --vocab_file: {err}\n")
+        return 1
+    try:
+        tokenize_stream(tokenizer, sys.stdin.buffer, sys.stdout.buffer)
+    except ValueError as err:
+        sys.stdout.flush()
+        sys.stderr.write(f"error: {err}\n")
+        return 1
+    sys.stdout.flush()
+    return 0
+
+
+def run() -> None:
+    """Console-script entry point (`bert_tokenize`)."""
+    from absl import app
+
+    _define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,289 @@
+"""Benchmark: data_prep.create_pretraining_data against Google's original, side by side.
+
+Offline and deterministic: the corpus is the Python standard library's docstrings,
+reflowed to one sentence per line with a blank line between documents and repeated up
+to each requested size; the vocab is learned from it (frequent words + characters).
+For each size it runs, as subprocesses with the same flags (max_seq_length 128,
+max_predictions_per_seq 20, dupe_factor 5 by default):
+
+* the original (`python -m bert.create_pretraining_data`, PyPI bert-tensorflow),
+* ours with 1 worker and with all cores,
+
+and reports wall time, MB/s, instances/s and peak memory (the largest single process,
+from getrusage, and the whole process tree, sampled from /proc), plus the pure-Python
+tokenizer's own speed on the same text, the ceiling of a tokenizer-bound pipeline.
+
+    .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=1,10
+    .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=1 --skip_original
+
+With --write_results the table replaces the create_pretraining_data section of
+bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import inspect
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from data_prep import tokenization  # noqa: E402
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"[unused{i}]" for i in range(100)]
+SECTION_TITLE = "## create_pretraining_data (bench/bench_create_pretraining_data.py)"
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+# --- Corpus and vocab -------------------------------------------------------------------
+
+
+def stdlib_documents():
+    """Documents (lists of sentences) from stdlib docstrings, in a fixed order."""
+    documents = []
+    names = sorted(n for n in sys.stdlib_module_names
+                   if not n.startswith("_") and n not in ("antigravity", "this", "idlelib",
+                                                          "tkinter", "turtle", "turtledemo"))
+    for name in names:
+        try:
+            with warnings.catch_warnings(), \
+                    io.StringIO() as sink:
+                warnings.simplefilter("ignore")
+                stdout, sys.stdout = sys.stdout, sink
+                try:
+                    module = importlib.import_module(name)
+                finally:
+                    sys.stdout = stdout
+        except BaseException:  # noqa: BLE001 - some modules are platform-specific
+            continue
+        docs = [inspect.getdoc(module)]
+        for _, member in sorted(vars(module).items()):
+            if (inspect.isclass(member) or inspect.isfunction(member)) and \
+                    getattr(member, "__module__", None) == name:
+                docs.append(inspect.getdoc(member))
+        for doc in docs:
+            sentences = []
+            for paragraph in re.split(r"\n\s*\n", doc or ""):
+                text = " ".join(paragraph.split())
+                if len(text) < 20 or text.startswith(">>>"):
+                    continue
+                sentences.extend(s for s in _SENTENCE_END.split(text) if s)
+            if sentences:
+                documents.append(sentences)
+    return documents
+
+
+def write_corpus(path, size_bytes, documents):
+    """Repeats the documents until the file holds `size_bytes` (cut at a document)."""
+    written = 0
+    with open(path, "w", encoding="utf-8") as f:
+        while written < size_bytes:
+            for sentences in documents:
+                text = "\n".join(sentences) + "\n\n"
+                f.write(text)
+                written += len(text.encode("utf-8"))
+                if written >= size_bytes:
+                    break
+    return written
+
+
+def learn_vocab(corpus_path, vocab_path, size=16000, sample_bytes=2_000_000):
+    """Frequent basic-tokenized words plus every character (alone and as ##piece)."""
+    basic = tokenization.BasicTokenizer(do_lower_case=True)
+    words = collections.Counter()
+    with open(corpus_path, encoding="utf-8") as f:
+        words.update(basic.tokenize(f.read(sample_bytes)))
+    chars = sorted({c for w in words for c in w})
+    vocab = list(SPECIAL) + chars + ["##" + c for c in chars]
+    seen = set(vocab)
+    for word, _ in words.most_common():
+        if len(vocab) >= size:
+            break
+        if word not in seen:
+            vocab.append(word)
+            seen.add(word)
+    with open(vocab_path, "w", encoding="utf-8") as f:
+        f.write("\n".join(vocab) + "\n")
+
+
+# --- Measuring ---------------------------------------------------------------------------
+
+
+def _tree_rss_bytes(root_pid):
+    """Sum of the RSS of root_pid and all its descendants (from /proc)."""
+    children = collections.defaultdict(list)
+    rss = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/statm") as f:
+                rss[int(entry)] = int(f.read().split()[1]) * page
+        except OSError:
+            continue
+        children[int(fields[1])].append(int(entry))
+    total, stack = 0, [root_pid]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+_MAXRSS_WRAPPER = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+                   "print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+                   "file=sys.stderr); sys.exit(rc)")
+
+
+def measure(cmd, env=None):
+    """Runs cmd; returns seconds, largest single-process RSS (MB), process-tree peak (MB)."""
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", _MAXRSS_WRAPPER, *cmd], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = [0]
+
+    def poll():
+        while proc.poll() is None:
+            peak[0] = max(peak[0], _tree_rss_bytes(proc.pid))
+            time.sleep(0.2)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    _, err = proc.communicate()
+    seconds = time.monotonic() - start
+    poller.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]}")
+    maxrss_kb = int(re.search(r"MAXRSS_KB (\d+)", err).group(1))
+    return seconds, maxrss_kb / 1024, peak[0] / 2**20
+
+
+def count_records(paths):
+    import tensorflow as tf
+
+    return sum(1 for _ in tf.data.TFRecordDataset(paths))
+
+
+def tokenizer_speed(corpus_path, vocab_path):
+    tokenizer = tokenization.FullTokenizer(vocab_path, do_lower_case=True)
+    with open(corpus_path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    start = time.perf_counter()
+    tokens = sum(len(tokenizer.tokenize(line)) for line in lines)
+    seconds = time.perf_counter() - start
+    return os.path.getsize(corpus_path) / 1e6 / seconds, tokens / seconds
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes_mb", default="1,10")
+    parser.add_argument("--work_dir", default=None)
+    parser.add_argument("--skip_original", action="store_true")
+    parser.add_argument("--dupe_factor", type=int, default=5)
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--max_predictions_per_seq", type=int, default=20)
+    parser.add_argument("--workers", default=f"1,{len(os.sched_getaffinity(0))}")
+    parser.add_argument("--write_results", action="store_true")
+    args = parser.parse_args()
+
+    work = args.work_dir or tempfile.mkdtemp(prefix="bench_cpd_")
+    os.makedirs(work, exist_ok=True)
+    documents = stdlib_documents()
+    common = [f"--max_seq_length={args.max_seq_length}",
+              f"--max_predictions_per_seq={args.max_predictions_per_seq}",
+              f"--dupe_factor={args.dupe_factor}", "--masked_lm_prob=0.15",
+              "--random_seed=12345", "--do_lower_case=true"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    rows = []
+    vocab_path = os.path.join(work, "vocab.txt")
+    for size_mb in [float(s) for s in args.sizes_mb.split(",")]:
+        corpus = os.path.join(work, f"corpus_{size_mb:g}mb.txt")
+        nbytes = write_corpus(corpus, int(size_mb * 1e6), documents)
+        if not os.path.exists(vocab_path):
+            learn_vocab(corpus, vocab_path)
+        mb = nbytes / 1e6
+        tok_mbs, tok_tps = tokenizer_speed(corpus, vocab_path)
+        rows.append(dict(size_mb=mb, run="tokenizer alone (1 core)", seconds=mb / tok_mbs,
+                         mb_s=tok_mbs, note=f"{tok_tps / 1e3:.0f}k tokens/s"))
+        print(json.dumps(rows[-1]), flush=True)
+        runs = []
+        if not args.skip_original:
+            out = os.path.join(work, f"orig_{size_mb:g}.tfrecord")
+            runs.append(("original (bert-tensorflow 1.0.4)", out,
+                         ["-m", "bert.create_pretraining_data", f"--input_file={corpus}",
+                          f"--output_file={out}", f"--vocab_file={vocab_path}", *common]))
+        for workers in [int(w) for w in args.workers.split(",")]:
+            out = os.path.join(work, f"ours_{size_mb:g}_{workers}.tfrecord")
+            runs.append((f"ours, {workers} worker(s)", out,
+                         ["-m", "data_prep.create_pretraining_data", f"--input_file={corpus}",
+                          f"--output_file={out}", f"--vocab_file={vocab_path}",
+                          f"--num_workers={workers}", *common]))
+        for name, out, cmd in runs:
+            seconds, max_rss, tree_rss = measure([sys.executable, *cmd], env=env)
+            instances = count_records([out])
+            rows.append(dict(size_mb=mb, run=name, seconds=seconds, mb_s=mb / seconds,
+                             instances=instances, inst_s=instances / seconds,
+                             max_rss_mb=max_rss, tree_rss_mb=tree_rss))
+            print(json.dumps(rows[-1]), flush=True)
+            os.remove(out)
+    table = format_table(rows, args)
+    print(table)
+    if args.write_results:
+        write_results(table)
+
+
+def format_table(rows, args):
+    lines = [
+        f"Corpus: Python {sys.version.split()[0]} standard-library docstrings, one sentence "
+        "per line, repeated to size; vocab learned from it (16k). Flags: "
+        f"max_seq_length {args.max_seq_length}, max_predictions_per_seq "
+        f"{args.max_predictions_per_seq}, dupe_factor {args.dupe_factor}, seed 12345. "
+        f"{len(os.sched_getaffinity(0))} cores.",
+        "",
+        "| corpus | run | seconds | MB/s | instances | instances/s | peak RSS, largest "
+        "process (MB) | peak RSS, all processes (MB) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "instances" in r:
+            lines.append(
+                f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.1f} | {r['mb_s']:.2f} "
+                f"| {r['instances']} | {r['inst_s']:.0f} | {r['max_rss_mb']:.0f} | "
+                f"{r['tree_rss_mb']:.0f} |")
+        else:
+            lines.append(f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.1f} | "
+                         f"{r['mb_s']:.2f} | {r['note']} | | | |")
+    lines += ["", "Command: `.venv/bin/python bench/bench_create_pretraining_data.py "
+              + " ".join(a for a in sys.argv[1:]) + "`"]
+    return "\n".join(lines)
+
+
+def write_results(table):
+    path = os.path.join(ROOT, "bench", "RESULTS.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    start = text.index(SECTION_TITLE)
+    end = text.find("\n## ", start + len(SECTION_TITLE))
+    end = len(text) if end < 0 else end + 1
+    text = text[:start] + SECTION_TITLE + "\n\n" + table + "\n\n" + text[end:]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""The TFRecord schema of every record kind, and the writer and parser derived from it.
+
+One `RecordSchema` per record kind lists each feature's name, on-disk dtype and length
+(a fixed number or the name of a size parameter such as `max_seq_length`). Both sides
+derive from it:
+
+* writing: `schema.encoder(**sizes).encode(values)` pads each feature with zeros and
+  returns the serialised `tf.train.Example` bytes. The protobuf wire format is written by
+  hand in pure Python, so data-preparation workers never import TensorFlow; tests check
+  the bytes parse to exactly the features `tf.train.Example` gives.
+* reading: `schema.parse_spec(**sizes)` (a `tf.io.parse_single_example` spec) and
+  `schema.parser(**sizes)` (parses and casts int64 to int32, the in-memory dtype).
+
+Integers are int64 on disk (as Google's files), int32 in memory. To add a record kind,
+declare another `RecordSchema` and register it in `SCHEMAS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Mapping, Sequence, Union
+
+INT64 = "int64"
+FLOAT32 = "float32"
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSpec:
+    """One fixed-length feature: `length` is an int or the name of a size parameter."""
+
+    name: str
+    dtype: str
+    length: Union[int, str]
+
+    def resolve_length(self, sizes: Mapping[str, int]) -> int:
+        if isinstance(self.length, int):
+            return self.length
+        if self.length not in sizes:
+            raise ValueError(f"feature {self.name!r} needs the size parameter {self.length!r}")
+        return int(sizes[self.length])
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordSchema:
+    """The features of one record kind, in the order they are written."""
+
+    kind: str
+    features: tuple
+
+    @property
+    def names(self) -> tuple:
+        return tuple(f.name for f in self.features)
+
+    def size_parameters(self) -> tuple:
+        return tuple(sorted({f.length for f in self.features if isinstance(f.length, str)}))
+
+    def lengths(self, **sizes: int) -> dict:
+        """Feature name -> fixed length for the given size parameters."""
+        return {f.name: f.resolve_length(sizes) for f in self.features}
+
+    def encoder(self, **sizes: int) -> "ExampleEncoder":
+        return ExampleEncoder(self, self.lengths(**sizes))
+
+    def parse_spec(self, **sizes: int) -> dict:
+        """`tf.io.parse_single_example` / `parse_example` spec (int64 and float32 on disk)."""
+        import tensorflow as tf  # Only readers need TensorFlow; writers stay pure Python.
+
+        dtypes = {INT64: tf.int64, FLOAT32: tf.float32}
+        lengths = self.lengths(**sizes)
+        return {f.name: tf.io.FixedLenFeature([lengths[f.name]], dtypes[f.dtype])
+                for f in self.features}
+
+    def parser(self, **sizes: int):
+        """Returns `parse(serialized) -> dict of tensors`, integers cast to int32.
+
+        Works on a scalar string (one record) or a vector of them (a batch).
+        """
+        import tensorflow as tf
+
+        spec = self.parse_spec(**sizes)
+
+        def parse(serialized):
+            if serialized.shape.rank == 0:
+                parsed = tf.io.parse_single_example(serialized, spec)
+            else:
+                parsed = tf.io.parse_example(serialized, spec)
+            return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
+                    for name, t in parsed.items()}
+
+        return parse
+
+
+PRETRAINING = RecordSchema(
+    kind="pretraining",
+    features=(
+        FeatureSpec("input_ids", INT64, "max_seq_length"),
+        FeatureSpec("input_mask", INT64, "max_seq_length"),
+        FeatureSpec("segment_ids", INT64, "max_seq_length"),
+        FeatureSpec("masked_lm_positions", INT64, "max_predictions_per_seq"),
+        FeatureSpec("masked_lm_ids", INT64, "max_predictions_per_seq"),
+        FeatureSpec("masked_lm_weights", FLOAT32, "max_predictions_per_seq"),
+        FeatureSpec("next_sentence_labels", INT64, 1),
+    ),
+)
+
+SCHEMAS = {PRETRAINING.kind: PRETRAINING}
+
+
+# ---------------------------------------------------------------------------------------
+# Protobuf wire format, by hand.
+#
+#   Example  { Features features = 1; }
+#   Features { map<string, Feature> feature = 1; }   (entry: key = 1, value = 2)
+#   Feature  { oneof { BytesList = 1; FloatList = 2; Int64List = 3; } }
+#   Int64List / FloatList { repeated value = 1 [packed = true]; }
+# Every field here is length-delimited (wire type 2): tag byte = field_number << 3 | 2.
+
+_LEN_TAG = {1: b"\x0a", 2: b"\x12", 3: b"\x1a"}
+# Varints below 2**16 (ids of any usual vocab, positions, field lengths) are looked up.
+_VARINT_TABLE_SIZE = 1 << 16
+
+
+def encode_varint(value: int) -> bytes:
+    """Base-128 varint of an int64 (negative values as 10-byte two's complement)."""
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_VARINTS = [encode_varint(v) for v in range(_VARINT_TABLE_SIZE)]
+
+
+def _length_delimited(field: int, payload: bytes) -> bytes:
+    return _LEN_TAG[field] + (_VARINTS[len(payload)] if len(payload) < _VARINT_TABLE_SIZE
+                              else encode_varint(len(payload))) + payload
+
+
+def packed_int64(values: Sequence[int]) -> bytes:
+    """The packed varint payload of an Int64List's values."""
+    table = _VARINTS
+    if values and min(values) >= 0:  # (a negative index would wrap around the table)
+        try:
+            return b"".join([table[v] for v in values])
+        except (IndexError, TypeError):
+            pass
+    return b"".join([encode_varint(int(v)) for v in values])
+
+
+def packed_float32(values: Sequence[float]) -> bytes:
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+class ExampleEncoder:
+    """Serialises one record of a schema to `tf.train.Example` bytes, zero-padding features."""
+
+    def __init__(self, schema: RecordSchema, lengths: Mapping[str, int]):
+        self.schema = schema
+        self.lengths = dict(lengths)
+        # (name, dtype, length, map-entry key prefix, Feature oneof field number)
+        self._plan = []
+        for spec in schema.features:
+            key = spec.name.encode("utf-8")
+            key_field = _length_delimited(1, key)
+            oneof = _LEN_TAG[3 if spec.dtype == INT64 else 2]
+            self._plan.append((spec.name, spec.dtype, self.lengths[spec.name], key_field, oneof))
+
+    def encode(self, values: Mapping[str, Sequence]) -> bytes:
+        """`values[name]` is a list of at most the feature's length; the rest is zeros."""
+        packed = {}
+        for name, dtype, _, _, _ in self._plan:
+            items = values[name]
+            payload = packed_int64(items) if dtype == INT64 else packed_float32(items)
+            packed[name] = (payload, len(items))
+        return self.encode_packed(packed)
+
+    def encode_packed(self, packed: Mapping[str, tuple]) -> bytes:
+        """Like `encode`, from `(packed payload bytes, number of values)` per feature
+        (see `packed_int64` / `packed_float32`), for writers that build payloads fast."""
+        varints, table_size = _VARINTS, _VARINT_TABLE_SIZE
+        parts = []
+        total = 0
+        for name, dtype, length, key_field, oneof in self._plan:
+            payload, count = packed[name]
+            pad = length - count
+            if pad < 0:
+                raise ValueError(
+                    f"{self.schema.kind} feature {name!r} has {count} values, "
+                    f"more than its length {length}")
+            # Zero padding: a zero varint is the single byte 0x00, a zero float 4 bytes.
+            if pad:
+                payload += (b"\x00" if dtype == INT64 else b"\x00\x00\x00\x00") * pad
+            # Nested length-delimited fields, innermost first: the value list, the
+            # Feature, the map entry (key + value).
+            size = len(payload)
+            v_list = varints[size] if size < table_size else encode_varint(size)
+            size += 1 + len(v_list)
+            v_feature = varints[size] if size < table_size else encode_varint(size)
+            size += 1 + len(v_feature)
+            v_value = varints[size] if size < table_size else encode_varint(size)
+            size += len(key_field) + 1 + len(v_value)
+            v_entry = varints[size] if size < table_size else encode_varint(size)
+            parts += (b"\x0a", v_entry, key_field, b"\x12", v_value, oneof, v_feature,
+                      b"\x0a", v_list, payload)
+            total += 1 + len(v_entry) + size
+        return b"".join([b"\x0a", encode_varint(total), *parts])

@@ -1,0 +1,968 @@
+"""SQuAD v1.1 / v2.0 data: JSON -> examples -> windowed features -> TFRecords, and logits -> answers.
+
+Four parts, in pipeline order:
+
+1. Reading (`read_squad_examples`): the official JSON, the context split on whitespace
+   with a character -> word map, the answer located from `answer_start` and kept only if
+   its text is recoverable from the words (otherwise skipped and counted, as Google's
+   `run_squad.py` does).
+2. Features (`convert_examples_to_features`): WordPiece sub-tokens, sliding windows of
+   `[CLS] question [SEP] window [SEP]`, the "max context" flag per window token and the
+   training start/end positions (0, i.e. [CLS], when the answer is outside the window or
+   the question is unanswerable).
+3. Storage: the squad TFRecord schemas (`SQUAD_TRAIN_SCHEMA`, `SQUAD_PREDICT_SCHEMA`),
+   atomic TFRecord writing and a JSON sidecar for the prediction-side feature metadata.
+4. Post-processing (`compute_predictions`, `write_predictions`): n-best spans per
+   question from start/end logits (vectorised over all windows), the v2.0 null score, the
+   final text aligned back onto the original context, and the three output files in the
+   original's formats.
+
+The results are the original's, bit for bit; tests/test_squad_postprocess.py runs both.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import os
+import uuid
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
+
+import numpy as np
+from absl import logging
+
+from data_prep import features as features_lib
+from data_prep import tokenization
+
+FIRST_UNIQUE_ID = 1000000000
+# The original's initial "minimum null score": large and positive.
+_NO_NULL_SCORE = 1000000
+
+
+class SquadFormatError(ValueError):
+    """The SQuAD JSON is malformed, lacks a field, or disagrees with the settings used."""
+
+
+# ---------------------------------------------------------------------------
+# 1. Reading
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class SquadExample:
+    """One question over one context.
+
+    `doc_tokens` are the whitespace-separated words of the context. For training examples
+    `start_position`/`end_position` are word indices of the answer (-1 for unanswerable
+    v2.0 questions); for prediction they stay None.
+    """
+
+    qas_id: str
+    question_text: str
+    doc_tokens: list[str]
+    orig_answer_text: str | None = None
+    start_position: int | None = None
+    end_position: int | None = None
+    is_impossible: bool = False
+
+
+class SkippedQuestion(NamedTuple):
+    """A training question left out because its answer cannot be found in the context."""
+
+    qas_id: str
+    reason: str
+
+
+def is_whitespace(char: str) -> bool:
+    """The original reader's whitespace: space, tab, CR, LF and U+202F (narrow no-break space)."""
+    return char in " \t\r\n" or ord(char) == 0x202F
+
+
+def split_context(text: str) -> tuple[list[str], list[int]]:
+    """Splits a context into words and maps every character to its word's index.
+
+    Whitespace characters map to the preceding word (-1 before the first word), so an
+    `answer_start` on a space still lands on a word, as in the original.
+    """
+    doc_tokens: list[str] = []
+    char_to_word_offset: list[int] = []
+    prev_is_whitespace = True
+    for char in text:
+        if is_whitespace(char):
+            prev_is_whitespace = True
+        else:
+            if prev_is_whitespace:
+                doc_tokens.append(char)
+            else:
+                doc_tokens[-1] += char
+            prev_is_whitespace = False
+        char_to_word_offset.append(len(doc_tokens) - 1)
+    return doc_tokens, char_to_word_offset
+
+
+def _read_text(path: str) -> str:
+    """A local or remote (gs://...) file's text; TensorFlow is imported only for URLs."""
+    if "://" not in path:
+        with open(path, encoding="utf-8") as reader:
+            return reader.read()
+    import tensorflow as tf
+
+    try:
+        with tf.io.gfile.GFile(path, "r") as reader:
+            return reader.read()
+    except tf.errors.NotFoundError as err:
+        raise FileNotFoundError(f"{path!r} not found") from err
+
+
+def load_squad_json(input_file: str) -> dict:
+    """Reads a SQuAD JSON file; errors name the file (and line/column for bad JSON)."""
+    try:
+        text = _read_text(input_file)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"SQuAD file {input_file!r} not found") from err
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SquadFormatError(
+            f"{input_file}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
+        ) from err
+
+
+_JSON_TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
+
+
+def _require(mapping: Any, key: str, kind: type, where: str):
+    if not isinstance(mapping, dict):
+        raise SquadFormatError(f"{where}: expected a JSON object, found {type(mapping).__name__}")
+    if key not in mapping:
+        raise SquadFormatError(f"{where}: missing field {key!r}")
+    value = mapping[key]
+    # bool is an int subclass but never a valid id, offset or text.
+    if not isinstance(value, kind) or isinstance(value, bool):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(_JSON_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+        raise SquadFormatError(
+            f"{where}: field {key!r} should be {expected}, found {type(value).__name__} {value!r:.60}"
+        )
+    return value
+
+
+def examples_from_json(
+    dataset: Mapping,
+    *,
+    is_training: bool,
+    version_2_with_negative: bool = False,
+    source: str = "SQuAD data",
+) -> tuple[list[SquadExample], list[SkippedQuestion]]:
+    """Turns a parsed SQuAD JSON object into examples, plus the training questions skipped.
+
+    Prediction examples carry no answer. Training examples need exactly one answer unless
+    `is_impossible` (v2.0); a question whose answer text cannot be recovered from the
+    context words at `answer_start` is skipped with a warning, like the original.
+
+    Raises:
+      SquadFormatError: a missing or mistyped field, naming the question id where known.
+    """
+    articles = _require(dataset, "data", list, source)
+    examples: list[SquadExample] = []
+    skipped: list[SkippedQuestion] = []
+    for a_index, article in enumerate(articles):
+        a_where = f"{source}: data[{a_index}]"
+        for p_index, paragraph in enumerate(_require(article, "paragraphs", list, a_where)):
+            p_where = f"{a_where}.paragraphs[{p_index}]"
+            context = _require(paragraph, "context", str, p_where)
+            doc_tokens, char_to_word_offset = split_context(context)
+            for q_index, qa in enumerate(_require(paragraph, "qas", list, p_where)):
+                qas_id = _require(qa, "id", (str, int), f"{p_where}.qas[{q_index}]")
+                where = f"{source}: question id {qas_id!r}"
+                question_text = _require(qa, "question", str, where)
+                example = SquadExample(
+                    qas_id=qas_id, question_text=question_text, doc_tokens=doc_tokens
+                )
+                if is_training:
+                    problem = _locate_answer(
+                        example, qa, char_to_word_offset, version_2_with_negative, where
+                    )
+                    if problem is not None:
+                        logging.warning("Skipping question %r: %s", qas_id, problem)
+                        skipped.append(SkippedQuestion(qas_id, problem))
+                        continue
+                examples.append(example)
+    if skipped:
+        logging.warning(
+            "%s: %d of %d training question(s) skipped (answer not recoverable)",
+            source, len(skipped), len(skipped) + len(examples),
+        )
+    return examples, skipped
+
+
+def _locate_answer(example, qa, char_to_word_offset, version_2_with_negative, where):
+    """Fills the training answer of `example`; returns why it was skipped, or None."""
+    is_impossible = qa.get("is_impossible", False)
+    if not isinstance(is_impossible, bool):
+        raise SquadFormatError(f"{where}: 'is_impossible' should be true/false")
+    if is_impossible and not version_2_with_negative:
+        raise SquadFormatError(
+            f"{where}: is_impossible is true but version_2_with_negative is off; "
+            "pass version_2_with_negative=True (--version_2_with_negative) for SQuAD 2.0 data"
+        )
+    if is_impossible:
+        example.is_impossible = True
+        example.start_position = example.end_position = -1
+        example.orig_answer_text = ""
+        return None
+    answers = _require(qa, "answers", list, where)
+    if len(answers) != 1:
+        raise SquadFormatError(
+            f"{where}: for training, each answerable question needs exactly 1 answer, "
+            f"found {len(answers)}"
+        )
+    answer_text = _require(answers[0], "text", str, f"{where} answers[0]")
+    answer_offset = _require(answers[0], "answer_start", int, f"{where} answers[0]")
+    if not answer_text:
+        return "empty answer text"
+    answer_end = answer_offset + len(answer_text) - 1
+    if answer_offset < 0 or answer_end >= len(char_to_word_offset):
+        return (
+            f"answer_start {answer_offset} + length {len(answer_text)} lies outside the "
+            f"context ({len(char_to_word_offset)} characters)"
+        )
+    start_position = char_to_word_offset[answer_offset]
+    end_position = char_to_word_offset[answer_end]
+    # The answer must be recoverable from whole words: a mismatch means a wrong
+    # answer_start or Unicode the whitespace split does not see.
+    actual_text = " ".join(example.doc_tokens[max(start_position, 0):end_position + 1])
+    cleaned_answer = " ".join(tokenization.whitespace_tokenize(answer_text))
+    if start_position < 0 or cleaned_answer not in actual_text:
+        return f"answer {cleaned_answer!r} not found at answer_start {answer_offset}: {actual_text!r}"
+    example.orig_answer_text = answer_text
+    example.start_position = start_position
+    example.end_position = end_position
+    return None
+
+
+def read_squad_examples(
+    input_file: str, *, is_training: bool, version_2_with_negative: bool = False
+) -> tuple[list[SquadExample], list[SkippedQuestion]]:
+    """Reads a SQuAD v1.1/v2.0 JSON file into examples (see `examples_from_json`)."""
+    dataset = load_squad_json(input_file)
+    return examples_from_json(
+        dataset,
+        is_training=is_training,
+        version_2_with_negative=version_2_with_negative,
+        source=input_file,
+    )
+
+
+# ---------------------------------------------------------------------------
+# 2. Features
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowConfig:
+    """How examples are cut into fixed-length model inputs."""
+
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+
+    def __post_init__(self):
+        if self.max_query_length < 1 or self.doc_stride < 1:
+            raise ValueError(
+                f"max_query_length ({self.max_query_length}) and doc_stride "
+                f"({self.doc_stride}) must be positive"
+            )
+        if self.max_seq_length <= self.max_query_length + 3:
+            raise ValueError(
+                f"max_seq_length ({self.max_seq_length}) must be greater than "
+                f"max_query_length ({self.max_query_length}) + 3"
+            )
+
+
+@dataclasses.dataclass
+class SquadFeature:
+    """One window of one example, with the maps post-processing needs.
+
+    `token_to_orig_map` and `token_is_max_context` are keyed by position in `tokens` and
+    cover exactly the window's context positions, as in the original's InputFeatures.
+    Lists of ids are `max_seq_length` long; positions are None outside training.
+    """
+
+    unique_id: int
+    example_index: int
+    doc_span_index: int
+    tokens: list[str]
+    token_to_orig_map: dict[int, int]
+    token_is_max_context: dict[int, bool]
+    input_ids: list[int]
+    input_mask: list[int]
+    segment_ids: list[int]
+    start_position: int | None = None
+    end_position: int | None = None
+    is_impossible: bool = False
+
+
+class DocSpan(NamedTuple):
+    start: int
+    length: int
+
+
+def doc_spans_for(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list[DocSpan]:
+    """Windows over `num_tokens` sub-tokens: each at most `max_tokens_for_doc` long, the next
+    starting `doc_stride` later, the last one ending at the final token."""
+    spans: list[DocSpan] = []
+    start = 0
+    while start < num_tokens:
+        length = min(num_tokens - start, max_tokens_for_doc)
+        spans.append(DocSpan(start, length))
+        if start + length == num_tokens:
+            break
+        start += min(length, doc_stride)
+    return spans
+
+
+def max_context_span_index(spans: Sequence[DocSpan], num_tokens: int) -> list[int]:
+    """For every sub-token, the window that scores it: the one where it has the most
+    context, min(left, right) + 0.01 * window length; the earliest window wins ties."""
+    best_score = [None] * num_tokens
+    best_index = [-1] * num_tokens
+    for span_index, (start, length) in enumerate(spans):
+        end = start + length - 1
+        bonus = 0.01 * length
+        for position in range(start, end + 1):
+            score = min(position - start, end - position) + bonus
+            if best_score[position] is None or score > best_score[position]:
+                best_score[position] = score
+                best_index[position] = span_index
+    return best_index
+
+
+def improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_answer_text):
+    """Narrows a word-level answer span to the sub-tokens that spell the answer exactly.
+
+    The annotation is character based but was widened to whole words: "(1895-1943)."
+    for the answer "1895". After WordPiece the sub-tokens "( 1895 - 1943 ) ." contain the
+    exact answer, so the first (start, then longest) sub-span equal to the tokenized
+    answer is taken; without one the word span stays.
+    """
+    tok_answer_text = " ".join(tokenizer.tokenize(orig_answer_text))
+    for new_start in range(input_start, input_end + 1):
+        for new_end in range(input_end, new_start - 1, -1):
+            if " ".join(doc_tokens[new_start:new_end + 1]) == tok_answer_text:
+                return new_start, new_end
+    return input_start, input_end
+
+
+def _tokenize_words(words, tokenizer):
+    """Sub-tokens of the context words with maps both ways, and their ids."""
+    tok_to_orig_index: list[int] = []
+    orig_to_tok_index: list[int] = []
+    all_doc_tokens: list[str] = []
+    for i, word in enumerate(words):
+        orig_to_tok_index.append(len(all_doc_tokens))
+        sub_tokens = tokenizer.tokenize(word)
+        tok_to_orig_index.extend([i] * len(sub_tokens))
+        all_doc_tokens.extend(sub_tokens)
+    return (tok_to_orig_index, orig_to_tok_index, all_doc_tokens,
+            tokenizer.convert_tokens_to_ids(all_doc_tokens))
+
+
+def iter_features(
+    examples: Sequence[SquadExample],
+    tokenizer,
+    config: WindowConfig = WindowConfig(),
+    *,
+    is_training: bool,
+    first_unique_id: int = FIRST_UNIQUE_ID,
+) -> Iterator[SquadFeature]:
+    """Yields the windows of every example in order, unique ids counting from `first_unique_id`."""
+    unique_id = first_unique_id
+    seq_len = config.max_seq_length
+    cls_id, sep_id = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+    cached_words = cached_doc = None
+    for example_index, example in enumerate(examples):
+        query_tokens = tokenizer.tokenize(example.question_text)[: config.max_query_length]
+        query_ids = tokenizer.convert_tokens_to_ids(query_tokens)
+
+        # Questions on one paragraph share its word list: tokenize it once.
+        if example.doc_tokens is not cached_words:
+            cached_words = example.doc_tokens
+            cached_doc = _tokenize_words(example.doc_tokens, tokenizer)
+        tok_to_orig_index, orig_to_tok_index, all_doc_tokens, all_doc_ids = cached_doc
+
+        tok_start = tok_end = None
+        if is_training and not example.is_impossible:
+            tok_start = orig_to_tok_index[example.start_position]
+            if example.end_position < len(example.doc_tokens) - 1:
+                tok_end = orig_to_tok_index[example.end_position + 1] - 1
+            else:
+                tok_end = len(all_doc_tokens) - 1
+            tok_start, tok_end = improve_answer_span(
+                all_doc_tokens, tok_start, tok_end, tokenizer, example.orig_answer_text
+            )
+
+        max_tokens_for_doc = seq_len - len(query_tokens) - 3
+        spans = doc_spans_for(len(all_doc_tokens), max_tokens_for_doc, config.doc_stride)
+        best_span = max_context_span_index(spans, len(all_doc_tokens))
+        doc_offset = len(query_tokens) + 2
+
+        for span_index, (span_start, span_length) in enumerate(spans):
+            span_end = span_start + span_length  # exclusive
+            tokens = ["[CLS]", *query_tokens, "[SEP]", *all_doc_tokens[span_start:span_end], "[SEP]"]
+            positions = range(doc_offset, doc_offset + span_length)
+            token_to_orig_map = dict(zip(positions, tok_to_orig_index[span_start:span_end]))
+            token_is_max_context = {
+                p: best_span[span_start + i] == span_index for i, p in enumerate(positions)
+            }
+            n = len(tokens)
+            padding = [0] * (seq_len - n)
+            input_ids = [cls_id, *query_ids, sep_id, *all_doc_ids[span_start:span_end], sep_id]
+            input_ids += padding
+            input_mask = [1] * n + padding
+            segment_ids = [0] * doc_offset + [1] * (span_length + 1) + padding
+
+            start_position = end_position = None
+            if is_training:
+                start_position = end_position = 0
+                if (not example.is_impossible and tok_start >= span_start
+                        and tok_end < span_end):
+                    start_position = tok_start - span_start + doc_offset
+                    end_position = tok_end - span_start + doc_offset
+
+            yield SquadFeature(
+                unique_id=unique_id,
+                example_index=example_index,
+                doc_span_index=span_index,
+                tokens=tokens,
+                token_to_orig_map=token_to_orig_map,
+                token_is_max_context=token_is_max_context,
+                input_ids=input_ids,
+                input_mask=input_mask,
+                segment_ids=segment_ids,
+                start_position=start_position,
+                end_position=end_position,
+                is_impossible=example.is_impossible,
+            )
+            unique_id += 1
+
+
+def convert_examples_to_features(
+    examples: Sequence[SquadExample],
+    tokenizer,
+    config: WindowConfig = WindowConfig(),
+    *,
+    is_training: bool,
+    output_fn: Callable[[SquadFeature], Any] | None = None,
+) -> list[SquadFeature]:
+    """All windows of all examples as a list; each is also passed to `output_fn` if given."""
+    features = []
+    for feature in iter_features(examples, tokenizer, config, is_training=is_training):
+        if output_fn is not None:
+            output_fn(feature)
+        features.append(feature)
+    return features
+
+
+# ---------------------------------------------------------------------------
+# 3. Storage: TFRecords and the prediction sidecar
+# ---------------------------------------------------------------------------
+
+# The squad TFRecord schemas, with the feature names of the original's FeatureWriter.
+# Declared with data_prep.features' types so they can move into features.SCHEMAS as they
+# are. Scalars have length 1, i.e. parse to shape [1] ([batch, 1] batched), like every
+# schema there; the original parsed them to shape [].
+SQUAD_PREDICT_SCHEMA = features_lib.RecordSchema(
+    kind="squad_predict",
+    features=(
+        features_lib.FeatureSpec("unique_ids", features_lib.INT64, 1),
+        features_lib.FeatureSpec("input_ids", features_lib.INT64, "max_seq_length"),
+        features_lib.FeatureSpec("input_mask", features_lib.INT64, "max_seq_length"),
+        features_lib.FeatureSpec("segment_ids", features_lib.INT64, "max_seq_length"),
+    ),
+)
+SQUAD_TRAIN_SCHEMA = features_lib.RecordSchema(
+    kind="squad_train",
+    features=SQUAD_PREDICT_SCHEMA.features + (
+        features_lib.FeatureSpec("start_positions", features_lib.INT64, 1),
+        features_lib.FeatureSpec("end_positions", features_lib.INT64, 1),
+        features_lib.FeatureSpec("is_impossible", features_lib.INT64, 1),
+    ),
+)
+
+
+def squad_schema(is_training: bool) -> "features_lib.RecordSchema":
+    """The record schema of training or prediction features."""
+    return SQUAD_TRAIN_SCHEMA if is_training else SQUAD_PREDICT_SCHEMA
+
+
+def squad_record_values(feature: SquadFeature, is_training: bool) -> dict[str, list[int]]:
+    """The int64 values of one record, keyed by the schema's feature names."""
+    values = {
+        "unique_ids": [feature.unique_id],
+        "input_ids": feature.input_ids,
+        "input_mask": feature.input_mask,
+        "segment_ids": feature.segment_ids,
+    }
+    if is_training:
+        values["start_positions"] = [feature.start_position]
+        values["end_positions"] = [feature.end_position]
+        values["is_impossible"] = [int(bool(feature.is_impossible))]
+    return values
+
+
+def _atomic_tmp_path(path: str) -> str:
+    return f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class SquadRecordWriter:
+    """Writes features to a TFRecord file that appears only when complete (tmp + rename).
+
+    Use as a context manager; on an exception the partial file is removed. `process_feature`
+    fits `convert_examples_to_features(output_fn=...)`.
+    """
+
+    def __init__(self, filename: str, is_training: bool):
+        import tensorflow as tf
+
+        self.filename = filename
+        self.is_training = is_training
+        self.num_features = 0
+        self._encoder = None
+        self._tmp = _atomic_tmp_path(filename)
+        parent = os.path.dirname(filename)
+        if parent:
+            tf.io.gfile.makedirs(parent)
+        self._writer = tf.io.TFRecordWriter(self._tmp)
+
+    def process_feature(self, feature: SquadFeature) -> None:
+        if self._encoder is None:
+            self._encoder = squad_schema(self.is_training).encoder(
+                max_seq_length=len(feature.input_ids))
+        self._writer.write(self._encoder.encode(squad_record_values(feature, self.is_training)))
+        self.num_features += 1
+
+    def close(self) -> None:
+        import tensorflow as tf
+
+        self._writer.close()
+        tf.io.gfile.rename(self._tmp, self.filename, overwrite=True)
+
+    def abort(self) -> None:
+        import tensorflow as tf
+
+        self._writer.close()
+        if tf.io.gfile.exists(self._tmp):
+            tf.io.gfile.remove(self._tmp)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+
+def write_squad_tfrecord(features: Iterable[SquadFeature], filename: str, is_training: bool) -> int:
+    """Writes features atomically; returns how many were written."""
+    with SquadRecordWriter(filename, is_training) as writer:
+        for feature in features:
+            writer.process_feature(feature)
+    return writer.num_features
+
+
+def _write_text_atomic(path: str, text: str) -> None:
+    import tensorflow as tf
+
+    parent = os.path.dirname(path)
+    if parent:
+        tf.io.gfile.makedirs(parent)
+    tmp = _atomic_tmp_path(path)
+    with tf.io.gfile.GFile(tmp, "w") as writer:
+        writer.write(text)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+_SIDECAR_FORMAT = "squad-prediction-features/1"
+
+
+def save_prediction_features(features: Sequence[SquadFeature], path: str, **metadata) -> None:
+    """Writes what post-processing needs of each feature (no ids) to a JSON sidecar.
+
+    `metadata` (e.g. the WindowConfig fields, the predict file) is stored alongside so a
+    stale sidecar can be detected by the caller.
+    """
+    rows = []
+    for f in features:
+        positions = list(f.token_to_orig_map)
+        first = positions[0] if positions else len(f.tokens) - 1
+        rows.append({
+            "unique_id": f.unique_id,
+            "example_index": f.example_index,
+            "doc_span_index": f.doc_span_index,
+            "tokens": f.tokens,
+            "doc_offset": first,
+            "token_to_orig": [f.token_to_orig_map[p] for p in positions],
+            "max_context": [int(f.token_is_max_context[p]) for p in positions],
+        })
+    payload = {"format": _SIDECAR_FORMAT, "metadata": metadata, "features": rows}
+    _write_text_atomic(path, json.dumps(payload, ensure_ascii=False))
+
+
+def load_prediction_features(path: str) -> tuple[list[SquadFeature], dict]:
+    """Reads a sidecar written by `save_prediction_features`: (features, metadata)."""
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "r") as reader:
+        payload = json.loads(reader.read())
+    if payload.get("format") != _SIDECAR_FORMAT:
+        raise SquadFormatError(f"{path}: not a squad prediction-features sidecar")
+    features = []
+    for row in payload["features"]:
+        positions = range(row["doc_offset"], row["doc_offset"] + len(row["token_to_orig"]))
+        features.append(SquadFeature(
+            unique_id=row["unique_id"],
+            example_index=row["example_index"],
+            doc_span_index=row["doc_span_index"],
+            tokens=row["tokens"],
+            token_to_orig_map=dict(zip(positions, row["token_to_orig"])),
+            token_is_max_context={p: bool(v) for p, v in zip(positions, row["max_context"])},
+            input_ids=[], input_mask=[], segment_ids=[],
+        ))
+    return features, payload.get("metadata", {})
+
+
+# ---------------------------------------------------------------------------
+# 4. Post-processing
+# ---------------------------------------------------------------------------
+
+
+class RawResult(NamedTuple):
+    """The model's logits for one feature: start/end each [seq_length]."""
+
+    unique_id: int
+    start_logits: Any
+    end_logits: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class PostprocessConfig:
+    """Settings of answer extraction (the original's flags of the same names)."""
+
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    do_lower_case: bool = True
+    version_2_with_negative: bool = False
+    null_score_diff_threshold: float = 0.0
+    verbose_logging: bool = False
+
+    def __post_init__(self):
+        if self.n_best_size < 1 or self.max_answer_length < 1:
+            raise ValueError(
+                f"n_best_size ({self.n_best_size}) and max_answer_length "
+                f"({self.max_answer_length}) must be positive"
+            )
+
+
+@dataclasses.dataclass
+class SquadPredictions:
+    """Post-processing output; each mapping is ordered like the examples."""
+
+    predictions: "collections.OrderedDict[str, str]"
+    nbest: "collections.OrderedDict[str, list]"
+    null_odds: "collections.OrderedDict[str, float]"
+
+
+def _strip_spaces(text: str) -> tuple[str, list[int]]:
+    """Text without spaces, and for each kept character its index in `text`."""
+    kept = [i for i, c in enumerate(text) if c != " "]
+    return "".join(text[i] for i in kept), kept
+
+
+def _basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
+    # The tokenizer module's whole-line fast path gives BasicTokenizer's exact output.
+    fast = getattr(tokenization, "_fast_basic", None)
+    if fast is not None:
+        return fast().tokenize(text, do_lower_case)
+    return tokenization.BasicTokenizer(do_lower_case=do_lower_case).tokenize(text)
+
+
+def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool,
+                   verbose_logging: bool = False) -> str:
+    """Maps de-tokenized `pred_text` back onto the original words `orig_text`.
+
+    `orig_text` is the whole words the predicted sub-tokens came from ("Steve Smith's" for
+    "steve smith"); the answer should keep the context's case, accents and punctuation
+    ("Steve Smith"). `orig_text` is re-tokenized with BasicTokenizer; when it has as many
+    non-space characters as the original, the two are aligned character by character and
+    the span of `pred_text` is cut out of `orig_text`. Otherwise `orig_text` is returned.
+    """
+    tok_text = " ".join(_basic_tokenize(orig_text, do_lower_case))
+    start = tok_text.find(pred_text)
+    if start == -1:
+        if verbose_logging:
+            logging.info("Unable to find text: %r in %r", pred_text, orig_text)
+        return orig_text
+    end = start + len(pred_text) - 1
+
+    orig_ns_text, orig_ns_to_s = _strip_spaces(orig_text)
+    tok_ns_text, tok_ns_to_s = _strip_spaces(tok_text)
+    if len(orig_ns_text) != len(tok_ns_text):
+        if verbose_logging:
+            logging.info("Length not equal after stripping spaces: %r vs %r",
+                         orig_ns_text, tok_ns_text)
+        return orig_text
+    tok_s_to_ns = {s: ns for ns, s in enumerate(tok_ns_to_s)}
+    # A span boundary on a space of tok_text has no aligned character.
+    if start not in tok_s_to_ns:
+        if verbose_logging:
+            logging.info("Couldn't map start position")
+        return orig_text
+    if end not in tok_s_to_ns:
+        if verbose_logging:
+            logging.info("Couldn't map end position")
+        return orig_text
+    return orig_text[orig_ns_to_s[tok_s_to_ns[start]]:orig_ns_to_s[tok_s_to_ns[end]] + 1]
+
+
+def _softmax(scores: Sequence[float]) -> list[float]:
+    # Plain floats, summed in order: the probabilities are then identical to the original's.
+    if not scores:
+        return []
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    total = 0.0
+    for x in exps:
+        total += x
+    return [x / total for x in exps]
+
+
+def _stack_results(results, features) -> tuple[np.ndarray, np.ndarray]:
+    """[num_features, seq_len] float64 start/end logits in `features` order."""
+    if isinstance(results, tuple) and len(results) == 3 and not hasattr(results[0], "start_logits"):
+        unique_ids, starts, ends = results
+        row_of = {int(u): i for i, u in enumerate(np.asarray(unique_ids).reshape(-1))}
+        starts = np.asarray(starts, dtype=np.float64)
+        ends = np.asarray(ends, dtype=np.float64)
+        get = lambda i: (starts[i], ends[i])  # noqa: E731
+    else:
+        results = list(results)
+        row_of = {int(r.unique_id): i for i, r in enumerate(results)}
+        get = lambda i: (results[i].start_logits, results[i].end_logits)  # noqa: E731
+    rows = []
+    for f in features:
+        if f.unique_id not in row_of:
+            raise KeyError(
+                f"no logits for feature unique_id {f.unique_id} "
+                f"(example_index {f.example_index}, window {f.doc_span_index})"
+            )
+        rows.append(row_of[f.unique_id])
+    pairs = [get(i) for i in rows]
+    width = max((len(s) for s, _ in pairs), default=0)
+    start = np.full((len(pairs), width), -np.inf)
+    end = np.full((len(pairs), width), -np.inf)
+    for k, (s, e) in enumerate(pairs):
+        start[k, : len(s)] = np.asarray(s, dtype=np.float64)
+        end[k, : len(e)] = np.asarray(e, dtype=np.float64)
+    return start, end
+
+
+def _position_masks(features, width):
+    """Per feature: which positions are context tokens, and which are scored here (max context)."""
+    in_doc = np.zeros((len(features), width + 1), dtype=bool)
+    max_ctx = np.zeros((len(features), width + 1), dtype=bool)
+    for k, f in enumerate(features):
+        keys = np.fromiter(f.token_to_orig_map.keys(), np.int64, len(f.token_to_orig_map))
+        in_doc[k, np.minimum(keys, width)] = True
+        mc = f.token_is_max_context
+        mc_keys = np.fromiter(mc.keys(), np.int64, len(mc))
+        mc_vals = np.fromiter(mc.values(), bool, len(mc))
+        max_ctx[k, np.minimum(mc_keys[mc_vals], width)] = True
+    # Column `width` collects out-of-range keys; no logit index reaches it.
+    return in_doc[:, :width], max_ctx[:, :width]
+
+
+def _candidates(features, start, end, config):
+    """All valid (feature, start, end) pairs among each window's top-n starts x top-n ends.
+
+    Returns arrays (feature row, start index, end index, score) sorted by example, then by
+    score descending; ties keep the original's enumeration order (window, start rank,
+    end rank), which a stable sort preserves.
+    """
+    num, width = start.shape
+    n = min(config.n_best_size, width)
+    # Stable descending order by logit: ties go to the lower index, like sorted(reverse=True).
+    top_s = np.argsort(-start, axis=1, kind="stable")[:, :n]
+    top_e = np.argsort(-end, axis=1, kind="stable")[:, :n]
+    in_doc, max_ctx = _position_masks(features, width)
+    num_tokens = np.array([len(f.tokens) for f in features], dtype=np.int64)
+    rows = np.arange(num)[:, None]
+    s_ok = in_doc[rows, top_s] & max_ctx[rows, top_s] & (top_s < num_tokens[:, None])
+    e_ok = in_doc[rows, top_e] & (top_e < num_tokens[:, None])
+    s_idx = top_s[:, :, None]
+    e_idx = top_e[:, None, :]
+    length = e_idx - s_idx + 1
+    valid = s_ok[:, :, None] & e_ok[:, None, :] & (length >= 1) & (length <= config.max_answer_length)
+    f_k, i_k, j_k = np.nonzero(valid)
+    s_pos = top_s[f_k, i_k]
+    e_pos = top_e[f_k, j_k]
+    start_logit = start[f_k, s_pos]
+    end_logit = end[f_k, e_pos]
+    score = start_logit + end_logit
+    example_of = np.array([f.example_index for f in features], dtype=np.int64)[f_k]
+    order = np.lexsort((-score, example_of))
+    return (example_of[order], f_k[order], s_pos[order], e_pos[order],
+            start_logit[order], end_logit[order], score[order])
+
+
+def compute_predictions(
+    examples: Sequence[SquadExample],
+    features: Sequence[SquadFeature],
+    results,
+    config: PostprocessConfig = PostprocessConfig(),
+) -> SquadPredictions:
+    """Answers from logits: the original's write_predictions, without the files.
+
+    Args:
+      examples: the prediction examples, in the order features were made from them.
+      features: their windows (any order; each example's windows are used in list order).
+      results: an iterable of RawResult, or a tuple (unique_ids [N], start_logits [N, L],
+        end_logits [N, L]) of arrays.
+      config: n-best size, maximum answer length, casing and the v2.0 settings.
+
+    Returns:
+      SquadPredictions: predictions (qas_id -> text), nbest (qas_id -> list of
+      {text, probability, start_logit, end_logit}) and, for v2.0, null_odds
+      (qas_id -> null score minus the best non-null score).
+    """
+    features = list(features)
+    start, end = _stack_results(results, features)
+    ex_of, f_of, s_of, e_of, sl_of, el_of, sc_of = _candidates(features, start, end, config)
+    bounds = np.searchsorted(ex_of, np.arange(len(examples) + 1))
+
+    feature_rows = collections.defaultdict(list)
+    for k, f in enumerate(features):
+        feature_rows[f.example_index].append(k)
+
+    v2 = config.version_2_with_negative
+    text_cache: dict = {}  # overlapping windows often propose the same span
+    predictions = collections.OrderedDict()
+    all_nbest = collections.OrderedDict()
+    null_odds = collections.OrderedDict()
+    for example_index, example in enumerate(examples):
+        rows = feature_rows.get(example_index, [])
+        score_null = _NO_NULL_SCORE
+        null_start = null_end = 0.0
+        if v2 and rows:
+            null_scores = start[rows, 0] + end[rows, 0]
+            best = int(np.argmin(null_scores))  # first window on ties
+            if null_scores[best] < score_null:
+                score_null = float(null_scores[best])
+                null_start, null_end = float(start[rows[best], 0]), float(end[rows[best], 0])
+
+        nbest = []  # (text, start_logit, end_logit)
+        seen = set()
+        null_pending = v2
+        for c in range(bounds[example_index], bounds[example_index + 1]):
+            if len(nbest) >= config.n_best_size:
+                break
+            # The null candidate sorts after every candidate scoring at least as much.
+            if null_pending and sc_of[c] < score_null:
+                null_pending = False
+                seen.add("")
+                nbest.append(("", null_start, null_end))
+                if len(nbest) >= config.n_best_size:
+                    break
+            text = _span_text(example, features[f_of[c]], int(s_of[c]), int(e_of[c]), config,
+                              text_cache)
+            if text in seen:
+                continue
+            seen.add(text)
+            nbest.append((text, float(sl_of[c]), float(el_of[c])))
+        if null_pending and len(nbest) < config.n_best_size:
+            seen.add("")
+            nbest.append(("", null_start, null_end))
+        if v2 and "" not in seen:
+            nbest.append(("", null_start, null_end))
+        if not nbest:
+            nbest.append(("empty", 0.0, 0.0))
+
+        probs = _softmax([s + e for _, s, e in nbest])
+        nbest_json = []
+        for (text, s, e), p in zip(nbest, probs):
+            entry = collections.OrderedDict()
+            entry["text"] = text
+            entry["probability"] = p
+            entry["start_logit"] = s
+            entry["end_logit"] = e
+            nbest_json.append(entry)
+
+        if not v2:
+            predictions[example.qas_id] = nbest[0][0]
+        else:
+            best_non_null = next((x for x in nbest if x[0]), None)
+            if best_non_null is None:
+                # No span survived the filters: the original would fail here.
+                null_odds[example.qas_id] = float(_NO_NULL_SCORE)
+                predictions[example.qas_id] = ""
+            else:
+                diff = score_null - best_non_null[1] - best_non_null[2]
+                null_odds[example.qas_id] = diff
+                predictions[example.qas_id] = (
+                    "" if diff > config.null_score_diff_threshold else best_non_null[0]
+                )
+        all_nbest[example.qas_id] = nbest_json
+    return SquadPredictions(predictions, all_nbest, null_odds)
+
+
+def _span_text(example, feature, start_index, end_index, config, cache) -> str:
+    """The answer text of sub-tokens [start_index, end_index] of a window."""
+    tok_text = " ".join(feature.tokens[start_index:end_index + 1])
+    tok_text = tok_text.replace(" ##", "").replace("##", "")
+    tok_text = " ".join(tok_text.strip().split())
+    orig_start = feature.token_to_orig_map[start_index]
+    orig_end = feature.token_to_orig_map[end_index]
+    key = (id(example.doc_tokens), orig_start, orig_end, tok_text)
+    text = cache.get(key)
+    if text is None:
+        orig_text = " ".join(example.doc_tokens[orig_start:orig_end + 1])
+        text = get_final_text(tok_text, orig_text, config.do_lower_case, config.verbose_logging)
+        cache[key] = text
+    return text
+
+
+def predictions_to_json(predictions: SquadPredictions) -> dict[str, str]:
+    """File name -> contents, formatted exactly as the original writes them."""
+    files = {
+        "predictions.json": json.dumps(predictions.predictions, indent=4) + "\n",
+        "nbest_predictions.json": json.dumps(predictions.nbest, indent=4) + "\n",
+    }
+    if predictions.null_odds:
+        files["null_odds.json"] = json.dumps(predictions.null_odds, indent=4) + "\n"
+    return files
+
+
+def write_predictions(
+    examples: Sequence[SquadExample],
+    features: Sequence[SquadFeature],
+    results,
+    config: PostprocessConfig,
+    output_dir: str,
+) -> tuple[SquadPredictions, dict[str, str]]:
+    """Computes predictions and writes predictions.json, nbest_predictions.json and (v2.0)
+    null_odds.json into `output_dir`, each atomically. Returns (predictions, name -> path)."""
+    result = compute_predictions(examples, features, results, config)
+    texts = predictions_to_json(result)
+    if not config.version_2_with_negative:
+        texts.pop("null_odds.json", None)
+    paths = {}
+    for name, text in texts.items():
+        paths[name] = os.path.join(output_dir, name)
+        _write_text_atomic(paths[name], text)
+        logging.info("Wrote %s", paths[name])
+    return result, paths

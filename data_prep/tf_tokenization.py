@@ -1,0 +1,239 @@
+"""In-graph BERT tokenization (tensorflow-text): strings -> WordPiece ids -> model inputs.
+
+For serving and batch speed. The stock `tensorflow_text.BertTokenizer` and
+`FastBertTokenizer` differ from the original on hundreds of adversarial lines (NFKC case
+folding, their own punctuation/whitespace/control tables, a byte instead of character
+word limit). This module instead rebuilds the original's basic tokenization from in-graph
+regex passes whose character classes are generated from the same Python predicates as
+`data_prep.tokenization` (so they cannot drift), then runs `FastWordpieceTokenizer` on
+the resulting words. What still differs is measured in tests/test_tf_tokenization.py and
+listed in docs/tokenization.md; CLIs use the pure-Python tokenizer, which is exact.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from data_prep import tokenization
+
+# FastWordpieceTokenizer's limit on a vocab token's UTF-8 length (suffix indicator excluded).
+_FAST_WORDPIECE_MAX_TOKEN_BYTES = 256
+
+
+def _re2_class(code_points) -> str:
+    """An RE2 character class body for a sorted iterable of code points (\\x{...} ranges)."""
+    parts = []
+    start = previous = None
+    for cp in code_points:
+        if previous is not None and cp == previous + 1:
+            previous = cp
+            continue
+        if start is not None:
+            parts.append((start, previous))
+        start = previous = cp
+    if start is not None:
+        parts.append((start, previous))
+    return "".join(f"\\x{{{a:X}}}" if a == b else f"\\x{{{a:X}}}-\\x{{{b:X}}}"
+                   for a, b in parts)
+
+
+class _GraphPatterns:
+    """RE2 patterns for each step of the original's basic tokenization."""
+
+    def __init__(self):
+        drop, to_space, space, punct, chinese, marks = [], [], [], [], [], []
+        fast = tokenization._fast_basic()
+        for cp in range(0x110000):
+            if 0xD800 <= cp <= 0xDFFF:  # not representable in UTF-8 strings
+                continue
+            char = chr(cp)
+            mapped = fast.clean_table.get(cp, char)
+            if mapped is None:
+                drop.append(cp)
+            elif mapped == " " and char != " ":
+                to_space.append(cp)
+            if char.isspace():
+                space.append(cp)
+            if tokenization._is_punctuation(char):
+                punct.append(cp)
+            if tokenization._is_chinese_char(cp):
+                chinese.append(cp)
+            if cp in fast.strip_marks_table:
+                marks.append(cp)
+        self.drop = f"[{_re2_class(drop)}]"
+        self.to_space = f"[{_re2_class(to_space)}]"
+        self.chinese = f"([{_re2_class(chinese)}])"
+        self.marks = f"[{_re2_class(marks)}]"
+        punct_class = f"[{_re2_class(punct)}]"
+        self.split = f"[{_re2_class(space)}]+|{punct_class}"
+        self.keep = punct_class
+
+
+@functools.lru_cache(maxsize=1)
+def _graph_patterns() -> _GraphPatterns:
+    return _GraphPatterns()
+
+
+@functools.lru_cache(maxsize=1)
+def _lowercase_fixes() -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Characters that Python lower-cases but tf.strings.lower leaves alone.
+
+    tf.strings.lower uses an older Unicode version than Python 3.11 (Unicode 14.0): the
+    Unicode 14 additions (Vithkuqi, U+2C2F, U+A7C0, ...) must be mapped beforehand. Only
+    characters with a context-free, one-character lower case are candidates.
+    """
+    candidates = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF
+                  and len(chr(cp).lower()) == 1 and chr(cp).lower() != chr(cp)
+                  and cp != 0x03A3]  # capital sigma depends on context
+    lowered = tf.strings.lower([chr(cp) for cp in candidates], encoding="utf-8").numpy()
+    fixes = [(cp, ord(chr(cp).lower())) for cp, got in zip(candidates, lowered)
+             if got.decode("utf-8") != chr(cp).lower()]
+    return tuple(a for a, _ in fixes), tuple(b for _, b in fixes)
+
+
+class BertInGraphTokenizer(tf.Module):
+    """The original BERT tokenization as TensorFlow ops, plus packing into model inputs.
+
+    Args:
+      vocab_file: WordPiece vocab (ids as `data_prep.tokenization.load_vocab` gives them).
+      do_lower_case: lower-case, NFD and strip non-spacing marks (uncased models).
+      max_chars_per_word: longer words become [UNK] (the original's 200 characters).
+    """
+
+    def __init__(self, vocab_file: str, do_lower_case: bool = True,
+                 max_chars_per_word: int = tokenization.MAX_INPUT_CHARS_PER_WORD,
+                 name: str | None = None):
+        super().__init__(name=name)
+        vocab = tokenization.load_vocab(vocab_file)
+        tokenization.check_vocab(vocab, vocab_file, required=("[UNK]", "[CLS]", "[SEP]"))
+        self.vocab_file = vocab_file
+        self.do_lower_case = do_lower_case
+        self.max_chars_per_word = max_chars_per_word
+        self.vocab_tokens = list(vocab)  # index == id: load_vocab's ids are dense
+        self.cls_id = vocab["[CLS]"]
+        self.sep_id = vocab["[SEP]"]
+        self._patterns = _graph_patterns()
+        self._lower_fix_pattern = None
+        if do_lower_case:
+            sources, targets = _lowercase_fixes()
+            if sources:
+                self._lower_fix_pattern = f"(?s).*[{_re2_class(sources)}].*"
+                self._lower_fix_table = tf.lookup.StaticHashTable(
+                    tf.lookup.KeyValueTensorInitializer(
+                        tf.constant(sources, tf.int32), tf.constant(targets, tf.int32)),
+                    default_value=-1)
+        longest_bytes = max(len(t.encode("utf-8")) for t in self.vocab_tokens)
+        # The word limit is applied in characters before WordPiece, so the byte limit here
+        # only has to let every <= max_chars_per_word word through (4 bytes per character).
+        max_bytes = max(4 * max_chars_per_word, longest_bytes)
+        if longest_bytes <= _FAST_WORDPIECE_MAX_TOKEN_BYTES:
+            self._wordpiece = tf_text.FastWordpieceTokenizer(
+                vocab=self.vocab_tokens, suffix_indicator="##", max_bytes_per_word=max_bytes,
+                token_out_type=tf.int64, unknown_token="[UNK]", no_pretokenization=True)
+        else:  # FastWordpieceTokenizer refuses such vocabs; the table-based one is slower.
+            table = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(
+                    self.vocab_tokens, tf.range(len(self.vocab_tokens), dtype=tf.int64)),
+                default_value=-1)
+            self._wordpiece = tf_text.WordpieceTokenizer(
+                table, suffix_indicator="##", max_bytes_per_word=max_bytes,
+                token_out_type=tf.int64, unknown_token="[UNK]")
+
+    def basic_tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """Words of the original's BasicTokenizer: [batch] strings -> [batch, (words)]."""
+        p = self._patterns
+        texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        texts = tf.strings.regex_replace(texts, p.drop, "")
+        texts = tf.strings.regex_replace(texts, p.to_space, " ")
+        texts = tf.strings.regex_replace(texts, p.chinese, " \\1 ")
+        if self.do_lower_case:
+            texts = self._lower(texts)
+            texts = tf_text.normalize_utf8(texts, "NFD")
+            texts = tf.strings.regex_replace(texts, p.marks, "")
+        words = tf_text.regex_split(texts, p.split, p.keep)
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > (
+            self.max_chars_per_word)
+        # A too-long word becomes the literal [UNK], which WordPiece maps to its id.
+        return words.with_flat_values(tf.where(too_long, "[UNK]", words.flat_values))
+
+    def _lower(self, texts: tf.Tensor) -> tf.Tensor:
+        """Python's str.lower: tf.strings.lower (which handles final sigma and U+0130 like
+        Python) after mapping the characters its older Unicode tables do not lower."""
+        if self._lower_fix_pattern is not None:
+            texts = tf.cond(
+                tf.reduce_any(tf.strings.regex_full_match(texts, self._lower_fix_pattern)),
+                lambda: self._map_code_points(texts), lambda: texts)
+        return tf.strings.lower(texts, encoding="utf-8")
+
+    def _map_code_points(self, texts: tf.Tensor) -> tf.Tensor:
+        code_points = tf.strings.unicode_decode(texts, "UTF-8")
+        flat = code_points.flat_values
+        mapped = self._lower_fix_table.lookup(flat)
+        code_points = code_points.with_flat_values(tf.where(mapped >= 0, mapped, flat))
+        return tf.strings.unicode_encode(code_points, "UTF-8")
+
+    def tokenize(self, texts) -> tf.RaggedTensor:
+        """WordPiece ids: [batch] UTF-8 strings -> int64 RaggedTensor [batch, (tokens)]."""
+        texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        pieces = self._wordpiece.tokenize(self.basic_tokenize(texts))
+        return pieces.merge_dims(1, 2)
+
+    def ids_to_tokens(self, ids) -> list[list[str]]:
+        """Python-side helper: a RaggedTensor of ids -> lists of token strings."""
+        return [[self.vocab_tokens[i] for i in row] for row in ids.to_list()]
+
+    def pack_inputs(self, first, second=None, max_seq_length: int = 128):
+        """`[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, truncated and padded.
+
+        Truncation follows the original's `_truncate_seq_pair` without randomness: one
+        token at a time from the end of the longer segment (of B on a tie).
+
+        Args:
+          first: int RaggedTensor [batch, (tokens)] of ids (from `tokenize`).
+          second: optional RaggedTensor [batch, (tokens)] for pairs.
+          max_seq_length: output length, special tokens included.
+        Returns:
+          dict of int32 [batch, max_seq_length]: input_ids, input_mask, segment_ids.
+        """
+        budget = max_seq_length - (3 if second is not None else 2)
+        if budget < 0:
+            raise ValueError(f"max_seq_length={max_seq_length} cannot hold the special tokens")
+        first = tf.cast(first, tf.int64)
+        if second is None:
+            segments = [first[:, :budget]]
+        else:
+            second = tf.cast(second, tf.int64)
+            len_a, len_b = _truncated_pair_lengths(
+                first.row_lengths(), second.row_lengths(), budget)
+            segments = [_keep_first(first, len_a), _keep_first(second, len_b)]
+        ids, segment_ids = tf_text.combine_segments(
+            segments, start_of_sequence_id=self.cls_id, end_of_segment_id=self.sep_id)
+        input_ids, input_mask = tf_text.pad_model_inputs(ids, max_seq_length)
+        segment_ids, _ = tf_text.pad_model_inputs(segment_ids, max_seq_length)
+        return {"input_ids": tf.cast(input_ids, tf.int32),
+                "input_mask": tf.cast(input_mask, tf.int32),
+                "segment_ids": tf.cast(segment_ids, tf.int32)}
+
+
+def _truncated_pair_lengths(len_a, len_b, budget):
+    """Lengths after repeatedly dropping the last token of the longer side (B on a tie)
+    until len_a + len_b <= budget; closed form of that loop. Shapes [batch]."""
+    budget = tf.cast(budget, len_a.dtype)
+    fits = len_a + len_b <= budget
+    a_short = (len_a <= len_b) & (2 * len_a <= budget)
+    b_short = (len_a > len_b) & (2 * len_b <= budget)
+    half_up, half_down = (budget + 1) // 2, budget // 2
+    new_a = tf.where(fits, len_a, tf.where(a_short, len_a,
+                                           tf.where(b_short, budget - len_b, half_up)))
+    new_b = tf.where(fits, len_b, tf.where(a_short, budget - len_a,
+                                           tf.where(b_short, len_b, half_down)))
+    return new_a, new_b
+
+
+def _keep_first(ragged, lengths):
+    """The first `lengths[i]` items of each row i of a 2-D RaggedTensor."""
+    positions = tf.ragged.range(ragged.row_lengths())
+    return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(lengths, 1))

@@ -1,0 +1,467 @@
+"""The main job (`make demo`): the BERT workflow on text every Python installation ships.
+
+    .venv/bin/python demo.py --output_dir=demo_output [--quick]
+
+Stages, each the project's real command-line tool run as a subprocess with real flags:
+
+1. corpus            `python -m data_prep.sample_corpus`: the standard library's docstrings,
+                     comments and language reference topics, one sentence per line, blank
+                     line between documents -> OUTPUT/corpus/*.txt
+2. vocab             `python -m data_prep.build_vocab`: a WordPiece vocabulary learned from
+                     the corpus -> OUTPUT/vocab.txt
+3. pretraining_data  `python -m data_prep.create_pretraining_data`: masked-LM + next-sentence
+                     instances -> OUTPUT/pretraining_data/*.tfrecord
+
+Each stage streams its tool's output (indented), is timed, then reports its figures from
+the files it wrote. The run ends with a summary (OUTPUT/demo_summary.json too) and the
+command lines to run every stage by hand on your own data. Full, unfiltered logs are in
+OUTPUT/logs/. Later stages (pretraining, fine-tuning, export) are appended to
+`build_stages` the same way: a `Stage` with the tool's module and flags, and a report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import gzip
+import importlib.util
+import json
+import os
+import shlex
+import struct
+import subprocess
+import sys
+import time
+from typing import Callable
+
+from absl import app, flags
+
+REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+
+def define_flags() -> None:
+    """Defines the demo's flags; called only when demo.py runs (importing it defines none)."""
+    flags.DEFINE_string("output_dir", "demo_output", "Folder for every output of the demo.")
+    flags.DEFINE_bool("quick", False,
+                      "Reduced sizes (seconds, for the test suite); explicit flags still win.")
+    flags.DEFINE_float("corpus_mb", None,
+                       "Corpus size in MB (default 3, i.e. all the text the standard library "
+                       "has, about 2 MB on Python 3.11; --quick: 0.15).")
+    flags.DEFINE_integer("vocab_size", None,
+                         "Target vocabulary size (default 5000; --quick: 1000).")
+    flags.DEFINE_integer("dupe_factor", None,
+                         "Times each document is used with different masks (default 5; "
+                         "--quick: 1).")
+    flags.DEFINE_integer("max_seq_length", 128, "Pretraining sequence length.")
+    flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per sequence.")
+    flags.DEFINE_integer("num_workers", 0,
+                         "Worker processes for create_pretraining_data (0: its default).")
+    flags.DEFINE_integer("random_seed", 12345, "Seed of the data generation.")
+
+
+FULL = {"corpus_mb": 3.0, "vocab_size": 5000, "dupe_factor": 5, "corpus_shards": 4}
+QUICK = {"corpus_mb": 0.15, "vocab_size": 1000, "dupe_factor": 1, "corpus_shards": 2}
+# Start-up chatter of TensorFlow's C++ runtime that says nothing about the stage.
+NOISE_PREFIXES = (
+    "WARNING: All log messages before absl::InitializeLog()",
+    "To enable the following instructions:",
+)
+NOISE_MARKERS = ("port.cc:", "cudart_stub.cc:", "cpu_feature_guard.cc:", "cuda_platform.cc:",
+                 "cuda_executor.cc:", "cuda_dnn.cc:", "cuda_fft.cc:", "cuda_blas.cc:")
+
+
+@dataclasses.dataclass
+class Settings:
+    """The demo's sizes and paths, resolved from the flags."""
+
+    output_dir: str
+    corpus_mb: float
+    vocab_size: int
+    dupe_factor: int
+    corpus_shards: int
+    max_seq_length: int
+    max_predictions_per_seq: int
+    num_workers: int
+    random_seed: int
+    quick: bool
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.output_dir, *parts)
+
+
+@dataclasses.dataclass
+class Stage:
+    """One step of the demo: a project CLI (`python -m module --flags`) and a report.
+
+    Attributes:
+      name: short id (log file name, summary key).
+      title: what the stage does, in words.
+      module: the CLI's module, run as `python -m module`.
+      flags: the CLI's flags, in order, as (name, value) pairs.
+      report: reads the stage's outputs and returns (lines to print, figures for the
+        JSON summary); it raises when expected outputs are missing.
+      missing_hint: said when `module` is not in this checkout.
+      make_dirs: folders created before the tool runs (it expects them to exist).
+    """
+
+    name: str
+    title: str
+    module: str
+    flags: list
+    report: Callable[[], tuple[list, dict]]
+    missing_hint: str = ""
+    make_dirs: list = dataclasses.field(default_factory=list)
+
+    def argv(self, python: str = sys.executable) -> list:
+        return [python, "-m", self.module] + [f"--{k}={v}" for k, v in self.flags]
+
+
+class StageError(RuntimeError):
+    """A stage failed; the message says which and why."""
+
+
+# ---------------------------------------------------------------------------
+# Stage reports.
+
+
+def _read_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as reader:
+        return json.load(reader)
+
+
+def count_tfrecords(path: str) -> int:
+    """Records in a TFRecord file (gzip when the name ends in .gz), from its framing only."""
+    opener = gzip.open if path.endswith((".gz", ".gzip")) else open
+    count = 0
+    with opener(path, "rb") as reader:
+        while True:
+            header = reader.read(12)  # uint64 length + uint32 CRC of the length
+            if not header:
+                return count
+            if len(header) < 12:
+                raise StageError(f"{path}: truncated TFRecord header after {count} records")
+            (length,) = struct.unpack("<Q", header[:8])
+            reader.seek(length + 4, os.SEEK_CUR)  # data + its CRC
+            count += 1
+
+
+def _corpus_report(settings: Settings):
+    files = sorted(glob.glob(settings.path("corpus", "*.txt")))
+    if not files:
+        raise StageError(f"no corpus file in {settings.path('corpus')}")
+    size = documents = sentences = 0
+    for path in files:
+        with open(path, encoding="utf-8") as reader:
+            for line in reader:
+                size += len(line.encode("utf-8"))
+                if line.strip():
+                    sentences += 1
+                else:
+                    documents += 1
+    figures = {"files": len(files), "bytes": size, "documents": documents,
+               "sentences": sentences}
+    lines = [f"{len(files)} file(s), {size / 1e6:.2f} MB, {documents} documents, "
+             f"{sentences} sentences -> {settings.path('corpus')}/"]
+    return lines, figures
+
+
+def _vocab_report(settings: Settings):
+    vocab_file = settings.path("vocab.txt")
+    if not os.path.exists(vocab_file):
+        raise StageError(f"{vocab_file} was not written")
+    summary_file = vocab_file + ".summary.json"
+    summary = _read_json(summary_file) if os.path.exists(summary_file) else {}
+    with open(vocab_file, encoding="utf-8") as reader:
+        size = sum(1 for _ in reader)
+    figures = {"vocab_size": size, **{k: summary[k] for k in (
+        "unk_rate", "pieces_per_word", "distinct_words", "special_token_ids") if k in summary}}
+    line = f"{size} tokens"
+    if summary:
+        line += (f", [UNK] rate {summary['unk_rate']:.2%}, {summary['pieces_per_word']:.3f} "
+                 f"WordPiece tokens per word (learned from {summary['distinct_words']} "
+                 f"distinct words)")
+    lines = [line + f" -> {vocab_file}"]
+    if "special_token_ids" in summary:
+        lines.append("ids: " + ", ".join(
+            f"{token}={index}" for token, index in summary["special_token_ids"].items()))
+    return lines, figures
+
+
+def _pretraining_report(settings: Settings):
+    out_dir = settings.path("pretraining_data")
+    records = sorted(p for p in glob.glob(os.path.join(out_dir, "*.tfrecord*"))
+                     if not p.endswith(".json") and ".tmp" not in os.path.basename(p))
+    if not records:
+        raise StageError(f"no TFRecord file in {out_dir}")
+    summaries = sorted(glob.glob(os.path.join(out_dir, "*.summary.json")))
+    size = sum(os.path.getsize(p) for p in records)
+    lines = [f"{len(records)} TFRecord file(s), {size / 1e6:.2f} MB -> {out_dir}/"]
+    if summaries:
+        summary = _read_json(summaries[0])
+        figures = {"files": len(records), "bytes": size, "summary": summary}
+        lines = _pretraining_summary_lines(summary) + lines
+    else:
+        instances = sum(count_tfrecords(p) for p in records)
+        figures = {"files": len(records), "bytes": size, "instances": instances}
+        lines.append(f"{instances} instances (no summary JSON found; records counted)")
+    return lines, figures
+
+
+def _pretraining_summary_lines(summary: dict) -> list:
+    """The create_pretraining_data summary in words; every scalar when its keys are unknown."""
+    get = summary.get
+    lines = []
+    if "instances" in summary and "documents" in summary:
+        line = f"{get('instances')} instances from {get('documents')} documents"
+        if "tokens" in summary:
+            line += f", {get('tokens')} tokens"
+        if "mean_tokens_per_instance" in summary:
+            line += f" ({get('mean_tokens_per_instance'):.1f} per instance)"
+        lines.append(line)
+    if "masked_fraction" in summary:
+        line = f"masked {get('masked_fraction'):.1%} of tokens"
+        shares = [(name, get(f"{key}_token_share")) for name, key in (
+            ("[MASK]", "mask"), ("random", "random"), ("kept", "kept"))]
+        if all(value is not None for _, value in shares):
+            line += ": " + ", ".join(f"{name} {value:.1%}" for name, value in shares)
+        lines.append(line)
+    if "random_next_share" in summary:
+        line = f"random next sentence {get('random_next_share'):.1%}"
+        if "short_instance_share" in summary:
+            line += f"; shorter than max_seq_length {get('short_instance_share'):.1%}"
+        lines.append(line)
+    if "seconds" in summary:
+        line = f"{get('seconds'):.1f} s"
+        if "mb_per_second" in summary:
+            line += f", {get('mb_per_second'):.3g} MB/s"
+        if "num_workers" in summary:
+            line += f", {get('num_workers')} worker(s)"
+        lines.append(line)
+    if not lines:
+        lines = [f"{key}: {_format_value(value)}" for key, value in summary.items()
+                 if isinstance(value, (int, float, str, bool))]
+    return lines
+
+
+def _format_value(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+# ---------------------------------------------------------------------------
+# The stages.
+
+
+def build_stages(settings: Settings) -> list:
+    """The demo's stages, in order. Append later stages here."""
+    corpus_glob = settings.path("corpus", "*.txt")
+    vocab_file = settings.path("vocab.txt")
+    pretraining_flags = [
+        ("input_file", corpus_glob),
+        ("output_file", settings.path("pretraining_data", "pretrain.tfrecord")),
+        ("vocab_file", vocab_file),
+        ("do_lower_case", "true"),
+        ("max_seq_length", settings.max_seq_length),
+        ("max_predictions_per_seq", settings.max_predictions_per_seq),
+        ("masked_lm_prob", 0.15),
+        ("dupe_factor", settings.dupe_factor),
+        ("random_seed", settings.random_seed),
+    ]
+    if settings.num_workers:
+        pretraining_flags.append(("num_workers", settings.num_workers))
+    return [
+        Stage("corpus", "build a sample corpus from the Python standard library's documentation",
+              "data_prep.sample_corpus",
+              [("output_dir", settings.path("corpus")), ("max_mb", settings.corpus_mb),
+               ("num_shards", settings.corpus_shards)],
+              lambda: _corpus_report(settings)),
+        Stage("vocab", "learn a WordPiece vocabulary from the corpus",
+              "data_prep.build_vocab",
+              [("input_file", corpus_glob), ("output_file", vocab_file),
+               ("vocab_size", settings.vocab_size), ("do_lower_case", "true")],
+              lambda: _vocab_report(settings)),
+        Stage("pretraining_data", "write masked-LM / next-sentence pretraining TFRecords",
+              "data_prep.create_pretraining_data", pretraining_flags,
+              lambda: _pretraining_report(settings),
+              missing_hint="data_prep/create_pretraining_data.py (issue 2, section 4) is not "
+                           "in this checkout yet",
+              make_dirs=[settings.path("pretraining_data")]),
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Running.
+
+
+def _is_noise(line: str) -> bool:
+    text = line.strip()
+    if text.startswith(NOISE_PREFIXES):
+        return True
+    return text[:1] in "IWE" and text[1:5] == "0000" and any(m in text for m in NOISE_MARKERS)
+
+
+def _stream(process, log_writer, prefix: str = "    | ") -> list:
+    """Copies the child's output to the log (all) and the terminal (noise dropped).
+
+    Lines end at `\\n` or `\\r` (progress lines that rewrite themselves); the last 40
+    lines are returned for error messages.
+    """
+    tail: list = []
+    pending = b""
+    last_end = b"\n"
+    while True:
+        chunk = os.read(process.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        log_writer.write(chunk)
+        pending += chunk
+        while True:
+            cut = min((i for i in (pending.find(b"\n"), pending.find(b"\r")) if i >= 0),
+                      default=-1)
+            if cut < 0:
+                break
+            line, end, pending = pending[:cut], pending[cut:cut + 1], pending[cut + 1:]
+            text = line.decode("utf-8", "replace")
+            previous_end, last_end = last_end, end
+            if _is_noise(text) or (not text.strip() and end == b"\r"):
+                continue
+            if not text and previous_end == b"\r":  # the \n of a \r\n pair
+                sys.stdout.write("\n")
+                continue
+            sys.stdout.write(prefix + text + end.decode())
+            sys.stdout.flush()
+            if end == b"\n":
+                tail = (tail + [text])[-40:]
+    if pending:
+        text = pending.decode("utf-8", "replace")
+        if not _is_noise(text):
+            sys.stdout.write(prefix + text + "\n")
+            tail = (tail + [text])[-40:]
+    return tail
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_stage(stage: Stage, index: int, total: int, settings: Settings) -> dict:
+    """Runs one stage, streaming its output; returns its figures. Raises StageError."""
+    print(f"\n[{index}/{total}] {stage.name}: {stage.title}", flush=True)
+    for folder in stage.make_dirs:
+        print("    $ " + shlex.join(["mkdir", "-p", folder]), flush=True)
+    print("    $ " + shlex.join(stage.argv(_display_python())), flush=True)
+    if importlib.util.find_spec(stage.module.split(".")[0]) is None or \
+            importlib.util.find_spec(stage.module) is None:
+        raise StageError(f"stage {stage.name!r} cannot run: module {stage.module} not found"
+                         + (f" ({stage.missing_hint})" if stage.missing_hint else ""))
+    for folder in stage.make_dirs:
+        os.makedirs(folder, exist_ok=True)
+    log_path = settings.path("logs", f"{index}-{stage.name}.log")
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    start = time.time()
+    with open(log_path, "wb") as log_writer:
+        process = subprocess.Popen(stage.argv(), cwd=REPO_ROOT, env=_child_env(),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            tail = _stream(process, log_writer)
+        finally:
+            returncode = process.wait()
+    seconds = time.time() - start
+    if returncode != 0:
+        tail_text = "\n".join("      " + line for line in tail[-15:] if not _is_noise(line))
+        raise StageError(f"stage {stage.name!r} failed (exit code {returncode}) after "
+                         f"{seconds:.1f} s; full log: {log_path}\n{tail_text}")
+    lines, figures = stage.report()
+    print(f"    done in {seconds:.1f} s", flush=True)
+    for line in lines:
+        print(f"    - {line}", flush=True)
+    return {"seconds": round(seconds, 2), "command": stage.argv(_display_python()),
+            "log": log_path, "headline": lines[0] if lines else "", **figures}
+
+
+def _display_python() -> str:
+    """The interpreter as a user would type it (relative when inside the repository)."""
+    relative = os.path.relpath(sys.executable, os.getcwd())
+    return relative if not relative.startswith("..") else sys.executable
+
+
+def resolve_settings() -> Settings:
+    """Settings from the parsed flags; --quick picks the reduced sizes flags don't set."""
+    FLAGS = flags.FLAGS  # noqa: N806
+    sizes = QUICK if FLAGS.quick else FULL
+    return Settings(
+        output_dir=FLAGS.output_dir,
+        corpus_mb=FLAGS.corpus_mb if FLAGS.corpus_mb is not None else sizes["corpus_mb"],
+        vocab_size=FLAGS.vocab_size if FLAGS.vocab_size is not None else sizes["vocab_size"],
+        dupe_factor=(FLAGS.dupe_factor if FLAGS.dupe_factor is not None
+                     else sizes["dupe_factor"]),
+        corpus_shards=sizes["corpus_shards"],
+        max_seq_length=FLAGS.max_seq_length,
+        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+        num_workers=FLAGS.num_workers,
+        random_seed=FLAGS.random_seed,
+        quick=FLAGS.quick,
+    )
+
+
+def print_summary(stages, results: dict, settings: Settings, total_seconds: float) -> None:
+    print("\n" + "=" * 78)
+    print(f"Demo finished in {total_seconds:.1f} s. Outputs under {settings.output_dir}/:")
+    for stage in stages:
+        if stage.name in results:
+            result = results[stage.name]
+            print(f"  {stage.name:<18} {result['seconds']:>7.1f} s  {result['headline']}")
+    print(f"  {'logs':<18} {settings.path('logs')}/")
+    print(f"  {'summary':<18} {settings.path('demo_summary.json')}")
+    print("\nRun each stage by hand (replace the paths and sizes with your own data):")
+    for index, stage in enumerate(stages, start=1):
+        print(f"\n  # {index}. {stage.title}")
+        for folder in stage.make_dirs:
+            print("  " + shlex.join(["mkdir", "-p", folder]))
+        print("  " + _wrap_command(stage.argv(_display_python())))
+
+
+def _wrap_command(argv: list) -> str:
+    head = shlex.join(argv[:3])
+    return " \\\n      ".join([head] + [shlex.quote(a) for a in argv[3:]])
+
+
+def main(argv) -> int:
+    del argv
+    settings = resolve_settings()
+    os.makedirs(settings.output_dir, exist_ok=True)
+    stages = build_stages(settings)
+    mode = "quick" if settings.quick else "full"
+    print(f"BERT demo ({mode}): corpus up to {settings.corpus_mb:g} MB, vocab {settings.vocab_size}, "
+          f"dupe_factor {settings.dupe_factor}, max_seq_length {settings.max_seq_length} "
+          f"-> {settings.output_dir}/", flush=True)
+    start = time.time()
+    results: dict = {}
+    summary = {"settings": dataclasses.asdict(settings), "stages": results, "ok": False}
+    summary_path = settings.path("demo_summary.json")
+    try:
+        for index, stage in enumerate(stages, start=1):
+            results[stage.name] = run_stage(stage, index, len(stages), settings)
+        summary["ok"] = True
+    except StageError as err:
+        print(f"\nERROR: {err}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        summary["seconds"] = round(time.time() - start, 2)
+        with open(summary_path, "w", encoding="utf-8") as writer:
+            json.dump(summary, writer, indent=2)
+            writer.write("\n")
+    print_summary(stages, results, settings, time.time() - start)
+    return 0
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

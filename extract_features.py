@@ -1,0 +1,243 @@
+"""extract_features.py: contextual token vectors from a BERT checkpoint, as JSON lines (the paper's
+feature-based approach), with the flags and the output format of Google's script.
+
+    python extract_features.py --input_file=input.txt --output_file=out.jsonl \
+        --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
+        --bert_config_file=uncased_L-12_H-768_A-12/bert_config.json \
+        --vocab_file=uncased_L-12_H-768_A-12/vocab.txt --layers=-1,-2,-3,-4
+
+Each input line is one example, ``text_a`` or ``text_a ||| text_b``. Each output line is
+``{"linex_index": i, "features": [{"token": t, "layers": [{"index": -1, "values": [...]},
+...]}, ...]}`` with one feature per real token ([CLS] ... [SEP]) and values rounded to 6
+decimals. ``--init_checkpoint`` may also be a Hugging Face BERT directory (config.json +
+model.safetensors + vocab.txt) or a directory holding ``bert_model.ckpt``; the directory's
+config and vocab are then the defaults of ``--bert_config_file`` and ``--vocab_file``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import re
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    """The original script's flags plus --distribution_strategy (defined only when run)."""
+    flags.DEFINE_string("input_file", None,
+                        "Text file, one example per line ('a' or 'a ||| b').")
+    flags.DEFINE_string("output_file", None, "JSON lines output file.")
+    flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma-separated encoder layer indexes "
+                        "(Python indexing over the blocks: -1 is the last).")
+    flags.DEFINE_string("bert_config_file", None, "bert_config.json (Google) or config.json "
+                        "(Hugging Face); defaults to the one beside --init_checkpoint.")
+    flags.DEFINE_integer("max_seq_length", 128, "Sequence length after WordPiece (truncated / "
+                         "padded to it).")
+    flags.DEFINE_string("init_checkpoint", None, "TF1 checkpoint prefix or directory, Hugging "
+                        "Face directory, or one of this project's checkpoints.")
+    flags.DEFINE_string("vocab_file", None, "vocab.txt; defaults to the one beside "
+                        "--init_checkpoint.")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).")
+    flags.DEFINE_integer("batch_size", 32, "Batch size for predictions (global).")
+    flags.DEFINE_string("distribution_strategy", "one_device",
+                        "default, one_device, mirrored, multi_worker_mirrored or tpu.")
+    flags.DEFINE_integer("num_gpus", 0, "GPUs for one_device / mirrored (0: all for mirrored).")
+    flags.DEFINE_integer("num_cpu_devices", 0, "With mirrored and no GPU: logical CPU devices.")
+    flags.DEFINE_bool("jit_compile", False, "Compile the forward pass with XLA.")
+    # Accepted for command-line compatibility with the original script.
+    flags.DEFINE_bool("use_tpu", False, "Same as --distribution_strategy=tpu.")
+    flags.DEFINE_string("master", None, "TPU name / address when --use_tpu.")
+    flags.DEFINE_integer("num_tpu_cores", 8, "Unused (the TPU strategy finds its cores).")
+    flags.DEFINE_bool("use_one_hot_embeddings", False, "Unused (same numbers either way).")
+
+
+@dataclasses.dataclass
+class Example:
+    unique_id: int
+    text_a: str
+    text_b: str | None
+
+
+@dataclasses.dataclass
+class Feature:
+    unique_id: int
+    tokens: list
+    input_ids: list
+    input_mask: list
+    input_type_ids: list
+
+
+def read_examples(input_file: str) -> list:
+    """One example per line; ``a ||| b`` is a pair. Ids count lines from 0."""
+    import tensorflow as tf
+
+    from data_prep.tokenization import convert_to_unicode
+
+    examples = []
+    with tf.io.gfile.GFile(input_file, "r") as reader:
+        for unique_id, line in enumerate(reader):
+            line = convert_to_unicode(line).strip()
+            pair = re.match(r"^(.*) \|\|\| (.*)$", line)
+            text_a, text_b = (pair.group(1), pair.group(2)) if pair else (line, None)
+            examples.append(Example(unique_id, text_a, text_b))
+    return examples
+
+
+def _truncate_pair(tokens_a: list, tokens_b: list, max_length: int) -> None:
+    """Drops tokens from the end of the longer list until both fit (ties: from b)."""
+    while len(tokens_a) + len(tokens_b) > max_length:
+        (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
+
+
+def convert_examples(examples: list, seq_length: int, tokenizer) -> list:
+    """[CLS] a [SEP] (b [SEP]) with segment ids 0 / 1, padded with zeros to seq_length."""
+    features = []
+    for example in examples:
+        tokens_a = tokenizer.tokenize(example.text_a)
+        tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
+        if tokens_b:
+            _truncate_pair(tokens_a, tokens_b, seq_length - 3)
+        else:
+            tokens_a = tokens_a[:seq_length - 2]
+        tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
+        type_ids = [0] * len(tokens)
+        if tokens_b:
+            tokens += tokens_b + ["[SEP]"]
+            type_ids += [1] * (len(tokens_b) + 1)
+        ids = tokenizer.convert_tokens_to_ids(tokens)
+        pad = seq_length - len(ids)
+        features.append(Feature(example.unique_id, tokens, ids + [0] * pad,
+                                [1] * len(ids) + [0] * pad, type_ids + [0] * pad))
+    return features
+
+
+def compute_layers(encoder, features: list, layer_indexes: list, batch_size: int,
+                   strategy=None, jit_compile: bool = False):
+    """Yields (feature, float32 array [len(layer_indexes), seq_length, hidden]) in input order."""
+    import numpy as np
+    import tensorflow as tf
+
+    strategy = strategy or tf.distribute.get_strategy()
+    data = {
+        "input_ids": np.array([f.input_ids for f in features], np.int32),
+        "input_mask": np.array([f.input_mask for f in features], np.int32),
+        "segment_ids": np.array([f.input_type_ids for f in features], np.int32),
+        "index": np.arange(len(features), dtype=np.int32),
+    }
+    dataset = tf.data.Dataset.from_tensor_slices(data).batch(batch_size)
+    dataset = strategy.experimental_distribute_dataset(dataset)
+
+    def forward(batch):
+        outputs = encoder({k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")},
+                          training=False)["encoder_outputs"]
+        picked = tf.stack([tf.cast(outputs[i], tf.float32) for i in layer_indexes], axis=1)
+        return batch["index"], picked
+
+    forward_fn = tf.function(forward, jit_compile=jit_compile)
+
+    @tf.function
+    def step(batch):
+        index, picked = strategy.run(forward_fn, args=(batch,))
+        return strategy.gather(index, axis=0), strategy.gather(picked, axis=0)
+
+    for batch in dataset:
+        index, picked = step(batch)
+        index, picked = index.numpy(), picked.numpy()
+        for row in np.argsort(index, kind="stable"):
+            yield features[int(index[row])], picked[row]
+
+
+def feature_json(feature: Feature, layers, layer_indexes: list) -> str:
+    """One output line, exactly the original's layout and rounding."""
+    tokens = []
+    for position, token in enumerate(feature.tokens):
+        entry = collections.OrderedDict()
+        entry["token"] = token
+        entry["layers"] = [
+            collections.OrderedDict(
+                [("index", layer_index),
+                 ("values", [round(float(x), 6) for x in layers[j, position]])])
+            for j, layer_index in enumerate(layer_indexes)
+        ]
+        tokens.append(entry)
+    line = collections.OrderedDict([("linex_index", feature.unique_id), ("features", tokens)])
+    return json.dumps(line) + "\n"
+
+
+def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
+    """Config and vocab beside the checkpoint when the flags do not name them."""
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+
+    kind, location = checkpoints.resolve(init_checkpoint)
+    directory = os.path.dirname(location)
+    if bert_config_file:
+        with open(bert_config_file, encoding="utf-8") as f:
+            raw = json.load(f)
+        if "model_type" in raw or os.path.basename(bert_config_file) == "config.json":
+            config = BertConfig.from_hf_config(bert_config_file)
+        else:
+            config = BertConfig.from_json_file(bert_config_file)
+    else:
+        config = checkpoints.config_for(init_checkpoint)
+        if config is None:
+            raise app.UsageError(f"--bert_config_file is required: no bert_config.json or "
+                                 f"config.json beside {location}")
+    if not vocab_file:
+        vocab_file = os.path.join(directory, "vocab.txt")
+        if not os.path.exists(vocab_file):
+            raise app.UsageError(f"--vocab_file is required: no vocab.txt in {directory}")
+    return config, vocab_file
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    from data_prep.tokenization import FullTokenizer
+    from modeling import checkpoints
+    from modeling.encoder import BertEncoder
+    from training.distribution import get_strategy
+
+    for name in ("input_file", "output_file", "init_checkpoint"):
+        if not getattr(FLAGS, name):
+            raise app.UsageError(f"--{name} is required")
+    layer_indexes = [int(x) for x in FLAGS.layers.split(",")]
+    # The strategy first: a mirrored CPU split must happen before TensorFlow sets up devices.
+    strategy_name = "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy
+    strategy = get_strategy(strategy_name, tpu=FLAGS.master, num_gpus=FLAGS.num_gpus,
+                            num_cpu_devices=FLAGS.num_cpu_devices)
+    config, vocab_file = _defaults_from_checkpoint(
+        FLAGS.init_checkpoint, FLAGS.bert_config_file, FLAGS.vocab_file)
+    for index in layer_indexes:
+        if not -config.num_hidden_layers <= index < config.num_hidden_layers:
+            raise app.UsageError(f"--layers: {index} is out of range for "
+                                 f"{config.num_hidden_layers} layers")
+    if FLAGS.max_seq_length > config.max_position_embeddings:
+        raise app.UsageError(f"--max_seq_length {FLAGS.max_seq_length} exceeds "
+                             f"max_position_embeddings {config.max_position_embeddings}")
+
+    with strategy.scope():
+        encoder = BertEncoder(config)
+    report = checkpoints.load_pretrained(FLAGS.init_checkpoint, encoder, partial=True)
+    if report.missing:
+        raise checkpoints.CheckpointError(report.describe())
+    tf.get_logger().info("%s", report.describe())
+
+    tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=FLAGS.do_lower_case)
+    features = convert_examples(read_examples(FLAGS.input_file), FLAGS.max_seq_length,
+                                tokenizer)
+    with tf.io.gfile.GFile(FLAGS.output_file, "w") as writer:
+        for feature, layers in compute_layers(encoder, features, layer_indexes,
+                                              FLAGS.batch_size, strategy, FLAGS.jit_compile):
+            writer.write(feature_json(feature, layers, layer_indexes))
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

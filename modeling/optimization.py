@@ -1,0 +1,225 @@
+"""Owns BERT's optimizers: the warmup + linear-decay schedule, the original AdamWeightDecay rule, LAMB.
+
+The original's update (Google BERT `optimization.py`), per variable, per step:
+
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g^2
+    update = m / (sqrt(v) + epsilon)            # no bias correction
+    update += weight_decay_rate * w             # unless the variable is LayerNorm or a bias
+    w -= learning_rate * update
+
+after clipping all gradients together to global norm 1.0. The learning rate rises linearly
+from 0 over `num_warmup_steps`, then (from the peak) falls linearly to 0 at
+`num_train_steps`.
+
+Gradient reduction: the training loop (`training/loop.py`) all-reduces gradients across
+replicas itself, before they reach the optimizer, so global-norm clipping sees the global
+gradient. Optimizers built here therefore skip Keras' own cross-replica sum
+(`pre_reduced_gradients=True`); pass `pre_reduced_gradients=False` to use them with
+`model.fit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Sequence
+
+import keras
+from keras import ops
+
+# Path fragments of variables that get no weight decay, as in the original (which matched
+# TF1 names such as "bert/encoder/layer_0/output/LayerNorm/gamma" and ".../dense/bias").
+DEFAULT_NO_DECAY = ("LayerNorm", "layer_norm", "bias")
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup from 0 to `peak_learning_rate`, then linear decay to 0 at `num_train_steps`.
+
+    At step s: warmup (s < num_warmup_steps) gives peak * s / num_warmup_steps; otherwise
+    peak * (1 - min(s, num_train_steps) / num_train_steps), exactly the original's
+    `polynomial_decay(power=1)` blended with its warmup.
+    """
+
+    def __init__(self, peak_learning_rate, num_train_steps, num_warmup_steps=0, name=None):
+        super().__init__()
+        self.peak_learning_rate = float(peak_learning_rate)
+        self.num_train_steps = int(num_train_steps)
+        self.num_warmup_steps = int(num_warmup_steps)
+        self.name = name
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        peak = ops.cast(self.peak_learning_rate, "float32")
+        total = max(self.num_train_steps, 1)
+        decayed = peak * (1.0 - ops.minimum(step, float(total)) / float(total))
+        if self.num_warmup_steps <= 0:
+            return decayed
+        warmup = peak * step / float(self.num_warmup_steps)
+        return ops.where(step < float(self.num_warmup_steps), warmup, decayed)
+
+    def get_config(self):
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "num_train_steps": self.num_train_steps,
+            "num_warmup_steps": self.num_warmup_steps,
+            "name": self.name,
+        }
+
+
+class _BertOptimizerMixin:
+    """Path-based weight-decay exclusion and (optionally) pre-reduced gradients."""
+
+    def _init_bert_options(self, no_decay_patterns, pre_reduced_gradients):
+        self.no_decay_patterns = tuple(no_decay_patterns or ())
+        self.pre_reduced_gradients = bool(pre_reduced_gradients)
+
+    def _exclude_by_path(self, var_list):
+        if not self.no_decay_patterns:
+            return
+        pattern = re.compile("|".join(re.escape(p) for p in self.no_decay_patterns))
+        excluded = [v for v in var_list if pattern.search(_variable_path(v))]
+        self.exclude_from_weight_decay(var_list=excluded)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        # The loop has already summed gradients across replicas (see module docstring).
+        if self.pre_reduced_gradients:
+            return list(grads_and_vars)
+        return super()._all_reduce_sum_gradients(grads_and_vars)
+
+    def _bert_config(self):
+        return {
+            "no_decay_patterns": list(self.no_decay_patterns),
+            "pre_reduced_gradients": self.pre_reduced_gradients,
+        }
+
+
+def _variable_path(variable):
+    return getattr(variable, "path", None) or variable.name
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class AdamWeightDecay(_BertOptimizerMixin, keras.optimizers.Optimizer):
+    """The original BERT Adam: no bias correction, decoupled weight decay skipped by path.
+
+    Args:
+      learning_rate: float or `LearningRateSchedule`.
+      weight_decay_rate: decoupled decay coefficient (multiplied by the learning rate).
+      beta_1, beta_2, epsilon: Adam moments; the original uses 0.9, 0.999, 1e-6.
+      no_decay_patterns: variables whose path contains any of these get no decay.
+      pre_reduced_gradients: True when the caller sums gradients across replicas itself.
+      **kwargs: other `keras.optimizers.Optimizer` arguments (e.g. `global_clipnorm`).
+    """
+
+    def __init__(self, learning_rate=1e-4, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
+                 epsilon=1e-6, no_decay_patterns=DEFAULT_NO_DECAY, pre_reduced_gradients=False,
+                 name="adam_weight_decay", **kwargs):
+        kwargs.pop("weight_decay", None)
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        self.weight_decay_rate = float(weight_decay_rate)
+        self.beta_1 = float(beta_1)
+        self.beta_2 = float(beta_2)
+        self.epsilon = float(epsilon)
+        self._init_bert_options(no_decay_patterns, pre_reduced_gradients)
+
+    def build(self, var_list):
+        if self.built:
+            return
+        self._exclude_by_path(var_list)
+        super().build(var_list)
+        self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        gradient = ops.cast(gradient, dtype)
+        index = self._get_variable_index(variable)
+        m, v = self._m[index], self._v[index]
+        self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
+        self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(gradient))
+        update = m / (ops.sqrt(v) + self.epsilon)
+        if self.weight_decay_rate and self._use_weight_decay(variable):
+            update = update + self.weight_decay_rate * variable
+        self.assign_sub(variable, lr * update)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("weight_decay", None)
+        config.update({
+            "weight_decay_rate": self.weight_decay_rate,
+            "beta_1": self.beta_1,
+            "beta_2": self.beta_2,
+            "epsilon": self.epsilon,
+            **self._bert_config(),
+        })
+        return config
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class Lamb(_BertOptimizerMixin, keras.optimizers.Lamb):
+    """Keras' LAMB with the same path-based decay exclusions (decay decoupled, scaled by lr)."""
+
+    def __init__(self, learning_rate=1e-3, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
+                 epsilon=1e-6, no_decay_patterns=DEFAULT_NO_DECAY, pre_reduced_gradients=False,
+                 name="lamb", **kwargs):
+        kwargs.pop("weight_decay", None)
+        super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
+                         epsilon=epsilon, weight_decay=weight_decay_rate or None, name=name,
+                         **kwargs)
+        self.weight_decay_rate = float(weight_decay_rate)
+        self._init_bert_options(no_decay_patterns, pre_reduced_gradients)
+
+    def build(self, var_list):
+        if self.built:
+            return
+        self._exclude_by_path(var_list)
+        super().build(var_list)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("weight_decay", None)
+        config.update({"weight_decay_rate": self.weight_decay_rate, **self._bert_config()})
+        return config
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """What `create_optimizer` needs; runners fill it from flags."""
+
+    learning_rate: float = 5e-5
+    num_train_steps: int = 100000
+    num_warmup_steps: int = 10000
+    optimizer: str = "adamw"  # "adamw" (the original rule) or "lamb"
+    weight_decay_rate: float = 0.01
+    clip_norm: float = 1.0  # global-norm clipping; <= 0 disables it
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-6
+    no_decay_patterns: Sequence[str] = DEFAULT_NO_DECAY
+
+
+def create_optimizer(config: OptimizerConfig, *, pre_reduced_gradients=True):
+    """Builds the schedule and optimizer described by `config` (create under strategy.scope()).
+
+    Returns:
+      A `keras.optimizers.Optimizer` (AdamWeightDecay or Lamb) with global-norm clipping.
+    """
+    schedule = WarmupLinearDecay(config.learning_rate, config.num_train_steps,
+                                 config.num_warmup_steps)
+    common = dict(
+        learning_rate=schedule,
+        weight_decay_rate=config.weight_decay_rate,
+        beta_1=config.beta_1,
+        beta_2=config.beta_2,
+        epsilon=config.epsilon,
+        no_decay_patterns=tuple(config.no_decay_patterns),
+        pre_reduced_gradients=pre_reduced_gradients,
+        global_clipnorm=config.clip_norm if config.clip_norm and config.clip_norm > 0 else None,
+    )
+    name = config.optimizer.lower()
+    if name in ("adamw", "adam_weight_decay", "adam"):
+        return AdamWeightDecay(**common)
+    if name == "lamb":
+        return Lamb(**common)
+    raise ValueError(f"optimizer must be 'adamw' or 'lamb', found {config.optimizer!r}")

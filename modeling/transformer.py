@@ -1,0 +1,156 @@
+"""TransformerBlock: one post-LayerNorm BERT block (self-attention + feed-forward), a Keras 3 layer."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+from modeling import activations
+from modeling.config import ATTENTION_MASK_VALUE, LAYER_NORM_EPSILON
+
+
+def attention_bias_from_mask(input_mask):
+    """Additive attention bias from a padding mask, as the original builds it.
+
+    Args:
+      input_mask: [batch, seq_length], 1 for real tokens and 0 for padding.
+
+    Returns:
+      float32 [batch, 1, 1, seq_length]: 0 where attending is allowed, -10000 elsewhere.
+    """
+    mask = ops.cast(input_mask, "float32")
+    return ((1.0 - mask) * ATTENTION_MASK_VALUE)[:, None, None, :]
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class TransformerBlock(keras.layers.Layer):
+    """A BERT transformer block with LayerNorm after each residual sum (post-LN).
+
+    The query, key and value projections are one fused Dense ``query_key_value`` whose
+    kernel is ``[hidden, 3 * hidden]`` = ``[query | key | value]`` (each part laid out as the
+    original: column ``head * head_size + j``); ``checkpoints.py`` splits and joins it.
+    Projections run on ``[batch * seq_length, hidden]`` matrices (plain GEMMs); only
+    the attention itself uses the per-head layout.
+
+    Args:
+      hidden_size: width of the hidden states.
+      num_attention_heads: heads; must divide ``hidden_size``.
+      intermediate_size: width of the feed-forward layer.
+      hidden_act: one of ``config.ACTIVATIONS`` (e.g. "gelu_tanh", "gelu_exact").
+      hidden_dropout_prob: dropout on both residual branches.
+      attention_probs_dropout_prob: dropout on the attention probabilities.
+      initializer_range: stddev of the truncated-normal kernel initializer.
+      layer_norm_epsilon: LayerNorm epsilon (BERT: 1e-12).
+    """
+
+    def __init__(self, hidden_size, num_attention_heads, intermediate_size,
+                 hidden_act="gelu_tanh", hidden_dropout_prob=0.1,
+                 attention_probs_dropout_prob=0.1, initializer_range=0.02,
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+        super().__init__(**kwargs)
+        if hidden_size % num_attention_heads:
+            raise ValueError(f"hidden_size {hidden_size} is not a multiple of "
+                             f"num_attention_heads {num_attention_heads}")
+        self.hidden_size = int(hidden_size)
+        self.num_attention_heads = int(num_attention_heads)
+        self.intermediate_size = int(intermediate_size)
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = float(hidden_dropout_prob)
+        self.attention_probs_dropout_prob = float(attention_probs_dropout_prob)
+        self.initializer_range = float(initializer_range)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.head_size = self.hidden_size // self.num_attention_heads
+        self._activation = activations.get(hidden_act)
+
+        policy = self.dtype_policy
+
+        def dense(units, name):
+            return keras.layers.Dense(
+                units, kernel_initializer=keras.initializers.TruncatedNormal(
+                    stddev=self.initializer_range), dtype=policy, name=name)
+
+        self.query_key_value = dense(3 * self.hidden_size, "query_key_value")
+        self.attention_output = dense(self.hidden_size, "attention_output")
+        self.attention_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="attention_layer_norm")
+        self.intermediate = dense(self.intermediate_size, "intermediate")
+        self.output_dense = dense(self.hidden_size, "output")
+        self.output_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="output_layer_norm")
+        self.attention_probs_dropout = keras.layers.Dropout(
+            self.attention_probs_dropout_prob, dtype=policy, name="attention_probs_dropout")
+        self.attention_output_dropout = keras.layers.Dropout(
+            self.hidden_dropout_prob, dtype=policy, name="attention_output_dropout")
+        self.output_dropout = keras.layers.Dropout(
+            self.hidden_dropout_prob, dtype=policy, name="output_dropout")
+
+    def build(self, input_shape=None):
+        h = self.hidden_size
+        self.query_key_value.build((None, h))
+        self.attention_output.build((None, h))
+        self.attention_layer_norm.build((None, h))
+        self.intermediate.build((None, h))
+        self.output_dense.build((None, self.intermediate_size))
+        self.output_layer_norm.build((None, h))
+        self.built = True
+
+    def call(self, hidden_states, attention_bias, training=None):
+        """Runs the block.
+
+        Args:
+          hidden_states: [batch, seq_length, hidden].
+          attention_bias: float [batch, 1, 1 or seq_length, seq_length], added to the
+            attention scores (see ``attention_bias_from_mask``).
+          training: enables dropout.
+
+        Returns:
+          [batch, seq_length, hidden] in the compute dtype.
+        """
+        shape = ops.shape(hidden_states)
+        batch, seq_length = shape[0], shape[1]
+        x = ops.reshape(hidden_states, (-1, self.hidden_size))
+
+        attention = self._attention(x, attention_bias, batch, seq_length, training)
+        attention = self.attention_output(attention)
+        attention = self.attention_output_dropout(attention, training=training)
+        x = self.attention_layer_norm(x + attention)
+
+        ffn = self._activation(self.intermediate(x))
+        ffn = self.output_dense(ffn)
+        ffn = self.output_dropout(ffn, training=training)
+        x = self.output_layer_norm(x + ffn)
+        return ops.reshape(x, (batch, seq_length, self.hidden_size))
+
+    def _attention(self, x, attention_bias, batch, seq_length, training):
+        """Multi-head scaled dot-product attention. x: [batch*seq, hidden] -> same shape."""
+        n, d = self.num_attention_heads, self.head_size
+        qkv = self.query_key_value(x)
+        # [b, s, 3, heads, d] -> [3, b, heads, s, d]: one transpose for q, k and v together.
+        qkv = ops.transpose(ops.reshape(qkv, (batch, seq_length, 3, n, d)), (2, 0, 3, 1, 4))
+        query, key, value = qkv[0], qkv[1], qkv[2]
+        scores = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))
+        # Softmax in float32 (mixed policies), scale folded into the same op chain.
+        # (Keras autocasts float call arguments, so the bias may arrive in bfloat16/float16.)
+        scores = (ops.cast(scores, "float32") * (1.0 / math.sqrt(d))
+                  + ops.cast(attention_bias, "float32"))
+        probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        probs = self.attention_probs_dropout(probs, training=training)
+        context = ops.matmul(probs, value)  # [b, heads, s, d]
+        context = ops.transpose(context, (0, 2, 1, 3))
+        return ops.reshape(context, (-1, self.hidden_size))
+
+    def compute_output_shape(self, input_shape, attention_bias_shape=None):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
+            intermediate_size=self.intermediate_size, hidden_act=self.hidden_act,
+            hidden_dropout_prob=self.hidden_dropout_prob,
+            attention_probs_dropout_prob=self.attention_probs_dropout_prob,
+            initializer_range=self.initializer_range,
+            layer_norm_epsilon=self.layer_norm_epsilon)
+        return config

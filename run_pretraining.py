@@ -1,0 +1,170 @@
+"""Runs BERT pretraining (masked LM + next sentence) from TFRecords under any tf.distribute strategy.
+
+Same flags as Google's run_pretraining.py, plus distribution, precision and optimizer
+flags (see training/flags.py and docs/pretraining.md). The runner only parses flags into
+configs and calls the libraries:
+
+    python run_pretraining.py --input_file=out/*.tfrecord --output_dir=/tmp/pretrain \\
+      --bert_config_file=bert_config.json --do_train --do_eval --train_batch_size=32 \\
+      --max_seq_length=128 --max_predictions_per_seq=20 --num_train_steps=10000 \\
+      --num_warmup_steps=1000 --learning_rate=1e-4
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from absl import app, flags, logging
+
+from training import flags as common_flags
+
+FLAGS = flags.FLAGS
+
+common_flags.define_common_flags()
+flags.DEFINE_string("input_file", None,
+                    "Input TF example files (can be a glob or comma separated).")
+flags.DEFINE_integer("max_predictions_per_seq", 20,
+                     "Maximum number of masked LM predictions per sequence. Must match data "
+                     "generation.")
+flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
+flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.")
+flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
+flags.DEFINE_string("input_compression", "auto",
+                    "TFRecord compression: auto (GZIP for *.gz / *.gzip), GZIP, ZLIB or NONE.")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingRun:
+    """Everything one pretraining run needs, read from flags once."""
+
+    bert_config_file: str
+    input_patterns: tuple
+    output_dir: str
+    init_checkpoint: str | None
+    max_seq_length: int
+    max_predictions_per_seq: int
+    do_train: bool
+    do_eval: bool
+    train_batch_size: int
+    eval_batch_size: int
+    input_compression: str
+    runtime: common_flags.RuntimeConfig
+    optimizer: "object"
+    loop: "object"
+
+
+def run_config_from_flags(values=FLAGS) -> PretrainingRun:
+    """Validates the flags and turns them into a `PretrainingRun`."""
+    from modeling.optimization import OptimizerConfig
+    from training.input_pipeline import split_patterns
+    from training.loop import LoopConfig
+
+    if not values.do_train and not values.do_eval:
+        raise ValueError("At least one of `do_train` or `do_eval` must be True.")
+    for name in ("bert_config_file", "input_file", "output_dir"):
+        if not getattr(values, name):
+            raise ValueError(f"--{name} is required")
+    if values.gradient_accumulation_steps < 1:
+        raise ValueError("--gradient_accumulation_steps must be >= 1, found "
+                         f"{values.gradient_accumulation_steps}")
+    optimizer = OptimizerConfig(
+        learning_rate=values.learning_rate, num_train_steps=values.num_train_steps,
+        num_warmup_steps=values.num_warmup_steps, optimizer=values.optimizer,
+        weight_decay_rate=values.weight_decay_rate, clip_norm=values.clip_norm)
+    loop = LoopConfig(
+        output_dir=values.output_dir, num_train_steps=values.num_train_steps,
+        train_batch_size=values.train_batch_size, eval_batch_size=values.eval_batch_size,
+        iterations_per_loop=max(1, values.iterations_per_loop),
+        save_checkpoints_steps=max(1, values.save_checkpoints_steps),
+        log_steps=max(1, values.log_steps), max_eval_steps=values.max_eval_steps,
+        gradient_accumulation_steps=values.gradient_accumulation_steps, dtype=values.dtype,
+        jit_compile=values.jit_compile, keep_checkpoint_max=values.keep_checkpoint_max)
+    return PretrainingRun(
+        bert_config_file=values.bert_config_file,
+        input_patterns=split_patterns(values.input_file), output_dir=values.output_dir,
+        init_checkpoint=values.init_checkpoint, max_seq_length=values.max_seq_length,
+        max_predictions_per_seq=values.max_predictions_per_seq, do_train=values.do_train,
+        do_eval=values.do_eval, train_batch_size=values.train_batch_size,
+        eval_batch_size=values.eval_batch_size, input_compression=values.input_compression,
+        runtime=common_flags.runtime_config(values), optimizer=optimizer, loop=loop)
+
+
+def _check_batch(name, global_batch, replicas, accumulation=1):
+    if global_batch % (replicas * accumulation):
+        raise ValueError(
+            f"--{name}={global_batch} must be divisible by the {replicas} replica(s)"
+            + (f" x {accumulation} accumulation steps" if accumulation > 1 else ""))
+
+
+def run(cfg: PretrainingRun) -> dict:
+    """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
+    strategy = common_flags.setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
+
+    import tensorflow as tf
+
+    from modeling import checkpoints, optimization
+    from modeling.config import BertConfig
+    from modeling.models import BertPretrainer
+    from training import input_pipeline, loop
+
+    bert_config = BertConfig.from_json_file(cfg.bert_config_file)
+    if cfg.max_seq_length > bert_config.max_position_embeddings:
+        raise ValueError(
+            f"Cannot use sequence length {cfg.max_seq_length} because the BERT model was "
+            f"only trained up to sequence length {bert_config.max_position_embeddings}")
+    replicas = strategy.num_replicas_in_sync
+    _check_batch("train_batch_size", cfg.train_batch_size, replicas,
+                 cfg.loop.gradient_accumulation_steps)
+    _check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
+    tf.io.gfile.makedirs(cfg.output_dir)
+
+    with strategy.scope():
+        model = BertPretrainer(bert_config)
+        loop.build_pretraining_model(model, cfg.max_seq_length, cfg.max_predictions_per_seq)
+        optimizer = optimization.create_optimizer(cfg.optimizer)
+    trainer = loop.PretrainingLoop(strategy, model, optimizer, cfg.loop)
+
+    def init_from_checkpoint():
+        report = checkpoints.load_pretrained(cfg.init_checkpoint, model, partial=True)
+        logging.info("Initialised from %s: %s", cfg.init_checkpoint, report)
+
+    start_step = trainer.restore_or_initialize(
+        init_from_checkpoint if cfg.init_checkpoint else None)
+
+    seed = cfg.runtime.seed
+    def dataset_fn(batch_size, is_training):
+        # A resumed run reshuffles differently from the run it continues.
+        input_config = input_pipeline.PretrainingInputConfig(
+            cfg.input_patterns, cfg.max_seq_length, cfg.max_predictions_per_seq,
+            compression=cfg.input_compression,
+            seed=None if seed is None else seed + start_step)
+
+        def make(input_context):
+            return input_pipeline.pretraining_dataset(
+                input_config, batch_size=input_context.get_per_replica_batch_size(batch_size),
+                is_training=is_training, input_context=input_context)
+        return make
+
+    # Fail early, on the host, if the records do not match the flags.
+    files = input_pipeline.list_files(cfg.input_patterns)
+    input_pipeline.check_first_record(files[0], cfg.max_seq_length,
+                                      cfg.max_predictions_per_seq, cfg.input_compression)
+    logging.info("%d input file(s), first %s; training from step %d to %d", len(files),
+                 files[0], start_step, cfg.loop.num_train_steps)
+    if cfg.do_train:
+        trainer.train(dataset_fn(cfg.train_batch_size, True))
+    results = {}
+    if cfg.do_eval:
+        results = trainer.evaluate(dataset_fn(cfg.eval_batch_size, False))
+        for key in sorted(results):
+            logging.info("  %s = %s", key, results[key])
+    return results
+
+
+def main(argv):
+    del argv
+    run(run_config_from_flags(FLAGS))
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,153 @@
+"""Shared helpers for the pretraining loop/runner tests: tiny configs, records, subprocesses.
+
+(No tests here; the module name keeps it with the loop tests it serves.)
+"""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEQ = 32
+PREDS = 5
+VOCAB = 60
+
+
+def tiny_config_dict(vocab_size=VOCAB, dropout=0.0):
+    return {
+        "vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "intermediate_size": 64, "hidden_act": "gelu",
+        "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout,
+        "max_position_embeddings": 128, "type_vocab_size": 2, "initializer_range": 0.02,
+    }
+
+
+def write_config(path, **kwargs):
+    import json
+    with open(path, "w") as f:
+        json.dump(tiny_config_dict(**kwargs), f)
+    return str(path)
+
+
+def synthetic_instances(n, seq=SEQ, preds=PREDS, vocab=VOCAB, seed=0, full_weights=True):
+    """Learnable records: skewed token distribution, NSP label visible in the segment ids."""
+    rng = np.random.default_rng(seed)
+    probs = 1.0 / np.arange(1, vocab - 4)
+    probs /= probs.sum()
+    out = []
+    for _ in range(n):
+        length = seq if full_weights else int(rng.integers(seq // 2, seq + 1))
+        tokens = list(5 + rng.choice(vocab - 5, size=length, p=probs))
+        tokens[0] = 2
+        split = int(rng.integers(3, length - 2))
+        label = int(rng.integers(0, 2))
+        segments = [0] * split + [1] * (length - split)
+        if label:  # "random next": the second segment starts with a marker token
+            tokens[split] = 6
+        n_pred = preds if full_weights else int(rng.integers(1, preds + 1))
+        positions = sorted(rng.choice(np.arange(1, length), size=n_pred, replace=False))
+        labels = [int(tokens[p]) for p in positions]
+        for p in positions:
+            tokens[p] = 4
+        out.append({
+            "input_ids": [int(t) for t in tokens], "input_mask": [1] * length,
+            "segment_ids": segments, "masked_lm_positions": [int(p) for p in positions],
+            "masked_lm_ids": labels, "masked_lm_weights": [1.0] * n_pred,
+            "next_sentence_labels": [label],
+        })
+    return out
+
+
+def write_records(path, instances, seq=SEQ, preds=PREDS):
+    """Writes instances with data_prep.features' pretraining schema (gzip if path ends .gz)."""
+    import tensorflow as tf
+
+    from data_prep import features
+    encoder = features.PRETRAINING.encoder(max_seq_length=seq, max_predictions_per_seq=preds)
+    options = tf.io.TFRecordOptions(compression_type="GZIP" if str(path).endswith(".gz")
+                                    else "")
+    with tf.io.TFRecordWriter(str(path), options) as writer:
+        for inst in instances:
+            writer.write(encoder.encode(inst))
+    return str(path)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def runner_env(extra=None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.pop("TF_CONFIG", None)
+    env.update(extra or {})
+    return env
+
+
+def runner_command(**flags):
+    cmd = [sys.executable, os.path.join(REPO_ROOT, "run_pretraining.py")]
+    for key, value in flags.items():
+        cmd.append(f"--{key}={value}")
+    return cmd
+
+
+def run_runner(timeout=240, env=None, **flags):
+    """Runs run_pretraining.py to completion; returns (returncode, combined output)."""
+    proc = subprocess.run(runner_command(**flags), env=runner_env(env), capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO_ROOT)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+LOG_LINE = re.compile(r"step (\d+)/(\d+) loss ([-\d.e+naif]+) mlm_acc ([\d.]+) nsp_acc ([\d.]+)")
+
+
+def parse_log(output):
+    """[(step, loss, mlm_acc, nsp_acc)] from the runner's progress lines."""
+    return [(int(m.group(1)), float(m.group(3)), float(m.group(4)), float(m.group(5)))
+            for m in LOG_LINE.finditer(output)]
+
+
+def write_corpus(path, num_docs=40, sentences=8, seed=0):
+    """A small English-like corpus in BERT's input format from the tiny test vocab's words."""
+    import random
+    rng = random.Random(seed)
+    nouns = ["cat", "dog", "mat", "home"]
+    verbs = ["sat", "ran", "was", "is"]
+    words = ["the", "a", "big", "red", "far", "away", "on", "in", "to", "and", "of", "it",
+             "he", "she"]
+    lines = []
+    for _ in range(num_docs):
+        for _ in range(sentences):
+            # At least 10 words, so every instance has enough tokens for all predictions.
+            body = [rng.choice(words) for _ in range(rng.randint(6, 10))]
+            lines.append(" ".join(["the", rng.choice(nouns), rng.choice(verbs)] + body) + " .")
+        lines.append("")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return str(path)
+
+
+def make_records_with_cli(tmp_dir, *, seq=SEQ, preds=PREDS, shards=2, dupe_factor=3, seed=1):
+    """Runs `python -m data_prep.create_pretraining_data` over a small corpus; returns the glob."""
+    from tests.conftest import write_vocab
+    import pathlib
+    tmp_dir = pathlib.Path(tmp_dir)
+    vocab = write_vocab(tmp_dir / "vocab.txt")
+    corpus = write_corpus(tmp_dir / "corpus.txt")
+    out = tmp_dir / "records.tfrecord"
+    cmd = [sys.executable, "-m", "data_prep.create_pretraining_data", f"--input_file={corpus}",
+           f"--output_file={out}", f"--vocab_file={vocab}", f"--max_seq_length={seq}",
+           f"--max_predictions_per_seq={preds}", "--masked_lm_prob=0.5", "--short_seq_prob=0",
+           f"--dupe_factor={dupe_factor}", f"--random_seed={seed}", "--num_workers=1",
+           f"--num_output_shards={shards}"]
+    proc = subprocess.run(cmd, env=runner_env(), capture_output=True, text=True, timeout=120,
+                          cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(tmp_dir / "records.tfrecord-*"), vocab

@@ -1,0 +1,396 @@
+"""Instance generation against Google's original: exact instances, statistics, edge cases."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import TINY_VOCAB, write_vocab
+from data_prep import pretraining_data as pd
+from data_prep import tokenization
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = ["the", "a", "of", "and", "to", "in", "is", "was", "it", "he", "she", "on", "cat",
+         "dog", "sat", "mat", "ran", "far", "away", "home", "big", "red", "want", "run",
+         ",", "!", "?"]
+# Words that split into several WordPieces (e.g. "unaffable" -> un ##aff ##able).
+MULTI_PIECE = ["cats", "dogs", "wanted", "unaffable", "quickly", "running", "mats", "homes"]
+
+
+@pytest.fixture
+def vocab_file(tmp_path):
+    # Without repeated entries, so ids are line numbers for every loader.
+    return write_vocab(tmp_path / "vocab.txt", list(dict.fromkeys(TINY_VOCAB)))
+
+
+def write_corpus(path, num_docs, seed, words=WORDS + MULTI_PIECE, max_words=30):
+    """Documents of 1-20 sentences, a few lines that tokenize to nothing (skipped)."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(num_docs):
+        for _ in range(rng.choice([1, 1, 2, 3, 5, 8, 12, 20])):
+            lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(2, max_words)))
+                         + " .")
+            if rng.random() < 0.03:
+                lines.append("\x07\x00")
+        lines.append("   " if rng.random() < 0.1 else "")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+_ORIGINAL = """
+import json, random, sys
+from absl import flags
+import bert.create_pretraining_data as cpd
+import bert.tokenization as tok
+flags.FLAGS.mark_as_parsed()
+a = json.loads(sys.argv[1])
+t = tok.FullTokenizer(a["vocab"], True)
+out = cpd.create_training_instances(
+    a["files"], t, a["max_seq_length"], a["dupe_factor"], a["short_seq_prob"],
+    a["masked_lm_prob"], a["max_predictions_per_seq"], random.Random(a["seed"]))
+json.dump([[t.convert_tokens_to_ids(i.tokens), i.segment_ids, list(i.masked_lm_positions),
+            t.convert_tokens_to_ids(i.masked_lm_labels), int(i.is_random_next)]
+           for i in out], sys.stdout)
+"""
+
+
+def original_instances(files, vocab, config, seed):
+    """The original's create_training_instances, run in a subprocess (its absl flags would
+    collide with other modules' in this process)."""
+    args = dict(files=files, vocab=vocab, seed=seed, **{
+        k: getattr(config, k) for k in ("max_seq_length", "dupe_factor", "short_seq_prob",
+                                        "masked_lm_prob", "max_predictions_per_seq")})
+    done = subprocess.run([sys.executable, "-c", _ORIGINAL, json.dumps(args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def as_rows(instances):
+    return [[i.input_ids, i.segment_ids, i.masked_lm_positions, i.masked_lm_ids,
+             int(i.is_random_next)] for i in instances]
+
+
+def ours_single_pool(files, vocab, config, seed):
+    tokenize_ids, masking_vocab = pd._load_tokenizer(vocab, True)
+    documents = pd.read_documents([pd.ByteRange(f, 0, os.path.getsize(f)) for f in files],
+                                  tokenize_ids)
+    return pd.create_training_instances(documents, config, masking_vocab, random.Random(seed))
+
+
+def row_stats(rows, max_seq_length, mask_id):
+    """Statistics of instances given as [ids, segment_ids, positions, labels, random]."""
+    n = len(rows)
+    tokens = sum(len(r[0]) for r in rows)
+    masked = sum(len(r[2]) for r in rows)
+    as_mask = sum(r[0][p] == mask_id for r in rows for p in r[2])
+    kept = sum(r[0][p] == label for r in rows for p, label in zip(r[2], r[3]))
+    return dict(instances=n, masked_fraction=masked / tokens,
+                mask_share=as_mask / masked, kept_share=kept / masked,
+                random_next=sum(r[4] for r in rows) / n,
+                short=sum(len(r[0]) < max_seq_length for r in rows) / n,
+                mean_tokens=tokens / n)
+
+
+# ---------------------------------------------------------------------------------------
+# Fidelity to the original.
+
+
+@pytest.mark.parametrize("max_seq_length,max_predictions,short_seq_prob", [
+    (64, 10, 0.1), (16, 3, 0.5), (128, 20, 0.1)])
+def test_same_instances_as_the_original(tmp_path, vocab_file, max_seq_length,
+                                        max_predictions, short_seq_prob):
+    """One pool of documents and the same seed: instance for instance, draw for draw."""
+    files = [write_corpus(tmp_path / "a.txt", 40, 1), write_corpus(tmp_path / "b.txt", 30, 2)]
+    config = pd.PretrainingConfig(max_seq_length=max_seq_length,
+                                  max_predictions_per_seq=max_predictions,
+                                  short_seq_prob=short_seq_prob, dupe_factor=2)
+    expected = original_instances(files, vocab_file, config, seed=7)
+    assert len(expected) > 100
+    assert as_rows(ours_single_pool(files, vocab_file, config, 7)) == expected
+
+
+def test_whole_word_mask_without_wordpieces_draws_like_the_original(tmp_path, vocab_file):
+    """No `##` pieces: whole-word masking must consume the generator exactly as
+    per-token masking does (same shuffle of the same number of candidates)."""
+    files = [write_corpus(tmp_path / "a.txt", 40, 3, words=WORDS)]
+    config = pd.PretrainingConfig(max_seq_length=48, max_predictions_per_seq=8,
+                                  dupe_factor=2, do_whole_word_mask=True)
+    expected = original_instances(files, vocab_file, config, seed=11)
+    assert as_rows(ours_single_pool(files, vocab_file, config, 11)) == expected
+
+
+def _chunked(files, vocab, config, seed, chunk_bytes):
+    chunks, _ = pd.plan_chunks(files, chunk_bytes)
+    rows, stats = [], pd.Stats()
+    for index, ranges in enumerate(chunks):
+        tokenize_ids, masking_vocab = pd._load_tokenizer(vocab, True)
+        documents = pd.read_documents(ranges, tokenize_ids, stats)
+        rows += as_rows(pd.create_training_instances(
+            documents, config, masking_vocab, pd.chunk_rng(seed, index), stats))
+    return rows, stats, len(chunks)
+
+
+def test_chunked_statistics_match_the_original(tmp_path, vocab_file):
+    """The streaming pipeline (many chunks, per-chunk generators and pools) keeps the
+    original's statistics on a few thousand instances."""
+    files = [write_corpus(tmp_path / "a.txt", 250, 5), write_corpus(tmp_path / "b.txt", 150, 6)]
+    config = pd.PretrainingConfig(max_seq_length=64, max_predictions_per_seq=10,
+                                  dupe_factor=4)
+    mask_id = tokenization.load_vocab(vocab_file)["[MASK]"]
+    original = row_stats(original_instances(files, vocab_file, config, seed=3), 64, mask_id)
+    rows, stats, num_chunks = _chunked(files, vocab_file, config, 3, chunk_bytes=16_000)
+    assert num_chunks >= 8
+    ours = row_stats(rows, 64, mask_id)
+    assert original["instances"] > 3000
+    assert abs(ours["instances"] / original["instances"] - 1) < 0.03
+    assert abs(ours["masked_fraction"] - original["masked_fraction"]) < 0.003
+    assert abs(ours["mask_share"] - original["mask_share"]) < 0.02
+    assert abs(ours["kept_share"] - original["kept_share"]) < 0.02
+    assert abs(ours["random_next"] - original["random_next"]) < 0.025
+    assert abs(ours["short"] - original["short"]) < 0.025
+    assert abs(ours["mean_tokens"] / original["mean_tokens"] - 1) < 0.02
+    # The shares themselves, as the original's algorithm makes them.
+    assert 0.78 < ours["mask_share"] < 0.82 and 0.08 < ours["kept_share"] < 0.12
+    assert ours["random_next"] > 0.5  # single-segment chunks always get a random B
+    # The summary counters agree with the records.
+    assert stats.instances == len(rows)
+    assert stats.masked == sum(len(r[2]) for r in rows)
+    assert stats.masked_as_mask + stats.masked_kept + stats.masked_random == stats.masked
+    assert abs(stats.masked_as_mask / stats.masked - ours["mask_share"]) < 0.01
+
+
+# ---------------------------------------------------------------------------------------
+# Masking rules.
+
+
+def _original_ids(instance):
+    ids = list(instance.input_ids)
+    for p, label in zip(instance.masked_lm_positions, instance.masked_lm_ids):
+        ids[p] = label
+    return ids
+
+
+def test_special_tokens_are_never_masked(tmp_path, vocab_file):
+    files = [write_corpus(tmp_path / "a.txt", 60, 8)]
+    vocab = tokenization.load_vocab(vocab_file)
+    for wwm in (False, True):
+        config = pd.PretrainingConfig(max_seq_length=24, max_predictions_per_seq=6,
+                                      masked_lm_prob=0.5, dupe_factor=3,
+                                      do_whole_word_mask=wwm)
+        for inst in ours_single_pool(files, vocab_file, config, 1):
+            specials = {0, inst.num_tokens_a + 1, len(inst.input_ids) - 1}
+            assert not specials & set(inst.masked_lm_positions)
+            assert [inst.input_ids[p] for p in sorted(specials)] == [
+                vocab["[CLS]"], vocab["[SEP]"], vocab["[SEP]"]]
+            assert inst.masked_lm_positions == sorted(inst.masked_lm_positions)
+            assert len(inst.masked_lm_positions) == min(
+                6, max(1, int(round(len(inst.input_ids) * 0.5))))  or wwm
+
+
+def _words(ids, num_tokens_a, continuation):
+    """Groups of positions forming whole words; `##` after A's [SEP] joins A's last word."""
+    groups = []
+    for i in range(1, len(ids) - 1):
+        if i == num_tokens_a + 1:
+            continue
+        if groups and continuation[ids[i]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def test_whole_word_masking_masks_whole_words_only(tmp_path, vocab_file):
+    files = [write_corpus(tmp_path / "a.txt", 80, 9)]
+    config = pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5,
+                                  dupe_factor=3, do_whole_word_mask=True)
+    _, masking_vocab = pd._load_tokenizer(vocab_file, True)
+    multi_piece_masked = 0
+    stats = pd.Stats()
+    tokenize_ids, _ = pd._load_tokenizer(vocab_file, True)
+    documents = pd.read_documents([pd.ByteRange(files[0], 0, 10**9)], tokenize_ids)
+    for inst in pd.create_training_instances(documents, config, masking_vocab,
+                                             random.Random(2), stats):
+        masked = set(inst.masked_lm_positions)
+        assert 1 <= len(masked) <= 5
+        for group in _words(_original_ids(inst), inst.num_tokens_a,
+                            masking_vocab.is_continuation):
+            assert masked.issuperset(group) or not masked.intersection(group), group
+            multi_piece_masked += len(group) > 1 and masked.issuperset(group)
+    assert multi_piece_masked > 50
+    assert 0.77 < stats.masked_as_mask / stats.masked < 0.83
+    assert 0.08 < stats.masked_kept / stats.masked < 0.12
+
+
+def test_wordpiece_opening_b_joins_the_last_word_of_a():
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "x": 5, "y": 6,
+             "##z": 7}
+    masking_vocab = pd.MaskingVocab.from_vocab(vocab)
+    config = pd.PretrainingConfig(max_seq_length=8, max_predictions_per_seq=2,
+                                  masked_lm_prob=0.3, do_whole_word_mask=True)
+    seen_pair = 0
+    for seed in range(200):
+        ids = [2, 5, 6, 3, 7, 5, 3]  # [CLS] x y [SEP] ##z x [SEP]
+        positions, labels = pd.create_masked_lm_predictions(
+            ids, 2, config, masking_vocab, random.Random(seed))
+        # round(7 * 0.3) = 2 predictions: either {y, ##z} together, or x and x.
+        assert positions in ([2, 4], [1, 5]), positions
+        seen_pair += positions == [2, 4]
+    assert 0 < seen_pair < 200
+
+
+def test_number_of_predictions_rounds_half_to_even():
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "x": 5}
+    masking_vocab = pd.MaskingVocab.from_vocab(vocab)
+    config = pd.PretrainingConfig(max_seq_length=200, max_predictions_per_seq=100)
+    for length, expected in [(30, 4), (50, 8), (128, 19), (3 + 1, 1), (10, 2)]:
+        ids = [2, 5, 3] + [5] * (length - 4) + [3]
+        positions, _ = pd.create_masked_lm_predictions(ids, 1, config, masking_vocab,
+                                                       random.Random(0))
+        assert len(positions) == expected, length
+
+
+def test_random_replacements_come_from_the_whole_vocab():
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                         "[unused0]", "x"])}
+    masking_vocab = pd.MaskingVocab.from_vocab(vocab)
+    config = pd.PretrainingConfig(max_seq_length=64, max_predictions_per_seq=60,
+                                  masked_lm_prob=1.0)
+    seen = set()
+    for seed in range(30):
+        ids = [2] + [6] * 30 + [3] + [6] * 29 + [3]
+        pd.create_masked_lm_predictions(ids, 30, config, masking_vocab, random.Random(seed))
+        seen.update(ids)
+    assert seen == set(range(7))
+
+
+def test_shuffle_draws_like_random_shuffle():
+    for n in range(0, 300, 7):
+        a, b = list(range(n)), list(range(n))
+        r1, r2 = random.Random(n), random.Random(n)
+        r1.shuffle(a)
+        pd.shuffle(b, r2)
+        assert a == b and r1.random() == r2.random()
+
+
+def test_truncation_windows_match_popping_tokens():
+    rng = random.Random(0)
+    for _ in range(300):
+        len_a, len_b, limit = rng.randint(1, 40), rng.randint(1, 40), rng.randint(2, 30)
+        seed = rng.random()
+        a, b = list(range(len_a)), list(range(len_b))
+        flip = random.Random(seed)
+        while len(a) + len(b) > limit:  # the original's rule, on lists
+            longer = a if len(a) > len(b) else b
+            if flip.random() < 0.5:
+                del longer[0]
+            else:
+                longer.pop()
+        a0, a1, b0, b1 = pd.truncate_seq_pair(len_a, len_b, limit, random.Random(seed))
+        assert (list(range(a0, a1)), list(range(b0, b1))) == (a, b)
+
+
+# ---------------------------------------------------------------------------------------
+# Reading and chunking.
+
+
+def test_reading_documents_like_the_original(tmp_path, vocab_file):
+    path = tmp_path / "c.txt"
+    path.write_text("the cat sat\n\x07\nthe dog ran\n \t\nhe ran\n\n\n\xa0\nshe sat\r\n"
+                    "\u3000\nred mat", encoding="utf-8")
+    tokenize_ids, _ = pd._load_tokenizer(vocab_file, True)
+    vocab = tokenization.load_vocab(vocab_file)
+    stats = pd.Stats()
+    docs = pd.read_documents([pd.ByteRange(str(path), 0, 10**9)], tokenize_ids, stats)
+    ids = [[[vocab[t] for t in s.split()] for s in d]
+           for d in (["the cat sat", "the dog ran"], ["he ran"], ["she sat"], ["red mat"])]
+    assert docs == ids
+    assert stats.empty_token_lines == 1 and stats.documents == 4 and stats.lines == 11
+
+
+def test_invalid_utf8_names_file_line_and_offset(tmp_path, vocab_file):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"the cat\n\nthe dog\nhe \xff\xfe ran\n")
+    tokenize_ids, _ = pd._load_tokenizer(vocab_file, True)
+    with pytest.raises(pd.InputError, match=r"bad\.txt:4: invalid UTF-8 at byte offset 20"):
+        pd.read_documents([pd.ByteRange(str(path), 0, 100)], tokenize_ids)
+
+
+def test_chunks_cut_at_document_boundaries_and_cover_everything(tmp_path, vocab_file):
+    files = [write_corpus(tmp_path / "a.txt", 120, 1), write_corpus(tmp_path / "b.txt", 3, 2),
+             write_corpus(tmp_path / "c.txt", 80, 3)]
+    chunks, warnings = pd.plan_chunks(files, 5000)
+    assert not warnings and len(chunks) > 5
+    tokenize_ids, _ = pd._load_tokenizer(vocab_file, True)
+    whole = pd.read_documents([pd.ByteRange(f, 0, os.path.getsize(f)) for f in files],
+                              tokenize_ids)
+    pieces = [doc for ranges in chunks for doc in pd.read_documents(ranges, tokenize_ids)]
+    assert pieces == whole
+    covered = {}
+    for ranges in chunks:
+        for r in ranges:
+            assert covered.get(r.path, 0) == r.start
+            covered[r.path] = r.end
+    assert covered == {f: os.path.getsize(f) for f in files}
+
+
+def test_a_file_without_blank_lines_is_split_into_pieces_with_a_warning(tmp_path):
+    path = tmp_path / "one_doc.txt"
+    path.write_text("the cat sat on the mat .\n" * 2000, encoding="utf-8")
+    chunks, warnings = pd.plan_chunks([str(path)], 10_000)
+    assert len(chunks) >= 4 and len(warnings) == len(chunks) - 1
+    assert "one_doc.txt:" in warnings[0] and "no blank line" in warnings[0]
+    assert all(r.end - r.start < 2 * 10_000 + 100 for c in chunks for r in c)
+
+
+def test_one_sentence_documents_always_get_a_random_next(tmp_path, vocab_file):
+    path = tmp_path / "c.txt"
+    path.write_text("\n\n".join(f"the cat sat {'on the mat ' * (i % 5)}." for i in range(50)),
+                    encoding="utf-8")
+    config = pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2)
+    instances = ours_single_pool([str(path)], vocab_file, config, 4)
+    assert len(instances) == 100 and all(i.is_random_next for i in instances)
+
+
+def test_a_multi_megabyte_line_is_linear(tmp_path, vocab_file):
+    path = tmp_path / "long.txt"
+    path.write_text("he sat .\n" + "the cat sat on the mat . " * 60_000 + "\nshe ran .\n\n"
+                    "the dog ran far away .\n", encoding="utf-8")
+    assert path.stat().st_size > 1_400_000
+    config = pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2)
+    start = time.process_time()
+    instances = ours_single_pool([str(path)], vocab_file, config, 0)
+    assert time.process_time() - start < 30
+    assert instances and all(len(i.input_ids) <= 32 for i in instances)
+
+
+def test_chunk_zero_uses_the_seed_and_chunks_are_reproducible(tmp_path, vocab_file):
+    assert pd.chunk_rng(5, 0).random() == random.Random(5).random()
+    assert pd.chunk_rng(5, 1).random() != pd.chunk_rng(5, 2).random()
+    path = write_corpus(tmp_path / "a.txt", 30, 1)
+    task = pd.ChunkTask(3, (pd.ByteRange(path, 0, os.path.getsize(path)),), vocab_file, True,
+                        pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=4,
+                                             dupe_factor=2), 9)
+    first, second = pd.process_chunk(task), pd.process_chunk(task)
+    assert first.records == second.records and first.stats == second.stats
+
+
+@pytest.mark.parametrize("kwargs,flag", [
+    (dict(max_seq_length=4), "--max_seq_length=4 is too small: it must be at least 5"),
+    (dict(max_seq_length=16, max_predictions_per_seq=17), "--max_predictions_per_seq=17"),
+    (dict(max_predictions_per_seq=0), "--max_predictions_per_seq=0"),
+    (dict(masked_lm_prob=0.0), "--masked_lm_prob"),
+    (dict(short_seq_prob=1.5), "--short_seq_prob"),
+    (dict(dupe_factor=0), "--dupe_factor"),
+])
+def test_invalid_settings_name_the_flag(kwargs, flag):
+    with pytest.raises(pd.ConfigError, match=flag.replace("(", r"\(")):
+        pd.PretrainingConfig(**kwargs).validate()
+    pd.PretrainingConfig(max_seq_length=5, max_predictions_per_seq=2).validate()

@@ -1,0 +1,168 @@
+"""The standard-library sample corpus: sentence splitting, BERT input format, determinism."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from data_prep import sample_corpus
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(args, **kwargs):
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, **kwargs)
+
+
+def _documents(path):
+    """The file's documents as lists of lines; asserts the blank-line framing."""
+    with open(path, encoding="utf-8", newline="") as reader:
+        text = reader.read()
+    assert text.endswith("\n\n"), "every document, the last included, ends with a blank line"
+    assert "\n\n\n" not in text, "exactly one blank line between documents"
+    assert "\r" not in text
+    documents = [block.split("\n") for block in text[:-2].split("\n\n")]
+    for lines in documents:
+        for line in lines:
+            assert line and line == line.strip() and "  " not in line, repr(line)
+    return documents
+
+
+class TestSplitSentences:
+    def test_splits_after_terminal_punctuation_before_capital(self):
+        assert sample_corpus.split_sentences("Open a file. Read it!  Is it 3? 4 lines.") == [
+            "Open a file.", "Read it!", "Is it 3?", "4 lines."]
+
+    def test_abbreviations_initials_and_lowercase_do_not_split(self):
+        text = "Use e.g. Foo here, i.e. Bar. Written by J. Smith. Call os.path.join. then go."
+        assert sample_corpus.split_sentences(text) == [
+            "Use e.g. Foo here, i.e. Bar.", "Written by J. Smith.",
+            "Call os.path.join. then go."]
+
+    def test_closing_quotes_stay_with_their_sentence(self):
+        assert sample_corpus.split_sentences('He said "stop." Then (it ended.) "Fine."') == [
+            'He said "stop."', "Then (it ended.)", '"Fine."']
+
+    def test_whitespace_is_collapsed_and_letterless_pieces_dropped(self):
+        assert sample_corpus.split_sentences("  A\tb\n c.   --- 12. ") == ["A b c. --- 12."]
+        assert sample_corpus.split_sentences("... 42 !") == []
+
+
+class TestDocstringSentences:
+    def test_drops_doctests_literal_blocks_and_underlines(self):
+        doc = """Summary line.
+
+        Details here. More details::
+
+            code_block = 1
+
+            still_code()
+
+        Example
+        -------
+        >>> f(1)
+        2
+
+        Trailing prose.
+        """
+        assert sample_corpus.docstring_sentences(doc) == [
+            "Summary line.", "Details here.", "More details::", "Example", "Trailing prose."]
+
+    def test_indented_prose_after_a_sentence_is_kept(self):
+        doc = "Return parts.\n\n  sep\n    The separator used."
+        assert sample_corpus.docstring_sentences(doc) == [
+            "Return parts.", "sep The separator used."]
+
+    def test_empty(self):
+        assert sample_corpus.docstring_sentences(None) == []
+        assert sample_corpus.docstring_sentences("   \n ") == []
+
+
+def test_cli_writes_bert_format_deterministically(tmp_path):
+    """Two CLI runs give byte-identical shards in the original's input format."""
+    outputs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        result = _run(["-m", "data_prep.sample_corpus", f"--output_dir={out}",
+                       "--max_documents=120", "--num_shards=2", "--max_mb=0"])
+        assert result.returncode == 0, result.stderr
+        assert "120 documents" in result.stdout
+        outputs.append(out)
+    files = sorted(os.listdir(outputs[0]))
+    assert files == ["stdlib-00000-of-00002.txt", "stdlib-00001-of-00002.txt", "summary.json"]
+    assert files == sorted(os.listdir(outputs[1]))
+    for name in files[:2]:
+        assert (outputs[0] / name).read_bytes() == (outputs[1] / name).read_bytes()
+    documents = [d for name in files[:2] for d in _documents(outputs[0] / name)]
+    assert len(documents) == 120
+    assert sum(len(d) for d in documents) > 300
+    summary = json.loads((outputs[0] / "summary.json").read_text())
+    assert summary["documents"] == 120
+    assert summary["sentences"] == sum(len(d) for d in documents)
+    assert summary["bytes"] == sum(os.path.getsize(outputs[0] / n) for n in files[:2])
+
+
+def test_cli_rejects_bad_settings(tmp_path):
+    result = _run(["-m", "data_prep.sample_corpus", f"--output_dir={tmp_path}",
+                   "--num_shards=0"])
+    assert result.returncode != 0
+    assert "num_shards" in result.stderr
+
+
+_FULL_RUN = r"""
+import json, sys
+from data_prep import sample_corpus
+summary = sample_corpus.write_corpus(sys.argv[1], max_mb=float(sys.argv[2]), num_shards=1)
+pairs = sample_corpus.labelled_sentences(max_mb=float(sys.argv[2]))
+packages = sample_corpus.labelled_sentences(max_mb=0.05, label="package")
+forbidden = ["antigravity", "this", "tkinter", "idlelib", "turtle", "turtledemo", "readline"]
+print(json.dumps({
+    "summary": json.loads(summary.to_json()),
+    "pairs": pairs,
+    "packages": sorted({label for _, label in packages}),
+    "imported_forbidden": [m for m in forbidden if m in sys.modules],
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def full_corpus(tmp_path_factory):
+    """Everything the standard library offers (max_mb large), built in a fresh process."""
+    out = tmp_path_factory.mktemp("full_corpus")
+    result = _run(["-c", _FULL_RUN, str(out), "100"])
+    assert result.returncode == 0, result.stderr
+    assert "Hello world" not in result.stdout  # nothing printed on import
+    return out, json.loads(result.stdout)
+
+
+def test_whole_corpus_size_kinds_and_no_side_effect_modules(full_corpus):
+    out, data = full_corpus
+    summary = data["summary"]
+    assert summary["bytes"] > 1_000_000, "the standard library yields over 1 MB of text"
+    assert summary["modules"] > 150
+    assert all(summary["kinds"][kind] > 100 for kind in sample_corpus.KINDS), summary["kinds"]
+    assert data["imported_forbidden"] == []
+    documents = _documents(out / "stdlib-00000-of-00001.txt")
+    assert len(documents) == summary["documents"]
+
+
+def test_labelled_sentences_follow_the_corpus(full_corpus):
+    out, data = full_corpus
+    lines = [line for d in _documents(out / "stdlib-00000-of-00001.txt") for line in d]
+    pairs = data["pairs"]
+    assert [sentence for sentence, _ in pairs] == lines
+    assert {label for _, label in pairs} == set(sample_corpus.KINDS)
+    assert len(data["packages"]) > 3 and "abc" in data["packages"]
+
+
+def test_max_mb_stops_after_the_document_crossing_it(tmp_path):
+    documents = list(sample_corpus.iter_limited_documents(max_mb=0.02))
+    sizes = [sample_corpus.document_size(d) for d in documents]
+    assert sum(sizes) >= 20_000 > sum(sizes[:-1])
+    assert all(len(d.sentences) == len(d.kinds) > 0 for d in documents)
+    with pytest.raises(ValueError, match="label"):
+        sample_corpus.labelled_sentences(max_documents=1, label="nope")

@@ -1,0 +1,78 @@
+"""Owns training checkpoints: what is saved, where each worker writes, and safe resumption.
+
+The object graph is `tf.train.Checkpoint(model=model, optimizer=optimizer, step=global_step)`
+(plus `loss_scale=LossScaleOptimizer` when training in float16), written by a
+`tf.train.CheckpointManager` as `output_dir/ckpt-<step>.{index,data-*}`.
+
+Crash safety: a checkpoint's files are complete before the manager rewrites the small
+`checkpoint` state file, and that file is replaced atomically (write + rename), so a process
+killed at any moment leaves `latest_checkpoint` naming a complete checkpoint. `restore`
+still falls back to older checkpoints if the newest cannot be read (a damaged disk, a
+copy interrupted by hand).
+
+Multi-worker: every worker must call `save` (the save may involve collectives); only the
+chief writes into `output_dir`, the others into a temporary directory that is deleted after
+each save, as TensorFlow's multi-worker guide prescribes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+from absl import logging
+
+
+def make_checkpoint(model, optimizer, step, loss_scale_optimizer=None) -> tf.train.Checkpoint:
+    """The checkpoint object graph used by every runner (see module docstring)."""
+    objects = {"model": model, "optimizer": optimizer, "step": step}
+    if loss_scale_optimizer is not None:
+        objects["loss_scale"] = loss_scale_optimizer
+    return tf.train.Checkpoint(**objects)
+
+
+class CheckpointSaver:
+    """A CheckpointManager in `directory` on the chief, in a temporary directory elsewhere."""
+
+    def __init__(self, checkpoint: tf.train.Checkpoint, directory: str, *, is_chief: bool = True,
+                 worker_tag: str = "worker_0", max_to_keep: int = 5):
+        self.checkpoint = checkpoint
+        self.directory = directory
+        self.is_chief = is_chief
+        self._write_dir = directory if is_chief else os.path.join(directory,
+                                                                  f"workertemp_{worker_tag}")
+        self.manager = tf.train.CheckpointManager(
+            checkpoint, self._write_dir, max_to_keep=max_to_keep if is_chief else 1)
+
+    def save(self, step: int) -> str | None:
+        """Saves at `step`; returns the chief's checkpoint path (None on other workers)."""
+        path = self.manager.save(checkpoint_number=step)
+        if not self.is_chief:
+            tf.io.gfile.rmtree(self._write_dir)
+            return None
+        return path
+
+
+def checkpoints_newest_first(directory: str) -> list[str]:
+    """Checkpoint prefixes listed in `directory`'s state file, newest first."""
+    state = tf.train.get_checkpoint_state(directory)
+    if state is None:
+        return []
+    paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+    if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    paths = [p if os.path.isabs(p) or "://" in p else os.path.join(directory, p) for p in paths]
+    return list(reversed(paths))
+
+
+def restore_latest(checkpoint: tf.train.Checkpoint, directory: str) -> str | None:
+    """Restores the newest readable checkpoint in `directory`; returns its path or None."""
+    for path in checkpoints_newest_first(directory):
+        try:
+            checkpoint.restore(path).expect_partial()
+        except (tf.errors.OpError, ValueError) as err:
+            logging.warning("Checkpoint %s cannot be read (%s); trying an older one.", path,
+                            err)
+            continue
+        return path
+    return None

@@ -1,0 +1,149 @@
+"""Owns the absl flags shared by every runner (defined once here) and their conversion to configs.
+
+Runners call `define_common_flags()` (plus their own), then build plain frozen dataclasses with
+`runtime_config(FLAGS)`; libraries never see FLAGS. Flag names and meanings follow Google's
+original runners; the new ones (distribution_strategy, dtype, ...) are documented inline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+DTYPES = ("float32", "bfloat16", "float16")
+STRATEGY_NAMES = ("", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
+
+
+def _define_once(define, name, *args, **kwargs):
+    if name not in FLAGS:
+        define(name, *args, **kwargs)
+
+
+def define_common_flags():
+    """Flags every runner shares (the original's names and defaults where they exist)."""
+    d = _define_once
+    d(flags.DEFINE_string, "bert_config_file", None,
+      "The config json file of the pre-trained BERT model (the architecture).")
+    d(flags.DEFINE_string, "output_dir", None,
+      "Where checkpoints, TensorBoard summaries and result files are written.")
+    d(flags.DEFINE_string, "init_checkpoint", None,
+      "Initial checkpoint: Google's TF1 checkpoint, a Hugging Face directory, or ours.")
+    d(flags.DEFINE_integer, "max_seq_length", 128,
+      "Maximum total input sequence length after WordPiece tokenization.")
+    d(flags.DEFINE_bool, "do_train", False, "Whether to run training.")
+    d(flags.DEFINE_bool, "do_eval", False, "Whether to run eval on the dev set.")
+    d(flags.DEFINE_integer, "train_batch_size", 32,
+      "Total (global) batch size for training, over all replicas.")
+    d(flags.DEFINE_integer, "eval_batch_size", 8, "Total (global) batch size for eval.")
+    d(flags.DEFINE_float, "learning_rate", 5e-5, "The initial learning rate for Adam.")
+    d(flags.DEFINE_integer, "save_checkpoints_steps", 1000,
+      "How often to save the model checkpoint.")
+    d(flags.DEFINE_integer, "iterations_per_loop", 1000,
+      "How many steps to make in each compiled training call (host round trip).")
+    d(flags.DEFINE_bool, "use_tpu", False, "Whether to use TPU (same as "
+      "--distribution_strategy=tpu).")
+    d(flags.DEFINE_string, "tpu_name", None,
+      "The Cloud TPU to use: its name or grpc://ip:port; 'local' for a TPU VM.")
+    d(flags.DEFINE_string, "tpu_zone", None, "GCE zone of the Cloud TPU (auto-detected if unset).")
+    d(flags.DEFINE_string, "gcp_project", None,
+      "GCP project of the Cloud TPU (auto-detected if unset).")
+    d(flags.DEFINE_string, "master", None, "[Optional] TensorFlow master URL (TPU grpc address).")
+    d(flags.DEFINE_integer, "num_tpu_cores", 8,
+      "Only used if use_tpu: the TPU cores expected (TPUStrategy uses all the TPU's cores; a "
+      "mismatch is reported).")
+    # New in this port.
+    d(flags.DEFINE_enum, "distribution_strategy", "", STRATEGY_NAMES,
+      "one_device | mirrored | multi_worker_mirrored | tpu; empty: tpu if --use_tpu, "
+      "multi_worker_mirrored if TF_CONFIG lists several workers, mirrored with several GPUs, "
+      "else one_device.")
+    d(flags.DEFINE_integer, "num_gpus", 0,
+      "GPUs to use with one_device/mirrored (0: all visible GPUs).")
+    d(flags.DEFINE_integer, "num_cpu_devices", 0,
+      "Without GPUs: split the CPU into this many logical devices so mirrored has several "
+      "replicas (testing distribution on a CPU-only machine).")
+    d(flags.DEFINE_enum, "dtype", "float32", DTYPES,
+      "Compute dtype: float32, bfloat16 (mixed, variables float32) or float16 (mixed, with "
+      "dynamic loss scaling).")
+    d(flags.DEFINE_bool, "jit_compile", False, "Compile the forward/backward pass with XLA.")
+    d(flags.DEFINE_enum, "optimizer", "adamw", ["adamw", "lamb"],
+      "adamw: the original AdamWeightDecay rule; lamb: LAMB for large batches.")
+    d(flags.DEFINE_integer, "gradient_accumulation_steps", 1,
+      "Micro-batches per optimizer update; train_batch_size stays the global batch per update.")
+    d(flags.DEFINE_float, "weight_decay_rate", 0.01,
+      "Decoupled weight decay (not applied to LayerNorm and bias variables).")
+    d(flags.DEFINE_float, "clip_norm", 1.0, "Global-norm gradient clipping; <= 0 disables.")
+    d(flags.DEFINE_integer, "log_steps", 100,
+      "Steps between progress lines and TensorBoard summaries (at least one compiled call).")
+    d(flags.DEFINE_integer, "keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
+    d(flags.DEFINE_integer, "seed", None,
+      "Random seed for weights, dropout and input order (makes runs reproducible).")
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    """Where and how to run: strategy, precision, compilation, seeding."""
+
+    distribution_strategy: str
+    tpu: str | None = None
+    tpu_zone: str | None = None
+    gcp_project: str | None = None
+    num_tpu_cores: int = 8
+    num_gpus: int = 0
+    num_cpu_devices: int = 0
+    dtype: str = "float32"
+    jit_compile: bool = False
+    seed: int | None = None
+
+
+def runtime_config(values=FLAGS) -> RuntimeConfig:
+    """Reads the shared runtime flags; `use_tpu` means the tpu strategy."""
+    strategy = values.distribution_strategy
+    if values.use_tpu:
+        if strategy not in ("", "tpu"):
+            raise flags.ValidationError(
+                f"--use_tpu conflicts with --distribution_strategy={strategy}")
+        strategy = "tpu"
+    return RuntimeConfig(
+        distribution_strategy=strategy,
+        tpu=values.tpu_name or values.master,
+        tpu_zone=values.tpu_zone,
+        gcp_project=values.gcp_project,
+        num_tpu_cores=values.num_tpu_cores,
+        num_gpus=values.num_gpus,
+        num_cpu_devices=values.num_cpu_devices,
+        dtype=values.dtype,
+        jit_compile=values.jit_compile,
+        seed=values.seed,
+    )
+
+
+def setup_runtime(runtime: RuntimeConfig):
+    """Seeds, creates the strategy (first, as multi-worker requires) and sets the dtype policy.
+
+    Returns:
+      The `tf.distribute.Strategy`.
+    """
+    import keras
+    from absl import logging
+
+    from training import distribution
+
+    strategy = distribution.get_strategy(
+        runtime.distribution_strategy, tpu=runtime.tpu, tpu_zone=runtime.tpu_zone,
+        gcp_project=runtime.gcp_project, num_gpus=runtime.num_gpus,
+        num_cpu_devices=runtime.num_cpu_devices)
+    if runtime.seed is not None:
+        keras.utils.set_random_seed(runtime.seed)
+    policy = {"float32": "float32", "bfloat16": "mixed_bfloat16",
+              "float16": "mixed_float16"}[runtime.dtype]
+    keras.config.set_dtype_policy(policy)
+    logging.info("Strategy %s with %d replica(s), dtype policy %s",
+                 type(strategy).__name__, strategy.num_replicas_in_sync, policy)
+    if runtime.distribution_strategy == "tpu" and (
+            strategy.num_replicas_in_sync != runtime.num_tpu_cores):
+        logging.warning("--num_tpu_cores=%d but the TPU has %d cores; using all of them",
+                        runtime.num_tpu_cores, strategy.num_replicas_in_sync)
+    return strategy

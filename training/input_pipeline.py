@@ -1,0 +1,178 @@
+"""Owns the tf.data pipelines that feed pretraining TFRecords to a distributed training loop.
+
+Files are listed with `tf.io.gfile` (local paths and gs:// alike), sharded per input
+pipeline (worker) through the `tf.distribute.InputContext`, read with a parallel
+interleave, shuffled, repeated for training, batched per replica with `drop_remainder`
+(static shapes for TPU and XLA), parsed in batches and prefetched. Before any graph is
+built, the first record is checked against the expected feature lengths, so a wrong
+`max_seq_length` is a one-line error instead of a shape crash deep inside a step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import tensorflow as tf
+
+from data_prep import features
+
+
+
+def pretraining_feature_lengths(max_seq_length, max_predictions_per_seq):
+    """Feature name -> fixed length of the pretraining record kind (data_prep.features)."""
+    return features.PRETRAINING.lengths(max_seq_length=max_seq_length,
+                                        max_predictions_per_seq=max_predictions_per_seq)
+
+
+def pretraining_parse_spec(max_seq_length, max_predictions_per_seq):
+    """The `tf.io.parse_example` spec of a pretraining record (int64 and float on disk)."""
+    return features.PRETRAINING.parse_spec(max_seq_length=max_seq_length,
+                                           max_predictions_per_seq=max_predictions_per_seq)
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingInputConfig:
+    """Where the records are and what shape they have.
+
+    Attributes:
+      input_patterns: file globs (local or gs://), e.g. from a comma-separated flag.
+      max_seq_length, max_predictions_per_seq: must match the records.
+      compression: "auto" (GZIP when the file name ends in .gz/.gzip), "GZIP", "ZLIB" or "".
+      shuffle_buffer: records held by the training shuffle buffer.
+      cycle_length: files read in parallel by one input pipeline.
+      seed: shuffle seed; also makes the interleave deterministic (reproducible order).
+    """
+
+    input_patterns: Sequence[str]
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    compression: str = "auto"
+    shuffle_buffer: int = 1000
+    cycle_length: int = 8
+    seed: int | None = None
+
+
+def split_patterns(value: str) -> tuple[str, ...]:
+    """Splits a comma-separated list of globs, dropping blanks."""
+    return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
+def list_files(patterns: Sequence[str]) -> list[str]:
+    """Expands globs with tf.io.gfile (works on gs://); errors when nothing matches."""
+    files = []
+    for pattern in patterns:
+        matched = sorted(tf.io.gfile.glob(pattern))
+        if not matched:
+            raise FileNotFoundError(f"input_file pattern {pattern!r} matches no file")
+        files.extend(matched)
+    return files
+
+
+def compression_of(path: str, compression: str = "auto") -> str:
+    """The TFRecord compression type for `path` ("GZIP", "ZLIB" or "")."""
+    if compression and compression.lower() != "auto":
+        return "" if compression.upper() == "NONE" else compression.upper()
+    return "GZIP" if path.endswith((".gz", ".gzip")) else ""
+
+
+def check_first_record(path: str, max_seq_length: int, max_predictions_per_seq: int,
+                       compression: str = "auto"):
+    """Raises ValueError if the first record of `path` does not have the expected lengths."""
+    dataset = tf.data.TFRecordDataset(path, compression_type=compression_of(path, compression))
+    try:
+        raw = next(iter(dataset.take(1)), None)
+    except tf.errors.DataLossError as err:
+        raise ValueError(f"{path}: not a readable TFRecord file "
+                         f"(compression={compression_of(path, compression)!r}): {err}") from err
+    if raw is None:
+        return  # An empty file contributes nothing; nothing to check.
+    example = tf.train.Example.FromString(raw.numpy())
+    expected = pretraining_feature_lengths(max_seq_length, max_predictions_per_seq)
+    flags = {"input_ids": "max_seq_length", "input_mask": "max_seq_length",
+             "segment_ids": "max_seq_length",
+             "masked_lm_positions": "max_predictions_per_seq",
+             "masked_lm_ids": "max_predictions_per_seq",
+             "masked_lm_weights": "max_predictions_per_seq", "next_sentence_labels": "-"}
+    for name, length in expected.items():
+        if name not in example.features.feature:
+            raise ValueError(f"{path}: first record has no feature {name!r}; found "
+                             f"{sorted(example.features.feature)}")
+        feature = example.features.feature[name]
+        found = len(feature.float_list.value) if name == "masked_lm_weights" else len(
+            feature.int64_list.value)
+        if found != length:
+            raise ValueError(
+                f"{path}: feature {name!r} has length {found} in the first record but "
+                f"{flags[name]} expects {length}; pass the {flags[name]} the records were "
+                f"created with")
+
+
+def _parse_batch(serialized, spec):
+    parsed = tf.io.parse_example(serialized, spec)
+    # int64 on disk, int32 in memory (TPUs and XLA prefer int32).
+    return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
+            for name, t in parsed.items()}
+
+
+def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_training: bool,
+                        input_context: tf.distribute.InputContext | None = None,
+                        check: bool = True) -> tf.data.Dataset:
+    """Batched pretraining features for one replica.
+
+    Args:
+      config: files and shapes.
+      batch_size: the batch of ONE replica (use `input_context.get_per_replica_batch_size`).
+      is_training: shuffle and repeat forever; otherwise read the files once, in order.
+      input_context: from `strategy.distribute_datasets_from_function`; shards the files
+        (or, with fewer files than pipelines, the records) across input pipelines.
+      check: check the first file's first record against the expected lengths.
+
+    Returns:
+      Dataset of dicts with int32 [batch, max_seq_length] `input_ids`, `input_mask`,
+      `segment_ids`; int32 [batch, P] `masked_lm_positions`, `masked_lm_ids`; float32
+      [batch, P] `masked_lm_weights`; int32 [batch, 1] `next_sentence_labels`.
+    """
+    files = list_files(config.input_patterns)
+    if check:
+        check_first_record(files[0], config.max_seq_length, config.max_predictions_per_seq,
+                           config.compression)
+    compression = {compression_of(f, config.compression) for f in files}
+    if len(compression) > 1:
+        raise ValueError(f"input files mix compressed and uncompressed records: {files[:4]}...")
+    compression = compression.pop()
+    deterministic = config.seed is not None or not is_training
+
+    shards, shard_id = 1, 0
+    if input_context is not None:
+        shards, shard_id = input_context.num_input_pipelines, input_context.input_pipeline_id
+    shard_files = shards > 1 and len(files) >= shards
+
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files))
+    if shard_files:
+        dataset = dataset.shard(shards, shard_id)
+    if is_training:
+        dataset = dataset.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
+        dataset = dataset.repeat()
+    read = lambda f: tf.data.TFRecordDataset(  # noqa: E731
+        f, compression_type=compression, buffer_size=8 * 1024 * 1024)
+    if is_training:
+        dataset = dataset.interleave(read, cycle_length=max(1, min(config.cycle_length,
+                                                                   len(files))),
+                                     num_parallel_calls=tf.data.AUTOTUNE,
+                                     deterministic=deterministic)
+    else:  # Evaluation reads the files once, in order.
+        dataset = dataset.flat_map(read)
+    if shards > 1 and not shard_files:
+        dataset = dataset.shard(shards, shard_id)
+    if is_training:
+        dataset = dataset.shuffle(config.shuffle_buffer, seed=config.seed)
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    spec = pretraining_parse_spec(config.max_seq_length, config.max_predictions_per_seq)
+    dataset = dataset.map(lambda s: _parse_batch(s, spec), num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=deterministic)
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    dataset = dataset.with_options(options)
+    return dataset.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,366 @@
+"""Owns the one training and evaluation loop used by every runner, under every strategy.
+
+Shape of a training call (`_train_steps`, one `tf.function`): `iterations_per_loop`
+times, `strategy.run(replica_step, next(iterator))`, then a cross-replica sum of the step's
+statistics. A replica step computes the loss of its batch (split into
+`gradient_accumulation_steps` micro-batches whose gradients are summed), scales it by
+1 / (num_replicas * accumulation_steps), all-reduces the gradients (SUM) itself and hands
+the result to a Keras optimizer built with `pre_reduced_gradients=True`, so global-norm
+clipping sees the global gradient. Net effect: each update uses the mean of the per-replica
+(per-micro-batch) gradients of the original per-core loss, the semantics of the original's
+TPU CrossShardOptimizer with a mean reduction.
+
+float16 trains with `keras.optimizers.LossScaleOptimizer` (dynamic loss scaling; steps with
+non-finite gradients are skipped and the scale halved). A non-finite LOSS stops the run with
+`FloatingPointError` naming the step; the last checkpoint stays the last good one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import time
+from typing import Callable
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from modeling import losses
+from training import checkpointing, distribution, summaries
+
+STAT_KEYS = ("loss", "mlm_loss", "mlm_nll_sum", "mlm_correct_sum", "mlm_weight_sum",
+             "nsp_loss_sum", "nsp_correct_sum", "nsp_count")
+MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    """Everything the loop needs to know; runners build it from flags.
+
+    Attributes:
+      output_dir: checkpoints, TensorBoard summaries and result files.
+      num_train_steps: optimizer updates to reach (a resumed run continues to it).
+      train_batch_size: GLOBAL examples per optimizer update (all replicas, all micro-batches).
+      eval_batch_size: global examples per eval step.
+      iterations_per_loop: steps run by one call of the compiled training function.
+      save_checkpoints_steps: checkpoint period in steps.
+      log_steps: a progress line (and summaries) at least this many steps apart, rounded
+        up to the call granularity.
+      max_eval_steps: eval batches (fewer if the eval data runs out).
+      gradient_accumulation_steps: micro-batches per update (divides the replica batch).
+      dtype: "float32", "bfloat16" or "float16" (float16 uses dynamic loss scaling); the
+        Keras dtype policy itself is set by the runner before the model is built.
+      jit_compile: compile the forward/backward pass with XLA.
+      keep_checkpoint_max: checkpoints kept in output_dir.
+    """
+
+    output_dir: str
+    num_train_steps: int = 100000
+    train_batch_size: int = 32
+    eval_batch_size: int = 8
+    iterations_per_loop: int = 1000
+    save_checkpoints_steps: int = 1000
+    log_steps: int = 100
+    max_eval_steps: int = 100
+    gradient_accumulation_steps: int = 1
+    dtype: str = "float32"
+    jit_compile: bool = False
+    keep_checkpoint_max: int = 5
+
+
+def model_inputs(features):
+    """The model's input dict (input_ids, input_mask, segment_ids, masked_lm_positions)."""
+    return {name: features[name] for name in MODEL_INPUTS}
+
+
+def build_pretraining_model(model, max_seq_length, max_predictions_per_seq):
+    """Creates the model's variables with one call on a zero batch (before any tf.function)."""
+    zeros = {
+        "input_ids": tf.zeros([1, max_seq_length], tf.int32),
+        "input_mask": tf.ones([1, max_seq_length], tf.int32),
+        "segment_ids": tf.zeros([1, max_seq_length], tf.int32),
+        "masked_lm_positions": tf.zeros([1, max_predictions_per_seq], tf.int32),
+    }
+    model(zeros, training=False)
+    return model
+
+
+def eval_metrics(totals, global_step):
+    """The original's eval_results.txt figures from summed statistics."""
+    steps = max(float(totals.get("steps", 0.0)), 1.0)
+    weight = max(float(totals["mlm_weight_sum"]), 1e-12)
+    count = max(float(totals["nsp_count"]), 1.0)
+    return {
+        "global_step": int(global_step),
+        "loss": float(totals["loss"]) / steps,
+        "masked_lm_accuracy": float(totals["mlm_correct_sum"]) / weight,
+        "masked_lm_loss": float(totals["mlm_nll_sum"]) / weight,
+        "next_sentence_accuracy": float(totals["nsp_correct_sum"]) / count,
+        "next_sentence_loss": float(totals["nsp_loss_sum"]) / count,
+    }
+
+
+def write_eval_results(path, results):
+    """Writes "key = value" lines sorted by key, like the original's eval_results.txt."""
+    with tf.io.gfile.GFile(path, "w") as f:
+        for key in sorted(results):
+            f.write(f"{key} = {results[key]}\n")
+
+
+def read_eval_results(path):
+    """Parses an eval_results.txt back into a dict of floats."""
+    out = {}
+    with tf.io.gfile.GFile(path) as f:
+        for line in f:
+            if " = " in line:
+                key, value = line.strip().split(" = ", 1)
+                out[key] = float(value)
+    return out
+
+
+class PretrainingLoop:
+    """Trains and evaluates a pretraining model under a strategy; create it after the model.
+
+    Args:
+      strategy: any `tf.distribute.Strategy` (the model and optimizer must have been
+        created under its scope).
+      model: a built Keras model mapping the input dict to `masked_lm_logits` and
+        `next_sentence_logits`.
+      optimizer: a Keras optimizer with `pre_reduced_gradients=True`
+        (`modeling.optimization.create_optimizer`).
+      config: `LoopConfig`.
+      loss_fn: (outputs, features) -> (scalar loss, dict of STAT_KEYS scalars).
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, optimizer,
+                 config: LoopConfig, loss_fn: Callable = losses.pretraining_loss):
+        if not getattr(optimizer, "pre_reduced_gradients", False):
+            raise ValueError("the loop all-reduces gradients itself: build the optimizer with "
+                             "pre_reduced_gradients=True (modeling.optimization.create_optimizer)")
+        self.strategy = strategy
+        self.model = model
+        self.config = config
+        self.loss_fn = loss_fn
+        self.is_chief = distribution.is_chief(strategy)
+        self.base_optimizer = optimizer
+        with strategy.scope():
+            self.global_step = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name="global_step",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self.loss_scale_optimizer = None
+            if config.dtype == "float16":
+                self.loss_scale_optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            self.optimizer = self.loss_scale_optimizer or optimizer
+            self.optimizer.build(model.trainable_variables)
+        self.checkpoint = checkpointing.make_checkpoint(model, optimizer, self.global_step,
+                                                        self.loss_scale_optimizer)
+        task_type, task_id = distribution.worker_id(strategy)
+        self.saver = checkpointing.CheckpointSaver(
+            self.checkpoint, config.output_dir, is_chief=self.is_chief,
+            worker_tag=f"{task_type}_{task_id}", max_to_keep=config.keep_checkpoint_max)
+        self._grad_fn = tf.function(self._loss_and_grads, jit_compile=config.jit_compile,
+                                    reduce_retracing=True)
+        self._train_fn = tf.function(self._train_steps)
+        self._eval_fn = tf.function(self._eval_steps)
+        self.history: list[dict] = []
+
+    # ----------------------------------------------------------------- restore
+    def restore_or_initialize(self, init_fn: Callable[[], None] | None = None) -> int:
+        """Resumes from output_dir's newest checkpoint, else calls `init_fn` (init_checkpoint).
+
+        Returns:
+          The global step training starts from.
+        """
+        path = checkpointing.restore_latest(self.checkpoint, self.config.output_dir)
+        if path:
+            logging.info("Resumed from %s at step %d", path, int(self.global_step.numpy()))
+        elif init_fn is not None:
+            init_fn()
+        return int(self.global_step.numpy())
+
+    # ------------------------------------------------------------- replica math
+    def _loss_and_grads(self, features, grad_scale):
+        with tf.GradientTape() as tape:
+            outputs = self.model(model_inputs(features), training=True)
+            loss, stats = self.loss_fn(outputs, features)
+            scaled = loss * grad_scale
+            if self.loss_scale_optimizer is not None:
+                scaled = self.loss_scale_optimizer.scale_loss(scaled)
+        grads = tape.gradient(scaled, self.model.trainable_variables)
+        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                 for g, v in zip(grads, self.model.trainable_variables)]
+        return grads, stats
+
+    def _replica_step(self, features):
+        k = self.config.gradient_accumulation_steps
+        replicas = self.strategy.num_replicas_in_sync
+        grad_scale = tf.constant(1.0 / (replicas * k), tf.float32)
+        if k == 1:
+            grads, stats = self._grad_fn(features, grad_scale)
+        else:
+            grads, stats = self._accumulate(features, k, grad_scale)
+        stats = {key: stats[key] / (replicas * k) if key in ("loss", "mlm_loss") else stats[key]
+                 for key in STAT_KEYS}
+        context = tf.distribute.get_replica_context()
+        grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        self.optimizer.apply(grads, self.model.trainable_variables)
+        return stats
+
+    def _accumulate(self, features, k, grad_scale):
+        batch = tf.shape(features["input_ids"])[0]
+        micro = batch // k
+        grads = [tf.zeros_like(v) for v in self.model.trainable_variables]
+        stats = {key: tf.constant(0.0) for key in STAT_KEYS}
+        for i in tf.range(k):
+            chunk = {name: t[i * micro:(i + 1) * micro] for name, t in features.items()}
+            g, s = self._grad_fn(chunk, grad_scale)
+            grads = [a + b for a, b in zip(grads, g)]
+            stats = {key: stats[key] + s[key] for key in STAT_KEYS}
+        return grads, stats
+
+    def _sum_over_replicas(self, per_replica):
+        return {key: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+                for key, value in per_replica.items()}
+
+    # ---------------------------------------------------------- compiled calls
+    def _train_steps(self, iterator, num_steps):
+        totals = {key: tf.constant(0.0) for key in STAT_KEYS}
+        bad_step = tf.constant(-1, tf.int64)
+        for _ in tf.range(num_steps):
+            stats = self._sum_over_replicas(self.strategy.run(self._replica_step,
+                                                              args=(next(iterator),)))
+            self.global_step.assign_add(1)
+            if not tf.math.is_finite(stats["loss"]):
+                bad_step = self.global_step.read_value()
+                break
+            totals = {key: totals[key] + stats[key] for key in STAT_KEYS}
+        return totals, bad_step
+
+    def _eval_replica_step(self, features):
+        outputs = self.model(model_inputs(features), training=False)
+        _, stats = self.loss_fn(outputs, features)
+        replicas = self.strategy.num_replicas_in_sync
+        return {key: stats[key] / replicas if key in ("loss", "mlm_loss") else stats[key]
+                for key in STAT_KEYS}
+
+    def _eval_steps(self, iterator, num_steps):
+        totals = {key: tf.constant(0.0) for key in STAT_KEYS + ("steps",)}
+        for _ in tf.range(num_steps):
+            optional = iterator.get_next_as_optional()
+            if not optional.has_value():
+                break
+            stats = self._sum_over_replicas(self.strategy.run(
+                self._eval_replica_step, args=(optional.get_value(),)))
+            stats["steps"] = tf.constant(1.0)
+            totals = {key: totals[key] + stats[key] for key in totals}
+        return totals
+
+    # ------------------------------------------------------------------ train
+    def train(self, dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset]):
+        """Trains from the current global step to `num_train_steps`; returns the history.
+
+        Args:
+          dataset_fn: input_context -> per-replica batched dataset (repeating).
+        """
+        cfg = self.config
+        step = int(self.global_step.numpy())
+        if step >= cfg.num_train_steps:
+            logging.info("Global step %d already reaches num_train_steps=%d", step,
+                         cfg.num_train_steps)
+            return self.history
+        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
+        iterator = iter(dataset)
+        writer = self._summary_writer("train")
+        window = _Window(step)
+        start_step, start_time = step, time.time()
+        while step < cfg.num_train_steps:
+            next_save = (step // cfg.save_checkpoints_steps + 1) * cfg.save_checkpoints_steps
+            n = min(cfg.iterations_per_loop, cfg.num_train_steps - step, next_save - step)
+            totals, bad_step = self._train_fn(iterator, tf.constant(n, tf.int32))
+            bad_step = int(bad_step.numpy())
+            if bad_step >= 0:
+                raise FloatingPointError(
+                    f"training loss is NaN or Inf at step {bad_step}; stopping (the newest "
+                    f"checkpoint in {cfg.output_dir} predates it)")
+            step += n
+            window.add(totals, n)
+            last = step >= cfg.num_train_steps
+            if window.steps >= cfg.log_steps or last:
+                self._log(window, step, start_step, start_time, writer)
+                window = _Window(step)
+            if step % cfg.save_checkpoints_steps == 0 or last:
+                path = self.saver.save(step)
+                if path:
+                    logging.info("Saved checkpoint %s", path)
+        writer.flush()
+        return self.history
+
+    def _log(self, window, step, start_step, start_time, writer):
+        cfg = self.config
+        elapsed = max(time.time() - window.time, 1e-9)
+        examples_per_s = window.steps * cfg.train_batch_size / elapsed
+        done = step - start_step
+        per_step = (time.time() - start_time) / max(done, 1)
+        eta = datetime.timedelta(seconds=int(per_step * (cfg.num_train_steps - step)))
+        record = {
+            "step": step,
+            "loss": window.totals["loss"] / window.steps,
+            "masked_lm_accuracy": window.totals["mlm_correct_sum"]
+            / max(window.totals["mlm_weight_sum"], 1e-12),
+            "next_sentence_accuracy": window.totals["nsp_correct_sum"]
+            / max(window.totals["nsp_count"], 1.0),
+            "learning_rate": float(keras.ops.convert_to_numpy(self.base_optimizer.learning_rate)),
+            "examples_per_second": examples_per_s,
+        }
+        self.history.append(record)
+        if self.loss_scale_optimizer is not None:
+            record["loss_scale"] = float(self.loss_scale_optimizer.dynamic_scale.numpy())
+        logging.info(
+            "step %d/%d loss %.6f mlm_acc %.4f nsp_acc %.4f lr %.3e examples/s %.1f eta %s",
+            step, cfg.num_train_steps, record["loss"], record["masked_lm_accuracy"],
+            record["next_sentence_accuracy"], record["learning_rate"], examples_per_s, eta)
+        summaries.write_scalars(writer, {k: v for k, v in record.items() if k != "step"}, step)
+
+    # ------------------------------------------------------------------- eval
+    def evaluate(self, dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset],
+                 results_file: str | None = "eval_results.txt") -> dict:
+        """Runs up to `max_eval_steps` batches; the chief writes `results_file` in output_dir.
+
+        Args:
+          dataset_fn: input_context -> per-replica batched dataset (finite).
+        """
+        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
+        totals = self._eval_fn(iter(dataset), tf.constant(self.config.max_eval_steps, tf.int32))
+        totals = {key: float(value.numpy()) for key, value in totals.items()}
+        step = int(self.global_step.numpy())
+        results = eval_metrics(totals, step)
+        logging.info("Eval at step %d over %d batches: %s", step, int(totals["steps"]),
+                     " ".join(f"{k}={v:.6g}" for k, v in sorted(results.items())))
+        if self.is_chief:
+            summaries.write_scalars(self._summary_writer("eval"),
+                                    {k: v for k, v in results.items() if k != "global_step"},
+                                    step)
+            if results_file:
+                tf.io.gfile.makedirs(self.config.output_dir)
+                write_eval_results(os.path.join(self.config.output_dir, results_file), results)
+        return results
+
+    def _summary_writer(self, name):
+        return summaries.writer(self.config.output_dir, name, enabled=self.is_chief)
+
+
+class _Window:
+    """Statistics summed since the last progress line."""
+
+    def __init__(self, step):
+        self.step = step
+        self.steps = 0
+        self.time = time.time()
+        self.totals = {key: 0.0 for key in STAT_KEYS}
+
+    def add(self, totals, n):
+        self.steps += n
+        for key in STAT_KEYS:
+            self.totals[key] += float(totals[key].numpy())

@@ -1,0 +1,46 @@
+"""Owns TensorBoard summary writing (scalars) without requiring the tensorboard package.
+
+`tf.summary.scalar` needs the tensorboard pip package at call time; writing the tensor with
+the scalar plugin's metadata ourselves produces the same event records, which TensorBoard
+(installed wherever the logs are viewed) displays as scalars.
+"""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+
+_SCALAR_METADATA = summary_pb2.SummaryMetadata(
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+
+
+def writer(output_dir: str, name: str, *, enabled: bool = True):
+    """A file writer in output_dir/name (a no-op writer when not enabled, e.g. non-chief)."""
+    if not enabled:
+        return tf.summary.create_noop_writer()
+    return tf.summary.create_file_writer(os.path.join(output_dir, name))
+
+
+def write_scalars(summary_writer, values: dict, step: int):
+    """Writes each float in `values` as a TensorBoard scalar at `step`."""
+    with summary_writer.as_default():
+        for key, value in values.items():
+            tf.summary.write(key, tf.constant(float(value), tf.float32), step=step,
+                             metadata=_SCALAR_METADATA)
+    summary_writer.flush()
+
+
+def read_scalars(event_dir: str) -> dict:
+    """{tag: [(step, value)]} from the event files in `event_dir` (for tests and tools)."""
+    from tensorflow.core.util import event_pb2
+
+    out = {}
+    for path in sorted(tf.io.gfile.glob(os.path.join(event_dir, "events.out.tfevents.*"))):
+        for raw in tf.data.TFRecordDataset(path):
+            event = event_pb2.Event.FromString(raw.numpy())
+            for value in event.summary.value:
+                tensor = tf.make_ndarray(value.tensor)
+                out.setdefault(value.tag, []).append((event.step, float(tensor)))
+    return out
