@@ -32,7 +32,7 @@ import struct
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from absl import app, flags
 
@@ -161,8 +161,8 @@ def _corpus_report(settings: Settings):
                     documents += 1
     figures = {"files": len(files), "bytes": size, "documents": documents,
                "sentences": sentences}
-    lines = [f"{len(files)} file(s), {size / 1e6:.2f} MB, {documents} documents, "
-             f"{sentences} sentences -> {settings.path('corpus')}/"]
+    lines = [(f"{len(files)} file(s), {size / 1e6:.2f} MB, {documents} documents, "
+              f"{sentences} sentences -> {settings.path('corpus')}/")]
     return lines, figures
 
 
@@ -343,6 +343,11 @@ def _stream(process, log_writer, prefix: str = "    | ") -> list:
 
 
 def _child_env() -> dict:
+    """The repository on PYTHONPATH, so `python -m data_prep...` works from any folder.
+
+    The tools run in the caller's folder, so relative paths in their flags mean what they
+    mean to the user.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -367,7 +372,7 @@ def run_stage(stage: Stage, index: int, total: int, settings: Settings) -> dict:
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     start = time.time()
     with open(log_path, "wb") as log_writer:
-        process = subprocess.Popen(stage.argv(), cwd=REPO_ROOT, env=_child_env(),
+        process = subprocess.Popen(stage.argv(), env=_child_env(),  # cwd: the caller's
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             tail = _stream(process, log_writer)
@@ -394,7 +399,7 @@ def _display_python() -> str:
 
 def resolve_settings() -> Settings:
     """Settings from the parsed flags; --quick picks the reduced sizes flags don't set."""
-    FLAGS = flags.FLAGS  # noqa: N806
+    FLAGS = flags.FLAGS
     sizes = QUICK if FLAGS.quick else FULL
     return Settings(
         output_dir=FLAGS.output_dir,
@@ -439,9 +444,9 @@ def main(argv) -> int:
     os.makedirs(settings.output_dir, exist_ok=True)
     stages = build_stages(settings)
     mode = "quick" if settings.quick else "full"
-    print(f"BERT demo ({mode}): corpus up to {settings.corpus_mb:g} MB, vocab {settings.vocab_size}, "
-          f"dupe_factor {settings.dupe_factor}, max_seq_length {settings.max_seq_length} "
-          f"-> {settings.output_dir}/", flush=True)
+    print(f"BERT demo ({mode}): corpus up to {settings.corpus_mb:g} MB, "
+          f"vocab {settings.vocab_size}, dupe_factor {settings.dupe_factor}, "
+          f"max_seq_length {settings.max_seq_length} -> {settings.output_dir}/", flush=True)
     start = time.time()
     results: dict = {}
     summary = {"settings": dataclasses.asdict(settings), "stages": results, "ok": False}

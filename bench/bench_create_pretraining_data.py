@@ -51,7 +51,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
 
 def stdlib_documents():
-    """Documents (lists of sentences) from stdlib docstrings, in a fixed order."""
+    """Documents (lists of sentences) from stdlib docstrings, one per module, in order."""
     documents = []
     names = sorted(n for n in sys.stdlib_module_names
                    if not n.startswith("_") and n not in ("antigravity", "this", "idlelib",
@@ -73,15 +73,17 @@ def stdlib_documents():
             if (inspect.isclass(member) or inspect.isfunction(member)) and \
                     getattr(member, "__module__", None) == name:
                 docs.append(inspect.getdoc(member))
+        # One document per module (its docstring, then its classes' and functions'),
+        # so documents have the length of an article rather than of one docstring.
+        sentences = []
         for doc in docs:
-            sentences = []
             for paragraph in re.split(r"\n\s*\n", doc or ""):
                 text = " ".join(paragraph.split())
                 if len(text) < 20 or text.startswith(">>>"):
                     continue
                 sentences.extend(s for s in _SENTENCE_END.split(text) if s)
-            if sentences:
-                documents.append(sentences)
+        if sentences:
+            documents.append(sentences)
     return documents
 
 

@@ -50,6 +50,8 @@ LAYOUTS = ("bert", "compact")
 # In Google's vocabularies [UNK] follows [unused0]..[unused98].
 _BERT_UNUSED_BEFORE_UNK = 99
 _JOINER = "##"
+# The learner accepts a vocabulary between (1 - slack) * target and target (its default).
+_SLACK_RATIO = 0.05
 _LEARNER_PATH = ("tools", "wordpiece_vocab", "wordpiece_tokenizer_learner_lib.py")
 
 
@@ -137,7 +139,7 @@ def expand_input_files(input_file: str | list) -> list[str]:
     files: list[str] = []
     for pattern in patterns:
         if _is_remote(pattern):
-            import tensorflow as tf  # noqa: PLC0415 - only for gs:// and other remote paths
+            import tensorflow as tf
 
             matches = tf.io.gfile.glob(pattern)
         else:
@@ -150,7 +152,7 @@ def expand_input_files(input_file: str | list) -> list[str]:
 
 def _open_binary(path: str):
     if _is_remote(path):
-        import tensorflow as tf  # noqa: PLC0415
+        import tensorflow as tf
 
         return tf.io.gfile.GFile(path, "rb")
     return open(path, "rb")
@@ -158,7 +160,7 @@ def _open_binary(path: str):
 
 def _file_size(path: str) -> int:
     if _is_remote(path):
-        import tensorflow as tf  # noqa: PLC0415
+        import tensorflow as tf
 
         return tf.io.gfile.stat(path).length
     return os.path.getsize(path)
@@ -246,8 +248,8 @@ def special_tokens(num_unused: int, layout: str = "bert") -> list[str]:
 
 def can_continue_word(char: str) -> bool:
     """Whether `char` can follow another character inside a basic-tokenizer word."""
-    return not (tokenization._is_punctuation(char)  # noqa: SLF001 - the tokenizer's own rule
-                or tokenization._is_chinese_char(ord(char)))  # noqa: SLF001
+    return not (tokenization._is_punctuation(char)
+                or tokenization._is_chinese_char(ord(char)))
 
 
 def character_tokens(word_counts) -> list[str]:
@@ -274,11 +276,45 @@ def _learner():
         module.learn  # noqa: B018 - the function used below must be there
         return module
     except Exception:  # noqa: BLE001 - fall back to the documented import path
-        from tensorflow_text.tools.wordpiece_vocab import (  # noqa: PLC0415
+        from tensorflow_text.tools.wordpiece_vocab import (
             wordpiece_tokenizer_learner_lib,
         )
 
         return wordpiece_tokenizer_learner_lib
+
+
+def _learn_pieces(words, target: int, max_unique_chars: int, config: VocabConfig) -> list:
+    """The learner's vocabulary for `target` tokens, with a narrowed threshold search.
+
+    The learner binary-searches the count threshold between `lower_thresh` and the largest
+    word count, one full learning pass per step (about 15 passes on a small corpus). The
+    vocabulary shrinks as the threshold grows, so doubling the threshold from
+    `min_token_count` brackets the answer in a few passes (each one `learn` restricted to
+    a single threshold), and the learner's own search then runs inside that bracket.
+    """
+    learner = _learner()
+
+    def learn(lower: int, upper: int) -> list:
+        return learner.learn(
+            words, target, reserved_tokens=[], upper_thresh=upper, lower_thresh=lower,
+            num_iterations=config.num_iterations, max_input_tokens=config.max_unique_words,
+            max_token_length=config.max_token_length, max_unique_chars=max_unique_chars)
+
+    max_count = max(count for _, count in words)
+    lower = config.min_token_count
+    vocab = learn(lower, lower)
+    if len(vocab) <= target or lower >= max_count:
+        return vocab  # even the lowest threshold allowed gives no more than the target
+    upper = lower
+    while upper < max_count:
+        upper = min(2 * upper, max_count)
+        vocab = learn(upper, upper)
+        if len(vocab) <= target:
+            break
+        lower = upper
+    if len(vocab) >= (1 - _SLACK_RATIO) * target or upper - lower <= 1:
+        return vocab
+    return learn(lower, upper)
 
 
 def learn_vocab(word_counts: collections.Counter, config: VocabConfig) -> list[str]:
@@ -309,12 +345,7 @@ def learn_vocab(word_counts: collections.Counter, config: VocabConfig) -> list[s
         # (## forms of punctuation and CJK) or already hold are made up for here.
         learner_chars = {char for word, _ in learner_words for char in word}
         target = config.vocab_size - len(required) + 2 * len(learner_chars)
-        learned = _learner().learn(
-            learner_words, target, reserved_tokens=[],
-            lower_thresh=config.min_token_count, num_iterations=config.num_iterations,
-            max_input_tokens=config.max_unique_words,
-            max_token_length=config.max_token_length,
-            max_unique_chars=len(learner_chars) + 1)
+        learned = _learn_pieces(learner_words, target, len(learner_chars) + 1, config)
     vocab = list(required)
     seen = set(vocab)
     for token in learned:
@@ -339,12 +370,27 @@ def _check_tokens(vocab: list[str]) -> None:
 # Output and checks.
 
 
+def check_writable(output_file: str) -> None:
+    """Fails early (before minutes of learning) when `output_file` cannot be written."""
+    if _is_remote(output_file):
+        return
+    probe = f"{output_file}.tmp-{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as err:
+        raise BuildVocabError(f"--output_file={output_file}: cannot write there: "
+                              f"{err.strerror or err}") from err
+
+
 def write_vocab(vocab: list[str], output_file: str) -> None:
     """Writes one token per line (UTF-8, `\\n`) atomically: temporary name, then rename."""
     text = "".join(token + "\n" for token in vocab).encode("utf-8")
     tmp = f"{output_file}.tmp-{os.getpid()}"
     if _is_remote(output_file):
-        import tensorflow as tf  # noqa: PLC0415
+        import tensorflow as tf
 
         with tf.io.gfile.GFile(tmp, "wb") as writer:
             writer.write(text)
@@ -394,6 +440,7 @@ def build_vocab(input_file, output_file: str, config: VocabConfig, log=print) ->
     config.validate()
     start = time.time()
     files = expand_input_files(input_file)
+    check_writable(output_file)
     stats = TextStats(files=files)
     log(f"reading {len(files)} file(s)")
     word_counts = count_words(iter_text_lines(files, stats, config), config.do_lower_case)
@@ -451,7 +498,7 @@ def write_summary(summary: dict, output_file: str) -> str:
 
 def define_flags(flag_values=None) -> None:
     """Defines the CLI's flags (only ever called by the CLI entry points)."""
-    from absl import flags  # noqa: PLC0415
+    from absl import flags
 
     fv = flag_values or flags.FLAGS
     defaults = VocabConfig()
@@ -487,12 +534,12 @@ def define_flags(flag_values=None) -> None:
 
 
 def main(argv) -> int:
-    from absl import flags, logging  # noqa: PLC0415
+    from absl import flags, logging
 
     if len(argv) > 1:
         print(f"build_vocab: error: unexpected arguments {argv[1:]}", file=sys.stderr)
         return 2
-    FLAGS = flags.FLAGS  # noqa: N806
+    FLAGS = flags.FLAGS
     for name in ("input_file", "output_file"):
         if not FLAGS[name].value:
             print(f"build_vocab: error: --{name} is required", file=sys.stderr)
@@ -519,7 +566,7 @@ def main(argv) -> int:
 
 def run() -> None:
     """Console-script entry point (`build_vocab`)."""
-    from absl import app  # noqa: PLC0415
+    from absl import app
 
     define_flags()
     app.run(main)

@@ -181,27 +181,39 @@ class ShuffleBuffer:
         return items
 
 
-def ordered_results(tasks, num_workers):
-    """`process_chunk` over the tasks, yielded in task order, with a bounded window of
-    chunks in flight so memory stays flat however far workers run ahead."""
+def start_workers(num_workers, vocab_file, do_lower_case):
+    """A process pool for `process_chunk`, or None to work in this process.
+
+    Call before TensorFlow is imported. On Linux the workers are forked after this
+    process has built the tokenizer, so they inherit it (its tables take about a second
+    to build) and never hold TensorFlow; elsewhere they are spawned clean.
+    """
     if num_workers <= 1:
+        return None
+    pretraining_data.load_tokenizer(vocab_file, do_lower_case)
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context(
+        "fork" if sys.platform.startswith("linux") and "fork" in methods else "spawn")
+    return context.Pool(num_workers)
+
+
+def ordered_results(tasks, pool, window):
+    """`process_chunk` over the tasks, yielded in task order, with at most `window` chunks
+    in flight so memory stays flat however far workers run ahead."""
+    if pool is None:
         for task in tasks:
             yield pretraining_data.process_chunk(task)
         return
-    # spawn: workers start clean (no TensorFlow, no inherited threads).
-    context = multiprocessing.get_context("spawn")
-    window = num_workers + 2
-    with context.Pool(num_workers) as pool:
-        pending = collections.deque()
-        task_iter = iter(tasks)
-        for task in itertools.islice(task_iter, window):
+    pending = collections.deque()
+    task_iter = iter(tasks)
+    for task in itertools.islice(task_iter, window):
+        pending.append(pool.apply_async(pretraining_data.process_chunk, (task,)))
+    while pending:
+        result = pending.popleft().get()
+        task = next(task_iter, None)
+        if task is not None:
             pending.append(pool.apply_async(pretraining_data.process_chunk, (task,)))
-        while pending:
-            result = pending.popleft().get()
-            task = next(task_iter, None)
-            if task is not None:
-                pending.append(pool.apply_async(pretraining_data.process_chunk, (task,)))
-            yield result
+        yield result
 
 
 class Progress:
@@ -266,13 +278,19 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
                                         do_lower_case=do_lower_case, config=config, seed=seed)
              for i, ranges in enumerate(chunks))
     stats = pretraining_data.Stats(split_documents=len(warnings))
-    writers = AtomicRecordWriters(outputs, gzip)
+    pool = start_workers(num_workers, vocab_file, do_lower_case)
+    try:
+        writers = AtomicRecordWriters(outputs, gzip)
+    except BaseException:
+        if pool is not None:
+            pool.terminate()
+        raise
     # One chunk is already shuffled exactly as the original shuffles its instances.
     buffer = ShuffleBuffer(shuffle_buffer_size, random.Random(f"{seed}/shuffle")) \
         if len(chunks) > 1 and shuffle_buffer_size > 0 else None
     progress = Progress(total_bytes, progress_seconds)
     try:
-        for result in ordered_results(tasks, num_workers):
+        for result in ordered_results(tasks, pool, window=num_workers + 2):
             stats.add(result.stats)
             for record in result.records:
                 if buffer is not None:
@@ -293,6 +311,10 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
     except BaseException:
         writers.abort()
         raise
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
     progress.update(stats.input_bytes, stats.instances, force=True)
     elapsed = time.monotonic() - start
     summary = stats.summary()

@@ -562,7 +562,8 @@ class ChunkResult:
 _TOKENIZERS: dict = {}  # per process: (vocab_file, do_lower_case) -> (tokenize_ids, MaskingVocab)
 
 
-def _load_tokenizer(vocab_file: str, do_lower_case: bool):
+def load_tokenizer(vocab_file: str, do_lower_case: bool):
+    """(tokenize_ids, MaskingVocab) for a vocab, built once per process."""
     key = (vocab_file, do_lower_case)
     if key not in _TOKENIZERS:
         tokenizer = tokenization.FullTokenizer(vocab_file=vocab_file,
@@ -600,7 +601,7 @@ def serialize_instance(instance: Instance, encoder: features.ExampleEncoder) -> 
 
 def process_chunk(task: ChunkTask) -> ChunkResult:
     """Reads, tokenizes, builds and serialises one chunk's instances."""
-    tokenize_ids, masking_vocab = _load_tokenizer(task.vocab_file, task.do_lower_case)
+    tokenize_ids, masking_vocab = load_tokenizer(task.vocab_file, task.do_lower_case)
     stats = Stats()
     documents = read_documents(task.ranges, tokenize_ids, stats)
     records: list = []

@@ -637,6 +637,152 @@ def load_prediction_features(path: str) -> tuple[list[SquadFeature], dict]:
     return features, payload.get("metadata", {})
 
 
+# Bump when the record or sidecar contents change, to invalidate old caches.
+_CACHE_FORMAT = 1
+
+
+@dataclasses.dataclass
+class PreparedSquad:
+    """What `prepare_squad_records` produced (or found cached) in output_dir.
+
+    `examples` and `features` (prediction only) are what post-processing needs; the
+    features carry no input ids (those are in the TFRecords).
+    """
+
+    record_file: str
+    metadata_file: str
+    metadata: dict
+    reused: bool
+    examples: list[SquadExample] | None = None
+    features: list[SquadFeature] | None = None
+
+    @property
+    def num_examples(self) -> int:
+        return self.metadata["num_examples"]
+
+    @property
+    def num_features(self) -> int:
+        return self.metadata["num_features"]
+
+
+def _file_sha256(path: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    digest.update(_read_text(path).encode("utf-8"))
+    return digest.hexdigest()
+
+
+def _source_stamp(path: str) -> dict:
+    if "://" in path:
+        import tensorflow as tf
+
+        stat = tf.io.gfile.stat(path)
+        return {"path": path, "size": stat.length, "mtime_nsec": stat.mtime_nsec}
+    stat = os.stat(path)
+    return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_nsec": stat.st_mtime_ns}
+
+
+def _exists(path: str) -> bool:
+    if "://" in path:
+        import tensorflow as tf
+
+        return tf.io.gfile.exists(path)
+    return os.path.exists(path)
+
+
+def _remove(path: str) -> None:
+    if "://" in path:
+        import tensorflow as tf
+
+        tf.io.gfile.remove(path)
+    else:
+        os.remove(path)
+
+
+def prepare_squad_records(
+    input_file: str,
+    output_dir: str,
+    *,
+    vocab_file: str,
+    do_lower_case: bool,
+    config: WindowConfig = WindowConfig(),
+    is_training: bool,
+    version_2_with_negative: bool = False,
+    shuffle_seed: int | None = 12345,
+    tokenizer=None,
+) -> PreparedSquad:
+    """Reads a SQuAD file and writes its features to TFRecords in output_dir, or reuses them.
+
+    Training writes `train.tf_record`; the examples are shuffled first with
+    `random.Random(shuffle_seed)` as the original does (None keeps file order). Prediction
+    writes `eval.tf_record` plus `eval_features.json` (the sidecar post-processing reads),
+    and returns the examples and features. Each file has a `.metadata.json`; the cache is
+    reused while the input file (path, size, mtime), the vocab (sha256), do_lower_case,
+    the window settings, version_2_with_negative and the seed are unchanged. Everything
+    is written to temporary names and renamed into place; the metadata comes last.
+    """
+    import random
+
+    name = "train" if is_training else "eval"
+    record_file = os.path.join(output_dir, f"{name}.tf_record")
+    sidecar_file = os.path.join(output_dir, f"{name}_features.json")
+    metadata_file = record_file + ".metadata.json"
+    key = {
+        "format": _CACHE_FORMAT,
+        "source": _source_stamp(input_file),
+        "vocab_sha256": _file_sha256(vocab_file),
+        "do_lower_case": do_lower_case,
+        "window": dataclasses.asdict(config),
+        "is_training": is_training,
+        "version_2_with_negative": version_2_with_negative,
+        "shuffle_seed": shuffle_seed if is_training else None,
+    }
+    if _exists(metadata_file) and _exists(record_file) and (
+            is_training or _exists(sidecar_file)):
+        metadata = json.loads(_read_text(metadata_file))
+        if metadata.get("key") == key:
+            logging.info("Reusing cached SQuAD features %s", record_file)
+            examples = features = None
+            if not is_training:
+                examples, _ = read_squad_examples(
+                    input_file, is_training=False,
+                    version_2_with_negative=version_2_with_negative)
+                features, _ = load_prediction_features(sidecar_file)
+            return PreparedSquad(record_file, metadata_file, metadata, True, examples, features)
+
+    examples, skipped = read_squad_examples(
+        input_file, is_training=is_training, version_2_with_negative=version_2_with_negative)
+    if _exists(metadata_file):  # never leave metadata describing other records
+        _remove(metadata_file)
+    if is_training and shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(examples)
+    if tokenizer is None:
+        tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+    kept = []
+    with SquadRecordWriter(record_file, is_training) as writer:
+        for feature in iter_features(examples, tokenizer, config, is_training=is_training):
+            writer.process_feature(feature)
+            if not is_training:
+                feature.input_ids = feature.input_mask = feature.segment_ids = []
+                kept.append(feature)
+    if not is_training:
+        save_prediction_features(kept, sidecar_file)
+    metadata = {
+        "key": key,
+        "record_file": os.path.basename(record_file),
+        "num_examples": len(examples),
+        "num_features": writer.num_features,
+        "num_skipped": len(skipped),
+        "skipped": [list(s) for s in skipped[:100]],
+    }
+    _write_text_atomic(metadata_file, json.dumps(metadata, indent=2) + "\n")
+    logging.info("%s: %d examples -> %d features in %s (%d skipped)", input_file,
+                 len(examples), writer.num_features, record_file, len(skipped))
+    return PreparedSquad(record_file, metadata_file, metadata, False,
+                         None if is_training else examples, None if is_training else kept)
+
+
 # ---------------------------------------------------------------------------
 # 4. Post-processing
 # ---------------------------------------------------------------------------
@@ -678,10 +824,15 @@ class SquadPredictions:
     null_odds: "collections.OrderedDict[str, float]"
 
 
-def _strip_spaces(text: str) -> tuple[str, list[int]]:
-    """Text without spaces, and for each kept character its index in `text`."""
-    kept = [i for i, c in enumerate(text) if c != " "]
-    return "".join(text[i] for i in kept), kept
+def _nth_non_space(text: str, n: int) -> int:
+    """Index in `text` of its n-th (0-based) character other than " "."""
+    position = 0
+    for part in text.split(" "):
+        if n < len(part):
+            return position + n
+        n -= len(part)
+        position += len(part) + 1
+    raise IndexError(n)
 
 
 def _basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
@@ -710,24 +861,25 @@ def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool,
         return orig_text
     end = start + len(pred_text) - 1
 
-    orig_ns_text, orig_ns_to_s = _strip_spaces(orig_text)
-    tok_ns_text, tok_ns_to_s = _strip_spaces(tok_text)
-    if len(orig_ns_text) != len(tok_ns_text):
+    # Character alignment: the i-th non-space character of tok_text is the i-th of
+    # orig_text when both have as many.
+    if len(orig_text) - orig_text.count(" ") != len(tok_text) - tok_text.count(" "):
         if verbose_logging:
             logging.info("Length not equal after stripping spaces: %r vs %r",
-                         orig_ns_text, tok_ns_text)
+                         orig_text.replace(" ", ""), tok_text.replace(" ", ""))
         return orig_text
-    tok_s_to_ns = {s: ns for ns, s in enumerate(tok_ns_to_s)}
-    # A span boundary on a space of tok_text has no aligned character.
-    if start not in tok_s_to_ns:
+    # A span boundary on a space of tok_text (or outside it) has no aligned character.
+    if not 0 <= start < len(tok_text) or tok_text[start] == " ":
         if verbose_logging:
             logging.info("Couldn't map start position")
         return orig_text
-    if end not in tok_s_to_ns:
+    if not 0 <= end < len(tok_text) or tok_text[end] == " ":
         if verbose_logging:
             logging.info("Couldn't map end position")
         return orig_text
-    return orig_text[orig_ns_to_s[tok_s_to_ns[start]]:orig_ns_to_s[tok_s_to_ns[end]] + 1]
+    orig_start = _nth_non_space(orig_text, start - tok_text.count(" ", 0, start))
+    orig_end = _nth_non_space(orig_text, end - tok_text.count(" ", 0, end))
+    return orig_text[orig_start:orig_end + 1]
 
 
 def _softmax(scores: Sequence[float]) -> list[float]:
@@ -855,69 +1007,87 @@ def compute_predictions(
     all_nbest = collections.OrderedDict()
     null_odds = collections.OrderedDict()
     for example_index, example in enumerate(examples):
-        rows = feature_rows.get(example_index, [])
-        score_null = _NO_NULL_SCORE
-        null_start = null_end = 0.0
-        if v2 and rows:
-            null_scores = start[rows, 0] + end[rows, 0]
-            best = int(np.argmin(null_scores))  # first window on ties
-            if null_scores[best] < score_null:
-                score_null = float(null_scores[best])
-                null_start, null_end = float(start[rows[best], 0]), float(end[rows[best], 0])
-
-        nbest = []  # (text, start_logit, end_logit)
-        seen = set()
-        null_pending = v2
-        for c in range(bounds[example_index], bounds[example_index + 1]):
-            if len(nbest) >= config.n_best_size:
-                break
-            # The null candidate sorts after every candidate scoring at least as much.
-            if null_pending and sc_of[c] < score_null:
-                null_pending = False
-                seen.add("")
-                nbest.append(("", null_start, null_end))
-                if len(nbest) >= config.n_best_size:
-                    break
-            text = _span_text(example, features[f_of[c]], int(s_of[c]), int(e_of[c]), config,
-                              text_cache)
-            if text in seen:
-                continue
-            seen.add(text)
-            nbest.append((text, float(sl_of[c]), float(el_of[c])))
-        if null_pending and len(nbest) < config.n_best_size:
-            seen.add("")
-            nbest.append(("", null_start, null_end))
-        if v2 and "" not in seen:
-            nbest.append(("", null_start, null_end))
-        if not nbest:
-            nbest.append(("empty", 0.0, 0.0))
-
-        probs = _softmax([s + e for _, s, e in nbest])
-        nbest_json = []
-        for (text, s, e), p in zip(nbest, probs):
-            entry = collections.OrderedDict()
-            entry["text"] = text
-            entry["probability"] = p
-            entry["start_logit"] = s
-            entry["end_logit"] = e
-            nbest_json.append(entry)
-
+        null = _null_candidate(start, end, feature_rows.get(example_index, [])) if v2 else None
+        spans = (
+            (features[f_of[c]], int(s_of[c]), int(e_of[c]), float(sl_of[c]), float(el_of[c]))
+            for c in range(bounds[example_index], bounds[example_index + 1])
+        )
+        nbest = _example_nbest(example, spans, null, config, text_cache)
+        all_nbest[example.qas_id] = _nbest_json(nbest)
         if not v2:
             predictions[example.qas_id] = nbest[0][0]
-        else:
-            best_non_null = next((x for x in nbest if x[0]), None)
-            if best_non_null is None:
-                # No span survived the filters: the original would fail here.
-                null_odds[example.qas_id] = float(_NO_NULL_SCORE)
-                predictions[example.qas_id] = ""
-            else:
-                diff = score_null - best_non_null[1] - best_non_null[2]
-                null_odds[example.qas_id] = diff
-                predictions[example.qas_id] = (
-                    "" if diff > config.null_score_diff_threshold else best_non_null[0]
-                )
-        all_nbest[example.qas_id] = nbest_json
+            continue
+        score_null = null[0] + null[1]
+        best_non_null = next((x for x in nbest if x[0]), None)
+        if best_non_null is None:
+            # No span survived the filters (the original fails here): answer "".
+            null_odds[example.qas_id] = float(_NO_NULL_SCORE)
+            predictions[example.qas_id] = ""
+            continue
+        diff = score_null - best_non_null[1] - best_non_null[2]
+        null_odds[example.qas_id] = diff
+        predictions[example.qas_id] = (
+            "" if diff > config.null_score_diff_threshold else best_non_null[0])
     return SquadPredictions(predictions, all_nbest, null_odds)
+
+
+def _null_candidate(start, end, rows) -> tuple[float, float]:
+    """(start logit, end logit) at [CLS] of the window with the lowest null score."""
+    if not rows:
+        return 0.0, 0.0
+    null_scores = start[rows, 0] + end[rows, 0]
+    best = int(np.argmin(null_scores))  # first window on ties, like the original
+    if not null_scores[best] < _NO_NULL_SCORE:
+        return 0.0, 0.0
+    return float(start[rows[best], 0]), float(end[rows[best], 0])
+
+
+def _example_nbest(example, spans, null, config, text_cache) -> list[tuple[str, float, float]]:
+    """The n-best (text, start_logit, end_logit) of one question.
+
+    `spans` yields (feature, start, end, start_logit, end_logit) best first; `null` is the
+    v2.0 null candidate or None. Texts are deduplicated; the null candidate sorts after
+    every span scoring at least as much, and is added at the end when not yet present.
+    """
+    nbest: list[tuple[str, float, float]] = []
+    seen: set[str] = set()
+    score_null = null[0] + null[1] if null is not None else None
+    null_pending = null is not None
+    for feature, s, e, start_logit, end_logit in spans:
+        if len(nbest) >= config.n_best_size:
+            break
+        if null_pending and start_logit + end_logit < score_null:
+            null_pending = False
+            seen.add("")
+            nbest.append(("", *null))
+            if len(nbest) >= config.n_best_size:
+                break
+        text = _span_text(example, feature, s, e, config, text_cache)
+        if text in seen:
+            continue
+        seen.add(text)
+        nbest.append((text, start_logit, end_logit))
+    if null_pending and len(nbest) < config.n_best_size:  # the null comes last in order
+        seen.add("")
+        nbest.append(("", *null))
+    if null is not None and "" not in seen:
+        nbest.append(("", *null))
+    if not nbest:
+        nbest.append(("empty", 0.0, 0.0))  # the original's placeholder
+    return nbest
+
+
+def _nbest_json(nbest) -> list:
+    probs = _softmax([s + e for _, s, e in nbest])
+    entries = []
+    for (text, start_logit, end_logit), p in zip(nbest, probs):
+        entry = collections.OrderedDict()
+        entry["text"] = text
+        entry["probability"] = p
+        entry["start_logit"] = start_logit
+        entry["end_logit"] = end_logit
+        entries.append(entry)
+    return entries
 
 
 def _span_text(example, feature, start_index, end_index, config, cache) -> str:

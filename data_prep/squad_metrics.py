@@ -247,6 +247,18 @@ def is_v2_dataset(dataset_json) -> bool:
     return any(qa.get("is_impossible") or not qa["answers"] for qa in _questions(dataset_json))
 
 
+def has_gold_answers(dataset_json) -> bool:
+    """True when every question carries an `answers` list and at least one is non-empty
+    (a dev set, not a test set): the predict file can then be scored."""
+    seen_answer = False
+    for qa in _questions(dataset_json):
+        answers = qa.get("answers")
+        if not isinstance(answers, list):
+            return False
+        seen_answer = seen_answer or bool(answers)
+    return seen_answer
+
+
 def evaluate(dataset_json, predictions: Mapping[str, str], na_probs=None, *,
              version_2_with_negative: bool | None = None) -> dict:
     """Official scores of `predictions` (qas_id -> text) against a SQuAD JSON object.

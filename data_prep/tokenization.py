@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import logging
 import re
 import sys
@@ -269,6 +270,8 @@ class _FastBasic:
     - the reference's punctuation split, " ".join and str.split() yield every punctuation
       character alone and every maximal run of other non-whitespace characters: one
       regex findall `[P]|[^P\s]+` (Python's regex `\s` is exactly str.split()'s set).
+    FullTokenizer applies `clean` to the line and `split_token` to each whitespace chunk,
+    which is the reference's own structure, so caching per chunk is exact.
     """
 
     def __init__(self):
@@ -294,21 +297,36 @@ class _FastBasic:
         punct = _char_class(punctuation)
         self.split_re = re.compile(rf"[{punct}]|[^{punct}\s]+")
         ascii_punct = _char_class(cp for cp in punctuation if cp < 128)
-        self.ascii_split_re = re.compile(rf"[{ascii_punct}]|[^{ascii_punct}\s]+", re.ASCII)
+        self.ascii_split_re = re.compile(rf"[{ascii_punct}]|[^{ascii_punct}\s]+")
+
+    def clean(self, text: str) -> str:
+        """`_clean_text` then `_tokenize_chinese_chars` of the reference, on a whole line."""
+        if text.isascii():
+            # isprintable() is False exactly for the ASCII characters cleaning changes.
+            return text if text.isprintable() else text.translate(self.ascii_clean_table)
+        return self.chinese_re.sub(r" \g<0> ", text.translate(self.clean_table))
+
+    def split_token(self, token: str, do_lower_case: bool) -> list[str]:
+        """Lower-casing, accent stripping and punctuation split of cleaned text."""
+        if do_lower_case:
+            token = token.lower()
+        return self.split_lowered(token, do_lower_case)
+
+    def split_lowered(self, token: str, do_lower_case: bool) -> list[str]:
+        """`split_token` for text that is already lower-cased when `do_lower_case`."""
+        if token.isascii():
+            if token.isalnum():  # no punctuation, no space: one word
+                return [token]
+            return self.ascii_split_re.findall(token)
+        if do_lower_case:
+            token = unicodedata.normalize("NFD", token).translate(self.strip_marks_table)
+            if token.isascii():
+                return self.ascii_split_re.findall(token)
+        return self.split_re.findall(token)
 
     def tokenize(self, text: str, do_lower_case: bool) -> list[str]:
-        if text.isascii():
-            text = text.translate(self.ascii_clean_table)
-            if do_lower_case:
-                text = text.lower()
-            return self.ascii_split_re.findall(text)
-        text = text.translate(self.clean_table)
-        text = self.chinese_re.sub(r" \g<0> ", text)
-        if do_lower_case:
-            text = text.lower()
-            if not text.isascii():
-                text = unicodedata.normalize("NFD", text).translate(self.strip_marks_table)
-        return self.split_re.findall(text)
+        """The reference BasicTokenizer's output for a whole line."""
+        return self.split_token(self.clean(text), do_lower_case)
 
 
 @functools.lru_cache(maxsize=1)
@@ -319,13 +337,14 @@ def _fast_basic() -> _FastBasic:
 class FullTokenizer:
     """Basic tokenization followed by WordPiece; the original's public API.
 
-    `tokenize` is the fast path (whole-line passes plus a bounded cache of word ->
-    WordPieces); `tokenize_exact` is the character-by-character reference. Both give the
-    original's output. The vocab is read once: mutating `vocab` afterwards is not supported.
+    `tokenize` is the fast path (whole-line string passes plus bounded caches of
+    whitespace chunk -> WordPieces and word -> WordPieces); `tokenize_exact` is the
+    character-by-character reference. Both give the original's output. The caches assume
+    the vocab is not mutated after construction.
     """
 
-    # The word cache is cleared when it reaches this size, bounding memory on huge corpora.
-    MAX_CACHED_WORDS = 500_000
+    # Each cache is cleared when it reaches this size, bounding memory on huge corpora.
+    MAX_CACHED_WORDS = 300_000
 
     def __init__(self, vocab_file: str, do_lower_case: bool = True):
         self.vocab = load_vocab(vocab_file)
@@ -333,23 +352,53 @@ class FullTokenizer:
         self.do_lower_case = do_lower_case
         self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
         self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
+        self._fast = _fast_basic()
         self._max_token_chars = max((len(t) for t in self.vocab), default=0)
+        # Whitespace-separated chunk of cleaned text -> its WordPieces, and word -> pieces.
+        self._chunk_cache: dict[str, tuple[str, ...]] = {}
         self._word_cache: dict[str, tuple[str, ...]] = {}
 
     def tokenize(self, text) -> list[str]:
-        """WordPiece tokens of `text` (str or UTF-8 bytes), fast path."""
-        words = _fast_basic().tokenize(convert_to_unicode(text), self.do_lower_case)
-        cache = self._word_cache
-        output: list[str] = []
-        for word in words:
-            pieces = cache.get(word)
-            if pieces is None:
-                pieces = self._wordpiece_bounded(word)
-                if len(cache) >= self.MAX_CACHED_WORDS:
-                    cache.clear()
-                cache[word] = pieces
-            output += pieces
-        return output
+        """WordPiece tokens of `text` (str or UTF-8 bytes), fast path.
+
+        The reference splits cleaned text on whitespace and then handles each chunk on its
+        own (lower-casing, accents, punctuation, WordPiece), so a chunk's tokens depend on
+        the chunk alone and can be cached (keyed after lower-casing the whole line).
+        """
+        text = convert_to_unicode(text)
+        if not (text.isascii() and text.isprintable()):
+            text = self._fast.clean(text)
+        if self.do_lower_case:
+            text = text.lower()  # equal to lowering each chunk (see _FastBasic)
+        chunks = text.split()
+        found = list(map(self._chunk_cache.get, chunks))
+        if None in found:
+            for index, pieces in enumerate(found):
+                if pieces is None:
+                    found[index] = self._chunk_pieces(chunks[index])
+        return list(itertools.chain.from_iterable(found))
+
+    def _chunk_pieces(self, chunk: str) -> tuple[str, ...]:
+        if (chunk.isascii() and chunk.isalnum() and chunk in self.vocab
+                and len(chunk) <= MAX_INPUT_CHARS_PER_WORD):
+            return self._cache_chunk(chunk, (chunk,))  # a plain word of the vocab
+        word_cache = self._word_cache
+        pieces: list[str] = []
+        for word in self._fast.split_lowered(chunk, self.do_lower_case):
+            word_pieces = word_cache.get(word)
+            if word_pieces is None:
+                word_pieces = self._wordpiece_bounded(word)
+                if len(word_cache) >= self.MAX_CACHED_WORDS:
+                    word_cache.clear()
+                word_cache[word] = word_pieces
+            pieces += word_pieces
+        return self._cache_chunk(chunk, tuple(pieces))
+
+    def _cache_chunk(self, chunk: str, pieces: tuple[str, ...]) -> tuple[str, ...]:
+        if len(self._chunk_cache) >= self.MAX_CACHED_WORDS:
+            self._chunk_cache.clear()
+        self._chunk_cache[chunk] = pieces
+        return pieces
 
     def tokenize_exact(self, text) -> list[str]:
         """WordPiece tokens of `text` by the character-by-character reference path."""
@@ -364,6 +413,8 @@ class FullTokenizer:
         if len(word) > MAX_INPUT_CHARS_PER_WORD:
             return (UNK_TOKEN,)
         vocab = self.vocab
+        if word in vocab:  # the greedy search would take the whole word first
+            return (word,)
         longest = self._max_token_chars
         pieces = []
         start = 0

@@ -383,10 +383,8 @@ def _load_ours(prefix: str, model, partial: bool) -> LoadReport:
             report.loaded.append(key)
     report.unexpected.extend(k for k in sorted(stored) if k not in expected)
     _fail_if_needed(report, partial)
-    status = tf.train.Checkpoint(model=target).restore(prefix)
-    status.expect_partial()
-    if not partial:
-        status.assert_existing_objects_matched()
+    # Matching was checked above on the object graph; optimizer, step etc. stay unread.
+    tf.train.Checkpoint(model=target).restore(prefix).expect_partial()
     return report
 
 
@@ -567,3 +565,54 @@ def save_ours(model, out_dir: str, config: Optional[BertConfig] = None) -> str:
     if config is not None:
         config.to_json_file(os.path.join(out_dir, "bert_config.json"))
     return prefix
+
+
+# --------------------------------------------------------------------------- conversion
+
+EXPORTERS = {TF1: export_tf1_checkpoint, HF: export_hf_checkpoint}
+
+
+def convert(input_path: str, output_dir: str, output_kind: str, *,
+            config: Optional[BertConfig] = None, input_kind: Optional[str] = None,
+            vocab_file: Optional[str] = None, model: str = "auto",
+            partial: bool = False) -> str:
+    """Converts a checkpoint between the TF1, Hugging Face and our layouts.
+
+    Args:
+      input_path: any path ``load_pretrained`` accepts.
+      output_dir: directory to write (checkpoint + config [+ vocab.txt]).
+      output_kind: one of ``KINDS``.
+      config: the network's config; default: the config file beside the input.
+      input_kind: force the input kind (default: detected).
+      vocab_file: copied into ``output_dir``; default: ``vocab.txt`` beside the input.
+      model: "encoder", "pretrainer" or "auto" (pretrainer when the input has the
+        masked-LM head).
+      partial: tolerate unexpected input tensors (e.g. a fine-tuned classifier's head).
+
+    Returns:
+      The written checkpoint (prefix or file).
+    """
+    from modeling.models import BertPretrainer
+
+    if output_kind not in KINDS:
+        raise ValueError(f"output kind {output_kind!r} is not one of {KINDS}")
+    _, location = resolve(input_path)
+    config = config or config_for(input_path)
+    if config is None:
+        raise CheckpointError(f"{input_path}: no bert_config.json / config.json beside the "
+                              "checkpoint; pass the config explicitly")
+    if model == "auto":
+        model = "pretrainer" if checkpoint_has_pretraining_heads(input_path) else "encoder"
+    network = BertPretrainer(config) if model == "pretrainer" else BertEncoder(config)
+    report = load_pretrained(input_path, network, partial=partial, kind=input_kind)
+    if report.missing:
+        raise CheckpointError(report.describe())
+    if vocab_file is None:
+        beside = os.path.join(os.path.dirname(location), "vocab.txt")
+        vocab_file = beside if tf.io.gfile.exists(beside) else None
+    if output_kind == OURS:
+        prefix = save_ours(network, output_dir, config)
+        if vocab_file:
+            tf.io.gfile.copy(vocab_file, os.path.join(output_dir, "vocab.txt"), overwrite=True)
+        return prefix
+    return EXPORTERS[output_kind](network, config, output_dir, vocab_file=vocab_file)

@@ -10,6 +10,7 @@ from keras import ops
 
 from modeling import activations
 from modeling.config import LAYER_NORM_EPSILON
+from modeling.transformer import FusedDense
 
 
 def _truncated_normal(stddev):
@@ -52,10 +53,10 @@ class MaskedLMHead(keras.layers.Layer):
         self.hidden_act = hidden_act
         self.initializer_range = float(initializer_range)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self._activation = activations.get(hidden_act)
-        self.transform = keras.layers.Dense(
-            self.hidden_size, kernel_initializer=_truncated_normal(self.initializer_range),
-            dtype=self.dtype_policy, name="transform")
+        activations.get(hidden_act)  # Fails early on an unknown name.
+        self.transform = FusedDense(
+            self.hidden_size, self.hidden_size, activation=hidden_act,
+            initializer_range=self.initializer_range, dtype=self.dtype_policy, name="transform")
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm")
 
@@ -80,7 +81,7 @@ class MaskedLMHead(keras.layers.Layer):
         shape = ops.shape(masked_positions)
         x = gather_positions(sequence_output, masked_positions)
         x = ops.reshape(x, (-1, self.hidden_size))
-        x = self.layer_norm(self._activation(self.transform(x)))
+        x = self.layer_norm(self.transform(x))
         table = ops.cast(embedding_table, self.compute_dtype)
         logits = ops.matmul(ops.cast(x, self.compute_dtype), ops.transpose(table))
         logits = ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")

@@ -92,7 +92,7 @@ def google_dir(tmp_path_factory):
 def _run(args, env_extra=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env_extra or {}))
     result = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "extract_features.py")]
-                            + args, capture_output=True, text=True, env=env, timeout=300,
+                            + args, check=False, capture_output=True, text=True, env=env, timeout=300,
                             cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -135,8 +135,8 @@ def test_in_process_from_tf1_directory_defaults(google_dir, tmp_path):
 
 
 def test_hf_directory_defaults(tmp_path):
-    vocab_file = write_vocab(tmp_path / "hf" / "vocab.txt") if (tmp_path / "hf").mkdir() is None \
-        else None
+    (tmp_path / "hf").mkdir()
+    vocab_file = write_vocab(tmp_path / "hf" / "vocab.txt")
     config_dict = tiny_config_dict(vocab_size=len(open(vocab_file).read().splitlines()))
     write_hf_dir(tmp_path / "hf", random_hf_weights(config_dict), config_dict, "gelu")
     config, vocab = extract_features._defaults_from_checkpoint(str(tmp_path / "hf"), None, None)

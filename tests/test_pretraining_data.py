@@ -48,28 +48,63 @@ from absl import flags
 import bert.create_pretraining_data as cpd
 import bert.tokenization as tok
 flags.FLAGS.mark_as_parsed()
-a = json.loads(sys.argv[1])
-t = tok.FullTokenizer(a["vocab"], True)
-out = cpd.create_training_instances(
-    a["files"], t, a["max_seq_length"], a["dupe_factor"], a["short_seq_prob"],
-    a["masked_lm_prob"], a["max_predictions_per_seq"], random.Random(a["seed"]))
-json.dump([[t.convert_tokens_to_ids(i.tokens), i.segment_ids, list(i.masked_lm_positions),
-            t.convert_tokens_to_ids(i.masked_lm_labels), int(i.is_random_next)]
-           for i in out], sys.stdout)
+results = []
+for a in json.loads(sys.argv[1]):
+    t = tok.FullTokenizer(a["vocab"], True)
+    out = cpd.create_training_instances(
+        a["files"], t, a["max_seq_length"], a["dupe_factor"], a["short_seq_prob"],
+        a["masked_lm_prob"], a["max_predictions_per_seq"], random.Random(a["seed"]))
+    results.append([[t.convert_tokens_to_ids(i.tokens), i.segment_ids,
+                     list(i.masked_lm_positions), t.convert_tokens_to_ids(i.masked_lm_labels),
+                     int(i.is_random_next)] for i in out])
+json.dump(results, sys.stdout)
 """
 
+EXACT_CASES = [(64, 10, 0.1), (16, 3, 0.5), (128, 20, 0.1)]
 
-def original_instances(files, vocab, config, seed):
-    """The original's create_training_instances, run in a subprocess (its absl flags would
-    collide with other modules' in this process)."""
-    args = dict(files=files, vocab=vocab, seed=seed, **{
+
+def original_instances(runs):
+    """The original's create_training_instances for each (files, vocab, config, seed), in
+    one subprocess (its absl flags would collide with other modules' in this process)."""
+    args = [dict(files=files, vocab=vocab, seed=seed, **{
         k: getattr(config, k) for k in ("max_seq_length", "dupe_factor", "short_seq_prob",
                                         "masked_lm_prob", "max_predictions_per_seq")})
+        for files, vocab, config, seed in runs]
     done = subprocess.run([sys.executable, "-c", _ORIGINAL, json.dumps(args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
+
+
+def _exact_config(max_seq_length, max_predictions, short_seq_prob):
+    return pd.PretrainingConfig(max_seq_length=max_seq_length,
+                                max_predictions_per_seq=max_predictions,
+                                short_seq_prob=short_seq_prob, dupe_factor=2)
+
+
+STATS_CONFIG = pd.PretrainingConfig(max_seq_length=64, max_predictions_per_seq=10,
+                                    dupe_factor=4)
+WWM_CONFIG = pd.PretrainingConfig(max_seq_length=48, max_predictions_per_seq=8,
+                                  dupe_factor=2, do_whole_word_mask=True)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Corpora, vocab, and the original's instances on them, computed once per module."""
+    tmp = tmp_path_factory.mktemp("original")
+    ref = dict(vocab=write_vocab(tmp / "vocab.txt", list(dict.fromkeys(TINY_VOCAB))))
+    ref["exact_files"] = [write_corpus(tmp / "a.txt", 40, 1), write_corpus(tmp / "b.txt", 30, 2)]
+    ref["wwm_files"] = [write_corpus(tmp / "w.txt", 40, 3, words=WORDS)]
+    ref["stats_files"] = [write_corpus(tmp / "s1.txt", 250, 5),
+                          write_corpus(tmp / "s2.txt", 150, 6)]
+    runs = [(ref["exact_files"], ref["vocab"], _exact_config(*case), 7) for case in EXACT_CASES]
+    runs.append((ref["wwm_files"], ref["vocab"], WWM_CONFIG, 11))
+    runs.append((ref["stats_files"], ref["vocab"], STATS_CONFIG, 3))
+    results = original_instances(runs)
+    ref["exact"] = results[:len(EXACT_CASES)]
+    ref["wwm"], ref["stats"] = results[len(EXACT_CASES):]
+    return ref
 
 
 def as_rows(instances):
@@ -78,7 +113,7 @@ def as_rows(instances):
 
 
 def ours_single_pool(files, vocab, config, seed):
-    tokenize_ids, masking_vocab = pd._load_tokenizer(vocab, True)
+    tokenize_ids, masking_vocab = pd.load_tokenizer(vocab, True)
     documents = pd.read_documents([pd.ByteRange(f, 0, os.path.getsize(f)) for f in files],
                                   tokenize_ids)
     return pd.create_training_instances(documents, config, masking_vocab, random.Random(seed))
@@ -102,50 +137,41 @@ def row_stats(rows, max_seq_length, mask_id):
 # Fidelity to the original.
 
 
-@pytest.mark.parametrize("max_seq_length,max_predictions,short_seq_prob", [
-    (64, 10, 0.1), (16, 3, 0.5), (128, 20, 0.1)])
-def test_same_instances_as_the_original(tmp_path, vocab_file, max_seq_length,
-                                        max_predictions, short_seq_prob):
+@pytest.mark.parametrize("case", range(len(EXACT_CASES)))
+def test_same_instances_as_the_original(reference, case):
     """One pool of documents and the same seed: instance for instance, draw for draw."""
-    files = [write_corpus(tmp_path / "a.txt", 40, 1), write_corpus(tmp_path / "b.txt", 30, 2)]
-    config = pd.PretrainingConfig(max_seq_length=max_seq_length,
-                                  max_predictions_per_seq=max_predictions,
-                                  short_seq_prob=short_seq_prob, dupe_factor=2)
-    expected = original_instances(files, vocab_file, config, seed=7)
+    expected = reference["exact"][case]
     assert len(expected) > 100
-    assert as_rows(ours_single_pool(files, vocab_file, config, 7)) == expected
+    config = _exact_config(*EXACT_CASES[case])
+    assert as_rows(ours_single_pool(reference["exact_files"], reference["vocab"], config,
+                                    7)) == expected
 
 
-def test_whole_word_mask_without_wordpieces_draws_like_the_original(tmp_path, vocab_file):
+def test_whole_word_mask_without_wordpieces_draws_like_the_original(reference):
     """No `##` pieces: whole-word masking must consume the generator exactly as
     per-token masking does (same shuffle of the same number of candidates)."""
-    files = [write_corpus(tmp_path / "a.txt", 40, 3, words=WORDS)]
-    config = pd.PretrainingConfig(max_seq_length=48, max_predictions_per_seq=8,
-                                  dupe_factor=2, do_whole_word_mask=True)
-    expected = original_instances(files, vocab_file, config, seed=11)
-    assert as_rows(ours_single_pool(files, vocab_file, config, 11)) == expected
+    ours = ours_single_pool(reference["wwm_files"], reference["vocab"], WWM_CONFIG, 11)
+    assert as_rows(ours) == reference["wwm"]
 
 
 def _chunked(files, vocab, config, seed, chunk_bytes):
     chunks, _ = pd.plan_chunks(files, chunk_bytes)
     rows, stats = [], pd.Stats()
     for index, ranges in enumerate(chunks):
-        tokenize_ids, masking_vocab = pd._load_tokenizer(vocab, True)
+        tokenize_ids, masking_vocab = pd.load_tokenizer(vocab, True)
         documents = pd.read_documents(ranges, tokenize_ids, stats)
         rows += as_rows(pd.create_training_instances(
             documents, config, masking_vocab, pd.chunk_rng(seed, index), stats))
     return rows, stats, len(chunks)
 
 
-def test_chunked_statistics_match_the_original(tmp_path, vocab_file):
+def test_chunked_statistics_match_the_original(reference):
     """The streaming pipeline (many chunks, per-chunk generators and pools) keeps the
     original's statistics on a few thousand instances."""
-    files = [write_corpus(tmp_path / "a.txt", 250, 5), write_corpus(tmp_path / "b.txt", 150, 6)]
-    config = pd.PretrainingConfig(max_seq_length=64, max_predictions_per_seq=10,
-                                  dupe_factor=4)
-    mask_id = tokenization.load_vocab(vocab_file)["[MASK]"]
-    original = row_stats(original_instances(files, vocab_file, config, seed=3), 64, mask_id)
-    rows, stats, num_chunks = _chunked(files, vocab_file, config, 3, chunk_bytes=16_000)
+    mask_id = tokenization.load_vocab(reference["vocab"])["[MASK]"]
+    original = row_stats(reference["stats"], 64, mask_id)
+    rows, stats, num_chunks = _chunked(reference["stats_files"], reference["vocab"],
+                                       STATS_CONFIG, 3, chunk_bytes=16_000)
     assert num_chunks >= 8
     ours = row_stats(rows, 64, mask_id)
     assert original["instances"] > 3000
@@ -211,10 +237,10 @@ def test_whole_word_masking_masks_whole_words_only(tmp_path, vocab_file):
     files = [write_corpus(tmp_path / "a.txt", 80, 9)]
     config = pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5,
                                   dupe_factor=3, do_whole_word_mask=True)
-    _, masking_vocab = pd._load_tokenizer(vocab_file, True)
+    _, masking_vocab = pd.load_tokenizer(vocab_file, True)
     multi_piece_masked = 0
     stats = pd.Stats()
-    tokenize_ids, _ = pd._load_tokenizer(vocab_file, True)
+    tokenize_ids, _ = pd.load_tokenizer(vocab_file, True)
     documents = pd.read_documents([pd.ByteRange(files[0], 0, 10**9)], tokenize_ids)
     for inst in pd.create_training_instances(documents, config, masking_vocab,
                                              random.Random(2), stats):
@@ -305,7 +331,7 @@ def test_reading_documents_like_the_original(tmp_path, vocab_file):
     path = tmp_path / "c.txt"
     path.write_text("the cat sat\n\x07\nthe dog ran\n \t\nhe ran\n\n\n\xa0\nshe sat\r\n"
                     "\u3000\nred mat", encoding="utf-8")
-    tokenize_ids, _ = pd._load_tokenizer(vocab_file, True)
+    tokenize_ids, _ = pd.load_tokenizer(vocab_file, True)
     vocab = tokenization.load_vocab(vocab_file)
     stats = pd.Stats()
     docs = pd.read_documents([pd.ByteRange(str(path), 0, 10**9)], tokenize_ids, stats)
@@ -318,7 +344,7 @@ def test_reading_documents_like_the_original(tmp_path, vocab_file):
 def test_invalid_utf8_names_file_line_and_offset(tmp_path, vocab_file):
     path = tmp_path / "bad.txt"
     path.write_bytes(b"the cat\n\nthe dog\nhe \xff\xfe ran\n")
-    tokenize_ids, _ = pd._load_tokenizer(vocab_file, True)
+    tokenize_ids, _ = pd.load_tokenizer(vocab_file, True)
     with pytest.raises(pd.InputError, match=r"bad\.txt:4: invalid UTF-8 at byte offset 20"):
         pd.read_documents([pd.ByteRange(str(path), 0, 100)], tokenize_ids)
 
@@ -328,7 +354,7 @@ def test_chunks_cut_at_document_boundaries_and_cover_everything(tmp_path, vocab_
              write_corpus(tmp_path / "c.txt", 80, 3)]
     chunks, warnings = pd.plan_chunks(files, 5000)
     assert not warnings and len(chunks) > 5
-    tokenize_ids, _ = pd._load_tokenizer(vocab_file, True)
+    tokenize_ids, _ = pd.load_tokenizer(vocab_file, True)
     whole = pd.read_documents([pd.ByteRange(f, 0, os.path.getsize(f)) for f in files],
                               tokenize_ids)
     pieces = [doc for ranges in chunks for doc in pd.read_documents(ranges, tokenize_ids)]

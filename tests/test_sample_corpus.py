@@ -14,8 +14,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _run(args, **kwargs):
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-    return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=120, **kwargs)
+    return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, env=env, check=False,
+                          capture_output=True, text=True, timeout=120, **kwargs)
 
 
 def _documents(path):

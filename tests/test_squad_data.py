@@ -362,3 +362,50 @@ def test_prediction_sidecar_round_trip(tmp_path):
                       "token_to_orig_map", "token_is_max_context"):
             assert getattr(a, field) == getattr(b, field)
             assert list(getattr(b, "token_to_orig_map")) == list(a.token_to_orig_map)
+
+
+def test_prepare_records_caches_and_invalidates(tmp_path):
+    import random
+
+    context = " ".join(SENTENCES[:4])
+    qas = [qa(f"q{k}", "What is it?", context, w) for k, w in
+           enumerate(["café", "1895", "Élodie's", "GDP", "guests."])]
+    data_file = write_json(tmp_path, squad_json([(context, qas)]))
+    _, vocab_file = make_tokenizer(tmp_path, SENTENCES + [QUESTION_WORDS], True)
+    config = squad.WindowConfig(max_seq_length=40, doc_stride=16, max_query_length=8)
+    out = str(tmp_path / "out")
+    kwargs = dict(vocab_file=vocab_file, do_lower_case=True, config=config)
+
+    train = squad.prepare_squad_records(data_file, out, is_training=True, **kwargs)
+    assert not train.reused and train.num_examples == 5
+    assert train.record_file.endswith("train.tf_record") and train.examples is None
+    again = squad.prepare_squad_records(data_file, out, is_training=True, **kwargs)
+    assert again.reused and again.metadata == train.metadata
+    # The original pre-shuffles training examples with random.Random(12345).
+    import tensorflow as tf
+    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+    examples, _ = squad.read_squad_examples(data_file, is_training=True)
+    random.Random(12345).shuffle(examples)
+    assert [e.qas_id for e in examples] != [q["id"] for q in qas]
+    expected = squad.convert_examples_to_features(examples, tokenizer, config, is_training=True)
+    parse = squad.SQUAD_TRAIN_SCHEMA.parser(max_seq_length=40)
+    records = [parse(r) for r in tf.data.TFRecordDataset(train.record_file)]
+    assert len(records) == len(expected) == train.num_features
+    for r, f in zip(records, expected):
+        for name, v in squad.squad_record_values(f, True).items():
+            assert r[name].numpy().tolist() == list(v)
+
+    pred = squad.prepare_squad_records(data_file, out, is_training=False, **kwargs)
+    assert not pred.reused and [e.qas_id for e in pred.examples] == [q["id"] for q in qas]
+    cached = squad.prepare_squad_records(data_file, out, is_training=False, **kwargs)
+    assert cached.reused
+    assert [f.token_to_orig_map for f in cached.features] == [
+        f.token_to_orig_map for f in pred.features]
+    assert sorted(os.listdir(out)) == [
+        "eval.tf_record", "eval.tf_record.metadata.json", "eval_features.json",
+        "train.tf_record", "train.tf_record.metadata.json"]
+
+    changed = squad.prepare_squad_records(
+        data_file, out, is_training=True, **{**kwargs, "config": squad.WindowConfig(
+            max_seq_length=48, doc_stride=16, max_query_length=8)})
+    assert not changed.reused

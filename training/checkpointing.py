@@ -1,7 +1,7 @@
 """Owns training checkpoints: what is saved, where each worker writes, and safe resumption.
 
 The object graph is `tf.train.Checkpoint(model=model, optimizer=optimizer, step=global_step)`
-(plus `loss_scale=LossScaleOptimizer` when training in float16), written by a
+(plus `loss_scale=Checkpoint(dynamic_scale, step_counter)` when training in float16), written by a
 `tf.train.CheckpointManager` as `output_dir/ckpt-<step>.{index,data-*}`.
 
 Crash safety: a checkpoint's files are complete before the manager rewrites the small
@@ -27,8 +27,17 @@ def make_checkpoint(model, optimizer, step, loss_scale_optimizer=None) -> tf.tra
     """The checkpoint object graph used by every runner (see module docstring)."""
     objects = {"model": model, "optimizer": optimizer, "step": step}
     if loss_scale_optimizer is not None:
-        objects["loss_scale"] = loss_scale_optimizer
+        # Only the scale's own state: the wrapper also tracks the model's variables, which
+        # would take over their checkpoint names (see modeling.optimization).
+        objects["loss_scale"] = tf.train.Checkpoint(
+            dynamic_scale=_tf_variable(loss_scale_optimizer.dynamic_scale),
+            step_counter=_tf_variable(loss_scale_optimizer.step_counter))
     return tf.train.Checkpoint(**objects)
+
+
+def _tf_variable(variable):
+    return getattr(variable, "value", variable) if not isinstance(variable, tf.Variable) \
+        else variable
 
 
 class CheckpointSaver:

@@ -258,6 +258,17 @@ class PretrainingLoop:
         return totals
 
     # ------------------------------------------------------------------ train
+    def run_train_steps(self, iterator, num_steps: int) -> dict:
+        """Runs `num_steps` steps from a distributed iterator (no logging, no checkpoints).
+
+        Returns:
+          The summed statistics (floats) and `bad_step` (-1 when every loss was finite).
+        """
+        totals, bad_step = self._train_fn(iterator, tf.constant(num_steps, tf.int32))
+        out = {key: float(value.numpy()) for key, value in totals.items()}
+        out["bad_step"] = int(bad_step.numpy())
+        return out
+
     def train(self, dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset]):
         """Trains from the current global step to `num_train_steps`; returns the history.
 

@@ -1,0 +1,69 @@
+"""checkpoints.convert and the convert_checkpoint.py CLI: tf1 -> hf -> ours -> tf1 is lossless."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO_ROOT, write_vocab
+from modeling import checkpoints
+from test_modeling_reference import run_original_graph, tiny_config_dict, tiny_inputs
+
+
+@pytest.fixture(scope="module")
+def google_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("google")
+    config = tiny_config_dict(hidden_act="gelu")
+    run_original_graph(config, tiny_inputs(config), save_to=str(directory / "bert_model.ckpt"),
+                       seed=2, optimizer_slots=True)
+    (directory / "bert_config.json").write_text(json.dumps(config))
+    write_vocab(directory / "vocab.txt")
+    return directory
+
+
+def _tf1_arrays(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
+            if n != "global_step" and not n.endswith(("adam_m", "adam_v"))}
+
+
+def test_round_trip_through_every_format(google_dir, tmp_path):
+    hf = checkpoints.convert(str(google_dir), str(tmp_path / "hf"), "hf")
+    assert hf.endswith("model.safetensors")
+    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert hf_config["hidden_act"] == "gelu_new"  # Google's "gelu" is the tanh form.
+    assert (tmp_path / "hf" / "vocab.txt").exists()
+    ours = checkpoints.convert(str(tmp_path / "hf"), str(tmp_path / "ours"), "ours")
+    assert checkpoints.resolve(str(tmp_path / "ours")) == ("ours", ours)
+    back = checkpoints.convert(str(tmp_path / "ours"), str(tmp_path / "tf1"), "tf1")
+    original = _tf1_arrays(str(google_dir / "bert_model.ckpt"))
+    converted = _tf1_arrays(back)
+    assert sorted(original) == sorted(converted)
+    for name, value in original.items():
+        np.testing.assert_array_equal(converted[name], value, err_msg=name)
+    assert json.loads((tmp_path / "tf1" / "bert_config.json").read_text())["hidden_act"] == "gelu"
+
+
+def test_encoder_only_conversion_and_missing_config(google_dir, tmp_path):
+    prefix = checkpoints.convert(str(google_dir), str(tmp_path / "enc"), "tf1", model="encoder",
+                                 partial=True)
+    assert not any(n.startswith("cls/") for n, _ in tf.train.list_variables(prefix))
+    os.remove(tmp_path / "enc" / "bert_config.json")
+    with pytest.raises(checkpoints.CheckpointError, match="no bert_config.json"):
+        checkpoints.convert(str(tmp_path / "enc"), str(tmp_path / "x"), "hf")
+
+
+@pytest.mark.slow
+def test_cli(google_dir, tmp_path):
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "convert_checkpoint.py"),
+         f"--input={google_dir / 'bert_model.ckpt'}", f"--output_dir={tmp_path / 'hf'}",
+         "--output_format=hf"], check=False, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "model.safetensors" in result.stdout
+    assert (tmp_path / "hf" / "config.json").exists()

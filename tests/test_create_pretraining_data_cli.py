@@ -1,0 +1,188 @@
+"""The create_pretraining_data CLI as a subprocess: outputs, summary, determinism, errors."""
+
+import glob
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from conftest import TINY_VOCAB, write_vocab
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = ["the", "a", "of", "and", "to", "in", "is", "was", "it", "he", "she", "on", "cat",
+         "dog", "sat", "mat", "ran", "far", "away", "home", "big", "red", "cats", "unaffable"]
+SMALL = ["--max_seq_length=32", "--max_predictions_per_seq=5", "--dupe_factor=2"]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def vocab_file(tmp_path):
+    return write_vocab(tmp_path / "vocab.txt", list(dict.fromkeys(TINY_VOCAB)))
+
+
+def write_corpus(path, num_docs, seed):
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(num_docs):
+        docs.append("\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 20)))
+                              + " ." for _ in range(rng.randint(1, 10))))
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def run_cli(*args, module="data_prep.create_pretraining_data"):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT,
+                          check=False, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+
+
+def read_records(paths, compression=""):
+    import tensorflow as tf
+
+    return [r.numpy() for r in tf.data.TFRecordDataset(paths, compression_type=compression)]
+
+
+def parse_all(paths, compression=""):
+    import tensorflow as tf
+
+    from data_prep import features
+
+    parse = features.PRETRAINING.parser(max_seq_length=32, max_predictions_per_seq=5)
+    rows = []
+    for parsed in tf.data.TFRecordDataset(paths, compression_type=compression).map(parse):
+        rows.append({k: v.numpy().tolist() for k, v in parsed.items()})
+    return rows
+
+
+def test_shards_gzip_and_summary(tmp_path, vocab_file):
+    corpus = write_corpus(tmp_path / "corpus.txt", 200, 1)
+    out_a, out_b = str(tmp_path / "out" / "a.tfrecord"), str(tmp_path / "out" / "b.tfrecord")
+    os.makedirs(tmp_path / "out")
+    done = run_cli(f"--input_file={corpus}", f"--output_file={out_a},{out_b}",
+                   f"--vocab_file={vocab_file}", "--num_output_shards=2", "--gzip",
+                   "--num_workers=2", "--chunk_size_mb=0.005", *SMALL)
+    assert done.returncode == 0, done.stderr
+    files = sorted(glob.glob(str(tmp_path / "out" / "*")))
+    names = [os.path.basename(f) for f in files]
+    assert names == ["a.tfrecord-00000-of-00002", "a.tfrecord-00001-of-00002",
+                     "a.tfrecord.summary.json", "b.tfrecord-00000-of-00002",
+                     "b.tfrecord-00001-of-00002"]
+    summary = json.loads((tmp_path / "out" / "a.tfrecord.summary.json").read_text())
+    shards = [f for f in files if not f.endswith(".json")]
+    counts = [len(read_records([f], "GZIP")) for f in shards]
+    assert sum(counts) == summary["instances"] > 100
+    assert max(counts) - min(counts) <= 1  # round-robin
+    assert summary["num_chunks"] > 3 and summary["num_workers"] == 2
+    for key in ("documents", "tokens", "masked_fraction", "random_next_share",
+                "mask_token_share", "kept_token_share", "random_token_share", "seconds",
+                "mb_per_second", "short_instance_share"):
+        assert summary[key] is not None, key
+    assert 0.77 < summary["mask_token_share"] < 0.83
+    rows = parse_all(shards, "GZIP")
+    assert sum(r["next_sentence_labels"][0] for r in rows) == summary["random_next"]
+    assert sum(sum(r["input_mask"]) for r in rows) == summary["tokens"]
+    assert "MB/s" in done.stderr and "ETA" in done.stderr
+
+
+def test_output_depends_on_seed_not_on_workers(tmp_path, vocab_file):
+    corpus = write_corpus(tmp_path / "corpus.txt", 150, 2)
+    outputs = {}
+    for name, workers, seed in [("w1", 1, 5), ("w2", 2, 5), ("seed6", 2, 6)]:
+        out = str(tmp_path / f"{name}.tfrecord")
+        done = run_cli(f"--input_file={corpus}", f"--output_file={out}",
+                       f"--vocab_file={vocab_file}", f"--num_workers={workers}",
+                       f"--random_seed={seed}", "--chunk_size_mb=0.004",
+                       "--shuffle_buffer_size=50", *SMALL)
+        assert done.returncode == 0, done.stderr
+        with open(out, "rb") as f:
+            outputs[name] = f.read()
+    assert outputs["w1"] == outputs["w2"]
+    assert outputs["w1"] != outputs["seed6"]
+    assert not glob.glob(str(tmp_path / "*.tmp-*"))
+
+
+def test_one_chunk_gives_the_originals_records(tmp_path, vocab_file):
+    """A corpus within one chunk: the same records as the original CLI, in the same order,
+    in both output files; and each tool reads the other's files."""
+    corpus = write_corpus(tmp_path / "corpus.txt", 60, 3)
+    common = [f"--input_file={corpus}", f"--vocab_file={vocab_file}", "--random_seed=77",
+              *SMALL]
+    ours = [str(tmp_path / "ours0.tfrecord"), str(tmp_path / "ours1.tfrecord")]
+    theirs = [str(tmp_path / "orig0.tfrecord"), str(tmp_path / "orig1.tfrecord")]
+    done = run_cli(*common, f"--output_file={','.join(ours)}", "--num_workers=2")
+    assert done.returncode == 0, done.stderr
+    done = run_cli(*common, f"--output_file={','.join(theirs)}",
+                   module="bert.create_pretraining_data")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for mine, original in zip(ours, theirs):
+        assert parse_all([mine]) == parse_all([original])
+        assert len(read_records([mine])) > 50
+
+
+def _error(tmp_path, vocab_file, *args, corpus=None):
+    if corpus is None:
+        corpus = write_corpus(tmp_path / "ok.txt", 5, 4)
+    done = run_cli(f"--input_file={corpus}", f"--output_file={tmp_path / 'o.tfrecord'}",
+                   f"--vocab_file={vocab_file}", *SMALL, *args)
+    assert done.returncode != 0
+    assert not glob.glob(str(tmp_path / "o.tfrecord*")), "no output may be left behind"
+    return done.stderr
+
+
+def test_bad_inputs_fail_with_a_clear_message(tmp_path, vocab_file):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"the cat\n\nthe dog\nhe \xff ran\n")
+    assert "bad.txt:4: invalid UTF-8" in _error(tmp_path, vocab_file, corpus=str(bad))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert "input is empty" in _error(tmp_path, vocab_file, corpus=str(empty))
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n  \n\x07\n")
+    assert "no instances" in _error(tmp_path, vocab_file, corpus=str(blank))
+    err = _error(tmp_path, vocab_file, corpus=str(tmp_path / "nothing*.txt"))
+    assert "--input_file" in err and "nothing*.txt" in err and "matches no file" in err
+    assert "--max_seq_length=4 is too small" in _error(tmp_path, vocab_file,
+                                                         "--max_seq_length=4")
+    assert "--max_predictions_per_seq=40 is larger than --max_seq_length=32" in _error(
+        tmp_path, vocab_file, "--max_predictions_per_seq=40")
+
+
+def test_bad_vocab_and_output_paths(tmp_path, vocab_file):
+    corpus = write_corpus(tmp_path / "c.txt", 5, 5)
+    malformed = write_vocab(tmp_path / "malformed.txt", ["[PAD]", "[UNK]", "the", "cat"])
+    for vocab, expected in [(str(tmp_path / "missing.txt"), "missing.txt"),
+                            (malformed, "[CLS]")]:
+        done = run_cli(f"--input_file={corpus}", f"--output_file={tmp_path / 'o.tfrecord'}",
+                       f"--vocab_file={vocab}")
+        assert done.returncode == 1 and "--vocab_file" in done.stderr
+        assert expected in done.stderr
+    unwritable = tmp_path / "no_such_dir" / "o.tfrecord"
+    done = run_cli(f"--input_file={corpus}", f"--output_file={unwritable}",
+                   f"--vocab_file={vocab_file}")
+    assert done.returncode == 1 and "--output_file: cannot write" in done.stderr
+    assert "no_such_dir" in done.stderr
+
+
+def test_odd_but_valid_inputs_are_processed_and_logged(tmp_path, vocab_file):
+    one_doc = tmp_path / "one_doc.txt"  # no blank line at all, a 0.5 MB line inside
+    one_doc.write_text("the cat sat .\n" * 3000 + "the dog ran far . " * 30_000 + "\n"
+                       + "he sat .\n" * 3000, encoding="utf-8")
+    out = str(tmp_path / "o.tfrecord")
+    done = run_cli(f"--input_file={one_doc}", f"--output_file={out}",
+                   f"--vocab_file={vocab_file}", "--chunk_size_mb=0.02", *SMALL)
+    assert done.returncode == 0, done.stderr
+    assert "no blank line" in done.stderr and "split into pieces" in done.stderr
+    assert len(read_records([out])) > 100
+    one_sentence = tmp_path / "one_sentence.txt"
+    one_sentence.write_text("\n\n".join(["the cat sat on the mat ."] * 40), encoding="utf-8")
+    done = run_cli(f"--input_file={one_sentence}", f"--output_file={out}",
+                   f"--vocab_file={vocab_file}", "--max_predictions_per_seq=31",
+                   "--max_seq_length=32", "--dupe_factor=1")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(open(out + ".summary.json").read())
+    assert summary["random_next_share"] == 1.0 and summary["instances"] == 40
+    assert "at most 29 tokens" in done.stderr  # max_predictions_per_seq > max_seq_length - 3

@@ -1,0 +1,129 @@
+"""demo.py, the main job: stage mechanics (fast) and the whole --quick run (slow)."""
+
+import gzip
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+import demo
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _write_fake_tfrecords(path, payloads, compress=False):
+    """TFRecord framing (length, CRC, data, CRC) with zero CRCs: enough to count records."""
+    opener = gzip.open if compress else open
+    with opener(path, "wb") as writer:
+        for payload in payloads:
+            writer.write(struct.pack("<Q", len(payload)) + b"\0" * 4 + payload + b"\0" * 4)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_count_tfrecords(tmp_path, compress):
+    path = str(tmp_path / ("x.tfrecord" + (".gz" if compress else "")))
+    _write_fake_tfrecords(path, [b"a" * n for n in (0, 1, 70000, 5)], compress)
+    assert demo.count_tfrecords(path) == 4
+
+
+def test_count_tfrecords_reports_truncation(tmp_path):
+    path = tmp_path / "x.tfrecord"
+    _write_fake_tfrecords(path, [b"abc"])
+    path.write_bytes(path.read_bytes() + b"\x01\x02")
+    with pytest.raises(demo.StageError, match="truncated"):
+        demo.count_tfrecords(str(path))
+
+
+def _settings(tmp_path, **overrides):
+    values = {"output_dir": str(tmp_path), "corpus_mb": 0.1, "vocab_size": 500,
+              "dupe_factor": 1, "corpus_shards": 1, "max_seq_length": 64,
+              "max_predictions_per_seq": 10, "num_workers": 0, "random_seed": 1, "quick": True}
+    values.update(overrides)
+    return demo.Settings(**values)
+
+
+def test_stages_run_the_real_clis_with_real_flags(tmp_path):
+    stages = demo.build_stages(_settings(tmp_path, num_workers=2))
+    assert [s.module for s in stages] == [
+        "data_prep.sample_corpus", "data_prep.build_vocab", "data_prep.create_pretraining_data"]
+    pretraining = dict(stages[2].flags)
+    assert pretraining["vocab_file"] == str(tmp_path / "vocab.txt")
+    assert pretraining["max_seq_length"] == 64 and pretraining["num_workers"] == 2
+    for key in ("input_file", "output_file", "do_lower_case", "max_predictions_per_seq",
+                "dupe_factor", "random_seed"):
+        assert key in pretraining
+    argv = stages[1].argv("python")
+    assert argv[:3] == ["python", "-m", "data_prep.build_vocab"]
+    assert "--vocab_size=500" in argv
+
+
+def test_missing_tool_fails_with_its_hint(tmp_path, capsys):
+    stage = demo.Stage("later", "a later stage", "data_prep.not_written_yet", [],
+                       report=lambda: ([], {}), missing_hint="waits for issue 99")
+    with pytest.raises(demo.StageError, match="not found.*waits for issue 99"):
+        demo.run_stage(stage, 4, 6, _settings(tmp_path))
+
+
+def test_failing_tool_reports_exit_code_log_and_message(tmp_path, capsys):
+    stage = demo.Stage("vocab", "learn", "data_prep.build_vocab",
+                       [("input_file", str(tmp_path / "nothing-*.txt")),
+                        ("output_file", str(tmp_path / "v.txt"))],
+                       report=lambda: ([], {}))
+    with pytest.raises(demo.StageError) as error:
+        demo.run_stage(stage, 2, 3, _settings(tmp_path))
+    message = str(error.value)
+    assert "exit code 1" in message and "matches no file" in message
+    log = tmp_path / "logs" / "2-vocab.log"
+    assert log.exists() and "matches no file" in log.read_text()
+    assert "matches no file" in capsys.readouterr().out  # streamed while running
+
+
+def test_noise_filter():
+    assert demo._is_noise("I0000 00:00:1795319551.993275    8293 port.cc:153] oneDNN custom")
+    assert demo._is_noise("WARNING: All log messages before absl::InitializeLog() is called")
+    assert not demo._is_noise("I1122 03:52:31.110223 1404 build_vocab.py:379] reading 1 file")
+    assert not demo._is_noise("Instances written: 10")
+
+
+@pytest.mark.slow
+def test_quick_demo_end_to_end(tmp_path):
+    """`demo.py --quick` through the same entry point as `make demo`, into tmp_path."""
+    # Run from another folder with a relative --output_dir: paths mean what they mean there.
+    output_dir = tmp_path / "demo_output"
+    env = dict(os.environ, PYTHONPATH="")
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "demo.py"), "--quick",
+         "--output_dir=demo_output"], cwd=tmp_path,
+        env=env, check=False, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    for marker in ("[1/3] corpus", "[2/3] vocab", "[3/3] pretraining_data", "Demo finished",
+                   "Run each stage by hand", "-m data_prep.create_pretraining_data"):
+        assert marker in out
+    assert "port.cc" not in out, "TensorFlow start-up chatter is filtered"
+
+    summary = json.loads((output_dir / "demo_summary.json").read_text())
+    assert summary["ok"] is True
+    stages = summary["stages"]
+    assert list(stages) == ["corpus", "vocab", "pretraining_data"]
+    assert stages["corpus"]["documents"] > 100
+    assert stages["vocab"]["unk_rate"] == 0.0
+    assert 0.9 * 1000 <= stages["vocab"]["vocab_size"] <= 1000
+
+    corpus_files = sorted((output_dir / "corpus").glob("*.txt"))
+    assert len(corpus_files) == 2
+    records = sorted((output_dir / "pretraining_data").glob("*.tfrecord*"))
+    records = [p for p in records if not p.name.endswith(".json")]
+    assert records
+    instances = sum(demo.count_tfrecords(str(p)) for p in records)
+    assert instances > 100
+    pretraining = stages["pretraining_data"]
+    if "summary" in pretraining:
+        assert pretraining["summary"]["instances"] == instances
+    else:
+        assert pretraining["instances"] == instances
+    for index, name in enumerate(stages, start=1):
+        assert (output_dir / "logs" / f"{index}-{name}.log").exists()

@@ -1,0 +1,182 @@
+"""run_pretraining.py end to end, as subprocesses: one device, mirrored over 2 logical CPUs,
+multi-worker over 2 local processes, kill -9 and resume, phase 2, flag errors.
+
+Records come from the real `python -m data_prep.create_pretraining_data` CLI.
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import test_loop_support as S
+from training import loop
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pretraining_data")
+    pattern, _ = S.make_records_with_cli(d, shards=2)
+    config = S.write_config(d / "bert_config.json", vocab_size=120)
+    return {"pattern": pattern, "config": config, "dir": d}
+
+
+def _flags(data, output_dir, **overrides):
+    flags = {
+        "input_file": data["pattern"], "bert_config_file": data["config"],
+        "output_dir": str(output_dir), "max_seq_length": S.SEQ,
+        "max_predictions_per_seq": S.PREDS, "train_batch_size": 16, "eval_batch_size": 8,
+        "learning_rate": 1e-3, "num_train_steps": 100, "num_warmup_steps": 10,
+        "iterations_per_loop": 10, "log_steps": 10, "save_checkpoints_steps": 50,
+        "max_eval_steps": 5, "seed": 1, "do_train": "true", "do_eval": "true",
+    }
+    flags.update(overrides)
+    return flags
+
+
+@pytest.fixture(scope="module")
+def one_device_run(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("one_device")
+    rc, log = S.run_runner(**_flags(data, out, distribution_strategy="one_device"))
+    assert rc == 0, log[-4000:]
+    return {"dir": out, "log": log}
+
+
+def test_loss_falls_and_eval_writes_every_key(one_device_run):
+    steps = S.parse_log(one_device_run["log"])
+    assert [s[0] for s in steps] == list(range(10, 101, 10))
+    assert steps[-1][1] < steps[0][1] - 1.0, steps
+    assert "examples/s" in one_device_run["log"] and "eta" in one_device_run["log"]
+    results = loop.read_eval_results(os.path.join(one_device_run["dir"], "eval_results.txt"))
+    assert sorted(results) == ["global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
+                               "next_sentence_accuracy", "next_sentence_loss"]
+    assert results["global_step"] == 100
+    assert os.path.isdir(os.path.join(one_device_run["dir"], "train"))
+    assert os.path.isdir(os.path.join(one_device_run["dir"], "eval"))
+
+
+def test_mirrored_over_two_cpus_matches_one_device(data, tmp_path):
+    # No dropout, and every record has the same number of predictions, so the mean of
+    # the two replicas' losses equals the loss of the whole global batch.
+    config = S.write_config(tmp_path / "no_dropout.json", vocab_size=120, dropout=0.0)
+    common = dict(bert_config_file=config, num_train_steps=6, iterations_per_loop=2,
+                  log_steps=2, save_checkpoints_steps=6, max_eval_steps=4)
+    runs = {}
+    for name, extra in [("one_device", {}), ("mirrored", {"num_cpu_devices": 2})]:
+        rc, log = S.run_runner(**_flags(data, tmp_path / name, distribution_strategy=name,
+                                        **common, **extra))
+        assert rc == 0, log[-4000:]
+        runs[name] = log
+    assert "MirroredStrategy with 2 replica(s)" in runs["mirrored"]
+    one, mirrored = S.parse_log(runs["one_device"]), S.parse_log(runs["mirrored"])
+    assert [s[0] for s in one] == [s[0] for s in mirrored] == [2, 4, 6]
+    np.testing.assert_allclose([s[1:] for s in mirrored], [s[1:] for s in one], rtol=1e-4)
+    r1 = loop.read_eval_results(os.path.join(tmp_path / "one_device", "eval_results.txt"))
+    r2 = loop.read_eval_results(os.path.join(tmp_path / "mirrored", "eval_results.txt"))
+    for key in r1:
+        assert r2[key] == pytest.approx(r1[key], rel=1e-4), key
+
+
+def test_multi_worker_two_local_processes_train_and_checkpoint(data, tmp_path):
+    ports = [S.free_port(), S.free_port()]
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    out = tmp_path / "mwms"
+    flags = _flags(data, out, distribution_strategy="multi_worker_mirrored",
+                   num_train_steps=10, iterations_per_loop=5, log_steps=5,
+                   save_checkpoints_steps=5, max_eval_steps=2)
+    procs = []
+    for index in range(2):
+        env = S.runner_env({"TF_CONFIG": json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}})})
+        procs.append(subprocess.Popen(S.runner_command(**flags), env=env, cwd=S.REPO_ROOT,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    logs = []
+    try:
+        for proc in procs:
+            logs.append(proc.communicate(timeout=240)[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, log in zip(procs, logs):
+        assert proc.returncode == 0, log[-4000:]
+        assert "with 2 replica(s)" in log
+    # Both workers saw the same global losses; only the chief wrote the final files.
+    assert S.parse_log(logs[0]) == S.parse_log(logs[1]) and len(S.parse_log(logs[0])) == 2
+    assert os.path.basename(tf.train.latest_checkpoint(str(out))) == "ckpt-10"
+    assert os.path.exists(out / "ckpt-5.index")
+    assert not [p for p in os.listdir(out) if p.startswith("workertemp")]
+    assert loop.read_eval_results(out / "eval_results.txt")["global_step"] == 10
+
+
+def _read_until(proc, pattern, deadline):
+    """Reads proc's output lines until `pattern` appears; returns everything read."""
+    seen = []
+    timer = threading.Timer(max(deadline - time.time(), 1), proc.kill)
+    timer.start()
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if pattern in line:
+                return "".join(seen)
+    finally:
+        timer.cancel()
+    raise AssertionError(f"{pattern!r} never appeared:\n" + "".join(seen)[-4000:])
+
+
+def test_kill_9_then_resume_continues_from_the_saved_step(data, tmp_path):
+    out = tmp_path / "killed"
+    flags = _flags(data, out, num_train_steps=100000, iterations_per_loop=5, log_steps=5,
+                   save_checkpoints_steps=5, do_eval="false")
+    proc = subprocess.Popen(S.runner_command(**flags), env=S.runner_env(), cwd=S.REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _read_until(proc, "ckpt-10", time.time() + 120)
+        time.sleep(random.uniform(0.0, 0.3))  # somewhere in a step or in a save
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    latest = tf.train.latest_checkpoint(str(out))
+    saved = int(tf.train.load_checkpoint(latest).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
+    assert saved >= 10 and latest.endswith(f"ckpt-{saved}")
+
+    rc, log = S.run_runner(**dict(flags, num_train_steps=saved + 10, do_eval="true",
+                                  max_eval_steps=2))
+    assert rc == 0, log[-4000:]
+    assert f"at step {saved}" in log  # "Resumed from .../ckpt-N at step N"
+    assert [s[0] for s in S.parse_log(log)] == [saved + 5, saved + 10]
+    assert loop.read_eval_results(out / "eval_results.txt")["global_step"] == saved + 10
+
+
+def test_phase_two_longer_sequences_from_phase_one(data, one_device_run, tmp_path):
+    pattern, _ = S.make_records_with_cli(tmp_path / "seq64", seq=64, preds=10)
+    flags = _flags(data, tmp_path / "phase2", input_file=pattern, max_seq_length=64,
+                   max_predictions_per_seq=10, num_train_steps=10, iterations_per_loop=5,
+                   log_steps=5, save_checkpoints_steps=10, max_eval_steps=2,
+                   init_checkpoint=os.path.join(one_device_run["dir"], "ckpt-100"))
+    rc, log = S.run_runner(**flags)
+    assert rc == 0, log[-4000:]
+    assert "Initialised from" in log
+    phase1 = loop.read_eval_results(os.path.join(one_device_run["dir"], "eval_results.txt"))
+    steps = S.parse_log(log)
+    # Starts from trained weights: far below a fresh model's log(120) + log(2) ~ 5.5.
+    assert steps[0][1] < phase1["loss"] + 1.0, (steps, phase1)
+
+
+def test_wrong_max_seq_length_fails_fast_with_the_file(data, tmp_path):
+    rc, log = S.run_runner(**_flags(data, tmp_path, max_seq_length=64))
+    assert rc != 0
+    assert "max_seq_length expects 64" in log and "records.tfrecord-00000-of-00002" in log
