@@ -39,7 +39,6 @@ from absl import app, flags
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
-
 def define_flags() -> None:
     """Defines the demo's flags; called only when demo.py runs (importing it defines none)."""
     flags.DEFINE_string("output_dir", "demo_output", "Folder for every output of the demo.")
@@ -97,7 +96,9 @@ class Stage:
     Attributes:
       name: short id (log file name, summary key).
       title: what the stage does, in words.
-      module: the CLI's module, run as `python -m module`.
+      module: the CLI's module, run as `python -m module`, or a top-level script of the
+        repository (a name ending in `.py`, e.g. `run_pretraining.py`), run as
+        `python path/to/script.py`.
       flags: the CLI's flags, in order, as (name, value) pairs.
       report: reads the stage's outputs and returns (lines to print, figures for the
         JSON summary); it raises when expected outputs are missing.
@@ -113,8 +114,22 @@ class Stage:
     missing_hint: str = ""
     make_dirs: list = dataclasses.field(default_factory=list)
 
+    @property
+    def is_script(self) -> bool:
+        return self.module.endswith(".py")
+
     def argv(self, python: str = sys.executable) -> list:
-        return [python, "-m", self.module] + [f"--{k}={v}" for k, v in self.flags]
+        if self.is_script:
+            head = [python, _display_path(os.path.join(REPO_ROOT, self.module))]
+        else:
+            head = [python, "-m", self.module]
+        return head + [f"--{k}={v}" for k, v in self.flags]
+
+    def is_available(self) -> bool:
+        if self.is_script:
+            return os.path.isfile(os.path.join(REPO_ROOT, self.module))
+        return (importlib.util.find_spec(self.module.split(".")[0]) is not None
+                and importlib.util.find_spec(self.module) is not None)
 
 
 class StageError(RuntimeError):
@@ -362,8 +377,7 @@ def run_stage(stage: Stage, index: int, total: int, settings: Settings) -> dict:
     for folder in stage.make_dirs:
         print("    $ " + shlex.join(["mkdir", "-p", folder]), flush=True)
     print("    $ " + shlex.join(stage.argv(_display_python())), flush=True)
-    if importlib.util.find_spec(stage.module.split(".")[0]) is None or \
-            importlib.util.find_spec(stage.module) is None:
+    if not stage.is_available():
         raise StageError(f"stage {stage.name!r} cannot run: module {stage.module} not found"
                          + (f" ({stage.missing_hint})" if stage.missing_hint else ""))
     for folder in stage.make_dirs:
@@ -391,10 +405,15 @@ def run_stage(stage: Stage, index: int, total: int, settings: Settings) -> dict:
             "log": log_path, "headline": lines[0] if lines else "", **figures}
 
 
+def _display_path(path: str) -> str:
+    """`path` as a user would type it: relative when under the current folder."""
+    relative = os.path.relpath(path, os.getcwd())
+    return relative if not relative.startswith("..") else path
+
+
 def _display_python() -> str:
     """The interpreter as a user would type it (relative when inside the repository)."""
-    relative = os.path.relpath(sys.executable, os.getcwd())
-    return relative if not relative.startswith("..") else sys.executable
+    return _display_path(sys.executable)
 
 
 def resolve_settings() -> Settings:
@@ -434,8 +453,9 @@ def print_summary(stages, results: dict, settings: Settings, total_seconds: floa
 
 
 def _wrap_command(argv: list) -> str:
-    head = shlex.join(argv[:3])
-    return " \\\n      ".join([head] + [shlex.quote(a) for a in argv[3:]])
+    flags_start = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
+    head = shlex.join(argv[:flags_start])
+    return " \\\n      ".join([head] + [shlex.quote(a) for a in argv[flags_start:]])
 
 
 def main(argv) -> int:

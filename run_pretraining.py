@@ -21,17 +21,16 @@ from training import flags as common_flags
 FLAGS = flags.FLAGS
 
 common_flags.define_common_flags()
-flags.DEFINE_string("input_file", None,
-                    "Input TF example files (can be a glob or comma separated).")
-flags.DEFINE_integer("max_predictions_per_seq", 20,
-                     "Maximum number of masked LM predictions per sequence. Must match data "
-                     "generation.")
-flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
-flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.")
-flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
-flags.DEFINE_string("input_compression", "auto",
-                    "TFRecord compression: auto (GZIP for *.gz / *.gzip), GZIP, ZLIB or NONE.")
-
+_define = common_flags.define_once
+_define(flags.DEFINE_string, "input_file", None,
+        "Input TF example files (can be a glob or comma separated).")
+_define(flags.DEFINE_integer, "max_predictions_per_seq", 20,
+        "Maximum number of masked LM predictions per sequence. Must match data generation.")
+_define(flags.DEFINE_integer, "num_train_steps", 100000, "Number of training steps.")
+_define(flags.DEFINE_integer, "num_warmup_steps", 10000, "Number of warmup steps.")
+_define(flags.DEFINE_integer, "max_eval_steps", 100, "Maximum number of eval steps.")
+_define(flags.DEFINE_string, "input_compression", "auto",
+        "TFRecord compression: auto (GZIP for *.gz / *.gzip), GZIP, ZLIB or NONE.")
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingRun:

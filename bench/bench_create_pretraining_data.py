@@ -9,9 +9,10 @@ max_predictions_per_seq 20, dupe_factor 5 by default):
 * the original (`python -m bert.create_pretraining_data`, PyPI bert-tensorflow),
 * ours with 1 worker and with all cores,
 
-and reports wall time, MB/s, instances/s and peak memory (the largest single process,
-from getrusage, and the whole process tree, sampled from /proc), plus the pure-Python
-tokenizer's own speed on the same text, the ceiling of a tokenizer-bound pipeline.
+and reports wall time, MB/s, CPU seconds of all its processes (robust on a shared,
+loaded machine, where wall time is not), instances/s and peak memory (the largest single
+process, from getrusage, and the whole process tree, sampled from /proc), plus the
+Python tokenizer's own speed on the same text, the ceiling of a tokenizer-bound pipeline.
 
     .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=1,10
     .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=1 --skip_original
@@ -148,12 +149,14 @@ def _tree_rss_bytes(root_pid):
 
 
 _MAXRSS_WRAPPER = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
-                   "print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+                   "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+                   "print('MAXRSS_KB', u.ru_maxrss, 'CPU_S', u.ru_utime + u.ru_stime, "
                    "file=sys.stderr); sys.exit(rc)")
 
 
 def measure(cmd, env=None):
-    """Runs cmd; returns seconds, largest single-process RSS (MB), process-tree peak (MB)."""
+    """Runs cmd; returns wall seconds, CPU seconds (all processes), largest single-process
+    RSS (MB) and process-tree peak RSS (MB)."""
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", _MAXRSS_WRAPPER, *cmd], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -171,8 +174,8 @@ def measure(cmd, env=None):
     poller.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]}")
-    maxrss_kb = int(re.search(r"MAXRSS_KB (\d+)", err).group(1))
-    return seconds, maxrss_kb / 1024, peak[0] / 2**20
+    found = re.search(r"MAXRSS_KB (\d+) CPU_S ([\d.]+)", err)
+    return seconds, float(found.group(2)), int(found.group(1)) / 1024, peak[0] / 2**20
 
 
 def count_records(paths):
@@ -236,9 +239,10 @@ def main():
                           f"--output_file={out}", f"--vocab_file={vocab_path}",
                           f"--num_workers={workers}", *common]))
         for name, out, cmd in runs:
-            seconds, max_rss, tree_rss = measure([sys.executable, *cmd], env=env)
+            seconds, cpu, max_rss, tree_rss = measure([sys.executable, *cmd], env=env)
             instances = count_records([out])
             rows.append(dict(size_mb=mb, run=name, seconds=seconds, mb_s=mb / seconds,
+                             cpu_s=cpu, mb_per_cpu_s=mb / cpu, load=os.getloadavg()[0],
                              instances=instances, inst_s=instances / seconds,
                              max_rss_mb=max_rss, tree_rss_mb=tree_rss))
             print(json.dumps(rows[-1]), flush=True)
@@ -257,19 +261,22 @@ def format_table(rows, args):
         f"{args.max_predictions_per_seq}, dupe_factor {args.dupe_factor}, seed 12345. "
         f"{len(os.sched_getaffinity(0))} cores.",
         "",
-        "| corpus | run | seconds | MB/s | instances | instances/s | peak RSS, largest "
-        "process (MB) | peak RSS, all processes (MB) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| corpus | run | wall s | MB/s | CPU s (all processes) | MB per CPU-s | instances "
+        "| instances/s | peak RSS, largest process (MB) | peak RSS, all processes (MB) "
+        "| load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "instances" in r:
             lines.append(
                 f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.1f} | {r['mb_s']:.2f} "
-                f"| {r['instances']} | {r['inst_s']:.0f} | {r['max_rss_mb']:.0f} | "
-                f"{r['tree_rss_mb']:.0f} |")
+                f"| {r['cpu_s']:.1f} | {r['mb_per_cpu_s']:.2f} | {r['instances']} "
+                f"| {r['inst_s']:.0f} | {r['max_rss_mb']:.0f} | {r['tree_rss_mb']:.0f} "
+                f"| {r['load']:.1f} |")
         else:
             lines.append(f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.1f} | "
-                         f"{r['mb_s']:.2f} | {r['note']} | | | |")
+                         f"{r['mb_s']:.2f} | {r['seconds']:.1f} | {r['mb_s']:.2f} | "
+                         f"{r['note']} | | | | |")
     lines += ["", "Command: `.venv/bin/python bench/bench_create_pretraining_data.py "
               + " ".join(a for a in sys.argv[1:]) + "`"]
     return "\n".join(lines)

@@ -209,7 +209,9 @@ def main():
         for dtype in args.dtypes.split(","):
             keras.config.set_dtype_policy(POLICIES[dtype])
             runners = {"ours": build_ours(config, batch, args.steps, args.jit_compile)}
-            if not args.skip_keras_hub:
+            # keras-hub 0.32's MaskedLMHead fails under mixed_bfloat16 with Keras 3.15
+            # (adds its float32 bias to bfloat16 logits), so it runs in float32 only.
+            if not args.skip_keras_hub and dtype == "float32":
                 runners["keras-hub"] = build_keras_hub(config, batch, args.steps,
                                                        args.jit_compile)
             times = time_rounds(runners, args.rounds)

@@ -291,6 +291,8 @@ def _learn_pieces(words, target: int, max_unique_chars: int, config: VocabConfig
     vocabulary shrinks as the threshold grows, so doubling the threshold from
     `min_token_count` brackets the answer in a few passes (each one `learn` restricted to
     a single threshold), and the learner's own search then runs inside that bracket.
+    Returns the learner's token list, possibly longer than `target` (the caller keeps the
+    first, most frequent, pieces).
     """
     learner = _learner()
 
@@ -301,20 +303,22 @@ def _learn_pieces(words, target: int, max_unique_chars: int, config: VocabConfig
             max_token_length=config.max_token_length, max_unique_chars=max_unique_chars)
 
     max_count = max(count for _, count in words)
-    lower = config.min_token_count
+    lower = upper = config.min_token_count
     vocab = learn(lower, lower)
-    if len(vocab) <= target or lower >= max_count:
+    if len(vocab) <= target:
         return vocab  # even the lowest threshold allowed gives no more than the target
-    upper = lower
-    while upper < max_count:
+    while len(vocab) > target and upper < max_count:
+        lower, above = upper, vocab  # the smallest vocabulary seen over the target
         upper = min(2 * upper, max_count)
         vocab = learn(upper, upper)
-        if len(vocab) <= target:
-            break
-        lower = upper
-    if len(vocab) >= (1 - _SLACK_RATIO) * target or upper - lower <= 1:
-        return vocab
-    return learn(lower, upper)
+    if len(vocab) > target or len(vocab) >= (1 - _SLACK_RATIO) * target:
+        return vocab  # over the target: the caller keeps the most frequent pieces
+    if upper - lower > 1:
+        vocab = learn(lower, upper)
+        if len(vocab) >= (1 - _SLACK_RATIO) * target:
+            return vocab
+    # No threshold lands within the slack: cut the next larger vocabulary to the target.
+    return above
 
 
 def learn_vocab(word_counts: collections.Counter, config: VocabConfig) -> list[str]:

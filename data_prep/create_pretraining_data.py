@@ -15,6 +15,7 @@ never on the number of workers. See docs/create_pretraining_data.md.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import glob
 import itertools
@@ -182,7 +183,7 @@ class ShuffleBuffer:
 
 
 def start_workers(num_workers, vocab_file, do_lower_case):
-    """A process pool for `process_chunk`, or None to work in this process.
+    """A process pool (executor) for `process_chunk`, or None to work in this process.
 
     Call before TensorFlow is imported. On Linux the workers are forked after this
     process has built the tokenizer, so they inherit it (its tables take about a second
@@ -194,35 +195,40 @@ def start_workers(num_workers, vocab_file, do_lower_case):
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context(
         "fork" if sys.platform.startswith("linux") and "fork" in methods else "spawn")
-    return context.Pool(num_workers)
+    # An executor, not multiprocessing.Pool: a worker killed (e.g. by the OOM killer)
+    # fails the run with BrokenProcessPool instead of hanging it.
+    return concurrent.futures.ProcessPoolExecutor(num_workers, mp_context=context)
 
 
 def ordered_results(tasks, pool, window):
     """`process_chunk` over the tasks, yielded in task order, with at most `window` chunks
-    in flight so memory stays flat however far workers run ahead."""
+    in flight so memory stays flat however far workers run ahead. The first window is
+    submitted now, so workers start while this process goes on (importing TensorFlow)."""
     if pool is None:
-        for task in tasks:
-            yield pretraining_data.process_chunk(task)
-        return
-    pending = collections.deque()
+        return (pretraining_data.process_chunk(task) for task in tasks)
     task_iter = iter(tasks)
-    for task in itertools.islice(task_iter, window):
-        pending.append(pool.apply_async(pretraining_data.process_chunk, (task,)))
-    while pending:
-        result = pending.popleft().get()
-        task = next(task_iter, None)
-        if task is not None:
-            pending.append(pool.apply_async(pretraining_data.process_chunk, (task,)))
-        yield result
+    pending = collections.deque(
+        pool.submit(pretraining_data.process_chunk, task)
+        for task in itertools.islice(task_iter, window))
+
+    def in_order():
+        while pending:
+            result = pending.popleft().result()
+            task = next(task_iter, None)
+            if task is not None:
+                pending.append(pool.submit(pretraining_data.process_chunk, task))
+            yield result
+
+    return in_order()
 
 
 class Progress:
     """Throughput and ETA on stderr every `interval` seconds."""
 
-    def __init__(self, total_bytes, interval):
+    def __init__(self, total_bytes, interval, start):
         self.total = total_bytes
         self.interval = interval
-        self.start = self.last = time.monotonic()
+        self.start = self.last = start
 
     def update(self, done_bytes, instances, force=False):
         now = time.monotonic()
@@ -280,17 +286,18 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
     stats = pretraining_data.Stats(split_documents=len(warnings))
     pool = start_workers(num_workers, vocab_file, do_lower_case)
     try:
+        results = ordered_results(tasks, pool, window=num_workers + 2)
         writers = AtomicRecordWriters(outputs, gzip)
     except BaseException:
         if pool is not None:
-            pool.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
         raise
     # One chunk is already shuffled exactly as the original shuffles its instances.
     buffer = ShuffleBuffer(shuffle_buffer_size, random.Random(f"{seed}/shuffle")) \
         if len(chunks) > 1 and shuffle_buffer_size > 0 else None
-    progress = Progress(total_bytes, progress_seconds)
+    progress = Progress(total_bytes, progress_seconds, start)
     try:
-        for result in ordered_results(tasks, pool, window=num_workers + 2):
+        for result in results:
             stats.add(result.stats)
             for record in result.records:
                 if buffer is not None:
@@ -313,8 +320,7 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
         raise
     finally:
         if pool is not None:
-            pool.terminate()
-            pool.join()
+            pool.shutdown(wait=False, cancel_futures=True)
     progress.update(stats.input_bytes, stats.instances, force=True)
     elapsed = time.monotonic() - start
     summary = stats.summary()
@@ -381,6 +387,11 @@ def main(argv):
             progress_seconds=FLAGS.progress_seconds)
     except (CliError, pretraining_data.ConfigError, pretraining_data.InputError) as err:
         print(f"create_pretraining_data: error: {err}", file=sys.stderr, flush=True)
+        return 1
+    except concurrent.futures.process.BrokenProcessPool as err:
+        print(f"create_pretraining_data: error: a worker process died ({err}); if it was "
+              "killed for memory, use fewer --num_workers or a smaller --chunk_size_mb",
+              file=sys.stderr, flush=True)
         return 1
     summary_path = FLAGS.output_file.split(",")[0].strip() + ".summary.json"
     summary["summary_file"] = summary_path

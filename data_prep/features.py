@@ -152,6 +152,14 @@ def packed_int64(values: Sequence[int]) -> bytes:
     return b"".join([encode_varint(int(v)) for v in values])
 
 
+def packed_uint(values: Sequence[int]) -> bytes:
+    """`packed_int64` for values known to be non-negative (ids, positions): no sign check."""
+    try:
+        return b"".join([_VARINTS[v] for v in values])
+    except IndexError:
+        return b"".join([encode_varint(v) for v in values])
+
+
 def packed_float32(values: Sequence[float]) -> bytes:
     return struct.pack(f"<{len(values)}f", *values)
 
@@ -169,6 +177,7 @@ class ExampleEncoder:
             key_field = _length_delimited(1, key)
             oneof = _LEN_TAG[3 if spec.dtype == INT64 else 2]
             self._plan.append((spec.name, spec.dtype, self.lengths[spec.name], key_field, oneof))
+        self._by_name = {name: rest for name, *rest in self._plan}
 
     def encode(self, values: Mapping[str, Sequence]) -> bytes:
         """`values[name]` is a list of at most the feature's length; the rest is zeros."""
@@ -182,30 +191,42 @@ class ExampleEncoder:
     def encode_packed(self, packed: Mapping[str, tuple]) -> bytes:
         """Like `encode`, from `(packed payload bytes, number of values)` per feature
         (see `packed_int64` / `packed_float32`), for writers that build payloads fast."""
+        return self.encode_entries([self.entry(name, *packed[name]) for name in self.names])
+
+    @property
+    def names(self) -> tuple:
+        return self.schema.names
+
+    def entry(self, name: str, payload: bytes, count: int) -> bytes:
+        """The serialised map entry of one feature from its packed payload (`count`
+        values, zero-padded here). Writers may cache entries of recurring values."""
+        dtype, length, key_field, oneof = self._by_name[name]
+        pad = length - count
+        if pad < 0:
+            raise ValueError(
+                f"{self.schema.kind} feature {name!r} has {count} values, "
+                f"more than its length {length}")
+        # Zero padding: a zero varint is the single byte 0x00, a zero float 4 bytes.
+        if pad:
+            payload += (b"\x00" if dtype == INT64 else b"\x00\x00\x00\x00") * pad
+        # Nested length-delimited fields, innermost first: the value list, the Feature,
+        # the map entry (key + value).
         varints, table_size = _VARINTS, _VARINT_TABLE_SIZE
-        parts = []
-        total = 0
-        for name, dtype, length, key_field, oneof in self._plan:
-            payload, count = packed[name]
-            pad = length - count
-            if pad < 0:
-                raise ValueError(
-                    f"{self.schema.kind} feature {name!r} has {count} values, "
-                    f"more than its length {length}")
-            # Zero padding: a zero varint is the single byte 0x00, a zero float 4 bytes.
-            if pad:
-                payload += (b"\x00" if dtype == INT64 else b"\x00\x00\x00\x00") * pad
-            # Nested length-delimited fields, innermost first: the value list, the
-            # Feature, the map entry (key + value).
-            size = len(payload)
-            v_list = varints[size] if size < table_size else encode_varint(size)
-            size += 1 + len(v_list)
-            v_feature = varints[size] if size < table_size else encode_varint(size)
-            size += 1 + len(v_feature)
-            v_value = varints[size] if size < table_size else encode_varint(size)
-            size += len(key_field) + 1 + len(v_value)
-            v_entry = varints[size] if size < table_size else encode_varint(size)
-            parts += (b"\x0a", v_entry, key_field, b"\x12", v_value, oneof, v_feature,
-                      b"\x0a", v_list, payload)
-            total += 1 + len(v_entry) + size
-        return b"".join([b"\x0a", encode_varint(total), *parts])
+        size = len(payload)
+        v_list = varints[size] if size < table_size else encode_varint(size)
+        size += 1 + len(v_list)
+        v_feature = varints[size] if size < table_size else encode_varint(size)
+        size += 1 + len(v_feature)
+        v_value = varints[size] if size < table_size else encode_varint(size)
+        size += len(key_field) + 1 + len(v_value)
+        v_entry = varints[size] if size < table_size else encode_varint(size)
+        return b"".join((b"\x0a", v_entry, key_field, b"\x12", v_value, oneof, v_feature,
+                         b"\x0a", v_list, payload))
+
+    @staticmethod
+    def encode_entries(entries: Sequence[bytes]) -> bytes:
+        """The Example of the map entries of all features, given in schema order."""
+        body = b"".join(entries)
+        size = len(body)
+        return b"".join((b"\x0a", _VARINTS[size] if size < _VARINT_TABLE_SIZE
+                         else encode_varint(size), body))

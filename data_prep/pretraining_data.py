@@ -582,21 +582,49 @@ def load_tokenizer(vocab_file: str, do_lower_case: bool):
 _ONE_FLOAT32 = struct.pack("<f", 1.0)
 
 
+class InstanceSerializer:
+    """`encoder.encode(instance.to_features())`, fast: only the ids are encoded per
+    instance; the map entries of the mask, segment ids, weights and label depend on a
+    few lengths only and are cached."""
+
+    def __init__(self, encoder: features.ExampleEncoder):
+        self.encoder = encoder
+        self._mask: dict = {}
+        self._segments: dict = {}
+        self._weights: dict = {}
+        self._labels = {flag: encoder.entry("next_sentence_labels", bytes([flag]), 1)
+                        for flag in (False, True)}
+
+    def __call__(self, instance: Instance) -> bytes:
+        encoder, packed = self.encoder, features.packed_uint
+        n = len(instance.input_ids)
+        first = instance.num_tokens_a + 2
+        k = len(instance.masked_lm_positions)
+        mask = self._mask.get(n)
+        if mask is None:
+            mask = self._mask[n] = encoder.entry("input_mask", b"\x01" * n, n)
+        segments = self._segments.get((first, n))
+        if segments is None:
+            segments = self._segments[first, n] = encoder.entry(
+                "segment_ids", b"\x00" * first + b"\x01" * (n - first), n)
+        weights = self._weights.get(k)
+        if weights is None:
+            weights = self._weights[k] = encoder.entry("masked_lm_weights",
+                                                       _ONE_FLOAT32 * k, k)
+        return encoder.encode_entries((
+            encoder.entry("input_ids", packed(instance.input_ids), n),
+            mask,
+            segments,
+            encoder.entry("masked_lm_positions", packed(instance.masked_lm_positions), k),
+            encoder.entry("masked_lm_ids", packed(instance.masked_lm_ids), k),
+            weights,
+            self._labels[bool(instance.is_random_next)],
+        ))
+
+
 def serialize_instance(instance: Instance, encoder: features.ExampleEncoder) -> bytes:
-    """`encoder.encode(instance.to_features())`, with the constant runs packed directly."""
-    n = len(instance.input_ids)
-    first = instance.num_tokens_a + 2
-    k = len(instance.masked_lm_positions)
-    packed_int64 = features.packed_int64
-    return encoder.encode_packed({
-        "input_ids": (packed_int64(instance.input_ids), n),
-        "input_mask": (b"\x01" * n, n),
-        "segment_ids": (b"\x00" * first + b"\x01" * (n - first), n),
-        "masked_lm_positions": (packed_int64(instance.masked_lm_positions), k),
-        "masked_lm_ids": (packed_int64(instance.masked_lm_ids), k),
-        "masked_lm_weights": (_ONE_FLOAT32 * k, k),
-        "next_sentence_labels": (b"\x01" if instance.is_random_next else b"\x00", 1),
-    })
+    """One instance's tf.train.Example bytes (see InstanceSerializer for the fast path)."""
+    return InstanceSerializer(encoder)(instance)
 
 
 def process_chunk(task: ChunkTask) -> ChunkResult:
@@ -613,5 +641,6 @@ def process_chunk(task: ChunkTask) -> ChunkResult:
         encoder = features.PRETRAINING.encoder(
             max_seq_length=config.max_seq_length,
             max_predictions_per_seq=config.max_predictions_per_seq)
-        records = [serialize_instance(inst, encoder) for inst in instances]
+        serialize = InstanceSerializer(encoder)
+        records = [serialize(inst) for inst in instances]
     return ChunkResult(task.index, records, stats)

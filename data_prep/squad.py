@@ -1,4 +1,4 @@
-"""SQuAD v1.1 / v2.0 data: JSON -> examples -> windowed features -> TFRecords, and logits -> answers.
+"""SQuAD v1.1/v2.0: JSON -> examples -> windowed features -> TFRecords; logits -> answers.
 
 Four parts, in pipeline order:
 
@@ -144,7 +144,8 @@ def _require(mapping: Any, key: str, kind: type, where: str):
         kinds = kind if isinstance(kind, tuple) else (kind,)
         expected = " or ".join(_JSON_TYPE_NAMES.get(k, k.__name__) for k in kinds)
         raise SquadFormatError(
-            f"{where}: field {key!r} should be {expected}, found {type(value).__name__} {value!r:.60}"
+            f"{where}: field {key!r} should be {expected}, "
+            f"found {type(value).__name__} {value!r:.60}"
         )
     return value
 
@@ -236,7 +237,8 @@ def _locate_answer(example, qa, char_to_word_offset, version_2_with_negative, wh
     actual_text = " ".join(example.doc_tokens[max(start_position, 0):end_position + 1])
     cleaned_answer = " ".join(tokenization.whitespace_tokenize(answer_text))
     if start_position < 0 or cleaned_answer not in actual_text:
-        return f"answer {cleaned_answer!r} not found at answer_start {answer_offset}: {actual_text!r}"
+        return (f"answer {cleaned_answer!r} not found at answer_start {answer_offset}: "
+                f"{actual_text!r}")
     example.orig_answer_text = answer_text
     example.start_position = start_position
     example.end_position = end_position
@@ -411,7 +413,8 @@ def iter_features(
 
         for span_index, (span_start, span_length) in enumerate(spans):
             span_end = span_start + span_length  # exclusive
-            tokens = ["[CLS]", *query_tokens, "[SEP]", *all_doc_tokens[span_start:span_end], "[SEP]"]
+            window = all_doc_tokens[span_start:span_end]
+            tokens = ["[CLS]", *query_tokens, "[SEP]", *window, "[SEP]"]
             positions = range(doc_offset, doc_offset + span_length)
             token_to_orig_map = dict(zip(positions, tok_to_orig_index[span_start:span_end]))
             token_is_max_context = {
@@ -959,7 +962,8 @@ def _candidates(features, start, end, config):
     s_idx = top_s[:, :, None]
     e_idx = top_e[:, None, :]
     length = e_idx - s_idx + 1
-    valid = s_ok[:, :, None] & e_ok[:, None, :] & (length >= 1) & (length <= config.max_answer_length)
+    valid = (s_ok[:, :, None] & e_ok[:, None, :]
+             & (length >= 1) & (length <= config.max_answer_length))
     f_k, i_k, j_k = np.nonzero(valid)
     s_pos = top_s[f_k, i_k]
     e_pos = top_e[f_k, j_k]

@@ -44,7 +44,7 @@ class _GraphPatterns:
     """RE2 patterns for each step of the original's basic tokenization."""
 
     def __init__(self):
-        drop, to_space, space, punct, chinese, marks = [], [], [], [], [], []
+        drop, to_space, punct, chinese, marks = [], [], [], [], []
         fast = tokenization._fast_basic()
         for cp in range(0x110000):
             if 0xD800 <= cp <= 0xDFFF:  # not representable in UTF-8 strings
@@ -55,8 +55,6 @@ class _GraphPatterns:
                 drop.append(cp)
             elif mapped == " " and char != " ":
                 to_space.append(cp)
-            if char.isspace():
-                space.append(cp)
             if tokenization._is_punctuation(char):
                 punct.append(cp)
             if tokenization._is_chinese_char(cp):
@@ -67,9 +65,7 @@ class _GraphPatterns:
         self.to_space = f"[{_re2_class(to_space)}]"
         self.chinese = f"([{_re2_class(chinese)}])"
         self.marks = f"[{_re2_class(marks)}]"
-        punct_class = f"[{_re2_class(punct)}]"
-        self.split = f"[{_re2_class(space)}]+|{punct_class}"
-        self.keep = punct_class
+        self.punctuation = f"([{_re2_class(punct)}])"
 
 
 @functools.lru_cache(maxsize=1)
@@ -153,7 +149,10 @@ class BertInGraphTokenizer(tf.Module):
             texts = self._lower(texts)
             texts = tf_text.normalize_utf8(texts, "NFD")
             texts = tf.strings.regex_replace(texts, p.marks, "")
-        words = tf_text.regex_split(texts, p.split, p.keep)
+        # Cleaning mapped every Python whitespace character to " " (and lower-casing or NFD
+        # create none), so splitting on ASCII whitespace is str.split() here.
+        texts = tf.strings.regex_replace(texts, p.punctuation, " \\1 ")
+        words = tf.strings.split(texts)
         too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > (
             self.max_chars_per_word)
         # A too-long word becomes the literal [UNK], which WordPiece maps to its id.

@@ -365,7 +365,8 @@ class FullTokenizer:
         own (lower-casing, accents, punctuation, WordPiece), so a chunk's tokens depend on
         the chunk alone and can be cached (keyed after lower-casing the whole line).
         """
-        text = convert_to_unicode(text)
+        if type(text) is not str:
+            text = convert_to_unicode(text)
         if not (text.isascii() and text.isprintable()):
             text = self._fast.clean(text)
         if self.do_lower_case:

@@ -188,7 +188,11 @@ def weight_table(model) -> list:
 
 @dataclasses.dataclass
 class LoadReport:
-    """What ``load_pretrained`` did. Names are the checkpoint's own names."""
+    """What ``load_pretrained`` did.
+
+    Names follow the checkpoint's scheme: TF1 names, Hugging Face names (in their
+    ``bert.``-prefixed, ``LayerNorm.weight|bias`` form) or object paths of our checkpoints.
+    """
 
     kind: str
     path: str
@@ -303,7 +307,7 @@ _ATTR_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def _trackable_variables(root, prefix: str) -> dict:
-    """Checkpoint key (without the attribute suffix) -> variable, as tf.train.Checkpoint names them."""
+    """Object path -> variable, as tf.train.Checkpoint names them (no attribute suffix)."""
     out, seen = {}, set()
 
     def walk(obj, path):
@@ -456,7 +460,8 @@ def checkpoint_has_pretraining_heads(path: str) -> bool:
     return any(n.startswith("model/masked_lm/") for n in names)
 
 
-def load_pretrained(path, model, *, partial: bool = False, kind: Optional[str] = None) -> LoadReport:
+def load_pretrained(path, model, *, partial: bool = False,
+                    kind: Optional[str] = None) -> LoadReport:
     """Loads a checkpoint of any supported kind into ``model``.
 
     Args:
@@ -551,7 +556,7 @@ def export_hf_checkpoint(model, config: BertConfig, out_dir: str, *,
 
 
 def _write_checkpoint_state(out_dir: str, prefix: str) -> None:
-    """The ``checkpoint`` state file, so ``tf.train.latest_checkpoint(out_dir)`` finds ``prefix``."""
+    """Writes the ``checkpoint`` state file so ``tf.train.latest_checkpoint`` finds ``prefix``."""
     name = os.path.basename(prefix)
     with tf.io.gfile.GFile(os.path.join(out_dir, "checkpoint"), "w") as f:
         f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')

@@ -1,4 +1,4 @@
-"""BertConfig: the network's hyper-parameters, read from and written to Google's and Hugging Face's files.
+"""BertConfig: the network's hyper-parameters, to and from Google's and Hugging Face's files.
 
 The original numerics are named here once and handed to the layers explicitly:
 

@@ -1,4 +1,4 @@
-"""BertEmbeddings: word + position + token-type embeddings, LayerNorm and dropout (a Keras 3 layer)."""
+"""BertEmbeddings: word + position + token-type embeddings, LayerNorm, dropout (Keras 3 layer)."""
 
 from __future__ import annotations
 

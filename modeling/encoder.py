@@ -1,4 +1,4 @@
-"""BertEncoder: embeddings + transformer blocks + pooler, the Keras 3 model every task model wraps."""
+"""BertEncoder: embeddings + transformer blocks + pooler, the Keras 3 model task models wrap."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Output heads on top of the encoder: masked LM, next sentence, classification, span, token tagging.
+"""Output heads on the encoder: masked LM, next sentence, classification, span, token tagging.
 
 Every head returns float32 logits whatever the dtype policy (losses and metrics read them).
 """

@@ -1,4 +1,4 @@
-"""TransformerBlock: one post-LayerNorm BERT block (self-attention + feed-forward), a Keras 3 layer."""
+"""TransformerBlock: one post-LayerNorm BERT block (self-attention + feed-forward), Keras 3."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""modeling.checkpoints: the original TF1 layout (against Google's own graph), our checkpoints, exports."""
+"""modeling.checkpoints: TF1 layout (against Google's own graph), our checkpoints, exports."""
 
 import json
 

@@ -62,7 +62,8 @@ def test_cli(google_dir, tmp_path):
     result = subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "convert_checkpoint.py"),
          f"--input={google_dir / 'bert_model.ckpt'}", f"--output_dir={tmp_path / 'hf'}",
-         "--output_format=hf"], check=False, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+         "--output_format=hf"], check=False, capture_output=True, text=True, cwd=REPO_ROOT,
+        timeout=300,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "model.safetensors" in result.stdout

@@ -1,4 +1,4 @@
-"""Hugging Face directories (safetensors, no PyTorch): both GELU forms against a numpy forward pass."""
+"""Hugging Face directories (safetensors, no PyTorch): both GELU forms vs a numpy forward pass."""
 
 import json
 

@@ -137,6 +137,15 @@ def test_bad_inputs_fail_with_a_clear_message(tmp_path, vocab_file):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"the cat\n\nthe dog\nhe \xff ran\n")
     assert "bad.txt:4: invalid UTF-8" in _error(tmp_path, vocab_file, corpus=str(bad))
+    # The same from a worker process, deep in a file of many chunks.
+    good = write_corpus(tmp_path / "good.txt", 100, 9)
+    with open(good, "rb") as f:
+        text = f.read()
+    bad.write_bytes(text + b"\nthe \xc3( cat\n" + text)
+    line = text.count(b"\n") + 2
+    err = _error(tmp_path, vocab_file, "--num_workers=2", "--chunk_size_mb=0.002",
+                 corpus=str(bad))
+    assert f"bad.txt:{line}: invalid UTF-8 at byte offset {len(text) + 5}" in err
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     assert "input is empty" in _error(tmp_path, vocab_file, corpus=str(empty))

@@ -67,6 +67,15 @@ def test_missing_tool_fails_with_its_hint(tmp_path, capsys):
         demo.run_stage(stage, 4, 6, _settings(tmp_path))
 
 
+def test_script_stages_run_repository_scripts(tmp_path):
+    script = demo.Stage("later", "t", "demo.py", [("quick", "true")], report=lambda: ([], {}))
+    assert script.is_available()
+    argv = script.argv("python")
+    assert argv[0] == "python" and argv[1].endswith("demo.py") and os.path.isfile(argv[1])
+    assert argv[2:] == ["--quick=true"]
+    assert not demo.Stage("x", "t", "not_there.py", [], report=lambda: ([], {})).is_available()
+
+
 def test_failing_tool_reports_exit_code_log_and_message(tmp_path, capsys):
     stage = demo.Stage("vocab", "learn", "data_prep.build_vocab",
                        [("input_file", str(tmp_path / "nothing-*.txt")),

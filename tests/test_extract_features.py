@@ -92,7 +92,8 @@ def google_dir(tmp_path_factory):
 def _run(args, env_extra=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env_extra or {}))
     result = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "extract_features.py")]
-                            + args, check=False, capture_output=True, text=True, env=env, timeout=300,
+                            + args, check=False, capture_output=True, text=True, env=env,
+                            timeout=300,
                             cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
 

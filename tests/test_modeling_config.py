@@ -1,4 +1,4 @@
-"""modeling.config: Google's bert_config.json, Hugging Face's config.json, validation, GELU meaning."""
+"""modeling.config: Google's and Hugging Face's config files, validation, GELU meaning."""
 
 import dataclasses
 import json

@@ -13,7 +13,7 @@ from modeling.embeddings import BertEmbeddings
 from modeling.encoder import BertEncoder
 from modeling.heads import DenseLogitsHead, MaskedLMHead
 from modeling.models import BertClassifier, BertPretrainer, BertSpanLabeler, BertTokenTagger
-from modeling.transformer import TransformerBlock
+from modeling.transformer import FusedDense, TransformerBlock
 from test_modeling_reference import tiny_config_dict, tiny_inputs
 
 CONFIG = BertConfig.from_dict(tiny_config_dict())
@@ -34,6 +34,7 @@ def policy():
                      attention_probs_dropout_prob=0.2, initializer_range=0.03),
     MaskedLMHead(99, 32, hidden_act="relu", initializer_range=0.04),
     DenseLogitsHead(5, 32, dropout_rate=0.25, initializer_range=0.01),
+    FusedDense(48, 32, activation="gelu_exact", initializer_range=0.07),
 ], ids=lambda layer: type(layer).__name__)
 def test_layer_get_config_json_round_trip(layer):
     config = json.loads(json.dumps(layer.get_config()))
@@ -158,6 +159,19 @@ def test_jit_compile_matches_eager():
     compiled = tf.function(lambda x: model(x, training=False), jit_compile=True)(INPUTS)
     for key in eager:
         np.testing.assert_allclose(compiled[key].numpy(), eager[key].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("act", ["gelu_tanh", "gelu_exact", "relu", None])
+def test_fused_dense_matches_keras_dense(act):
+    from modeling import activations
+
+    layer = FusedDense(24, 16, activation=act)
+    layer.build()
+    x = np.random.default_rng(0).normal(size=(5, 16)).astype(np.float32)
+    expected = x @ layer.kernel.numpy() + layer.bias.numpy()
+    if act:
+        expected = np.asarray(activations.get(act)(expected))
+    np.testing.assert_allclose(np.asarray(layer(x)), expected, atol=1e-5)
 
 
 def test_unknown_inputs_are_reported():

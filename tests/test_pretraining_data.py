@@ -420,3 +420,17 @@ def test_invalid_settings_name_the_flag(kwargs, flag):
     with pytest.raises(pd.ConfigError, match=flag.replace("(", r"\(")):
         pd.PretrainingConfig(**kwargs).validate()
     pd.PretrainingConfig(max_seq_length=5, max_predictions_per_seq=2).validate()
+
+
+def test_fast_serialisation_equals_the_schema_encoder(reference):
+    from data_prep import features
+
+    config = _exact_config(*EXACT_CASES[0])
+    encoder = features.PRETRAINING.encoder(max_seq_length=config.max_seq_length,
+                                           max_predictions_per_seq=config.max_predictions_per_seq)
+    instances = ours_single_pool(reference["exact_files"], reference["vocab"], config, 1)
+    assert any(i.is_random_next for i in instances) and not all(i.is_random_next
+                                                                 for i in instances)
+    serialize = pd.InstanceSerializer(encoder)
+    for instance in instances:
+        assert serialize(instance) == encoder.encode(instance.to_features())

@@ -18,7 +18,8 @@ from tests.conftest import write_vocab
 # need several windows at a small max_seq_length.
 SENTENCES = [
     "The Zürich café opened in 1895 (closed 1943), serving crème brûlée to 1,234 guests.",
-    "Dr. O'Neill's naïve theory, later called \"the Smith-Jones effect\", appeared on 12 March 2001.",
+    "Dr. O'Neill's naïve theory, later called \"the Smith-Jones effect\", appeared on "
+    "12 March 2001.",
     "Über 3.5% of Élodie's students scored 97/100; the rest failed!",
     "Its GDP grew by $4.2 billion in Q3, according to the U.S. Department of Commerce.",
     "São Paulo, Montréal and Kraków hosted the 2nd annual hackathon at 10:30 a.m. sharp.",
@@ -277,11 +278,13 @@ def test_windows_layout_and_training_positions(tmp_path, do_lower_case):
         hits = 0
         for f in windows:
             n = len(f.tokens)
-            assert f.tokens[:len(query) + 2] == ["[CLS]", *query, "[SEP]"] and f.tokens[-1] == "[SEP]"
+            assert f.tokens[:len(query) + 2] == ["[CLS]", *query, "[SEP]"]
+            assert f.tokens[-1] == "[SEP]"
             assert len(f.input_ids) == len(f.input_mask) == len(f.segment_ids) == 48
             assert f.input_ids[:n] == tokenizer.convert_tokens_to_ids(f.tokens)
             assert f.input_mask == [1] * n + [0] * (48 - n)
-            assert f.segment_ids == [0] * (len(query) + 2) + [1] * (n - len(query) - 2) + [0] * (48 - n)
+            q = len(query) + 2
+            assert f.segment_ids == [0] * q + [1] * (n - q) + [0] * (48 - n)
             assert sorted(f.token_to_orig_map) == list(range(len(query) + 2, n - 1))
             # Windows start doc_stride sub-tokens apart.
             first = f.doc_span_index * 16

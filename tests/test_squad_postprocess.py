@@ -119,7 +119,8 @@ def test_oracle_logits_recover_every_gold_answer(tmp_path, do_lower_case):
     gold = {q["id"]: q["answers"][0]["text"] for _, qas in paragraphs for q in qas}
     # Answers are rebuilt from whitespace-split words, so runs of spaces inside an answer
     # come back as one space (as in the original); everything else is exact.
-    wrong = {k: (predictions[k], v) for k, v in gold.items() if predictions[k] != " ".join(v.split())}
+    wrong = {k: (predictions[k], v) for k, v in gold.items()
+             if predictions[k] != " ".join(v.split())}
     assert not wrong
     assert sorted(os.listdir(out)) == ["nbest_predictions.json", "predictions.json"]
     assert squad_metrics.evaluate(data, predictions) == {"exact_match": 100.0, "f1": 100.0}
@@ -191,7 +192,8 @@ REFERENCE_SCRIPT = textwrap.dedent(r'''
     for job in json.load(open(sys.argv[1])):
         FLAGS.version_2_with_negative = job["version_2"]
         FLAGS.verbose_logging = False
-        tokenizer = tokenization.FullTokenizer(job["vocab_file"], do_lower_case=job["do_lower_case"])
+        tokenizer = tokenization.FullTokenizer(
+            job["vocab_file"], do_lower_case=job["do_lower_case"])
         dump = {}
         for is_training in (False, True):
             examples = run_squad.read_squad_examples(job["data_file"], is_training=is_training)

@@ -17,14 +17,14 @@ DTYPES = ("float32", "bfloat16", "float16")
 STRATEGY_NAMES = ("", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 
 
-def _define_once(define, name, *args, **kwargs):
+def define_once(define, name, *args, **kwargs):
     if name not in FLAGS:
         define(name, *args, **kwargs)
 
 
 def define_common_flags():
     """Flags every runner shares (the original's names and defaults where they exist)."""
-    d = _define_once
+    d = define_once
     d(flags.DEFINE_string, "bert_config_file", None,
       "The config json file of the pre-trained BERT model (the architecture).")
     d(flags.DEFINE_string, "output_dir", None,

@@ -160,8 +160,9 @@ class PretrainingLoop:
         self.saver = checkpointing.CheckpointSaver(
             self.checkpoint, config.output_dir, is_chief=self.is_chief,
             worker_tag=f"{task_type}_{task_id}", max_to_keep=config.keep_checkpoint_max)
-        self._grad_fn = tf.function(self._loss_and_grads, jit_compile=config.jit_compile,
-                                    reduce_retracing=True)
+        # A nested XLA function when asked; inline otherwise, so grappler sees one graph.
+        self._grad_fn = (tf.function(self._loss_and_grads, jit_compile=True)
+                         if config.jit_compile else self._loss_and_grads)
         self._train_fn = tf.function(self._train_steps)
         self._eval_fn = tf.function(self._eval_steps)
         self.history: list[dict] = []
