@@ -97,6 +97,9 @@ class BertInGraphTokenizer(tf.Module):
       vocab_file: WordPiece vocab (ids as `data_prep.tokenization.load_vocab` gives them).
       do_lower_case: lower-case, NFD and strip non-spacing marks (uncased models).
       max_chars_per_word: longer words become [UNK] (the original's 200 characters).
+
+    The first construction in a process builds the character classes from all 1.1M code
+    points (about 2 s); later ones reuse them.
     """
 
     def __init__(self, vocab_file: str, do_lower_case: bool = True,

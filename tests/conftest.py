@@ -20,6 +20,7 @@ TINY_VOCAB = [
 ] + [chr(c) for c in range(ord("a"), ord("z") + 1) if chr(c) not in ("a",)] + [
     "##" + chr(c) for c in range(ord("a"), ord("z") + 1)
 ]
+TINY_VOCAB = list(dict.fromkeys(TINY_VOCAB))  # no repeated lines: ids stay line numbers
 
 
 def write_vocab(path, tokens=TINY_VOCAB):
