@@ -40,6 +40,8 @@ def main(argv):
     del argv
     import json
 
+    import tensorflow as tf
+
     from modeling import checkpoints
     from modeling.config import BertConfig
 
@@ -47,8 +49,8 @@ def main(argv):
         raise app.UsageError("--input and --output_dir are required")
     config = None
     if FLAGS.bert_config_file:
-        with open(FLAGS.bert_config_file, encoding="utf-8") as f:
-            raw = json.load(f)
+        with tf.io.gfile.GFile(FLAGS.bert_config_file, "r") as f:
+            raw = json.loads(f.read())
         config = (BertConfig.from_hf_config(raw) if "model_type" in raw
                   else BertConfig.from_json_file(FLAGS.bert_config_file))
     written = checkpoints.convert(

@@ -171,14 +171,16 @@ def feature_json(feature: Feature, layers, layer_indexes: list) -> str:
 
 def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
     """Config and vocab beside the checkpoint when the flags do not name them."""
+    import tensorflow as tf
+
     from modeling import checkpoints
     from modeling.config import BertConfig
 
-    kind, location = checkpoints.resolve(init_checkpoint)
+    _, location = checkpoints.resolve(init_checkpoint)
     directory = os.path.dirname(location)
     if bert_config_file:
-        with open(bert_config_file, encoding="utf-8") as f:
-            raw = json.load(f)
+        with tf.io.gfile.GFile(bert_config_file, "r") as f:
+            raw = json.loads(f.read())
         if "model_type" in raw or os.path.basename(bert_config_file) == "config.json":
             config = BertConfig.from_hf_config(bert_config_file)
         else:
@@ -190,7 +192,7 @@ def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
                                  f"config.json beside {location}")
     if not vocab_file:
         vocab_file = os.path.join(directory, "vocab.txt")
-        if not os.path.exists(vocab_file):
+        if not tf.io.gfile.exists(vocab_file):
             raise app.UsageError(f"--vocab_file is required: no vocab.txt in {directory}")
     return config, vocab_file
 

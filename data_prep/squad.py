@@ -838,14 +838,6 @@ def _nth_non_space(text: str, n: int) -> int:
     raise IndexError(n)
 
 
-def _basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
-    # The tokenizer module's whole-line fast path gives BasicTokenizer's exact output.
-    fast = getattr(tokenization, "_fast_basic", None)
-    if fast is not None:
-        return fast().tokenize(text, do_lower_case)
-    return tokenization.BasicTokenizer(do_lower_case=do_lower_case).tokenize(text)
-
-
 def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool,
                    verbose_logging: bool = False) -> str:
     """Maps de-tokenized `pred_text` back onto the original words `orig_text`.
@@ -856,7 +848,7 @@ def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool,
     non-space characters as the original, the two are aligned character by character and
     the span of `pred_text` is cut out of `orig_text`. Otherwise `orig_text` is returned.
     """
-    tok_text = " ".join(_basic_tokenize(orig_text, do_lower_case))
+    tok_text = " ".join(tokenization.basic_tokenize(orig_text, do_lower_case))
     start = tok_text.find(pred_text)
     if start == -1:
         if verbose_logging:

@@ -334,6 +334,11 @@ def _fast_basic() -> _FastBasic:
     return _FastBasic()
 
 
+def basic_tokenize(text, do_lower_case: bool) -> list[str]:
+    """BasicTokenizer's exact output for `text`, through the fast whole-line path."""
+    return _fast_basic().tokenize(convert_to_unicode(text), do_lower_case)
+
+
 class FullTokenizer:
     """Basic tokenization followed by WordPiece; the original's public API.
 

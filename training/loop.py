@@ -210,12 +210,13 @@ class PretrainingLoop:
         return stats
 
     def _accumulate(self, features, k, grad_scale):
-        batch = tf.shape(features["input_ids"])[0]
-        micro = batch // k
+        # [k, micro, ...] so each micro-batch keeps a static shape (TPU, XLA).
+        split = {name: tf.reshape(t, [k, -1] + t.shape.as_list()[1:])
+                 for name, t in features.items()}
         grads = [tf.zeros_like(v) for v in self.model.trainable_variables]
         stats = {key: tf.constant(0.0) for key in STAT_KEYS}
         for i in tf.range(k):
-            chunk = {name: t[i * micro:(i + 1) * micro] for name, t in features.items()}
+            chunk = {name: t[i] for name, t in split.items()}
             g, s = self._grad_fn(chunk, grad_scale)
             grads = [a + b for a, b in zip(grads, g)]
             stats = {key: stats[key] + s[key] for key in STAT_KEYS}
