@@ -1,4 +1,4 @@
-"""Runs BERT pretraining (masked LM + next sentence) from TFRecords under any tf.distribute strategy.
+"""Runs BERT pretraining (masked LM + next sentence) from TFRecords under any strategy.
 
 Same flags as Google's run_pretraining.py, plus distribution, precision and optimizer
 flags (see training/flags.py and docs/pretraining.md). The runner only parses flags into

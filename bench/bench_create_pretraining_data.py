@@ -7,9 +7,11 @@ For each size it runs, as subprocesses with the same flags (max_seq_length 128,
 max_predictions_per_seq 20, dupe_factor 5 by default):
 
 * the original (`python -m bert.create_pretraining_data`, PyPI bert-tensorflow),
-* ours with 1 worker and with all cores,
+* ours with 1 worker and with all cores (the default: vectorised masking),
+* ours with all cores and `--exact_draws` (the original's random draws, draw for draw),
 
-and reports wall time, MB/s, CPU seconds of all its processes (robust on a shared,
+and reports wall time, MB/s, the speed-up over the original measured in the same run,
+CPU seconds of all its processes (robust on a shared,
 loaded machine, where wall time is not), instances/s and peak memory (the largest single
 process, from getrusage, and the whole process tree, sampled from /proc), plus the
 Python tokenizer's own speed on the same text, the ceiling of a tokenizer-bound pipeline.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import glob
 import importlib
 import inspect
 import io
@@ -203,6 +206,9 @@ def main():
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--max_predictions_per_seq", type=int, default=20)
     parser.add_argument("--workers", default=f"1,{len(os.sched_getaffinity(0))}")
+    parser.add_argument("--exact_draws_run", default=True,
+                        action=argparse.BooleanOptionalAction,
+                        help="also run ours with all cores and --exact_draws")
     parser.add_argument("--write_results", action="store_true")
     args = parser.parse_args()
 
@@ -232,21 +238,33 @@ def main():
             runs.append(("original (bert-tensorflow 1.0.4)", out,
                          ["-m", "bert.create_pretraining_data", f"--input_file={corpus}",
                           f"--output_file={out}", f"--vocab_file={vocab_path}", *common]))
-        for workers in [int(w) for w in args.workers.split(",")]:
-            out = os.path.join(work, f"ours_{size_mb:g}_{workers}.tfrecord")
-            runs.append((f"ours, {workers} worker(s)", out,
+        all_cores = len(os.sched_getaffinity(0))
+        variants = [(int(w), []) for w in args.workers.split(",")]
+        if args.exact_draws_run:
+            variants.append((all_cores, ["--exact_draws"]))
+        for workers, extra in variants:
+            out = os.path.join(work, f"ours_{size_mb:g}_{workers}_{len(extra)}.tfrecord")
+            runs.append((f"ours, {workers} worker(s){', --exact_draws' if extra else ''}",
+                         out,
                          ["-m", "data_prep.create_pretraining_data", f"--input_file={corpus}",
                           f"--output_file={out}", f"--vocab_file={vocab_path}",
-                          f"--num_workers={workers}", *common]))
+                          f"--num_workers={workers}", *extra, *common]))
+        original_seconds = None
         for name, out, cmd in runs:
+            load = os.getloadavg()[0]  # before the run: the load it competes with
             seconds, cpu, max_rss, tree_rss = measure([sys.executable, *cmd], env=env)
             instances = count_records([out])
+            if name.startswith("original"):
+                original_seconds = seconds
             rows.append(dict(size_mb=mb, run=name, seconds=seconds, mb_s=mb / seconds,
-                             cpu_s=cpu, mb_per_cpu_s=mb / cpu, load=os.getloadavg()[0],
+                             speedup=original_seconds / seconds if original_seconds else None,
+                             cpu_s=cpu, mb_per_cpu_s=mb / cpu, load=load,
                              instances=instances, inst_s=instances / seconds,
                              max_rss_mb=max_rss, tree_rss_mb=tree_rss))
             print(json.dumps(rows[-1]), flush=True)
             os.remove(out)
+            for extra in glob.glob(out + "*"):
+                os.remove(extra)
     table = format_table(rows, args)
     print(table)
     if args.write_results:
@@ -261,21 +279,22 @@ def format_table(rows, args):
         f"{args.max_predictions_per_seq}, dupe_factor {args.dupe_factor}, seed 12345. "
         f"{len(os.sched_getaffinity(0))} cores.",
         "",
-        "| corpus | run | wall s | MB/s | CPU s (all processes) | MB per CPU-s | instances "
-        "| instances/s | peak RSS, largest process (MB) | peak RSS, all processes (MB) "
-        "| load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| corpus | run | wall s | MB/s | x original (wall) | CPU s (all processes) "
+        "| MB per CPU-s | instances | instances/s | peak RSS, largest process (MB) "
+        "| peak RSS, all processes (MB) | load avg before |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "instances" in r:
+            speedup = "" if r.get("speedup") is None else f"{r['speedup']:.1f}x"
             lines.append(
-                f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.1f} | {r['mb_s']:.2f} "
-                f"| {r['cpu_s']:.1f} | {r['mb_per_cpu_s']:.2f} | {r['instances']} "
+                f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.2f} | {r['mb_s']:.2f} "
+                f"| {speedup} | {r['cpu_s']:.2f} | {r['mb_per_cpu_s']:.2f} | {r['instances']} "
                 f"| {r['inst_s']:.0f} | {r['max_rss_mb']:.0f} | {r['tree_rss_mb']:.0f} "
                 f"| {r['load']:.1f} |")
         else:
-            lines.append(f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.1f} | "
-                         f"{r['mb_s']:.2f} | {r['seconds']:.1f} | {r['mb_s']:.2f} | "
+            lines.append(f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.2f} | "
+                         f"{r['mb_s']:.2f} | | {r['seconds']:.2f} | {r['mb_s']:.2f} | "
                          f"{r['note']} | | | | |")
     lines += ["", "Command: `.venv/bin/python bench/bench_create_pretraining_data.py "
               + " ".join(a for a in sys.argv[1:]) + "`"]

@@ -197,6 +197,12 @@ class ExampleEncoder:
     def names(self) -> tuple:
         return self.schema.names
 
+    def entry_key_and_tag(self, name: str) -> tuple:
+        """(serialised map key field, Feature oneof tag byte) of a feature: the constant
+        parts of its map entry, for vectorised writers."""
+        _, _, key_field, oneof = self._by_name[name]
+        return key_field, oneof
+
     def entry(self, name: str, payload: bytes, count: int) -> bytes:
         """The serialised map entry of one feature from its packed payload (`count`
         values, zero-padded here). Writers may cache entries of recurring values."""
@@ -230,3 +236,159 @@ class ExampleEncoder:
         size = len(body)
         return b"".join((b"\x0a", _VARINTS[size] if size < _VARINT_TABLE_SIZE
                          else encode_varint(size), body))
+
+
+# ---------------------------------------------------------------------------------------
+# TFRecord framing, by hand (so that no writing process needs TensorFlow).
+#
+# Each record on disk: uint64 length (little-endian), uint32 masked_crc32c(length bytes),
+# the data, uint32 masked_crc32c(data); masked_crc32c(x) = rotr15(crc32c(x)) + 0xa282ead8
+# (tensorflow/core/lib/hash/crc32c.h). CRC32C (Castagnoli) is not in the standard
+# library; `frame_records` computes it with numpy over many records at once (rows of a
+# byte matrix, four bytes per step), the pure-Python `crc32c` is the reference.
+
+_CRC32C_POLY = 0x82F63B78  # reflected Castagnoli polynomial
+_CRC_MASK_DELTA = 0xA282EAD8
+
+
+def _crc32c_table() -> list:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ _CRC32C_POLY if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes, crc: int = 0) -> int:
+    """CRC32C of `data` (continuing from `crc`), one byte at a time: slow, the reference."""
+    table = _CRC32C_TABLE
+    crc ^= 0xFFFFFFFF
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc32c(data: bytes) -> int:
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
+
+
+class _Crc32cBatch:
+    """CRC32C of many byte strings at once with numpy.
+
+    The strings are right-aligned in the rows of a zero-padded byte matrix whose width is
+    a multiple of 4, and the rows' CRC registers advance together, one little-endian
+    uint32 column per step (slicing-by-4 tables). A row padded with p leading zero bytes
+    starts from the register state that p zero bytes turn into the standard initial
+    value 0xFFFFFFFF (`_init`, found by running the register backwards), so the padding
+    does not change the result.
+    """
+
+    def __init__(self):
+        import numpy as np
+
+        self.np = np
+        t0 = np.array(_CRC32C_TABLE, dtype=np.uint32)
+        tables = [t0]
+        for _ in range(3):
+            prev = tables[-1]
+            tables.append((prev >> np.uint32(8)) ^ t0[prev & np.uint32(0xFF)])
+        self.tables = tables
+        # The top byte of table[b] differs for every b: it identifies the byte shifted out.
+        self._byte_of_top = [0] * 256
+        for b, value in enumerate(_CRC32C_TABLE):
+            self._byte_of_top[value >> 24] = b
+        self._init = np.array([0xFFFFFFFF], dtype=np.uint32)
+
+    def _init_states(self, max_pad: int):
+        """init[p]: the register state that p zero bytes turn into 0xFFFFFFFF."""
+        np = self.np
+        if len(self._init) <= max_pad:
+            states = self._init.tolist()
+            state, table, byte_of_top = states[-1], _CRC32C_TABLE, self._byte_of_top
+            while len(states) <= max_pad:
+                b = byte_of_top[state >> 24]
+                state = (((state ^ table[b]) << 8) & 0xFFFFFFFF) | b
+                states.append(state)
+            self._init = np.array(states, dtype=np.uint32)
+        return self._init
+
+    def masked(self, data, lengths):
+        """Masked CRC32C (uint32 array) of consecutive strings of `data` (a uint8 array)
+        with the given lengths (an int64 array)."""
+        np = self.np
+        out = np.empty(len(lengths), dtype=np.uint32)
+        block = 2048  # rows per step: keeps the matrix in cache and memory small
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        t0, t1, t2, t3 = self.tables
+        for lo in range(0, len(lengths), block):
+            hi = min(lo + block, len(lengths))
+            lens = lengths[lo:hi]
+            width = max(4, int(lens.max() + 3) // 4 * 4)
+            pads = width - lens
+            matrix = np.zeros((hi - lo, width), dtype=np.uint8)
+            matrix[np.arange(width) >= pads[:, None]] = data[offsets[lo]:offsets[hi]]
+            columns = matrix.view("<u4").T.copy()
+            crc = self._init_states(width)[pads]
+            for column in columns:
+                crc ^= column
+                b = crc.view(np.uint8).reshape(-1, 4).T
+                crc = t3.take(b[0])
+                crc ^= t2.take(b[1])
+                crc ^= t1.take(b[2])
+                crc ^= t0.take(b[3])
+            out[lo:hi] = crc
+        out ^= np.uint32(0xFFFFFFFF)
+        return ((out >> np.uint32(15)) | (out << np.uint32(17))) + np.uint32(_CRC_MASK_DELTA)
+
+
+_CRC_BATCH = None
+
+
+def frame_records(records: Sequence[bytes]):
+    """TFRecord framing of `records`: (bytes of the whole framed sequence, exactly what
+    `tf.io.TFRecordWriter` writes for them, and the framed length of each)."""
+    if not records:
+        return b"", []
+    import numpy as np
+
+    lengths = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
+    return frame_concatenated(b"".join(records), lengths)
+
+
+def frame_concatenated(data, lengths):
+    """`frame_records` of the records laid end to end in `data` (bytes or a uint8 numpy
+    array) with the given lengths (an int64 numpy array)."""
+    global _CRC_BATCH
+    import numpy as np
+
+    n = len(lengths)
+    if n == 0:
+        return b"", []
+    if _CRC_BATCH is None:
+        _CRC_BATCH = _Crc32cBatch()
+    if isinstance(data, np.ndarray):
+        array, data = data, data.tobytes()
+    else:
+        array = np.frombuffer(data, dtype=np.uint8)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    data_crcs = _CRC_BATCH.masked(array, lengths)
+    length_bytes = lengths.astype("<u8")
+    length_crcs = _CRC_BATCH.masked(length_bytes.view(np.uint8), np.full(n, 8, np.int64))
+    headers = np.empty((n, 3), dtype="<u4")
+    headers[:, :2] = length_bytes.view("<u4").reshape(n, 2)
+    headers[:, 2] = length_crcs
+    header_bytes = headers.tobytes()
+    footer_bytes = data_crcs.astype("<u4").tobytes()
+    ends = np.cumsum(lengths).tolist()
+    parts = [b""] * (3 * n)
+    parts[0::3] = [header_bytes[i:i + 12] for i in range(0, 12 * n, 12)]
+    parts[1::3] = [data[start:end] for start, end in zip([0] + ends[:-1], ends)]
+    parts[2::3] = [footer_bytes[i:i + 4] for i in range(0, 4 * n, 4)]
+    return b"".join(parts), (lengths + 16).tolist()

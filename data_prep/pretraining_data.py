@@ -7,15 +7,23 @@ differs is the representation and the scale:
 
 * tokens are vocabulary ids from the moment a line is tokenized, and `[CLS]`/`[SEP]`
   are known by position, so nothing is looked up twice;
-* A and B are windows (index offsets) over the chunk's segments, so truncating a
-  multi-megabyte line is linear, not quadratic;
+* an instance is A's and B's windows (offsets) over the chunk's flat token list
+  (`CompactInstances`), built by one inlined loop (`create_compact_instances`), so
+  truncating a multi-megabyte line is linear, not quadratic, and nothing is copied;
+* masking is either drawn exactly as the original (one Python draw per candidate
+  position) or, by default in the pipeline, vectorised with numpy for a whole chunk
+  (`mask_vectorized`: the same rules and distribution, other draws);
+* a chunk's records are serialised at once with numpy (`CompactSerializer`, byte-
+  identical to the per-instance `InstanceSerializer`) and TFRecord-framed
+  (`features.frame_concatenated`);
 * the corpus is processed in chunks (`plan_chunks`): byte ranges of the input files cut
   at document boundaries, each read, tokenized, turned into instances and serialised
-  independently (`process_chunk`) with its own random generator (`chunk_rng`), so
-  chunks run in parallel processes and memory does not grow with the corpus.
+  independently (`process_chunk`) with its own random generators (`chunk_rng`,
+  `chunk_masking_rng`), so chunks run in parallel processes and memory does not grow
+  with the corpus.
 
-Pure Python: no TensorFlow here (worker processes never import it). Randomness is
-always an injected `random.Random`.
+No TensorFlow here (worker processes never import it); numpy only. Randomness is always
+an injected generator.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ import os
 import random
 import struct
 from typing import Callable, List, Optional, Sequence
+
+import numpy as np
 
 from data_prep import features, tokenization
 
@@ -382,19 +392,349 @@ def create_instances_from_document(documents: Sequence[Sequence[Sequence[int]]],
     return instances
 
 
+def _make_randbelow(rng: random.Random):
+    """`rng._randbelow` (what `randint`, `randrange` and `shuffle` draw with), as one
+    cheap call: the same getrandbits draws (checked at import, `_INLINE_OK`)."""
+    if type(rng) is not random.Random or not _INLINE_OK:
+        return rng._randbelow
+    getrandbits = rng.getrandbits
+
+    def randbelow(n):
+        k = n.bit_length()
+        r = getrandbits(k)
+        while r >= n:
+            r = getrandbits(k)
+        return r
+
+    return randbelow
+
+
+def _check_inline() -> bool:
+    """Whether the inlined draws equal this Python's `random` (they follow CPython 3.x's
+    `_randbelow_with_getrandbits`); if not, the generator's own methods are used."""
+    global _INLINE_OK
+    _INLINE_OK = True
+    try:
+        for seed in range(3):
+            r1, r2 = random.Random(seed), random.Random(seed)
+            randbelow = _make_randbelow(r2)
+            for n in (1, 2, 3, 5, 64, 100, 1000, 4096, 10**6):
+                if r1.randint(0, n - 1) != randbelow(n):
+                    return False
+            a, b = list(range(130)), list(range(130))
+            r1.shuffle(a)
+            shuffle(b, r2)
+            if a != b or r1.random() != r2.random():
+                return False
+        return True
+    finally:
+        _INLINE_OK = False
+
+
+_INLINE_OK = False  # set at the end of the module by _check_inline()
+
+
+class CompactInstances:
+    """A chunk's instances as windows over one flat token list, before serialisation.
+
+    Instance t is `[CLS] toks[a_start:a_start+a_len] [SEP] toks[b_start:b_start+b_len]
+    [SEP]` (A and B are runs of consecutive segments, trimmed at either end, so each is one
+    window of the flat list), with `num_masked[t]` masked positions, ascending, in
+    `positions` and the value written there in `values` (-1: the original token is kept).
+    `order` is the final (shuffled) order of the instances.
+    """
+
+    __slots__ = ("tokens", "a_start", "a_len", "b_start", "b_len", "random_next",
+                 "num_masked", "positions", "values", "order")
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+        self.a_start, self.a_len, self.b_start, self.b_len = [], [], [], []
+        self.random_next, self.num_masked, self.positions, self.values = [], [], [], []
+        self.order = []
+
+    def __len__(self):
+        return len(self.a_start)
+
+    def to_instances(self, vocab: "MaskingVocab") -> List[Instance]:
+        """The instances as `Instance` objects, in the final order (slow; for tests)."""
+        toks, out, offsets, pos = self.tokens, [], [], 0
+        for k in self.num_masked:
+            offsets.append(pos)
+            pos += int(k)
+        for t in self.order:
+            a0, la, b0, lb = self.a_start[t], self.a_len[t], self.b_start[t], self.b_len[t]
+            ids = [vocab.cls_id, *toks[a0:a0 + la], vocab.sep_id, *toks[b0:b0 + lb],
+                   vocab.sep_id]
+            lo, hi = offsets[t], offsets[t] + int(self.num_masked[t])
+            positions = [int(p) for p in self.positions[lo:hi]]
+            labels = [ids[p] for p in positions]
+            for p, v in zip(positions, [int(v) for v in self.values[lo:hi]]):
+                if v >= 0:
+                    ids[p] = v
+            out.append(Instance(ids, la, positions, labels, bool(self.random_next[t])))
+        return out
+
+
+def create_compact_instances(documents: list, config: PretrainingConfig,
+                             vocab: MaskingVocab, rng: random.Random,
+                             stats: Optional[Stats] = None,
+                             masking_rng: Optional["np.random.Generator"] = None,
+                             ) -> CompactInstances:
+    """The original's `create_training_instances` after reading, draw for draw: shuffle
+    the documents (in place), `dupe_factor` passes of `create_instances_from_document`
+    over them, shuffle the instances; in the compact representation.
+
+    The hot loop of the pipeline: the same steps as `create_instances_from_document` and
+    `create_masked_lm_predictions`, inlined, on offsets instead of token lists.
+
+    With `masking_rng` (a numpy Generator), masking (not whole-word masking) is instead
+    drawn afterwards for all instances at once by `mask_vectorized`: the same
+    distribution, not the original's draws, and several times faster (masking is most of
+    the original's random draws: a Fisher-Yates shuffle of every instance's positions).
+    """
+    vectorized_masking = masking_rng is not None and not config.do_whole_word_mask
+    shuffle(documents, rng)
+    # Flat tokens: document d's segment s starts at seg_starts[d][s].
+    tokens: list = []
+    seg_starts, seg_lens = [], []
+    for document in documents:
+        starts, lens = [], []
+        for segment in document:
+            starts.append(len(tokens))
+            lens.append(len(segment))
+            tokens += segment
+        seg_starts.append(starts)
+        seg_lens.append(lens)
+    out = CompactInstances(tokens)
+    randbelow = _make_randbelow(rng)
+    draw = rng.random
+    flip = rng.random
+    num_docs = len(documents)
+    max_num_tokens = config.max_seq_length - 3
+    max_seq_length = config.max_seq_length
+    short_seq_prob = config.short_seq_prob
+    masked_lm_prob = config.masked_lm_prob
+    max_predictions = config.max_predictions_per_seq
+    whole_word = config.do_whole_word_mask
+    replacements = vocab.replacement_ids
+    num_replacements = len(replacements)
+    mask_id = vocab.mask_id
+    a_start_out, a_len_out = out.a_start.append, out.a_len.append
+    b_start_out, b_len_out = out.b_start.append, out.b_len.append
+    random_next_out, num_masked_out = out.random_next.append, out.num_masked.append
+    positions_out, values_out = out.positions.extend, out.values.extend
+    getrandbits = rng.getrandbits if type(rng) is random.Random and _INLINE_OK else None
+    bit_lengths = _BIT_LENGTHS
+    max_inline = len(_BIT_LENGTHS) - 1
+    as_mask = kept = replaced = n_tokens = n_short = n_random = n_masked = 0
+    for _ in range(config.dupe_factor):
+        for document_index in range(num_docs):
+            starts = seg_starts[document_index]
+            lens = seg_lens[document_index]
+            target_seq_length = max_num_tokens
+            if draw() < short_seq_prob:
+                target_seq_length = 2 + randbelow(max_num_tokens - 1)
+            first = 0  # the current chunk is segments first..i
+            chunk_length = 0
+            i = 0
+            last = len(lens) - 1
+            while i <= last:
+                chunk_length += lens[i]
+                if i == last or chunk_length >= target_seq_length:
+                    count = i - first + 1
+                    a_end = 1
+                    if count >= 2:
+                        a_end = 1 + randbelow(count - 1)
+                    len_a = sum(lens[first:first + a_end])
+                    a0 = starts[first]
+                    if count == 1 or draw() < 0.5:
+                        is_random_next = True
+                        target_b_length = target_seq_length - len_a
+                        for _ in range(10):
+                            random_index = randbelow(num_docs)
+                            if random_index != document_index:
+                                break
+                        r_lens = seg_lens[random_index]
+                        random_start = randbelow(len(r_lens))
+                        b0 = seg_starts[random_index][random_start]
+                        len_b = 0
+                        for j in range(random_start, len(r_lens)):
+                            len_b += r_lens[j]
+                            if len_b >= target_b_length:
+                                break
+                        # The chunk's segments after A were not used: go back to them.
+                        i = first + a_end - 1
+                    else:
+                        is_random_next = False
+                        b0 = starts[first + a_end]
+                        len_b = chunk_length - len_a
+                    # truncate_seq_pair, inlined.
+                    la, lb = len_a, len_b
+                    excess = la + lb - max_num_tokens
+                    while excess > 0:
+                        if la > lb:
+                            if flip() < 0.5:
+                                a0 += 1
+                            la -= 1
+                        else:
+                            if flip() < 0.5:
+                                b0 += 1
+                            lb -= 1
+                        excess -= 1
+                    a_start_out(a0)
+                    a_len_out(la)
+                    b_start_out(b0)
+                    b_len_out(lb)
+                    random_next_out(is_random_next)
+                    n = la + lb + 3
+                    # create_masked_lm_predictions, inlined (whole-word masking: the
+                    # general function, on the instance's ids).
+                    if vectorized_masking:
+                        first = i + 1
+                        chunk_length = 0
+                        i += 1
+                        continue
+                    if whole_word:
+                        ids = [vocab.cls_id, *tokens[a0:a0 + la], vocab.sep_id,
+                               *tokens[b0:b0 + lb], vocab.sep_id]
+                        masked_before = list(ids)
+                        positions, _ = create_masked_lm_predictions(ids, la, config, vocab,
+                                                                    rng, stats)
+                        values = [ids[p] if ids[p] != masked_before[p] else -1
+                                  for p in positions]
+                        k = len(positions)
+                    else:
+                        num_to_predict = min(max_predictions,
+                                             max(1, int(round(n * masked_lm_prob))))
+                        candidates = list(range(1, la + 1))
+                        candidates.extend(range(la + 2, n - 1))
+                        if getrandbits is not None and n < max_inline:
+                            # shuffle(candidates, rng), inlined.
+                            for c in range(n - 4, 0, -1):
+                                bits = bit_lengths[c + 1]
+                                j = getrandbits(bits)
+                                while j > c:
+                                    j = getrandbits(bits)
+                                candidates[c], candidates[j] = candidates[j], candidates[c]
+                        else:
+                            shuffle(candidates, rng)
+                        chosen = candidates[:num_to_predict]
+                        chosen.sort()
+                        # The draws go in the shuffled order; the values are stored by
+                        # position.
+                        by_position = {}
+                        for index in candidates[:num_to_predict]:
+                            if draw() < 0.8:
+                                by_position[index] = mask_id
+                                as_mask += 1
+                            elif draw() < 0.5:
+                                by_position[index] = -1
+                                kept += 1
+                            else:
+                                by_position[index] = replacements[
+                                    randbelow(num_replacements)]
+                                replaced += 1
+                        positions = chosen
+                        values = [by_position[p] for p in chosen]
+                        k = len(chosen)
+                    positions_out(positions)
+                    values_out(values)
+                    num_masked_out(k)
+                    n_tokens += n
+                    n_short += n < max_seq_length
+                    n_random += is_random_next
+                    n_masked += k
+                    first = i + 1
+                    chunk_length = 0
+                i += 1
+    if vectorized_masking:
+        n_tokens, n_short, n_random = _count_vectorized(out, max_seq_length)
+        n_masked, as_mask, kept, replaced = mask_vectorized(out, config, vocab, masking_rng)
+    order = list(range(len(out.a_start)))
+    shuffle(order, rng)
+    out.order = order
+    if stats is not None:
+        stats.instances += len(order)
+        stats.tokens += n_tokens
+        stats.short_instances += n_short
+        stats.random_next += n_random
+        stats.masked += n_masked
+        stats.masked_as_mask += as_mask
+        stats.masked_kept += kept
+        stats.masked_random += replaced
+    return out
+
+
+def _count_vectorized(out: CompactInstances, max_seq_length: int):
+    n = np.array(out.a_len, dtype=np.int64) + np.array(out.b_len, dtype=np.int64) + 3
+    return int(n.sum()), int((n < max_seq_length).sum()), int(sum(out.random_next))
+
+
+def mask_vectorized(out: CompactInstances, config: PretrainingConfig, vocab: MaskingVocab,
+                    gen: "np.random.Generator", block: int = 4096):
+    """Masks all instances of `out` at once (fills positions, values, num_masked) with
+    the original's rules and distribution, drawn from `gen`: per instance,
+    `min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))` positions (half to
+    even, as Python's round), a uniformly random subset of the tokens other than
+    [CLS]/[SEP] (random keys, smallest first), each then [MASK] with probability 0.8,
+    kept 0.1, a uniformly random vocabulary entry 0.1. Returns (masked, as_mask, kept,
+    replaced) counts."""
+    la_all = np.array(out.a_len, dtype=np.int64)
+    n_all = la_all + np.array(out.b_len, dtype=np.int64) + 3
+    seq, preds = config.max_seq_length, config.max_predictions_per_seq
+    num_all = np.minimum(preds, np.maximum(1, np.rint(n_all * config.masked_lm_prob)
+                                           .astype(np.int64)))
+    replacements = np.array(vocab.replacement_ids, dtype=np.int64)
+    col = np.arange(seq)
+    slot = np.arange(preds)
+    positions, values, counts = [], [], []
+    as_mask = kept = 0
+    for lo in range(0, len(n_all), block):
+        la = la_all[lo:lo + block, None]
+        n = n_all[lo:lo + block, None]
+        rows = len(n)
+        keys = gen.random((rows, seq))
+        candidate = (col >= 1) & (col < n - 1) & (col != la + 1)
+        keys[~candidate] = 2.0
+        if preds < seq:
+            smallest = np.argpartition(keys, preds - 1, axis=1)[:, :preds]
+        else:
+            smallest = np.broadcast_to(col, (rows, seq)).copy()
+        smallest_keys = np.take_along_axis(keys, smallest, axis=1)
+        by_key = np.argsort(smallest_keys, axis=1)
+        smallest = np.take_along_axis(smallest, by_key, axis=1)
+        smallest_keys = np.take_along_axis(smallest_keys, by_key, axis=1)
+        # The first `num` by key, if they are tokens (fewer when the sequence is short).
+        chosen = (slot < num_all[lo:lo + block, None]) & (smallest_keys < 2.0)
+        ascending = np.sort(np.where(chosen, smallest, seq), axis=1)
+        k = chosen.sum(axis=1)
+        real = slot < k[:, None]
+        u = gen.random((rows, preds))
+        replacement = replacements[gen.integers(0, len(replacements), (rows, preds))]
+        value = np.where(u < 0.8, vocab.mask_id, np.where(u < 0.9, -1, replacement))
+        as_mask += int(((u < 0.8) & real).sum())
+        kept += int(((u >= 0.8) & (u < 0.9) & real).sum())
+        positions.append(ascending[real])
+        values.append(value[real])
+        counts.append(k)
+    out.positions = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+    out.values = np.concatenate(values) if values else np.zeros(0, np.int64)
+    out.num_masked = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+    masked = int(out.num_masked.sum())
+    return masked, as_mask, kept, masked - as_mask - kept
+
+
 def create_training_instances(documents: list, config: PretrainingConfig,
                               vocab: MaskingVocab, rng: random.Random,
-                              stats: Optional[Stats] = None) -> List[Instance]:
+                              stats: Optional[Stats] = None,
+                              masking_rng: Optional["np.random.Generator"] = None,
+                              ) -> List[Instance]:
     """The original's `create_training_instances` after reading: shuffle documents (in
-    place), `dupe_factor` passes over them, then shuffle the instances."""
-    rng.shuffle(documents)
-    instances: List[Instance] = []
-    for _ in range(config.dupe_factor):
-        for document_index in range(len(documents)):
-            instances.extend(create_instances_from_document(
-                documents, document_index, config, vocab, rng, stats))
-    rng.shuffle(instances)
-    return instances
+    place), `dupe_factor` passes over them, then shuffle the instances (see
+    `create_compact_instances` for `masking_rng`)."""
+    return create_compact_instances(documents, config, vocab, rng, stats,
+                                    masking_rng).to_instances(vocab)
 
 
 # ---------------------------------------------------------------------------------------
@@ -498,32 +838,36 @@ def read_documents(ranges: Sequence[ByteRange], tokenize_ids: TokenizeIds,
     for byte_range in ranges:
         with open(byte_range.path, "rb") as f:
             f.seek(byte_range.start)
-            pos = byte_range.start
-            while pos < byte_range.end:
-                raw = f.readline()
-                if not raw:
-                    break
-                try:
-                    line = raw.decode("utf-8").strip()
-                except UnicodeDecodeError as err:
-                    offset = pos + err.start
-                    raise InputError(
-                        f"{byte_range.path}:{line_number_at(byte_range.path, offset)}: "
-                        f"invalid UTF-8 at byte offset {offset} ({err.reason}); "
-                        f"the input must be UTF-8 text") from None
-                pos += len(raw)
-                stats.lines += 1
-                if not line:
-                    if current:
-                        documents.append(current)
-                        current = []
-                    continue
-                ids = tokenize_ids(line)
-                if ids:
-                    current.append(ids)
-                else:
-                    stats.empty_token_lines += 1
-            stats.input_bytes += pos - byte_range.start
+            raw = f.read(max(0, byte_range.end - byte_range.start))
+            if raw and not raw.endswith(b"\n"):
+                raw += f.readline()  # a range ends at a line end (or the file's end)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            offset = byte_range.start + err.start
+            raise InputError(
+                f"{byte_range.path}:{line_number_at(byte_range.path, offset)}: "
+                f"invalid UTF-8 at byte offset {offset} ({err.reason}); "
+                f"the input must be UTF-8 text") from None
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()  # after the last "\n": not a line
+        stats.lines += len(lines)
+        stats.input_bytes += len(raw)
+        empty_token_lines = 0
+        for line in lines:
+            line = line.strip()
+            if not line:
+                if current:
+                    documents.append(current)
+                    current = []
+                continue
+            ids = tokenize_ids(line)
+            if ids:
+                current.append(ids)
+            else:
+                empty_token_lines += 1
+        stats.empty_token_lines += empty_token_lines
     if current:
         documents.append(current)
     stats.documents += len(documents)
@@ -550,13 +894,33 @@ class ChunkTask:
     do_lower_case: bool
     config: PretrainingConfig
     seed: int
+    # Draw everything as the original does (Python's random, in its order); otherwise
+    # masking is vectorised with numpy (`mask_vectorized`).
+    exact_draws: bool = False
+
+
+def chunk_masking_rng(seed: int, chunk_index: int) -> "np.random.Generator":
+    """The numpy generator of one chunk's vectorised masking."""
+    return np.random.default_rng(
+        random.Random(f"{seed}/masking/{chunk_index}").getrandbits(128))
 
 
 @dataclasses.dataclass
 class ChunkResult:
     index: int
-    records: list  # serialised tf.train.Example bytes, in the chunk's shuffled order
+    # The chunk's records in its shuffled order, already TFRecord-framed
+    # (`features.frame_records`), as one string: one object to pass between processes.
+    data: bytes
+    lengths: list  # framed length of each record, in order
     stats: Stats
+
+    def records(self) -> list:
+        """The framed records, one string each."""
+        data, out, pos = self.data, [], 0
+        for length in self.lengths:
+            out.append(data[pos:pos + length])
+            pos += length
+        return out
 
 
 _TOKENIZERS: dict = {}  # per process: (vocab_file, do_lower_case) -> (tokenize_ids, MaskingVocab)
@@ -627,20 +991,203 @@ def serialize_instance(instance: Instance, encoder: features.ExampleEncoder) -> 
     return InstanceSerializer(encoder)(instance)
 
 
+def _varints(values, np):
+    """Vectorised varints of a non-negative integer array: (bytes [..., w] uint8, which
+    of them are used [..., w] bool, number used [...]), w the widest varint present."""
+    top = int(values.max()) if values.size else 0
+    width = max(1, (top.bit_length() + 6) // 7)
+    values = values.astype(np.uint64 if width > 4 else np.uint32)
+    out = np.empty(values.shape + (width,), dtype=np.uint8)
+    used = np.empty(values.shape + (width,), dtype=bool)
+    nbytes = np.ones(values.shape, dtype=np.int64)
+    for j in range(width):
+        more = values >= (1 << (7 * (j + 1))) if j + 1 < 10 else np.zeros(values.shape, bool)
+        group = (values >> (7 * j)).astype(np.uint8) & np.uint8(0x7F)
+        group |= more.view(np.uint8) << np.uint8(7)
+        out[..., j] = group
+        used[..., j] = nbytes > j if j else True
+        if j + 1 < width:
+            nbytes += more
+    return out, used, nbytes
+
+
+def _varint_len(values, np):
+    out = np.ones(values.shape, dtype=np.int64)
+    for j in range(1, 10):
+        out += values >= (1 << (7 * j))
+    return out
+
+
+class CompactSerializer:
+    """`InstanceSerializer` for a whole `CompactInstances` at once, vectorised with numpy:
+    the same bytes (tested), a few microseconds per instance instead of tens.
+
+    Each instance's record is assembled as a row of byte columns (constant header bytes,
+    varints with their used/unused bytes) and the used bytes of all rows, read in row
+    order, are the records laid end to end.
+    """
+
+    BLOCK = 4096  # instances per step: bounds the memory of the byte matrices
+
+    def __init__(self, encoder: features.ExampleEncoder, vocab: MaskingVocab):
+        self.np = np
+        self.encoder = encoder
+        self.vocab = vocab
+        self.seq = encoder.lengths["input_ids"]
+        self.preds = encoder.lengths["masked_lm_ids"]
+
+    def _constant_entry_header(self, name, payload_len, count):
+        return self.encoder.entry(name, b"\x00" * payload_len, count)[:-payload_len]
+
+    def _variable_entry(self, name, payload, used, payload_len):
+        """Pieces and total length of a map entry whose payload length varies by row."""
+        np = self.np
+        key_field, oneof = self.encoder.entry_key_and_tag(name)
+        f_len = 1 + _varint_len(payload_len, np) + payload_len
+        v_len = 1 + _varint_len(f_len, np) + f_len
+        e_len = len(key_field) + 1 + _varint_len(v_len, np) + v_len
+        pieces = [b"\x0a", _varints(e_len, np)[:2], key_field + b"\x12",
+                  _varints(v_len, np)[:2], oneof, _varints(f_len, np)[:2], b"\x0a",
+                  _varints(payload_len, np)[:2], (payload, used)]
+        return pieces, 1 + _varint_len(e_len, np) + e_len
+
+    def __call__(self, compact: CompactInstances):
+        """(the records laid end to end as a uint8 array, their lengths), in the
+        instances' final order."""
+        np = self.np
+        if not len(compact):
+            return np.zeros(0, np.uint8), np.zeros(0, np.int64)
+        tokens = np.fromiter(compact.tokens, dtype=np.int64, count=len(compact.tokens))
+        tokens = np.append(tokens, 0)  # index -1 and padding read this
+        columns = dict(
+            a_start=np.array(compact.a_start, dtype=np.int64),
+            a_len=np.array(compact.a_len, dtype=np.int64),
+            b_start=np.array(compact.b_start, dtype=np.int64),
+            b_len=np.array(compact.b_len, dtype=np.int64),
+            random_next=np.array(compact.random_next, dtype=np.uint8))
+        num_masked = np.array(compact.num_masked, dtype=np.int64)
+        mask_start = np.zeros(len(num_masked), dtype=np.int64)
+        np.cumsum(num_masked[:-1], out=mask_start[1:])
+        positions = np.append(np.array(compact.positions, dtype=np.int64), 0)
+        values = np.append(np.array(compact.values, dtype=np.int64), 0)
+        order = np.array(compact.order, dtype=np.int64)
+        data, lengths = [], []
+        for lo in range(0, len(order), self.BLOCK):
+            rows = order[lo:lo + self.BLOCK]
+            block, block_lengths = self._block(
+                {k: v[rows] for k, v in columns.items()}, num_masked[rows],
+                mask_start[rows], positions, values, tokens)
+            data.append(block)
+            lengths.append(block_lengths)
+        return np.concatenate(data), np.concatenate(lengths)
+
+    def _block(self, cols, num_masked, mask_start, positions, values, tokens):
+        np = self.np
+        seq, preds, vocab = self.seq, self.preds, self.vocab
+        rows = len(num_masked)
+        row_index = np.arange(rows)
+        la = cols["a_len"][:, None]
+        n = (cols["a_len"] + cols["b_len"] + 3)[:, None]
+        col = np.arange(seq)
+        in_a = (col >= 1) & (col <= la)
+        in_b = (col >= la + 2) & (col < n - 1)
+        source = np.where(in_a, cols["a_start"][:, None] + col - 1,
+                          cols["b_start"][:, None] + col - la - 2)
+        ids = np.where(in_a | in_b, tokens[np.where(in_a | in_b, source, -1)], 0)
+        ids[:, 0] = vocab.cls_id
+        ids[row_index, cols["a_len"] + 1] = vocab.sep_id
+        ids[row_index, n[:, 0] - 1] = vocab.sep_id
+        # Masking: positions, original ids, and the values written over them.
+        slot = np.arange(preds)
+        real = slot < num_masked[:, None]
+        flat = np.where(real, mask_start[:, None] + slot, -1)
+        pos = np.where(real, positions[flat], 0)
+        new = values[flat]
+        labels = np.where(real, ids[row_index[:, None], pos], 0)
+        write = real & (new >= 0)
+        ids[np.nonzero(write)[0], pos[write]] = new[write]
+
+        pieces = []
+        total = np.zeros(rows, dtype=np.int64)
+        encoder = self.encoder
+        # input_ids
+        payload, used, nbytes = _varints(ids, np)
+        entry, size = self._variable_entry("input_ids", payload.reshape(rows, -1),
+                                           used.reshape(rows, -1), nbytes.sum(axis=1))
+        pieces += entry
+        total += size
+        # input_mask, segment_ids: one byte per value, constant headers.
+        for name, payload in (
+                ("input_mask", (col < n).astype(np.uint8)),
+                ("segment_ids", ((col >= la + 2) & (col < n)).astype(np.uint8))):
+            header = self._constant_entry_header(name, seq, seq)
+            pieces += [header, (payload, None)]
+            total += len(header) + seq
+        # masked_lm_positions, masked_lm_ids: varints.
+        for name, matrix in (("masked_lm_positions", pos), ("masked_lm_ids", labels)):
+            payload, used, nbytes = _varints(matrix, np)
+            entry, size = self._variable_entry(name, payload.reshape(rows, -1),
+                                               used.reshape(rows, -1), nbytes.sum(axis=1))
+            pieces += entry
+            total += size
+        # masked_lm_weights: float32 1.0 / 0.0.
+        header = self._constant_entry_header("masked_lm_weights", 4 * preds, preds)
+        weights = real.astype("<f4").view(np.uint8).reshape(rows, 4 * preds)
+        pieces += [header, (weights, None)]
+        total += len(header) + 4 * preds
+        # next_sentence_labels
+        header = self._constant_entry_header("next_sentence_labels", 1, 1)
+        pieces += [header, (cols["random_next"][:, None], None)]
+        total += len(header) + 1
+        # The Example: field 1 (Features), length-delimited, around the entries.
+        body = total
+        pieces = [b"\x0a", _varints(body, np)[:2]] + pieces
+        record_lengths = body + 1 + _varint_len(body, np)
+
+        matrices, masks = [], []
+        for piece in pieces:
+            if isinstance(piece, bytes):
+                if matrices and isinstance(matrices[-1], bytes):
+                    matrices[-1] += piece
+                else:
+                    matrices.append(piece)
+                continue
+            matrices.append(piece)
+        for k, piece in enumerate(matrices):
+            if isinstance(piece, bytes):
+                constant = np.frombuffer(piece, dtype=np.uint8)
+                matrices[k] = np.broadcast_to(constant, (rows, len(constant)))
+                masks.append(np.ones((rows, len(constant)), dtype=bool))
+            else:
+                matrix, used = piece
+                matrix = matrix.reshape(rows, -1)
+                matrices[k] = matrix
+                masks.append(np.ones(matrix.shape, dtype=bool) if used is None
+                             else used.reshape(rows, -1))
+        matrix = np.concatenate(matrices, axis=1)
+        used = np.concatenate(masks, axis=1)
+        return matrix[used], record_lengths
+
+
 def process_chunk(task: ChunkTask) -> ChunkResult:
-    """Reads, tokenizes, builds and serialises one chunk's instances."""
+    """Reads, tokenizes, builds, serialises and frames one chunk's instances."""
     tokenize_ids, masking_vocab = load_tokenizer(task.vocab_file, task.do_lower_case)
     stats = Stats()
     documents = read_documents(task.ranges, tokenize_ids, stats)
-    records: list = []
+    data, lengths = b"", []
     if documents:
         config = task.config
-        instances = create_training_instances(
-            documents, config, masking_vocab, chunk_rng(task.seed, task.index), stats)
+        compact = create_compact_instances(
+            documents, config, masking_vocab, chunk_rng(task.seed, task.index), stats,
+            None if task.exact_draws else chunk_masking_rng(task.seed, task.index))
         del documents
         encoder = features.PRETRAINING.encoder(
             max_seq_length=config.max_seq_length,
             max_predictions_per_seq=config.max_predictions_per_seq)
-        serialize = InstanceSerializer(encoder)
-        records = [serialize(inst) for inst in instances]
-    return ChunkResult(task.index, records, stats)
+        records, record_lengths = CompactSerializer(encoder, masking_vocab)(compact)
+        del compact
+        data, lengths = features.frame_concatenated(records, record_lengths)
+    return ChunkResult(task.index, data, lengths, stats)
+
+
+_INLINE_OK = _check_inline()

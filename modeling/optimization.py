@@ -1,4 +1,4 @@
-"""Owns BERT's optimizers: the warmup + linear-decay schedule, the original AdamWeightDecay rule, LAMB.
+"""Owns BERT's optimizers: warmup + linear-decay schedule, the original AdamWeightDecay, LAMB.
 
 The original's update (Google BERT `optimization.py`), per variable, per step:
 
@@ -26,6 +26,7 @@ import re
 from typing import Sequence
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 # Path fragments of variables that get no weight decay, as in the original (which matched
@@ -105,6 +106,12 @@ class _BertOptimizerMixin:
         }
 
 
+def _handle(variable):
+    """The resource handle of a Keras or tf variable (per device inside strategy updates)."""
+    return getattr(variable, "value", variable).handle if not isinstance(
+        variable, tf.Variable) else variable.handle
+
+
 def _variable_path(variable):
     return getattr(variable, "path", None) or variable.name
 
@@ -119,14 +126,18 @@ class AdamWeightDecay(_BertOptimizerMixin, keras.optimizers.Optimizer):
       beta_1, beta_2, epsilon: Adam moments; the original uses 0.9, 0.999, 1e-6.
       no_decay_patterns: variables whose path contains any of these get no decay.
       pre_reduced_gradients: True when the caller sums gradients across replicas itself.
+      fused: use TensorFlow's fused Adam kernel (same rule, ~3x less optimizer time; it
+        forms 1 - beta_2 in float32, 0.0009999871 for 0.999, so updates differ from the
+        unfused rule by ~1e-5 relative).
       **kwargs: other `keras.optimizers.Optimizer` arguments (e.g. `global_clipnorm`).
     """
 
     def __init__(self, learning_rate=1e-4, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-6, no_decay_patterns=DEFAULT_NO_DECAY, pre_reduced_gradients=False,
-                 name="adam_weight_decay", **kwargs):
+                 fused=True, name="adam_weight_decay", **kwargs):
         kwargs.pop("weight_decay", None)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        self.fused = bool(fused)
         self.weight_decay_rate = float(weight_decay_rate)
         self.beta_1 = float(beta_1)
         self.beta_2 = float(beta_2)
@@ -146,6 +157,20 @@ class AdamWeightDecay(_BertOptimizerMixin, keras.optimizers.Optimizer):
         gradient = ops.cast(gradient, dtype)
         index = self._get_variable_index(variable)
         m, v = self._m[index], self._v[index]
+        if self.fused:
+            # w -= lr * wd * w first: the Adam part does not depend on w, so this equals
+            # the original's single update. Then TensorFlow's fused Adam kernel (one pass
+            # over memory instead of ~8) with both beta powers 0, which makes its
+            # bias-corrected rate lr * sqrt(1 - 0) / (1 - 0) = lr: no bias correction.
+            if self.weight_decay_rate and self._use_weight_decay(variable):
+                self.assign_sub(variable, lr * self.weight_decay_rate * variable)
+            zero = tf.zeros([], dtype)
+            tf.raw_ops.ResourceApplyAdam(
+                var=_handle(variable), m=_handle(m), v=_handle(v), beta1_power=zero,
+                beta2_power=zero, lr=lr, beta1=tf.constant(self.beta_1, dtype),
+                beta2=tf.constant(self.beta_2, dtype), epsilon=tf.constant(self.epsilon, dtype),
+                grad=tf.convert_to_tensor(gradient))
+            return
         self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
         self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(gradient))
         update = m / (ops.sqrt(v) + self.epsilon)
@@ -161,6 +186,7 @@ class AdamWeightDecay(_BertOptimizerMixin, keras.optimizers.Optimizer):
             "beta_1": self.beta_1,
             "beta_2": self.beta_2,
             "epsilon": self.epsilon,
+            "fused": self.fused,
             **self._bert_config(),
         })
         return config

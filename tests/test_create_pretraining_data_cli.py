@@ -113,7 +113,8 @@ def test_one_chunk_gives_the_originals_records(tmp_path, vocab_file):
               *SMALL]
     ours = [str(tmp_path / "ours0.tfrecord"), str(tmp_path / "ours1.tfrecord")]
     theirs = [str(tmp_path / "orig0.tfrecord"), str(tmp_path / "orig1.tfrecord")]
-    done = run_cli(*common, f"--output_file={','.join(ours)}", "--num_workers=2")
+    done = run_cli(*common, f"--output_file={','.join(ours)}", "--num_workers=2",
+                   "--exact_draws")
     assert done.returncode == 0, done.stderr
     done = run_cli(*common, f"--output_file={','.join(theirs)}",
                    module="bert.create_pretraining_data")
@@ -121,6 +122,17 @@ def test_one_chunk_gives_the_originals_records(tmp_path, vocab_file):
     for mine, original in zip(ours, theirs):
         assert parse_all([mine]) == parse_all([original])
         assert len(read_records([mine])) > 50
+    # By default masking is vectorised: other draws, the original's shape of records.
+    fast = str(tmp_path / "fast.tfrecord")
+    done = run_cli(*common, f"--output_file={fast}")
+    assert done.returncode == 0, done.stderr
+    fast_rows, original_rows = parse_all([fast]), parse_all(theirs)
+    assert fast_rows != original_rows[:len(fast_rows)]
+    assert abs(len(fast_rows) / len(original_rows) - 1) < 0.1
+    with open(fast + ".summary.json", encoding="utf-8") as f:
+        summary = json.load(f)
+    assert summary["exact_draws"] is False and summary["instances"] == len(fast_rows)
+    assert 0.1 < summary["masked_fraction"] < 0.2
 
 
 def _error(tmp_path, vocab_file, *args, corpus=None):

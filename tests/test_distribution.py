@@ -45,3 +45,25 @@ def test_gpus_requested_without_gpus():
         pytest.skip("this machine has a GPU")
     with pytest.raises(ValueError, match="num_gpus=2"):
         distribution.get_strategy("one_device", num_gpus=2)
+
+
+def _flag_values(**overrides):
+    import types
+    values = dict(distribution_strategy="", use_tpu=False, tpu_name=None, master=None,
+                  tpu_zone=None, gcp_project=None, num_tpu_cores=8, num_gpus=0,
+                  num_cpu_devices=0, dtype="float32", jit_compile=False, seed=None)
+    values.update(overrides)
+    return types.SimpleNamespace(**values)
+
+
+def test_use_tpu_means_the_tpu_strategy_and_master_is_the_address():
+    from training import flags as common_flags
+    runtime = common_flags.runtime_config(_flag_values(use_tpu=True, master="grpc://10.0.0.2"))
+    assert runtime.distribution_strategy == "tpu" and runtime.tpu == "grpc://10.0.0.2"
+    named = common_flags.runtime_config(_flag_values(use_tpu=True, tpu_name="my-tpu",
+                                                     master="grpc://x"))
+    assert named.tpu == "my-tpu"
+    with pytest.raises(Exception, match="conflicts"):
+        common_flags.runtime_config(_flag_values(use_tpu=True,
+                                                 distribution_strategy="mirrored"))
+    assert common_flags.runtime_config(_flag_values()).distribution_strategy == ""

@@ -255,3 +255,21 @@ def test_loop_requires_pre_reduced_optimizer(strategy, tmp_path):
     with pytest.raises(ValueError, match="pre_reduced_gradients"):
         loop.PretrainingLoop(strategy, model, keras.optimizers.Adam(),
                              loop.LoopConfig(output_dir=str(tmp_path)))
+
+
+def test_lamb_trains_in_the_loop(strategy, records, tmp_path):
+    with strategy.scope():
+        model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120)))
+        loop.build_pretraining_model(model, S.SEQ, S.PREDS)
+        opt = optimization.create_optimizer(optimization.OptimizerConfig(
+            optimizer="lamb", learning_rate=1e-2, num_train_steps=10, num_warmup_steps=0))
+    before = [w.numpy() for w in model.trainable_weights]
+    cfg = loop.LoopConfig(output_dir=str(tmp_path), num_train_steps=10, train_batch_size=16,
+                          iterations_per_loop=5, save_checkpoints_steps=10, log_steps=5)
+    history = loop.PretrainingLoop(strategy, model, opt, cfg).train(
+        _dataset_fn(records, 16, True))
+    assert all(np.isfinite(h["loss"]) for h in history)
+    moved = [not np.allclose(a, w.numpy()) for a, w in zip(before, model.trainable_weights)]
+    assert all(moved)
+    names = [n for n, _ in tf.train.list_variables(os.path.join(str(tmp_path), "ckpt-10"))]
+    assert any(n.startswith("model/encoder/") for n in names)

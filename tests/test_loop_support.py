@@ -100,8 +100,8 @@ def runner_command(**flags):
 
 def run_runner(timeout=240, env=None, **flags):
     """Runs run_pretraining.py to completion; returns (returncode, combined output)."""
-    proc = subprocess.run(runner_command(**flags), env=runner_env(env), check=False, capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO_ROOT)
+    proc = subprocess.run(runner_command(**flags), env=runner_env(env), check=False,
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -148,7 +148,7 @@ def make_records_with_cli(tmp_dir, *, seq=SEQ, preds=PREDS, shards=2, dupe_facto
            f"--max_predictions_per_seq={preds}", "--masked_lm_prob=0.5", "--short_seq_prob=0",
            f"--dupe_factor={dupe_factor}", f"--random_seed={seed}", "--num_workers=1",
            f"--num_output_shards={shards}"]
-    proc = subprocess.run(cmd, env=runner_env(), check=False, capture_output=True, text=True, timeout=120,
-                          cwd=REPO_ROOT)
+    proc = subprocess.run(cmd, env=runner_env(), check=False, capture_output=True, text=True,
+                          timeout=120, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return str(tmp_dir / "records.tfrecord-*"), vocab

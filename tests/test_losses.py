@@ -1,4 +1,4 @@
-"""Pretraining losses and statistics against hand-written numpy formulas (the original's definitions)."""
+"""Pretraining losses and statistics against numpy formulas (the original's definitions)."""
 
 import numpy as np
 import pytest

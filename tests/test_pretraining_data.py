@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from conftest import TINY_VOCAB, write_vocab
@@ -112,11 +113,15 @@ def as_rows(instances):
              int(i.is_random_next)] for i in instances]
 
 
-def ours_single_pool(files, vocab, config, seed):
+def ours_single_pool(files, vocab, config, seed, fast=False):
+    """Our instances from one pool; `fast`: masking vectorised with numpy (the default of
+    the pipeline), else drawn exactly as the original."""
     tokenize_ids, masking_vocab = pd.load_tokenizer(vocab, True)
     documents = pd.read_documents([pd.ByteRange(f, 0, os.path.getsize(f)) for f in files],
                                   tokenize_ids)
-    return pd.create_training_instances(documents, config, masking_vocab, random.Random(seed))
+    return pd.create_training_instances(documents, config, masking_vocab, random.Random(seed),
+                                        masking_rng=np.random.default_rng(seed) if fast
+                                        else None)
 
 
 def row_stats(rows, max_seq_length, mask_id):
@@ -154,24 +159,26 @@ def test_whole_word_mask_without_wordpieces_draws_like_the_original(reference):
     assert as_rows(ours) == reference["wwm"]
 
 
-def _chunked(files, vocab, config, seed, chunk_bytes):
+def _chunked(files, vocab, config, seed, chunk_bytes, fast=False):
     chunks, _ = pd.plan_chunks(files, chunk_bytes)
     rows, stats = [], pd.Stats()
     for index, ranges in enumerate(chunks):
         tokenize_ids, masking_vocab = pd.load_tokenizer(vocab, True)
         documents = pd.read_documents(ranges, tokenize_ids, stats)
         rows += as_rows(pd.create_training_instances(
-            documents, config, masking_vocab, pd.chunk_rng(seed, index), stats))
+            documents, config, masking_vocab, pd.chunk_rng(seed, index), stats,
+            pd.chunk_masking_rng(seed, index) if fast else None))
     return rows, stats, len(chunks)
 
 
-def test_chunked_statistics_match_the_original(reference):
+@pytest.mark.parametrize("fast", [True, False], ids=["vectorised_masking", "exact_draws"])
+def test_chunked_statistics_match_the_original(reference, fast):
     """The streaming pipeline (many chunks, per-chunk generators and pools) keeps the
-    original's statistics on a few thousand instances."""
+    original's statistics on a few thousand instances, in both masking modes."""
     mask_id = tokenization.load_vocab(reference["vocab"])["[MASK]"]
     original = row_stats(reference["stats"], 64, mask_id)
     rows, stats, num_chunks = _chunked(reference["stats_files"], reference["vocab"],
-                                       STATS_CONFIG, 3, chunk_bytes=16_000)
+                                       STATS_CONFIG, 3, chunk_bytes=16_000, fast=fast)
     assert num_chunks >= 8
     ours = row_stats(rows, 64, mask_id)
     assert original["instances"] > 3000
@@ -203,14 +210,15 @@ def _original_ids(instance):
     return ids
 
 
-def test_special_tokens_are_never_masked(tmp_path, vocab_file):
+@pytest.mark.parametrize("fast", [True, False], ids=["vectorised_masking", "exact_draws"])
+def test_special_tokens_are_never_masked(tmp_path, vocab_file, fast):
     files = [write_corpus(tmp_path / "a.txt", 60, 8)]
     vocab = tokenization.load_vocab(vocab_file)
     for wwm in (False, True):
         config = pd.PretrainingConfig(max_seq_length=24, max_predictions_per_seq=6,
                                       masked_lm_prob=0.5, dupe_factor=3,
                                       do_whole_word_mask=wwm)
-        for inst in ours_single_pool(files, vocab_file, config, 1):
+        for inst in ours_single_pool(files, vocab_file, config, 1, fast=fast):
             specials = {0, inst.num_tokens_a + 1, len(inst.input_ids) - 1}
             assert not specials & set(inst.masked_lm_positions)
             assert [inst.input_ids[p] for p in sorted(specials)] == [
@@ -405,7 +413,9 @@ def test_chunk_zero_uses_the_seed_and_chunks_are_reproducible(tmp_path, vocab_fi
                         pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=4,
                                              dupe_factor=2), 9)
     first, second = pd.process_chunk(task), pd.process_chunk(task)
-    assert first.records == second.records and first.stats == second.stats
+    assert first.data and first.lengths and sum(first.lengths) == len(first.data)
+    assert first.data == second.data and first.stats == second.stats
+    assert len(first.records()) == first.stats.instances
 
 
 @pytest.mark.parametrize("kwargs,flag", [
@@ -434,3 +444,93 @@ def test_fast_serialisation_equals_the_schema_encoder(reference):
     serialize = pd.InstanceSerializer(encoder)
     for instance in instances:
         assert serialize(instance) == encoder.encode(instance.to_features())
+
+
+def _check_compact_serialisation(compact, config, masking_vocab):
+    from data_prep import features
+
+    encoder = features.PRETRAINING.encoder(max_seq_length=config.max_seq_length,
+                                           max_predictions_per_seq=config.max_predictions_per_seq)
+    serialize = pd.InstanceSerializer(encoder)
+    expected = [serialize(i) for i in compact.to_instances(masking_vocab)]
+    data, lengths = pd.CompactSerializer(encoder, masking_vocab)(compact)
+    assert lengths.tolist() == [len(r) for r in expected]
+    assert data.tobytes() == b"".join(expected)
+    # And the schema's general encoder agrees with the fast per-instance path.
+    for instance, record in zip(compact.to_instances(masking_vocab)[:50], expected):
+        assert encoder.encode(instance.to_features()) == record
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["vectorised_masking", "exact_draws"])
+def test_vectorised_serialisation_equals_the_per_instance_one(reference, fast):
+    """CompactSerializer (the pipeline's writer) gives the same bytes as serialising each
+    instance, for both masking modes, whole-word masking and sequences over 128 (two-byte
+    position varints)."""
+    tokenize_ids, masking_vocab = pd.load_tokenizer(reference["vocab"], True)
+    for config in (_exact_config(*EXACT_CASES[0]), WWM_CONFIG,
+                   pd.PretrainingConfig(max_seq_length=300, max_predictions_per_seq=45,
+                                        dupe_factor=1)):
+        documents = pd.read_documents(
+            [pd.ByteRange(f, 0, os.path.getsize(f)) for f in reference["exact_files"]],
+            tokenize_ids)
+        compact = pd.create_compact_instances(
+            documents, config, masking_vocab, random.Random(4), None,
+            np.random.default_rng(4) if fast else None)
+        assert len(compact) > 50
+        _check_compact_serialisation(compact, config, masking_vocab)
+
+
+def test_vectorised_serialisation_of_large_ids():
+    """Ids needing 3- and 4-byte varints (vocabularies beyond 16k and 2M entries)."""
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 2**21 + 7,
+             "big": 2**22 + 1, "x": 127, "y": 128, "z": 16384}
+    masking_vocab = pd.MaskingVocab.from_vocab(vocab)
+    rng = random.Random(0)
+    documents = [[[rng.choice(list(vocab.values())) for _ in range(rng.randint(1, 9))]
+                  for _ in range(rng.randint(1, 6))] for _ in range(30)]
+    config = pd.PretrainingConfig(max_seq_length=20, max_predictions_per_seq=4,
+                                  dupe_factor=2, masked_lm_prob=0.3)
+    for masking_rng in (None, np.random.default_rng(1)):
+        compact = pd.create_compact_instances([list(d) for d in documents], config,
+                                              masking_vocab, random.Random(1), None,
+                                              masking_rng)
+        _check_compact_serialisation(compact, config, masking_vocab)
+
+
+def test_vectorised_masking_rules():
+    """Vectorised masking: the original's count per instance, never [CLS]/[SEP], sorted
+    distinct positions, labels are the original tokens, replacements drawn from the
+    whole vocabulary, kept tokens unchanged, 80/10/10 within two points."""
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                         "[unused0]", "x", "y"])}
+    masking_vocab = pd.MaskingVocab.from_vocab(vocab)
+    rng = random.Random(3)
+    documents = [[[rng.choice([6, 7]) for _ in range(rng.randint(1, 12))]
+                  for _ in range(rng.randint(1, 8))] for _ in range(300)]
+    for prob, max_pred in ((0.15, 20), (1.0, 64)):
+        config = pd.PretrainingConfig(max_seq_length=64, max_predictions_per_seq=max_pred,
+                                      masked_lm_prob=prob, dupe_factor=2)
+        stats = pd.Stats()
+        instances = pd.create_training_instances([list(d) for d in documents], config,
+                                                 masking_vocab, random.Random(5), stats,
+                                                 np.random.default_rng(5))
+        assert len(instances) > 500
+        replaced_with = set()
+        for inst in instances:
+            n = len(inst.input_ids)
+            specials = {0, inst.num_tokens_a + 1, n - 1}
+            positions = inst.masked_lm_positions
+            assert positions == sorted(set(positions)) and not specials & set(positions)
+            assert len(positions) == min(max_pred, max(1, int(round(n * prob))), n - 3)
+            assert all(label in (6, 7) for label in inst.masked_lm_ids)
+            for p, label in zip(positions, inst.masked_lm_ids):
+                if inst.input_ids[p] not in (4, label):
+                    replaced_with.add(inst.input_ids[p])
+            assert [inst.input_ids[p] for p in sorted(specials)] == [2, 3, 3]
+        assert stats.instances == len(instances)
+        assert stats.masked == sum(len(i.masked_lm_positions) for i in instances)
+        assert abs(stats.masked_as_mask / stats.masked - 0.8) < 0.02
+        assert abs(stats.masked_kept / stats.masked - 0.1) < 0.02
+        assert abs(stats.masked_random / stats.masked - 0.1) < 0.02
+        if prob == 1.0:  # many replacements: every vocabulary entry shows up
+            assert {0, 1, 2, 3, 5} <= replaced_with  # special and [unused] ones too

@@ -87,7 +87,11 @@ def test_mirrored_over_two_cpus_matches_one_device(data, tmp_path):
 
 
 def test_multi_worker_two_local_processes_train_and_checkpoint(data, tmp_path):
-    ports = [S.free_port(), S.free_port()]
+    ports = [S.free_port()]
+    while len(ports) < 2:  # two distinct free ports
+        port = S.free_port()
+        if port not in ports:
+            ports.append(port)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     out = tmp_path / "mwms"
     flags = _flags(data, out, distribution_strategy="multi_worker_mirrored",
@@ -180,3 +184,8 @@ def test_wrong_max_seq_length_fails_fast_with_the_file(data, tmp_path):
     rc, log = S.run_runner(**_flags(data, tmp_path, max_seq_length=64))
     assert rc != 0
     assert "max_seq_length expects 64" in log and "records.tfrecord-00000-of-00002" in log
+
+
+def test_neither_train_nor_eval_is_an_error(data, tmp_path):
+    rc, log = S.run_runner(**_flags(data, tmp_path, do_train="false", do_eval="false"))
+    assert rc != 0 and "At least one of `do_train` or `do_eval` must be True" in log

@@ -1,0 +1,339 @@
+"""The serving SavedModel: reloaded with only tensorflow + tensorflow-text, equal to the
+Python path (FullTokenizer + the Keras model) on raw strings; export_saved_model.py errors."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO_ROOT, TINY_VOCAB, write_vocab
+from data_prep.tokenization import FullTokenizer
+from modeling import export
+from modeling.config import BertConfig
+from modeling.encoder import BertEncoder
+from modeling.models import BertClassifier, BertSpanLabeler
+from modeling.optimization import OptimizerConfig, create_optimizer
+from training import checkpointing
+
+# Enough non-Latin pieces that Greek, CJK and Arabic give real ids, not only [UNK]; the
+# sigma pieces and U+1DF00 show the one measured in-graph difference (final sigma).
+VOCAB = TINY_VOCAB + ["κ", "##α", "##λ", "##η", "##μ", "##ε", "##ρ", "你", "好", "世", "界",
+                      "م", "##ر", "##ح", "##ب", "##ا", "α", "##σ", "##ς", "##\U0001DF00"]
+LABELS = ["neg", "neutral", "pos"]
+SEQ = 32
+LONG = " ".join(["the big red dog ran far away home"] * 40)  # ~320 tokens: truncated
+TEXTS = ["The cat sat on the mat.", "", LONG, "Καλημέρα κόσμε", "你好，世界",
+         "مرحبا بالعالم", "unaffable dogs!", "a" * 250, "\u200b\x01 \t"]
+PAIRS = ["A dog ran far away.", "the mat", "short", LONG, "", "你好", "مرحبا", "Καλη", ""]
+# The documented difference: U+1DF00 is a lower-case letter since Unicode 14 (Python 3.11)
+# but not for tf.strings.lower, so Python lowers the capital sigma before it to σ (not
+# final) and the graph to ς.
+SIGMA_CASE = "ΑΣ\U0001DF00"
+SQUAD_QUESTIONS = ["who sat?", "", LONG, "你好"]
+SQUAD_CONTEXTS = ["The cat sat on the mat far away.", "the dog", LONG + " the end.", ""]
+DOC_STRIDE = 16
+
+SERVE_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
+    import tensorflow as tf
+    import numpy as np
+    args = json.load(open(sys.argv[1], encoding="utf-8"))
+    out = {}
+    for name, spec in args.items():
+        loaded = tf.saved_model.load(spec["dir"])
+        for sig, inputs in spec["calls"].items():
+            fn = loaded.signatures[sig]
+            feed = {k: tf.constant(v, tf.string if isinstance(v[0], str) else tf.int32)
+                    for k, v in inputs.items()}
+            for key, value in fn(**feed).items():
+                out[f"{name}/{sig}/{key}"] = value.numpy()
+    leaked = sorted(m for m in sys.modules if m.split(".")[0] in
+                    ("modeling", "data_prep", "training"))
+    out["leaked"] = np.array(leaked, dtype=object)
+    np.savez(sys.argv[2], **out)
+""")
+
+
+def _config():
+    return BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, intermediate_size=64,
+                      max_position_embeddings=64, initializer_range=0.2)
+
+
+def _save_like_training(model, directory):
+    """tf.train.Checkpoint(model, optimizer, step) through the training loop's saver."""
+    optimizer = create_optimizer(OptimizerConfig(num_train_steps=10, num_warmup_steps=1))
+    optimizer.build(model.trainable_variables)
+    step = tf.Variable(7, dtype=tf.int64, trainable=False, name="global_step")
+    saver = checkpointing.CheckpointSaver(
+        checkpointing.make_checkpoint(model, optimizer, step), str(directory))
+    return saver.save(7)
+
+
+def _cli(*flags, cwd=None):
+    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "export_saved_model.py"),
+                           *flags], capture_output=True, text=True, cwd=cwd or REPO_ROOT,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A fine-tuning output_dir as run_classifier.py leaves it: checkpoint, config, vocab,
+    export_metadata.json (a 3-label pair task)."""
+    keras.utils.set_random_seed(1)
+    d = tmp_path_factory.mktemp("run")
+    write_vocab(d / "vocab.txt", VOCAB)
+    _config().to_json_file(str(d / "bert_config.json"))
+    model = BertClassifier(_config(), len(LABELS))
+    _save_like_training(model, d)
+    export.write_export_metadata(str(d), export.ExportMetadata(
+        task="toy", labels=tuple(LABELS), do_lower_case=True, max_seq_length=SEQ,
+        text_pair=True))
+    return d, model
+
+
+@pytest.fixture(scope="module")
+def served(run_dir, tmp_path_factory):
+    """Exports a classifier (CLI), an encoder and a SQuAD model (library), then serves all
+    three from one fresh process with no project code on its path."""
+    d, _ = run_dir
+    out = tmp_path_factory.mktemp("exports")
+    result = _cli(f"--init_checkpoint={d}", f"--export_dir={out / 'classifier'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "labels=['neg', 'neutral', 'pos']" in result.stdout
+
+    keras.utils.set_random_seed(2)
+    encoder = BertEncoder(_config())
+    export.export_saved_model(encoder, export.ServingConfig(
+        "encoder", str(d / "vocab.txt"), True, SEQ), str(out / "encoder"))
+    squad = BertSpanLabeler(_config())
+    export.export_saved_model(squad, export.ServingConfig(
+        "squad", str(d / "vocab.txt"), True, SEQ, max_query_length=8, max_answer_length=5,
+        doc_stride=DOC_STRIDE),
+        str(out / "squad"))
+
+    texts = TEXTS + [SIGMA_CASE]
+    pairs = PAIRS + ["dog"]
+    questions, contexts = SQUAD_QUESTIONS, SQUAD_CONTEXTS
+    ids = export.python_features(FullTokenizer(str(d / "vocab.txt")), texts, None, SEQ)
+    calls = {
+        "classifier": {"dir": str(out / "classifier"), "calls": {
+            "serving_default": {"text": texts, "text_pair": pairs},
+            "preprocess": {"text": texts, "text_pair": pairs}}},
+        "encoder": {"dir": str(out / "encoder"), "calls": {
+            "serving_default": {"text": texts},
+            "preprocess": {"text": texts},
+            "encode": {k: v.tolist() for k, v in ids.items()}}},
+        "squad": {"dir": str(out / "squad"), "calls": {
+            "serving_default": {"question": questions, "context": contexts},
+            "preprocess": {"question": questions, "context": contexts}}},
+    }
+    work = tmp_path_factory.mktemp("elsewhere")
+    (work / "args.json").write_text(json.dumps(calls, ensure_ascii=False), encoding="utf-8")
+    (work / "serve.py").write_text(SERVE_SCRIPT, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, "-I", "serve.py", "args.json", "out.npz"],
+                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with np.load(work / "out.npz", allow_pickle=True) as data:
+        outputs = dict(data)
+    return dict(outputs=outputs, encoder=encoder, squad=squad, vocab=str(d / "vocab.txt"),
+                dirs=out, texts=texts, pairs=pairs, contexts=contexts)
+
+
+def _python_probabilities(model, vocab, texts, pairs):
+    features = export.python_features(FullTokenizer(vocab), texts, pairs, SEQ)
+    logits = model({k: tf.constant(v) for k, v in features.items()})["logits"]
+    return features, tf.nn.softmax(tf.cast(logits, tf.float32)).numpy()
+
+
+@pytest.mark.slow
+def test_classifier_served_from_fresh_process_equals_python_path(run_dir, served):
+    _, model = run_dir
+    out = served["outputs"]
+    assert list(out["leaked"]) == []
+    texts, pairs = served["texts"][:-1], served["pairs"][:-1]
+    features, expected = _python_probabilities(model, served["vocab"], texts, pairs)
+    for key, value in features.items():
+        np.testing.assert_array_equal(out[f"classifier/preprocess/{key}"][:-1], value, key)
+    probabilities = out["classifier/serving_default/probabilities"]
+    assert probabilities.shape == (len(TEXTS) + 1, 3) and probabilities.dtype == np.float32
+    np.testing.assert_allclose(probabilities[:-1], expected, atol=1e-5, rtol=0)
+    assert np.abs(probabilities[:-1] - expected).max() < 1e-5
+    labels = [x.decode() for x in out["classifier/serving_default/label"]]
+    assert labels[:-1] == [LABELS[i] for i in expected.argmax(-1)]
+    # The long text is truncated to SEQ (pair: both sides trimmed), the empty pair side
+    # makes a one-segment input (as the original), the empty text is [CLS] [SEP].
+    mask = out["classifier/preprocess/input_mask"]
+    assert mask[2].sum() == SEQ and mask[3].sum() == SEQ
+    assert out["classifier/preprocess/segment_ids"][4].max() == 0
+    assert len(set(np.round(probabilities[:, 0], 6))) > 3  # the outputs do depend on the text
+
+
+@pytest.mark.slow
+def test_in_graph_tokenization_difference_is_the_documented_one(served):
+    """docs/export.md: final sigma beside a letter new in Unicode 14 (uncased)."""
+    tokenizer = FullTokenizer(served["vocab"])
+    python = tokenizer.tokenize(SIGMA_CASE)
+    assert python == ["α", "##σ", "##\U0001DF00"]
+    graph_ids = served["outputs"]["encoder/preprocess/input_ids"][-1]
+    graph = [VOCAB[i] for i in graph_ids[1:4]]
+    assert graph == ["α", "##ς", "##\U0001DF00"]
+
+
+@pytest.mark.slow
+def test_encoder_export_equals_python_path(served):
+    out, encoder = served["outputs"], served["encoder"]
+    texts = served["texts"][:-1]
+    features = export.python_features(FullTokenizer(served["vocab"]), texts, None, SEQ)
+    for key, value in features.items():
+        np.testing.assert_array_equal(out[f"encoder/preprocess/{key}"][:-1], value, key)
+    expected = encoder({k: tf.constant(v) for k, v in features.items()})
+    for sig in ("serving_default", "encode"):
+        n = -1  # the last row is SIGMA_CASE, tested above
+        for key in ("pooled_output", "sequence_output"):
+            np.testing.assert_allclose(out[f"encoder/{sig}/{key}"][:n], expected[key].numpy(),
+                                       atol=1e-5, rtol=0, err_msg=f"{sig}/{key}")
+        layers = out[f"encoder/{sig}/encoder_outputs"][:n]
+        assert layers.shape == (len(texts), 2, SEQ, 32)
+        np.testing.assert_allclose(layers, np.stack(
+            [x.numpy() for x in expected["encoder_outputs"]], axis=1), atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_squad_export_best_span(served):
+    """Windows as data_prep.squad.doc_spans_for; per window the best valid span is the
+    argmax of start + end logits; per example the best window's span, in context tokens."""
+    from data_prep.squad import doc_spans_for
+
+    out = served["outputs"]
+    tokenizer = FullTokenizer(served["vocab"])
+    ids = out["squad/preprocess/input_ids"]
+    segments = out["squad/preprocess/segment_ids"]
+    mask = out["squad/preprocess/input_mask"]
+    example = out["squad/serving_default/window_example_index"]
+    np.testing.assert_array_equal(example, out["squad/preprocess/window_example_index"])
+    start = out["squad/serving_default/window_start_logits"]
+    end = out["squad/serving_default/window_end_logits"]
+    assert start.shape == end.shape == ids.shape == (len(example), SEQ)
+    expected_starts = []
+    for q, c in zip(SQUAD_QUESTIONS, SQUAD_CONTEXTS):
+        span = SEQ - 3 - len(tokenizer.tokenize(q)[:8])
+        n = len(tokenizer.tokenize(c))
+        expected_starts.append([s.start for s in doc_spans_for(n, span, DOC_STRIDE)] or [0])
+    assert example.tolist() == [i for i, s in enumerate(expected_starts) for _ in s]
+    assert out["squad/serving_default/window_doc_start"].tolist() == sum(expected_starts, [])
+    expected = served["squad"]({"input_ids": tf.constant(ids), "input_mask": tf.constant(mask),
+                                "segment_ids": tf.constant(segments)})
+    np.testing.assert_allclose(start, expected["start_logits"].numpy(), atol=1e-5, rtol=0)
+    window_scores = []
+    for w in range(len(example)):
+        context = [i for i in range(SEQ) if segments[w, i] == 1 and mask[w, i] == 1][:-1]
+        s, e = (out[f"squad/serving_default/window_answer_{k}"][w] for k in ("start", "end"))
+        text = out["squad/serving_default/window_answer_text"][w].decode()
+        score = out["squad/serving_default/window_score"][w]
+        window_scores.append(score)
+        if not context:
+            assert (s, e, text, score) == (-1, -1, "", -np.inf)
+            continue
+        best = max((start[w, i] + end[w, j], i, j) for i in context for j in context
+                   if 0 <= j - i < 5)
+        assert (s, e) == best[1:], w
+        np.testing.assert_allclose(score, best[0], atol=1e-5)
+        pieces = [VOCAB[t] for t in ids[w, s:e + 1]]
+        assert text == " ".join(pieces).replace(" ##", "").replace("##", "").strip()
+    for row, context in enumerate(SQUAD_CONTEXTS):
+        mine = [w for w in range(len(example)) if example[w] == row]
+        w = max(mine, key=lambda k: (window_scores[k], -k))
+        text = out["squad/serving_default/answer_text"][row].decode()
+        assert text == out["squad/serving_default/window_answer_text"][w].decode()
+        a, b = out["squad/serving_default/answer_start"][row], \
+            out["squad/serving_default/answer_end"][row]
+        if a < 0:
+            assert text == "" and b == -1
+            continue
+        tokens = tokenizer.tokenize(context)[a:b + 1]
+        assert text == " ".join(tokens).replace(" ##", "").replace("##", "").strip()
+    assert len(expected_starts[2]) > 3  # the long context spans several windows
+
+
+def test_bfloat16_model_exports_float32_outputs(tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
+    keras.utils.set_random_seed(3)
+    model = BertClassifier(_config(), 2, dtype="mixed_bfloat16")
+    serving = export.ServingConfig("classifier", vocab, True, SEQ, labels=("no", "yes"))
+    export.export_saved_model(model, serving, str(tmp_path / "bf16"))
+    loaded = tf.saved_model.load(str(tmp_path / "bf16"))
+    got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
+    assert got["probabilities"].dtype == tf.float32
+    _, expected = _python_probabilities(model, vocab, TEXTS, None)
+    # Same bfloat16 arithmetic, but graph vs eager may fuse and round differently.
+    np.testing.assert_allclose(got["probabilities"].numpy(), expected, atol=1e-2, rtol=0)
+    enc = loaded.signatures["encode"](**{k: tf.constant(v) for k, v in export.python_features(
+        FullTokenizer(vocab), TEXTS, None, SEQ).items()})
+    assert enc["sequence_output"].dtype == tf.float32
+
+
+def test_regression_export_gives_score(tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
+    keras.utils.set_random_seed(4)
+    model = BertClassifier(_config(), 1)
+    export.export_saved_model(model, export.ServingConfig(
+        "classifier", vocab, True, SEQ, is_regression=True, text_pair=True),
+        str(tmp_path / "reg"))
+    serve = tf.saved_model.load(str(tmp_path / "reg")).signatures["serving_default"]
+    got = serve(text=tf.constant(TEXTS), text_pair=tf.constant(PAIRS))
+    assert set(got) == {"score", "logits"} and got["score"].shape == (len(TEXTS),)
+    features = export.python_features(FullTokenizer(vocab), TEXTS, PAIRS, SEQ)
+    expected = model({k: tf.constant(v) for k, v in features.items()})["logits"][:, 0]
+    np.testing.assert_allclose(got["score"].numpy(), expected.numpy(), atol=1e-5, rtol=0)
+
+
+def test_export_is_atomic_and_refuses_to_overwrite(tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
+    model = BertClassifier(_config(), 2)
+    target = tmp_path / "exp"
+    target.mkdir()
+    (target / "keep.txt").write_text("old")
+    serving = export.ServingConfig("classifier", vocab, True, SEQ, labels=("a", "b"))
+    with pytest.raises(export.ExportError, match="exists and is not empty"):
+        export.export_saved_model(model, serving, str(target))
+    with pytest.raises(export.ExportError, match="2 outputs but 3 labels"):
+        export.export_saved_model(model, export.ServingConfig(
+            "classifier", vocab, True, SEQ, labels=("a", "b", "c")), str(tmp_path / "x"))
+    assert sorted(os.listdir(tmp_path)) == ["exp", "vocab.txt"]  # no temporary left behind
+
+
+def test_metadata_round_trip_and_errors(tmp_path):
+    meta = export.ExportMetadata(task="mrpc", labels=("0", "1"), text_pair=True,
+                                 max_seq_length=64)
+    export.write_export_metadata(str(tmp_path), meta)
+    assert export.read_export_metadata(str(tmp_path)) == meta
+    (tmp_path / "bad.json").write_text('{"labels": ["a"], "colour": 1}')
+    with pytest.raises(export.ExportError, match="unknown keys"):
+        export.read_export_metadata(str(tmp_path / "bad.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags,message", [
+    (["--init_checkpoint={tmp}/nothing_here"], "--init_checkpoint"),
+    (["--init_checkpoint={run}", "--num_labels=2", "--label_list=a,b,c"],
+     "label count mismatch"),
+    (["--init_checkpoint={run}", "--label_list=a,b"], "classifier head"),
+])
+def test_cli_bad_flags_exit_non_zero(run_dir, tmp_path, flags, message):
+    d, _ = run_dir
+    flags = [f.format(tmp=tmp_path, run=d) for f in flags]
+    result = _cli(*flags, f"--export_dir={tmp_path / 'out'}")
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
