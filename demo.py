@@ -11,6 +11,10 @@ Stages, each the project's real command-line tool run as a subprocess with real 
                      the corpus -> OUTPUT/vocab.txt
 3. pretraining_data  `python -m data_prep.create_pretraining_data`: masked-LM + next-sentence
                      instances -> OUTPUT/pretraining_data/*.tfrecord
+4. pretraining       `python run_pretraining.py`: a small BERT (OUTPUT/bert_config.json,
+                     written by the demo like a user writes one) pretrained on those
+                     records, with eval -> OUTPUT/pretraining/ (checkpoints, TensorBoard
+                     logs, eval_results.txt)
 
 Each stage streams its tool's output (indented), is timed, then reports its figures from
 the files it wrote. The run ends with a summary (OUTPUT/demo_summary.json too) and the
@@ -57,10 +61,17 @@ def define_flags() -> None:
     flags.DEFINE_integer("num_workers", 0,
                          "Worker processes for create_pretraining_data (0: its default).")
     flags.DEFINE_integer("random_seed", 12345, "Seed of the data generation.")
+    flags.DEFINE_integer("num_train_steps", None,
+                         "Pretraining steps (default 300; --quick: 20).")
+    flags.DEFINE_integer("hidden_size", None,
+                         "Hidden size of the demo's BERT (default 128; --quick: 32); "
+                         "layers: 2, heads: hidden_size / 32.")
 
 
-FULL = {"corpus_mb": 3.0, "vocab_size": 5000, "dupe_factor": 5, "corpus_shards": 4}
-QUICK = {"corpus_mb": 0.15, "vocab_size": 1000, "dupe_factor": 1, "corpus_shards": 2}
+FULL = {"corpus_mb": 3.0, "vocab_size": 5000, "dupe_factor": 5, "corpus_shards": 4,
+        "num_train_steps": 300, "hidden_size": 128}
+QUICK = {"corpus_mb": 0.15, "vocab_size": 1000, "dupe_factor": 1, "corpus_shards": 2,
+         "num_train_steps": 20, "hidden_size": 32}
 # Start-up chatter of TensorFlow's C++ runtime that says nothing about the stage.
 NOISE_PREFIXES = (
     "WARNING: All log messages before absl::InitializeLog()",
@@ -84,6 +95,8 @@ class Settings:
     num_workers: int
     random_seed: int
     quick: bool
+    num_train_steps: int = 300
+    hidden_size: int = 128
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.output_dir, *parts)
@@ -104,6 +117,7 @@ class Stage:
         JSON summary); it raises when expected outputs are missing.
       missing_hint: said when `module` is not in this checkout.
       make_dirs: folders created before the tool runs (it expects them to exist).
+      prepare: writes input files the tool needs (e.g. a bert_config.json), before it runs.
     """
 
     name: str
@@ -113,6 +127,7 @@ class Stage:
     report: Callable[[], tuple[list, dict]]
     missing_hint: str = ""
     make_dirs: list = dataclasses.field(default_factory=list)
+    prepare: Callable[[], None] | None = None
 
     @property
     def is_script(self) -> bool:
@@ -303,7 +318,69 @@ def build_stages(settings: Settings) -> list:
               missing_hint="data_prep/create_pretraining_data.py (issue 2, section 4) is not "
                            "in this checkout yet",
               make_dirs=[settings.path("pretraining_data")]),
+        Stage("pretraining", "pretrain a small BERT (masked LM + next sentence) with eval",
+              "run_pretraining.py", _pretraining_run_flags(settings),
+              lambda: _pretraining_run_report(settings),
+              prepare=lambda: write_bert_config(settings)),
     ]
+
+
+def bert_config_for(settings: Settings) -> dict:
+    """A small BERT in Google's bert_config.json format, sized for the demo's vocab."""
+    with open(settings.path("vocab.txt"), encoding="utf-8") as reader:
+        vocab_size = sum(1 for _ in reader)
+    hidden = settings.hidden_size
+    return {
+        "vocab_size": vocab_size, "hidden_size": hidden, "num_hidden_layers": 2,
+        "num_attention_heads": max(1, hidden // 32), "intermediate_size": 4 * hidden,
+        "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "max_position_embeddings": max(512, settings.max_seq_length),
+        "type_vocab_size": 2, "initializer_range": 0.02,
+    }
+
+
+def write_bert_config(settings: Settings) -> None:
+    path = settings.path("bert_config.json")
+    with open(path, "w", encoding="utf-8") as writer:
+        json.dump(bert_config_for(settings), writer, indent=2)
+        writer.write("\n")
+    print(f"    wrote {path}", flush=True)
+
+
+def _pretraining_run_flags(settings: Settings) -> list:
+    steps = settings.num_train_steps
+    return [
+        ("input_file", settings.path("pretraining_data", "pretrain.tfrecord")),
+        ("output_dir", settings.path("pretraining")),
+        ("bert_config_file", settings.path("bert_config.json")),
+        ("do_train", "true"), ("do_eval", "true"),
+        ("train_batch_size", 32), ("eval_batch_size", 32),
+        ("max_seq_length", settings.max_seq_length),
+        ("max_predictions_per_seq", settings.max_predictions_per_seq),
+        ("num_train_steps", steps), ("num_warmup_steps", max(1, steps // 10)),
+        ("learning_rate", 1e-3), ("save_checkpoints_steps", max(10, steps // 3)),
+        ("iterations_per_loop", max(5, steps // 15)), ("log_steps", max(5, steps // 15)),
+        ("max_eval_steps", 5 if settings.quick else 20),
+        ("seed", settings.random_seed),
+    ]
+
+
+def _pretraining_run_report(settings: Settings):
+    results_path = settings.path("pretraining", "eval_results.txt")
+    if not os.path.exists(results_path):
+        raise StageError(f"{results_path} was not written")
+    results = {}
+    with open(results_path, encoding="utf-8") as reader:
+        for line in reader:
+            key, _, value = line.partition(" = ")
+            if value:
+                results[key.strip()] = float(value)
+    lines = [f"step {int(results.get('global_step', 0))}: loss {results.get('loss', 0):.3f}, "
+             f"masked-LM accuracy {results.get('masked_lm_accuracy', 0):.1%}, next-sentence "
+             f"accuracy {results.get('next_sentence_accuracy', 0):.1%} -> {results_path}",
+             f"TensorBoard: tensorboard --logdir {settings.path('pretraining')}"]
+    return lines, {"eval_results": results}
 
 
 # ---------------------------------------------------------------------------
@@ -382,6 +459,8 @@ def run_stage(stage: Stage, index: int, total: int, settings: Settings) -> dict:
                          + (f" ({stage.missing_hint})" if stage.missing_hint else ""))
     for folder in stage.make_dirs:
         os.makedirs(folder, exist_ok=True)
+    if stage.prepare is not None:
+        stage.prepare()
     log_path = settings.path("logs", f"{index}-{stage.name}.log")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     start = time.time()
@@ -432,6 +511,9 @@ def resolve_settings() -> Settings:
         num_workers=FLAGS.num_workers,
         random_seed=FLAGS.random_seed,
         quick=FLAGS.quick,
+        num_train_steps=(FLAGS.num_train_steps if FLAGS.num_train_steps is not None
+                         else sizes["num_train_steps"]),
+        hidden_size=FLAGS.hidden_size if FLAGS.hidden_size is not None else sizes["hidden_size"],
     )
 
 

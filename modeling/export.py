@@ -167,8 +167,9 @@ class ServingConfig:
         if self.model_type == "squad" and self.max_seq_length < self.max_query_length + 4:
             raise ExportError(f"max_seq_length={self.max_seq_length} leaves no room for the "
                               f"context after max_query_length={self.max_query_length}")
-        if self.doc_stride < 1:
-            raise ExportError(f"doc_stride={self.doc_stride} must be positive")
+        if self.doc_stride < 1 or self.n_best_size < 1 or self.max_answer_length < 1:
+            raise ExportError(f"doc_stride={self.doc_stride}, n_best_size={self.n_best_size} "
+                              f"and max_answer_length={self.max_answer_length} must be positive")
         if self.max_seq_length < 3:
             raise ExportError(f"max_seq_length={self.max_seq_length} cannot hold [CLS] [SEP]")
 

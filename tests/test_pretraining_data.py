@@ -534,3 +534,24 @@ def test_vectorised_masking_rules():
         assert abs(stats.masked_random / stats.masked - 0.1) < 0.02
         if prob == 1.0:  # many replacements: every vocabulary entry shows up
             assert {0, 1, 2, 3, 5} <= replaced_with  # special and [unused] ones too
+
+
+def test_inlined_loop_equals_the_per_document_functions(reference):
+    """create_compact_instances (the inlined hot loop) against the readable per-document
+    functions it inlines, on the same documents and seed."""
+    tokenize_ids, masking_vocab = pd.load_tokenizer(reference["vocab"], True)
+    for config in (_exact_config(*EXACT_CASES[1]), WWM_CONFIG):
+        def documents():
+            return pd.read_documents([pd.ByteRange(f, 0, os.path.getsize(f))
+                                      for f in reference["exact_files"]], tokenize_ids)
+
+        rng, docs, expected = random.Random(9), documents(), []
+        rng.shuffle(docs)
+        for _ in range(config.dupe_factor):
+            for index in range(len(docs)):
+                expected += pd.create_instances_from_document(docs, index, config,
+                                                              masking_vocab, rng)
+        rng.shuffle(expected)
+        ours = pd.create_training_instances(documents(), config, masking_vocab,
+                                            random.Random(9))
+        assert as_rows(ours) == as_rows(expected)

@@ -1,4 +1,12 @@
-"""Owns the one training and evaluation loop used by every runner, under every strategy.
+"""Owns the one training, evaluation and prediction loop used by every runner, under every strategy.
+
+What differs between runners lives in a small task object (`Task`): which features the
+model takes (`model_inputs`), the per-replica loss and the summed statistics
+(`loss_and_stats`), which statistics are per-replica means (`mean_keys`), the progress
+line's figures (`progress`) and the eval metrics (`metrics_from_totals`).
+`PretrainingTask` (masked LM + NSP) and `ClassifierTask` (classification / regression)
+are the two implementations; `TrainingLoop(strategy, model, optimizer, config, task)` is
+the loop, `PretrainingLoop` its pretraining spelling.
 
 Shape of a training call (`_train_steps`, one `tf.function`): `iterations_per_loop`
 times, `strategy.run(replica_step, next(iterator))`, then a cross-replica sum of the step's
@@ -21,18 +29,21 @@ import dataclasses
 import datetime
 import os
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from modeling import losses
 from training import checkpointing, distribution, summaries
 
+# Pretraining's statistics and model inputs (kept as module names for existing callers).
 STAT_KEYS = ("loss", "mlm_loss", "mlm_nll_sum", "mlm_correct_sum", "mlm_weight_sum",
              "nsp_loss_sum", "nsp_correct_sum", "nsp_count")
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+ENCODER_INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
 @dataclasses.dataclass(frozen=True)
