@@ -45,10 +45,12 @@ def profile(fn, steps):
         if not plane.name.startswith("/host:CPU"):
             continue
         for line in plane.lines:
-            if line.name != "TensorFlow Ops":
+            if not line.name.startswith("tf_Compute"):  # executor threads (inter-op pool)
                 continue
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
+                if ":" not in name or "::" in name:  # ops are "op_name:OpType"
+                    continue
                 op_name, _, op_type = name.rpartition(":")
                 ms = event.duration_ps / 1e9 / steps
                 by_type[op_type] += ms

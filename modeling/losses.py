@@ -1,4 +1,4 @@
-"""Owns the original BERT loss and metric definitions (masked LM, next sentence) as tensor math.
+"""Owns the original BERT loss and metric definitions (masked LM, NSP, classifier) as tensor math.
 
 Every function works on one replica's batch, exactly as the original computes on one TPU
 core. How these per-replica values combine across replicas is the training loop's business
@@ -109,3 +109,84 @@ def pretraining_loss(outputs, features):
         "nsp_count": tf.cast(tf.size(nsp_labels), tf.float32),
     }
     return total, stats
+
+
+# --- Sequence classification / regression (run_classifier) -------------------------------
+
+
+def classification_per_example_loss(logits, label_ids):
+    """The original run_classifier's cross-entropy: -sum(one_hot * log_softmax), float32 [batch].
+
+    Args:
+      logits: float [batch, num_labels] (computed in float32).
+      label_ids: int [batch] (or [batch, 1]).
+    """
+    logits = tf.cast(logits, tf.float32)
+    labels = tf.reshape(tf.cast(label_ids, tf.int32), [-1])
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    one_hot = tf.one_hot(labels, depth=tf.shape(logits)[-1], dtype=tf.float32)
+    return -tf.reduce_sum(one_hot * log_probs, axis=-1)
+
+
+def regression_per_example_loss(predictions, targets):
+    """Squared error of a one-output regressor (STS-B), float32 [batch].
+
+    Args:
+      predictions: float [batch, 1] or [batch].
+      targets: float [batch] (or [batch, 1]).
+    """
+    predictions = tf.reshape(tf.cast(predictions, tf.float32), [-1])
+    targets = tf.reshape(tf.cast(targets, tf.float32), [-1])
+    return tf.square(predictions - targets)
+
+
+def classifier_loss(logits, label_ids, is_real_example=None, *, is_regression=False):
+    """Per-replica classifier loss and the statistics the eval metrics need.
+
+    The loss is the mean per-example loss over the batch's real examples (all of a
+    training batch: the original's `reduce_mean`); padding rows (`is_real_example` 0)
+    weigh nothing.
+
+    Args:
+      logits: float [batch, num_labels] ([batch, 1] for regression).
+      label_ids: int [batch] label ids, or float [batch] scores for regression.
+      is_real_example: [batch] 1/0 weights; None means all real.
+      is_regression: squared error on the single output instead of cross-entropy.
+
+    Returns:
+      (scalar float32 loss, dict of float32 scalars): `loss` (the batch's loss),
+      `loss_sum` (sum of w * per-example loss), `correct_sum` (sum of w * correct; 0 for
+      regression) and `example_count` (sum of w).
+    """
+    if is_regression:
+        per_example = regression_per_example_loss(logits, label_ids)
+        correct = tf.zeros_like(per_example)
+    else:
+        per_example = classification_per_example_loss(logits, label_ids)
+        predicted = tf.argmax(tf.cast(logits, tf.float32), axis=-1, output_type=tf.int32)
+        labels = tf.reshape(tf.cast(label_ids, tf.int32), [-1])
+        correct = tf.cast(tf.equal(predicted, labels), tf.float32)
+    if is_real_example is None:
+        weights = tf.ones_like(per_example)
+    else:
+        weights = tf.reshape(tf.cast(is_real_example, tf.float32), [-1])
+    count = tf.reduce_sum(weights)
+    loss_sum = tf.reduce_sum(weights * per_example)
+    loss = loss_sum / tf.maximum(count, 1.0)
+    stats = {"loss": loss, "loss_sum": loss_sum, "correct_sum": tf.reduce_sum(weights * correct),
+             "example_count": count}
+    return loss, stats
+
+
+def numpy_classifier_per_example_loss(logits, labels, *, is_regression=False):
+    """`classification_per_example_loss` / `regression_per_example_loss` in float64 numpy
+    (for metrics over predictions collected on the host)."""
+    import numpy as np
+
+    logits = np.asarray(logits, np.float64)
+    if is_regression:
+        return (logits.reshape(-1) - np.asarray(labels, np.float64).reshape(-1)) ** 2
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    labels = np.asarray(labels).reshape(-1).astype(np.int64)
+    return -log_probs[np.arange(len(labels)), labels]

@@ -45,10 +45,20 @@ def _settings(tmp_path, **overrides):
     return demo.Settings(**values)
 
 
+def pretraining_output(stages):
+    return dict(stages[2].flags)["output_file"]
+
+
 def test_stages_run_the_real_clis_with_real_flags(tmp_path):
     stages = demo.build_stages(_settings(tmp_path, num_workers=2))
     assert [s.module for s in stages] == [
-        "data_prep.sample_corpus", "data_prep.build_vocab", "data_prep.create_pretraining_data"]
+        "data_prep.sample_corpus", "data_prep.build_vocab", "data_prep.create_pretraining_data",
+        "run_pretraining.py"]
+    training = dict(stages[3].flags)
+    assert training["input_file"] == pretraining_output(stages)
+    for key in ("bert_config_file", "output_dir", "do_train", "do_eval", "num_train_steps",
+                "max_seq_length", "max_predictions_per_seq"):
+        assert key in training
     pretraining = dict(stages[2].flags)
     assert pretraining["vocab_file"] == str(tmp_path / "vocab.txt")
     assert pretraining["max_seq_length"] == 64 and pretraining["num_workers"] == 2
@@ -109,7 +119,8 @@ def test_quick_demo_end_to_end(tmp_path):
         env=env, check=False, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
-    for marker in ("[1/3] corpus", "[2/3] vocab", "[3/3] pretraining_data", "Demo finished",
+    for marker in ("[1/4] corpus", "[2/4] vocab", "[3/4] pretraining_data",
+                   "[4/4] pretraining", "Demo finished",
                    "Run each stage by hand", "-m data_prep.create_pretraining_data"):
         assert marker in out
     assert "port.cc" not in out, "TensorFlow start-up chatter is filtered"
@@ -117,7 +128,7 @@ def test_quick_demo_end_to_end(tmp_path):
     summary = json.loads((output_dir / "demo_summary.json").read_text())
     assert summary["ok"] is True
     stages = summary["stages"]
-    assert list(stages) == ["corpus", "vocab", "pretraining_data"]
+    assert list(stages) == ["corpus", "vocab", "pretraining_data", "pretraining"]
     assert stages["corpus"]["documents"] > 100
     assert stages["vocab"]["unk_rate"] == 0.0
     assert 0.9 * 1000 <= stages["vocab"]["vocab_size"] <= 1000
@@ -134,5 +145,13 @@ def test_quick_demo_end_to_end(tmp_path):
         assert pretraining["summary"]["instances"] == instances
     else:
         assert pretraining["instances"] == instances
+    config = json.loads((output_dir / "bert_config.json").read_text())
+    assert config["vocab_size"] == stages["vocab"]["vocab_size"]
+    eval_results = stages["pretraining"]["eval_results"]
+    assert eval_results["global_step"] == 20
+    assert set(eval_results) >= {"loss", "masked_lm_accuracy", "masked_lm_loss",
+                                 "next_sentence_accuracy", "next_sentence_loss"}
+    assert (output_dir / "pretraining" / "eval_results.txt").exists()
+    assert list((output_dir / "pretraining").glob("ckpt-20.index"))
     for index, name in enumerate(stages, start=1):
         assert (output_dir / "logs" / f"{index}-{name}.log").exists()

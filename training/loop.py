@@ -98,6 +98,14 @@ def build_pretraining_model(model, max_seq_length, max_predictions_per_seq):
     return model
 
 
+def build_encoder_model(model, max_seq_length):
+    """Creates a classifier's (or any encoder-input model's) variables on a zero batch."""
+    model({"input_ids": tf.zeros([1, max_seq_length], tf.int32),
+           "input_mask": tf.ones([1, max_seq_length], tf.int32),
+           "segment_ids": tf.zeros([1, max_seq_length], tf.int32)}, training=False)
+    return model
+
+
 def eval_metrics(totals, global_step):
     """The original's eval_results.txt figures from summed statistics."""
     steps = max(float(totals.get("steps", 0.0)), 1.0)
@@ -131,29 +139,163 @@ def read_eval_results(path):
     return out
 
 
-class PretrainingLoop:
-    """Trains and evaluates a pretraining model under a strategy; create it after the model.
+# ------------------------------------------------------------------------------ tasks
+
+
+class Task:
+    """What one kind of training contributes to the loop (subclass and override).
+
+    Attributes:
+      stat_keys: the float32 scalar statistics `loss_and_stats` returns; the loop sums them
+        over replicas, micro-batches and steps. Must include "loss".
+      mean_keys: the statistics that are per-replica MEANS (e.g. the batch loss): the loop
+        divides them by replicas x accumulation steps before summing, so their sum over
+        one step is the mean over the step's replicas. The others are plain sums.
+    """
+
+    stat_keys: tuple = ("loss",)
+    mean_keys: tuple = ("loss",)
+
+    def model_inputs(self, features: dict) -> dict:
+        """The model's input dict taken from a batch of features."""
+        return {name: features[name] for name in ENCODER_INPUTS}
+
+    def loss_and_stats(self, outputs: dict, features: dict):
+        """(scalar float32 loss of this replica's batch, dict of `stat_keys` scalars)."""
+        raise NotImplementedError
+
+    def metrics_from_totals(self, totals: dict, global_step: int) -> dict:
+        """Eval figures (eval_results.txt) from statistics summed over eval batches;
+        `totals["steps"]` counts the batches."""
+        steps = max(float(totals.get("steps", 0.0)), 1.0)
+        return {"global_step": int(global_step), "loss": float(totals["loss"]) / steps}
+
+    def progress(self, totals: dict) -> list:
+        """[(summary key, short label, value)] for a progress line, from summed statistics."""
+        del totals
+        return []
+
+
+class PretrainingTask(Task):
+    """Masked LM + next sentence (the original run_pretraining's loss and metrics).
+
+    Args:
+      loss_fn: (outputs, features) -> (scalar loss, dict of STAT_KEYS scalars).
+    """
+
+    stat_keys = STAT_KEYS
+    mean_keys = ("loss", "mlm_loss")
+
+    def __init__(self, loss_fn: Callable = losses.pretraining_loss):
+        self.loss_fn = loss_fn
+
+    def model_inputs(self, features):
+        return model_inputs(features)
+
+    def loss_and_stats(self, outputs, features):
+        return self.loss_fn(outputs, features)
+
+    def metrics_from_totals(self, totals, global_step):
+        return eval_metrics(totals, global_step)
+
+    def progress(self, totals):
+        return [
+            ("masked_lm_accuracy", "mlm_acc",
+             totals["mlm_correct_sum"] / max(totals["mlm_weight_sum"], 1e-12)),
+            ("next_sentence_accuracy", "nsp_acc",
+             totals["nsp_correct_sum"] / max(totals["nsp_count"], 1.0)),
+        ]
+
+
+class ClassifierTask(Task):
+    """Sequence classification (the original run_classifier's loss) or regression (MSE).
+
+    Features: `input_ids`, `input_mask`, `segment_ids`, `label_ids` ([batch] int, or float
+    for regression) and `is_real_example` ([batch]; padding rows weigh 0). Model outputs:
+    `logits` [batch, num_labels] ([batch, 1] for regression).
+
+    Args:
+      num_labels: classes (1 for regression).
+      is_regression: mean squared error on the single output instead of cross-entropy.
+    """
+
+    stat_keys = ("loss", "loss_sum", "correct_sum", "example_count")
+    mean_keys = ("loss",)
+
+    def __init__(self, num_labels: int, is_regression: bool = False):
+        self.num_labels = int(num_labels)
+        self.is_regression = bool(is_regression)
+
+    def loss_and_stats(self, outputs, features):
+        return losses.classifier_loss(outputs["logits"], features["label_ids"],
+                                      features.get("is_real_example"),
+                                      is_regression=self.is_regression)
+
+    def metrics_from_totals(self, totals, global_step):
+        count = max(float(totals["example_count"]), 1.0)
+        out = {"global_step": int(global_step),
+               "eval_loss": float(totals["loss_sum"]) / count}
+        if not self.is_regression:
+            out["eval_accuracy"] = float(totals["correct_sum"]) / count
+        return out
+
+    def progress(self, totals):
+        if self.is_regression:
+            return []
+        return [("accuracy", "acc",
+                 totals["correct_sum"] / max(totals["example_count"], 1.0))]
+
+    def eval_results(self, task_name: str, logits, labels, is_real, global_step: int) -> dict:
+        """The eval_results.txt figures from dev predictions, padding rows dropped.
+
+        `eval_loss` is the mean per-example loss over real examples (the original's
+        `tf.metrics.mean(per_example_loss, weights=is_real_example)`); then `eval_` + each
+        of `glue_metrics.task_metrics` (accuracy; f1, mcc, pearson, spearman per task) and
+        `global_step`.
+        """
+        from data_prep import glue_metrics
+
+        keep = np.asarray(is_real).reshape(-1) > 0
+        logits = np.asarray(logits, np.float64)[keep]
+        labels = np.asarray(labels)[keep]
+        per_example = losses.numpy_classifier_per_example_loss(
+            logits, labels, is_regression=self.is_regression)
+        predictions = logits[:, 0] if self.is_regression else logits.argmax(-1)
+        metrics = glue_metrics.task_metrics(task_name, labels, predictions,
+                                            is_regression=self.is_regression)
+        out = {f"eval_{key}": value for key, value in metrics.items()}
+        out["eval_loss"] = float(per_example.mean())
+        out["global_step"] = int(global_step)
+        return out
+
+
+class TrainingLoop:
+    """Trains, evaluates and predicts with a model under a strategy; create it after the model.
 
     Args:
       strategy: any `tf.distribute.Strategy` (the model and optimizer must have been
         created under its scope).
-      model: a built Keras model mapping the input dict to `masked_lm_logits` and
-        `next_sentence_logits`.
+      model: a built Keras model mapping `task.model_inputs(features)` to a dict of outputs.
       optimizer: a Keras optimizer with `pre_reduced_gradients=True`
         (`modeling.optimization.create_optimizer`).
       config: `LoopConfig`.
-      loss_fn: (outputs, features) -> (scalar loss, dict of STAT_KEYS scalars).
+      task: the `Task` (loss, statistics, metrics). `self.loss_fn` is its
+        `loss_and_stats`; it is looked up when the step is traced, so it can be replaced
+        before the first call.
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, optimizer,
-                 config: LoopConfig, loss_fn: Callable = losses.pretraining_loss):
+                 config: LoopConfig, task: Task):
         if not getattr(optimizer, "pre_reduced_gradients", False):
             raise ValueError("the loop all-reduces gradients itself: build the optimizer with "
                              "pre_reduced_gradients=True (modeling.optimization.create_optimizer)")
         self.strategy = strategy
         self.model = model
         self.config = config
-        self.loss_fn = loss_fn
+        self.task = task
+        self.loss_fn = task.loss_and_stats
+        self.stat_keys = tuple(task.stat_keys)
+        self.mean_keys = tuple(task.mean_keys)
         self.is_chief = distribution.is_chief(strategy)
         self.base_optimizer = optimizer
         with strategy.scope():
@@ -176,6 +318,7 @@ class PretrainingLoop:
                          if config.jit_compile else self._loss_and_grads)
         self._train_fn = tf.function(self._train_steps)
         self._eval_fn = tf.function(self._eval_steps)
+        self._predict_fn = tf.function(self._predict_batch)
         self.history: list[dict] = []
 
     # ----------------------------------------------------------------- restore
@@ -195,7 +338,7 @@ class PretrainingLoop:
     # ------------------------------------------------------------- replica math
     def _loss_and_grads(self, features, grad_scale):
         with tf.GradientTape() as tape:
-            outputs = self.model(model_inputs(features), training=True)
+            outputs = self.model(self.task.model_inputs(features), training=True)
             loss, stats = self.loss_fn(outputs, features)
             scaled = loss * grad_scale
             if self.loss_scale_optimizer is not None:
@@ -213,8 +356,8 @@ class PretrainingLoop:
             grads, stats = self._grad_fn(features, grad_scale)
         else:
             grads, stats = self._accumulate(features, k, grad_scale)
-        stats = {key: stats[key] / (replicas * k) if key in ("loss", "mlm_loss") else stats[key]
-                 for key in STAT_KEYS}
+        stats = {key: stats[key] / (replicas * k) if key in self.mean_keys else stats[key]
+                 for key in self.stat_keys}
         context = tf.distribute.get_replica_context()
         grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         self.optimizer.apply(grads, self.model.trainable_variables)
@@ -225,12 +368,12 @@ class PretrainingLoop:
         split = {name: tf.reshape(t, [k, -1] + t.shape.as_list()[1:])
                  for name, t in features.items()}
         grads = [tf.zeros_like(v) for v in self.model.trainable_variables]
-        stats = {key: tf.constant(0.0) for key in STAT_KEYS}
+        stats = {key: tf.constant(0.0) for key in self.stat_keys}
         for i in tf.range(k):
             chunk = {name: t[i] for name, t in split.items()}
             g, s = self._grad_fn(chunk, grad_scale)
             grads = [a + b for a, b in zip(grads, g)]
-            stats = {key: stats[key] + s[key] for key in STAT_KEYS}
+            stats = {key: stats[key] + s[key] for key in self.stat_keys}
         return grads, stats
 
     def _sum_over_replicas(self, per_replica):
@@ -239,7 +382,7 @@ class PretrainingLoop:
 
     # ---------------------------------------------------------- compiled calls
     def _train_steps(self, iterator, num_steps):
-        totals = {key: tf.constant(0.0) for key in STAT_KEYS}
+        totals = {key: tf.constant(0.0) for key in self.stat_keys}
         bad_step = tf.constant(-1, tf.int64)
         for _ in tf.range(num_steps):
             stats = self._sum_over_replicas(self.strategy.run(self._replica_step,
@@ -248,18 +391,18 @@ class PretrainingLoop:
             if not tf.math.is_finite(stats["loss"]):
                 bad_step = self.global_step.read_value()
                 break
-            totals = {key: totals[key] + stats[key] for key in STAT_KEYS}
+            totals = {key: totals[key] + stats[key] for key in self.stat_keys}
         return totals, bad_step
 
     def _eval_replica_step(self, features):
-        outputs = self.model(model_inputs(features), training=False)
+        outputs = self.model(self.task.model_inputs(features), training=False)
         _, stats = self.loss_fn(outputs, features)
         replicas = self.strategy.num_replicas_in_sync
-        return {key: stats[key] / replicas if key in ("loss", "mlm_loss") else stats[key]
-                for key in STAT_KEYS}
+        return {key: stats[key] / replicas if key in self.mean_keys else stats[key]
+                for key in self.stat_keys}
 
     def _eval_steps(self, iterator, num_steps):
-        totals = {key: tf.constant(0.0) for key in STAT_KEYS + ("steps",)}
+        totals = {key: tf.constant(0.0) for key in self.stat_keys + ("steps",)}
         for _ in tf.range(num_steps):
             optional = iterator.get_next_as_optional()
             if not optional.has_value():
@@ -282,11 +425,14 @@ class PretrainingLoop:
         out["bad_step"] = int(bad_step.numpy())
         return out
 
-    def train(self, dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset]):
+    def train(self, dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset],
+              on_checkpoint: Callable[[int], None] | None = None):
         """Trains from the current global step to `num_train_steps`; returns the history.
 
         Args:
           dataset_fn: input_context -> per-replica batched dataset (repeating).
+          on_checkpoint: called with the step after each checkpoint save (e.g. a dev
+            evaluation that keeps the best checkpoint).
         """
         cfg = self.config
         step = int(self.global_step.numpy())
@@ -297,7 +443,7 @@ class PretrainingLoop:
         dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
         iterator = iter(dataset)
         writer = self._summary_writer("train")
-        window = _Window(step)
+        window = _Window(step, self.stat_keys)
         start_step, start_time = step, time.time()
         while step < cfg.num_train_steps:
             next_save = (step // cfg.save_checkpoints_steps + 1) * cfg.save_checkpoints_steps
@@ -313,11 +459,13 @@ class PretrainingLoop:
             last = step >= cfg.num_train_steps
             if window.steps >= cfg.log_steps or last:
                 self._log(window, step, start_step, start_time, writer)
-                window = _Window(step)
+                window = _Window(step, self.stat_keys)
             if step % cfg.save_checkpoints_steps == 0 or last:
                 path = self.saver.save(step)
                 if path:
                     logging.info("Saved checkpoint %s", path)
+                if on_checkpoint is not None:
+                    on_checkpoint(step)
         writer.flush()
         return self.history
 
@@ -328,23 +476,19 @@ class PretrainingLoop:
         done = step - start_step
         per_step = (time.time() - start_time) / max(done, 1)
         eta = datetime.timedelta(seconds=int(per_step * (cfg.num_train_steps - step)))
-        record = {
-            "step": step,
-            "loss": window.totals["loss"] / window.steps,
-            "masked_lm_accuracy": window.totals["mlm_correct_sum"]
-            / max(window.totals["mlm_weight_sum"], 1e-12),
-            "next_sentence_accuracy": window.totals["nsp_correct_sum"]
-            / max(window.totals["nsp_count"], 1.0),
-            "learning_rate": float(keras.ops.convert_to_numpy(self.base_optimizer.learning_rate)),
-            "examples_per_second": examples_per_s,
-        }
+        figures = self.task.progress(window.totals)
+        record = {"step": step, "loss": window.totals["loss"] / window.steps}
+        record.update({key: float(value) for key, _, value in figures})
+        record["learning_rate"] = float(keras.ops.convert_to_numpy(
+            self.base_optimizer.learning_rate))
+        record["examples_per_second"] = examples_per_s
         self.history.append(record)
         if self.loss_scale_optimizer is not None:
             record["loss_scale"] = float(self.loss_scale_optimizer.dynamic_scale.numpy())
-        logging.info(
-            "step %d/%d loss %.6f mlm_acc %.4f nsp_acc %.4f lr %.3e examples/s %.1f eta %s",
-            step, cfg.num_train_steps, record["loss"], record["masked_lm_accuracy"],
-            record["next_sentence_accuracy"], record["learning_rate"], examples_per_s, eta)
+        middle = "".join(f" {label} {float(value):.4f}" for _, label, value in figures)
+        logging.info("step %d/%d loss %.6f%s lr %.3e examples/s %.1f eta %s", step,
+                     cfg.num_train_steps, record["loss"], middle, record["learning_rate"],
+                     examples_per_s, eta)
         summaries.write_scalars(writer, {k: v for k, v in record.items() if k != "step"}, step)
 
     # ------------------------------------------------------------------- eval
@@ -359,7 +503,7 @@ class PretrainingLoop:
         totals = self._eval_fn(iter(dataset), tf.constant(self.config.max_eval_steps, tf.int32))
         totals = {key: float(value.numpy()) for key, value in totals.items()}
         step = int(self.global_step.numpy())
-        results = eval_metrics(totals, step)
+        results = self.task.metrics_from_totals(totals, step)
         logging.info("Eval at step %d over %d batches: %s", step, int(totals["steps"]),
                      " ".join(f"{k}={v:.6g}" for k, v in sorted(results.items())))
         if self.is_chief:
@@ -371,20 +515,90 @@ class PretrainingLoop:
                 write_eval_results(os.path.join(self.config.output_dir, results_file), results)
         return results
 
+    def write_eval_summaries(self, results: dict, name: str = "eval"):
+        """Writes eval figures (all but global_step) as TensorBoard scalars in output_dir/name."""
+        if self.is_chief:
+            step = int(self.global_step.numpy())
+            summaries.write_scalars(self._summary_writer(name),
+                                    {k: v for k, v in results.items() if k != "global_step"},
+                                    step)
+
     def _summary_writer(self, name):
         return summaries.writer(self.config.output_dir, name, enabled=self.is_chief)
+
+    # ---------------------------------------------------------------- predict
+    def _predict_replica(self, features, output_keys, feature_keys):
+        outputs = self.model(self.task.model_inputs(features), training=False)
+        keys = output_keys if output_keys is not None else tuple(outputs)
+        out = {key: tf.cast(outputs[key], tf.float32) for key in keys}
+        out.update({f"features/{key}": features[key] for key in feature_keys})
+        return out
+
+    def _predict_batch(self, batch, output_keys, feature_keys):
+        return self.strategy.run(self._predict_replica, args=(batch, output_keys, feature_keys))
+
+    def predict(self, dataset: tf.data.Dataset, *, output_keys: Sequence[str] | None = None,
+                feature_keys: Sequence[str] = ()) -> dict:
+        """Batched forward pass over a finite dataset; numpy results in input order.
+
+        Use fixed-size batches (`drop_remainder=True`, static shapes for TPU and XLA) and
+        pad the data to a whole number of batches with `is_real_example=0` rows, as the
+        original does on TPU (`data_prep.classifier_data.pad_examples`); drop those rows
+        from the result with the returned `is_real_example`.
+
+        Args:
+          dataset: GLOBALLY batched features (each batch is split across the replicas in
+            order; the batch size must be divisible by the number of replicas).
+          output_keys: model outputs to return (default: all).
+          feature_keys: features passed through (e.g. "label_ids", "is_real_example"),
+            returned under their own names.
+
+        Returns:
+          {name: numpy array [num_rows, ...]} with rows in dataset order.
+        """
+        output_keys = None if output_keys is None else tuple(output_keys)
+        feature_keys = tuple(feature_keys)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.OFF
+        distributed = self.strategy.experimental_distribute_dataset(
+            dataset.with_options(options))
+        chunks: dict = {}
+        for batch in distributed:
+            per_replica = self._predict_fn(batch, output_keys, feature_keys)
+            for key, value in per_replica.items():
+                parts = self.strategy.experimental_local_results(value)
+                chunks.setdefault(key, []).extend(np.asarray(p) for p in parts)
+        out = {}
+        for key, parts in chunks.items():
+            name = key[len("features/"):] if key.startswith("features/") else key
+            out[name] = np.concatenate(parts, axis=0)
+        return out
+
+
+class PretrainingLoop(TrainingLoop):
+    """The loop with the pretraining task (masked LM + NSP); see `TrainingLoop`.
+
+    Args:
+      loss_fn: (outputs, features) -> (scalar loss, dict of STAT_KEYS scalars).
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, optimizer,
+                 config: LoopConfig, loss_fn: Callable = losses.pretraining_loss):
+        super().__init__(strategy, model, optimizer, config, PretrainingTask(loss_fn))
 
 
 class _Window:
     """Statistics summed since the last progress line."""
 
-    def __init__(self, step):
+    def __init__(self, step, keys=STAT_KEYS):
         self.step = step
         self.steps = 0
         self.time = time.time()
-        self.totals = {key: 0.0 for key in STAT_KEYS}
+        self.keys = tuple(keys)
+        self.totals = {key: 0.0 for key in self.keys}
 
     def add(self, totals, n):
         self.steps += n
-        for key in STAT_KEYS:
+        for key in self.keys:
             self.totals[key] += float(totals[key].numpy())
