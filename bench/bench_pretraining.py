@@ -128,16 +128,22 @@ def build_keras_hub(config, batch, steps, jit):
     return run
 
 
-def time_rounds(runners, rounds):
-    """{name: [seconds per round]}, alternating the runners each round."""
+def time_rounds(runners, rounds, cpu_times=None):
+    """{name: [wall seconds per round]}, alternating the runners each round.
+
+    If `cpu_times` is a dict, it receives {name: [process CPU seconds per round]} (the
+    steadiest figure on a shared machine: other jobs steal wall time, not our CPU time).
+    """
     times = {name: [] for name in runners}
     for fn in runners.values():
         fn()  # trace, compile, warm up
     for _ in range(rounds):
         for name, fn in runners.items():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             fn()
             times[name].append(time.perf_counter() - start)
+            if cpu_times is not None:
+                cpu_times.setdefault(name, []).append(time.process_time() - cpu)
     return times
 
 
@@ -212,7 +218,8 @@ def main():
                                                        args.jit_compile)
             # The matmul ceiling is timed in the same rounds, so load changes hit both.
             runners["matmul"] = build_matmul(tf.float32 if dtype == "float32" else tf.bfloat16)
-            times = time_rounds(runners, args.rounds)
+            cpu = {}
+            times = time_rounds(runners, args.rounds, cpu)
             keras.config.set_dtype_policy("float32")
             peak = 2 * MATMUL_N ** 3 * MATMUL_REPS / statistics.median(times.pop("matmul")) / 1e9
             peaks = {dtype: peak}
@@ -224,10 +231,13 @@ def main():
                 gflops = seqs * flops / 1e9
                 rows.append((size, dtype, name, seqs, gflops, gflops / peaks[dtype]))
                 print(f"{size:5s} {dtype:8s} {name:9s} {seqs:8.2f} seq/s {gflops:8.1f} GFLOP/s "
-                      f"({gflops / peaks[dtype]:.2f} of matmul)", flush=True)
+                      f"({gflops / peaks[dtype]:.2f} of matmul), "
+                      f"{statistics.median(cpu[name]) / args.steps:.2f} CPU s/step", flush=True)
             if "keras-hub" in results:
                 print(f"{size:5s} {dtype:8s} ours / keras-hub = "
-                      f"{results['ours'] / results['keras-hub']:.2f}x", flush=True)
+                      f"{results['ours'] / results['keras-hub']:.2f}x wall, "
+                      f"{statistics.median(cpu['keras-hub']) / statistics.median(cpu['ours']):.2f}x"
+                      f" CPU time", flush=True)
             if dtype == "float32":
                 ours_f32[size] = results["ours"]
             elif size in ours_f32:

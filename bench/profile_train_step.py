@@ -41,6 +41,7 @@ def profile(fn, steps):
         space.ParseFromString(f.read())
     by_type = collections.Counter()
     by_phase = collections.Counter()
+    by_name = collections.Counter()
     for plane in space.planes:
         if not plane.name.startswith("/host:CPU"):
             continue
@@ -54,9 +55,10 @@ def profile(fn, steps):
                 op_name, _, op_type = name.rpartition(":")
                 ms = event.duration_ps / 1e9 / steps
                 by_type[op_type] += ms
+                by_name[name] += ms
                 backward = "gradient" in op_name.lower() or "Grad" in op_type
                 by_phase["backward" if backward else "forward+optimizer"] += ms
-    return by_type, by_phase
+    return by_type, by_phase, by_name
 
 
 def main():
@@ -66,6 +68,7 @@ def main():
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--skip_keras_hub", action="store_true")
+    parser.add_argument("--names", type=int, default=0, help="also list the N costliest ops")
     args = parser.parse_args()
     keras.config.set_dtype_policy(bp.POLICIES[args.dtype])
     config = BertConfig(vocab_size=bp.VOCAB, **bp.SIZES[args.size])
@@ -74,12 +77,14 @@ def main():
     if not args.skip_keras_hub:
         runners["keras-hub"] = bp.build_keras_hub(config, batch, 1, False)
     for name, fn in runners.items():
-        by_type, by_phase = profile(fn, args.steps)
+        by_type, by_phase, by_name = profile(fn, args.steps)
         total = sum(by_type.values())
         print(f"== {name}: {total:.0f} ms of op time per step; "
               + ", ".join(f"{k} {v:.0f} ms" for k, v in by_phase.items()))
         for op_type, ms in by_type.most_common(args.top):
             print(f"   {op_type:40s} {ms:9.1f} ms {100 * ms / total:5.1f}%")
+        for op, ms in by_name.most_common(args.names):
+            print(f"   {ms:9.1f} ms  {op}")
 
 
 if __name__ == "__main__":

@@ -527,6 +527,7 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
     getrandbits = rng.getrandbits if type(rng) is random.Random and _INLINE_OK else None
     bit_lengths = _BIT_LENGTHS
     max_inline = len(_BIT_LENGTHS) - 1
+    shuffle_steps: dict = {}  # n -> [(step, bits drawn)] of a shuffle of n - 3 candidates
     as_mask = kept = replaced = n_tokens = n_short = n_random = n_masked = 0
     for _ in range(config.dupe_factor):
         for document_index in range(num_docs):
@@ -610,13 +611,21 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
                         candidates = list(range(1, la + 1))
                         candidates.extend(range(la + 2, n - 1))
                         if getrandbits is not None and n < max_inline:
-                            # shuffle(candidates, rng), inlined.
-                            for c in range(n - 4, 0, -1):
-                                bits = bit_lengths[c + 1]
+                            # shuffle(candidates, rng), inlined. Only the first
+                            # num_to_predict are read afterwards: above them, step c
+                            # just moves candidates[c] to j (its own final value unused).
+                            steps = shuffle_steps.get(n)
+                            if steps is None:
+                                steps = shuffle_steps[n] = [
+                                    (c, bit_lengths[c + 1]) for c in range(n - 4, 0, -1)]
+                            for c, bits in steps:
                                 j = getrandbits(bits)
                                 while j > c:
                                     j = getrandbits(bits)
-                                candidates[c], candidates[j] = candidates[j], candidates[c]
+                                if c >= num_to_predict:
+                                    candidates[j] = candidates[c]
+                                else:
+                                    candidates[c], candidates[j] = candidates[j], candidates[c]
                         else:
                             shuffle(candidates, rng)
                         chosen = candidates[:num_to_predict]
@@ -1109,7 +1118,6 @@ class CompactSerializer:
 
         pieces = []
         total = np.zeros(rows, dtype=np.int64)
-        encoder = self.encoder
         # input_ids
         payload, used, nbytes = _varints(ids, np)
         entry, size = self._variable_entry("input_ids", payload.reshape(rows, -1),

@@ -391,7 +391,7 @@ class ServingModule(tf.Module):
         first, count = windows["context_start"], windows["context_length"]
         in_context = (pos >= first[:, None]) & (pos < (first + count)[:, None])
         top = tf.minimum(self.config.n_best_size, seq)
-        ok_start = in_context & _in_top_k(start, top)
+        ok_start = in_context & _in_top_k(start, top) & _max_context(windows, pos)
         ok_end = in_context & _in_top_k(end, top)
         length = pos[:, tf.newaxis, :] - pos[:, :, tf.newaxis]  # [1, start, end]: end - start
         valid = (ok_start[:, :, None] & ok_end[:, None, :] & (length >= 0)

@@ -29,7 +29,7 @@ LABELS = ["neg", "neutral", "pos"]
 SEQ = 32
 LONG = " ".join(["the big red dog ran far away home"] * 40)  # ~320 tokens: truncated
 TEXTS = ["The cat sat on the mat.", "", LONG, "Καλημέρα κόσμε", "你好，世界",
-         "مرحبا بالعالم", "unaffable dogs!", "a" * 250, "\u200b\x01 \t"]
+         "مرحبا بالعالم", "unaffable dogs! \U0001F600", "a" * 250, "\u200b\x01 \t"]
 PAIRS = ["A dog ran far away.", "the mat", "short", LONG, "", "你好", "مرحبا", "Καλη", ""]
 # The documented difference: U+1DF00 is a lower-case letter since Unicode 14 (Python 3.11)
 # but not for tf.strings.lower, so Python lowers the capital sigma before it to σ (not
@@ -259,6 +259,34 @@ def test_squad_export_equals_python_postprocessing(served):
     null = [min(start[w, 0] + end[w, 0] for w in range(len(example)) if example[w] == i)
             for i in range(len(SQUAD_CONTEXTS))]
     np.testing.assert_allclose(out["squad/serving_default/null_score"], null, atol=1e-6)
+
+
+def test_max_context_rule_equals_data_prep_squad():
+    """The in-graph max-context mask against squad.max_context_span_index, two examples
+    with different window layouts in one batch."""
+    from data_prep.squad import doc_spans_for, max_context_span_index
+
+    cases = [(50, 12, 5), (30, 10, 10), (9, 10, 4)]  # tokens, window length, stride
+    spans = [doc_spans_for(n, span, stride) for n, span, stride in cases]
+    offset, seq = 3, 16
+    windows = {
+        "example": tf.constant([i for i, s in enumerate(spans) for _ in s], tf.int64),
+        "index": tf.constant([k for s in spans for k in range(len(s))], tf.int64),
+        "num_windows": tf.constant([len(s) for s in spans], tf.int64),
+        "doc_start": tf.constant([w.start for s in spans for w in s], tf.int64),
+        "context_length": tf.constant([w.length for s in spans for w in s], tf.int64),
+    }
+    windows["context_start"] = tf.fill(tf.shape(windows["example"]), tf.constant(offset,
+                                                                                 tf.int64))
+    got = export._max_context(windows, tf.range(seq, dtype=tf.int64)[None, :]).numpy()
+    row = 0
+    for (n, _, _), s in zip(cases, spans):
+        best = max_context_span_index(s, n)
+        for k, w in enumerate(s):
+            expected = [best[w.start + i] == k for i in range(w.length)]
+            assert got[row, offset:offset + w.length].tolist() == expected, (n, k)
+            row += 1
+    assert not got.all()  # the rule does exclude positions
 
 
 def test_bfloat16_model_exports_float32_outputs(tmp_path):

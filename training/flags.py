@@ -82,6 +82,47 @@ def define_common_flags():
       "Random seed for weights, dropout and input order (makes runs reproducible).")
 
 
+def define_finetuning_flags():
+    """Flags of the original fine-tuning runners (run_classifier, run_squad), defined once."""
+    d = define_once
+    d(flags.DEFINE_string, "vocab_file", None,
+      "The vocabulary file that the BERT model was trained on.")
+    d(flags.DEFINE_bool, "do_lower_case", True,
+      "Whether to lower case the input text. Should be True for uncased models and False "
+      "for cased models.")
+    d(flags.DEFINE_bool, "do_predict", False, "Whether to run the model in inference mode "
+      "on the test set.")
+    d(flags.DEFINE_integer, "predict_batch_size", 8, "Total (global) batch size for predict.")
+    d(flags.DEFINE_float, "num_train_epochs", 3.0,
+      "Total number of training epochs to perform.")
+    d(flags.DEFINE_float, "warmup_proportion", 0.1,
+      "Proportion of training to perform linear learning rate warmup for. E.g., 0.1 = 10% "
+      "of training.")
+    # New in this port.
+    d(flags.DEFINE_list, "seeds", [],
+      "Comma-separated seeds: one fine-tuning restart per seed (each in output_dir/seed_<s>), "
+      "keeping the best dev score and reporting mean and spread. Empty: one run with --seed.")
+    d(flags.DEFINE_bool, "keep_best_checkpoint", False,
+      "Evaluate on dev at every checkpoint and keep the best one (primary metric) in "
+      "output_dir/best; eval and predict then use it.")
+
+
+def parse_seeds(values=FLAGS) -> tuple:
+    """--seeds as a tuple of ints, or (--seed,) when empty (None: unseeded)."""
+    seeds = []
+    for item in values.seeds or ():
+        item = str(item).strip()
+        if not item:
+            continue
+        try:
+            seeds.append(int(item))
+        except ValueError:
+            raise flags.ValidationError(f"--seeds: {item!r} is not an integer") from None
+    if len(set(seeds)) != len(seeds):
+        raise flags.ValidationError(f"--seeds repeats a seed: {seeds}")
+    return tuple(seeds) or (values.seed,)
+
+
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
     """Where and how to run: strategy, precision, compilation, seeding."""

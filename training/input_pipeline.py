@@ -1,4 +1,4 @@
-"""Owns the tf.data pipelines that feed pretraining TFRecords to a distributed training loop.
+"""Owns the tf.data pipelines that feed pretraining and classifier TFRecords to the loop.
 
 Files are listed with `tf.io.gfile` (local paths and gs:// alike), sharded per input
 pipeline (worker) through the `tf.distribute.InputContext`, read with a parallel
@@ -176,3 +176,67 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     dataset = dataset.with_options(options)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+# --- Classifier records (data_prep.classifier_data's schema) --------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierInputConfig:
+    """A classifier split's TFRecord file(s) and their shape.
+
+    Attributes:
+      input_patterns: file globs (e.g. `prepare_classifier_records(...).record_file`).
+      max_seq_length: must match the records.
+      is_regression: float `label_ids` instead of int.
+      shuffle_buffer: training shuffle buffer (the original: 100).
+      seed: shuffle seed (reproducible order).
+    """
+
+    input_patterns: Sequence[str]
+    max_seq_length: int = 128
+    is_regression: bool = False
+    shuffle_buffer: int = 100
+    seed: int | None = None
+
+
+def classifier_dataset(config: ClassifierInputConfig, *, batch_size: int, is_training: bool,
+                       input_context: tf.distribute.InputContext | None = None
+                       ) -> tf.data.Dataset:
+    """Batched classifier features, like the original's file_based_input_fn.
+
+    Training repeats and shuffles, and is sharded per input pipeline; evaluation and
+    prediction read the records once, in order (pad the split to whole batches first).
+    Batches always drop the remainder (static shapes).
+
+    Args:
+      config: files and shape.
+      batch_size: per-replica batch for training (`input_context.get_per_replica_batch_size`);
+        for `TrainingLoop.predict` the GLOBAL batch.
+      is_training: shuffle and repeat forever.
+      input_context: shards the records across input pipelines (training).
+
+    Returns:
+      Dataset of dicts: int32 [batch, max_seq_length] `input_ids`, `input_mask`,
+      `segment_ids`; [batch] `label_ids` (int32, float32 for regression) and int32
+      `is_real_example`.
+    """
+    from data_prep import classifier_data
+
+    files = list_files(config.input_patterns)
+    deterministic = config.seed is not None or not is_training
+    dataset = tf.data.TFRecordDataset(files)
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        dataset = dataset.shard(input_context.num_input_pipelines,
+                                input_context.input_pipeline_id)
+    if is_training:
+        dataset = dataset.repeat()
+        dataset = dataset.shuffle(config.shuffle_buffer, seed=config.seed)
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    spec = classifier_data.classifier_parse_spec(config.max_seq_length, config.is_regression)
+    dataset = dataset.map(lambda s: _parse_batch(s, spec), num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=deterministic)
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)

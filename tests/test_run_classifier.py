@@ -1,0 +1,298 @@
+"""run_classifier.py end to end: GLUE-layout data dirs written here (MRPC, CoLA, STS-B, MNLI)
+and custom CSV data go through train -> eval -> predict with a tiny model; result files are
+checked against metrics recomputed from the written predictions and against an independent
+forward pass (input order, last partial batch). MRPC runs through the real CLI, from a
+TF1-layout checkpoint; the other tasks share one process through `run_classifier.run`.
+"""
+
+import csv
+import math
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from data_prep import classifier_data as cd
+from data_prep import glue_metrics as gm
+from tests import test_loop_support as S
+from tests.conftest import TINY_VOCAB, write_vocab
+
+pytestmark = pytest.mark.slow
+
+NOUNS = ["cat", "dog", "mat", "home"]
+WORDS = ["the", "a", "big", "red", "far", "away", "sat", "ran", "on", "in", "to", "and"]
+SEQ = 32
+
+
+def _sentence(rng, noun=None):
+    words = [rng.choice(WORDS) for _ in range(rng.randint(3, 7))]
+    words.insert(rng.randint(0, len(words)), noun or rng.choice(NOUNS))
+    return " ".join(words) + " ."
+
+
+def _write_tsv(path, header, rows):
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        if header is not None:
+            f.write("\t".join(header) + "\n")
+        for row in rows:
+            f.write("\t".join(str(v) for v in row) + "\n")
+
+
+def _pairs(rng, n):
+    """(a, b, label): label 1 when both sentences name the same noun (learnable)."""
+    out = []
+    for i in range(n):
+        noun = NOUNS[i % len(NOUNS)]
+        same = i % 2 == 0
+        other = noun if same else NOUNS[(i + 1) % len(NOUNS)]
+        out.append((_sentence(rng, noun), _sentence(rng, other), int(same)))
+    return out
+
+
+def write_mrpc(d, rng, n_train=24, n_dev=10):
+    d.mkdir(parents=True, exist_ok=True)
+    header = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        _write_tsv(d / f"{split}.tsv", header,
+                   [(lab, 100 + i, 200 + i, a, b) for i, (a, b, lab) in
+                    enumerate(_pairs(rng, n))])
+    dev = list(csv.reader(open(d / "dev.tsv", encoding="utf-8"), delimiter="\t"))[1:]
+    # test = the dev sentences, so dev metrics can be recomputed from the predictions
+    test = [(i, r[1], r[2], r[3], r[4]) for i, r in enumerate(dev)]
+    _write_tsv(d / "test.tsv", ["index", "#1 ID", "#2 ID", "#1 String", "#2 String"], test)
+    return d
+
+
+def write_cola(d, rng, n_train=24, n_dev=10):
+    d.mkdir(parents=True, exist_ok=True)
+    def rows(n):  # acceptable (1) when the sentence names a cat
+        out = []
+        for i in range(n):
+            noun = NOUNS[i % len(NOUNS)]
+            out.append(("gj04", int(noun == "cat"), "" if noun == "cat" else "*",
+                        _sentence(rng, noun)))
+        return out
+    _write_tsv(d / "train.tsv", None, rows(n_train))
+    dev = rows(n_dev)
+    _write_tsv(d / "dev.tsv", None, dev)
+    _write_tsv(d / "test.tsv", ["index", "sentence"], [(i, r[3]) for i, r in enumerate(dev)])
+    return d
+
+
+def write_stsb(d, rng, n_train=24, n_dev=10):
+    d.mkdir(parents=True, exist_ok=True)
+    header = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
+              "sentence1", "sentence2"]
+    def rows(n):
+        return [(i, "main-news", "f", "2012", i, "none", "none", a, b,
+                 f"{(5.0 if lab else 1.0) + rng.random():.3f}")
+                for i, (a, b, lab) in enumerate(_pairs(rng, n))]
+    _write_tsv(d / "train.tsv", header + ["score"], rows(n_train))
+    dev = rows(n_dev)
+    _write_tsv(d / "dev.tsv", header + ["score"], dev)
+    _write_tsv(d / "test.tsv", header, [r[:9] for r in dev])
+    return d
+
+
+MNLI_LABELS = ["contradiction", "entailment", "neutral"]
+
+
+def write_mnli(d, rng, n_train=24, n_dev=9):
+    d.mkdir(parents=True, exist_ok=True)
+    base = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
+            "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1",
+            "sentence2"]
+    def rows(n, n_labels):
+        out = []
+        for i in range(n):
+            label = MNLI_LABELS[i % 3]
+            a = _sentence(rng, NOUNS[i % 3])
+            b = _sentence(rng, NOUNS[i % 3] if label == "entailment" else "home")
+            out.append([i, i, f"{i}e", "fiction", "(x)", "(y)", "(X)", "(Y)", a, b]
+                       + [label] * n_labels)
+        return out
+    _write_tsv(d / "train.tsv", base + ["label1", "gold_label"], rows(n_train, 2))
+    dev_header = base + ["label1", "label2", "label3", "label4", "label5", "gold_label"]
+    for which in ("matched", "mismatched"):
+        dev = rows(n_dev + (which == "mismatched"), 6)
+        _write_tsv(d / f"dev_{which}.tsv", dev_header, dev)
+        _write_tsv(d / f"test_{which}.tsv", base, [r[:10] for r in dev])
+    return d
+
+
+def write_custom(d, rng, n_train=24, n_dev=10):
+    d.mkdir(parents=True, exist_ok=True)
+    def rows(n):
+        return [(f"{i}", _sentence(rng, NOUNS[i % 4]), ["neg", "pos"][NOUNS[i % 4] == "dog"])
+                for i in range(n)]
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        with open(d / f"{split}.csv", "w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["id", "review", "sentiment"])
+            w.writerows(rows(n))
+    dev = list(csv.reader(open(d / "dev.csv", encoding="utf-8")))[1:]
+    with open(d / "test.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "review"])
+        w.writerows([r[:2] for r in dev])
+    return d
+
+
+# --- set-up: one data root, the in-process runs, one CLI run ----------------------------
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("classifier")
+    rng = random.Random(0)
+    return {
+        "root": root,
+        "vocab": write_vocab(root / "vocab.txt"),
+        "config": S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB)),
+        "mrpc": write_mrpc(root / "MRPC", rng),
+        "cola": write_cola(root / "CoLA", rng),
+        "sts-b": write_stsb(root / "STS-B", rng),
+        "mnli": write_mnli(root / "MNLI", rng),
+        "custom": write_custom(root / "custom", rng),
+    }
+
+
+def _run_config(env, task, out, **overrides):
+    import run_classifier as rc
+    from training import flags as common_flags
+
+    values = dict(task_name=task, data_dir=str(env[task]), vocab_file=env["vocab"],
+                  bert_config_file=env["config"], output_dir=str(out), max_seq_length=SEQ,
+                  do_train=True, do_eval=True, do_predict=True, train_batch_size=4,
+                  eval_batch_size=4, predict_batch_size=4, learning_rate=2e-3,
+                  num_train_epochs=3.0, save_checkpoints_steps=6, iterations_per_loop=3,
+                  log_steps=3, seeds=(1,),
+                  runtime=common_flags.RuntimeConfig("one_device", seed=1))
+    values.update(overrides)
+    return rc.ClassifierRun(**values)
+
+
+@pytest.fixture(scope="module")
+def runs(env):
+    """CoLA, STS-B, MNLI and custom data (2 seeds, best checkpoint) in this process."""
+    import run_classifier as rc
+
+    custom = cd.CustomDataConfig(text_a_column="review", label_column="sentiment",
+                                 delimiter="comma")
+    plans = {
+        "cola": dict(num_train_epochs=10.0),
+        "sts-b": dict(),
+        "mnli": dict(),
+        "custom": dict(custom=custom, seeds=(1, 2), keep_best_checkpoint=True),
+    }
+    out = {}
+    for task, overrides in plans.items():
+        cfg = _run_config(env, task, env["root"] / f"out_{task}", **overrides)
+        out[task] = {"cfg": cfg, "dir": cfg.output_dir, "result": rc.run(cfg)}
+    return out
+
+
+@pytest.fixture(scope="module")
+def mrpc_cli(env):
+    """MRPC through the real CLI, initialised from a TF1-layout checkpoint."""
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.models import BertPretrainer
+
+    config = BertConfig.from_json_file(env["config"])
+    tf1_dir = env["root"] / "tf1"
+    prefix = checkpoints.export_tf1_checkpoint(BertPretrainer(config), config, str(tf1_dir),
+                                               vocab_file=env["vocab"])
+    out = env["root"] / "out_mrpc"
+    flags = dict(task_name="MRPC", data_dir=env["mrpc"], vocab_file=env["vocab"],
+                 bert_config_file=env["config"], init_checkpoint=prefix, output_dir=out,
+                 max_seq_length=SEQ, do_train="true", do_eval="true", do_predict="true",
+                 train_batch_size=4, eval_batch_size=4, predict_batch_size=4,
+                 learning_rate=2e-3, num_train_epochs=3.0, save_checkpoints_steps=100,
+                 iterations_per_loop=6, log_steps=6, seed=3, distribution_strategy="one_device")
+    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py")] + [
+        f"--{k}={v}" for k, v in flags.items()]
+    proc = subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
+                          timeout=240, cwd=S.REPO_ROOT, check=False)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    return {"dir": str(out), "log": log, "data": env["mrpc"]}
+
+
+# --- helpers: read the written files, recompute -----------------------------------------
+
+
+def _read_results(path):
+    with open(path) as f:
+        lines = [line.rstrip("\n") for line in f]
+    keys = [line.split(" = ")[0] for line in lines]
+    assert keys == sorted(keys), lines  # sorted like the original
+    return {line.split(" = ")[0]: float(line.split(" = ")[1]) for line in lines}
+
+
+def _read_probabilities(path):
+    with open(path) as f:
+        return np.array([[float(v) for v in line.rstrip("\n").split("\t")] for line in f])
+
+
+def _dev_labels(processor, data_dir, split="dev"):
+    examples = processor.read_split(str(data_dir), split).examples
+    if processor.is_regression:
+        return np.array([float(e.label) for e in examples])
+    labels = processor.get_labels(str(data_dir))
+    return np.array([labels.index(e.label) for e in examples])
+
+
+def _check_eval_against_predictions(task, eval_file, probs, labels, global_step=None):
+    """eval_results.txt == metrics recomputed from test_results.tsv (test = dev sentences)."""
+    written = _read_results(eval_file)
+    if task == "sts-b":
+        predictions = probs[:, 0]
+        expected_loss = np.mean((predictions - labels) ** 2)
+    else:
+        predictions = probs.argmax(-1)
+        expected_loss = np.mean(-np.log(probs[np.arange(len(labels)), labels]))
+    expected = {f"eval_{k}": v for k, v in gm.task_metrics(task, labels, predictions).items()}
+    assert sorted(written) == sorted(list(expected) + ["eval_loss", "global_step"])
+    for key, value in expected.items():
+        assert written[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    assert written["eval_loss"] == pytest.approx(expected_loss, rel=1e-3)
+    if global_step is not None:
+        assert written["global_step"] == global_step
+    return written
+
+
+def _independent_probabilities(run_dir, data_dir, task, vocab, split="test", num_labels=2):
+    """Softmax of a fresh model loaded from run_dir's newest checkpoint, one example at a
+    time, features from the library's converter (no runner code)."""
+    import tensorflow as tf
+
+    from data_prep import tokenization
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.models import BertClassifier
+
+    config = BertConfig.from_json_file(os.path.join(run_dir, "bert_config.json"))
+    model = BertClassifier(config, num_labels)
+    checkpoints.load_pretrained(tf.train.latest_checkpoint(run_dir), model, partial=True)
+    processor = cd.get_processor(task)
+    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    labels = processor.get_labels(str(data_dir))
+    rows = []
+    for example in processor.read_split(str(data_dir), split).examples:
+        f = cd.convert_single_example(example, labels, SEQ, tokenizer)
+        inputs = {k: tf.constant([getattr(f, k)], tf.int32)
+                  for k in ("input_ids", "input_mask", "segment_ids")}
+        rows.append(tf.nn.softmax(model(inputs, training=False)["logits"])[0].numpy())
+    return np.array(rows)
+
+
+def _check_submission(path, probs, label_list):
+    with open(path) as f:
+        lines = [line.rstrip("\n").split("\t") for line in f]
+    assert lines[0] == ["index", "prediction"]
+    assert [int(i) for i, _ in lines[1:]] == list(range(len(probs)))
+    assert [p for _, p in lines[1:]] == [label_list[i] for i in probs.argmax(-1)]
