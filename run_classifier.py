@@ -251,15 +251,19 @@ def run(cfg: ClassifierRun) -> dict:
     tf.io.gfile.makedirs(cfg.output_dir)
     data = _prepare_data(cfg)
 
+    from training import distribution
+
+    chief = distribution.is_chief(strategy)
     several = len(cfg.seeds) > 1
     runs = []
     for seed in cfg.seeds:
         run_dir = os.path.join(cfg.output_dir, f"seed_{seed}") if several else cfg.output_dir
-        _write_model_files(cfg, data, run_dir, bert_config)
+        if chief:
+            _write_model_files(cfg, data, run_dir, bert_config)
         runs.append(_run_one(cfg, data, strategy, bert_config, seed, run_dir))
     if not several:
         return {"runs": runs, "best_seed": cfg.seeds[0], "summary": {}}
-    return _summarise_seeds(cfg, data, runs)
+    return _summarise_seeds(cfg, data, runs, write=chief)
 
 
 def _primary_key(cfg: ClassifierRun, data: _Data) -> str:
@@ -335,8 +339,8 @@ def _run_one(cfg: ClassifierRun, data: _Data, strategy, bert_config, seed, run_d
         return task.eval_results(cfg.task_name, out["logits"], out["label_ids"],
                                  out["is_real_example"], step)
 
-    best = _BestKeeper(cfg, data, run_dir, model, bert_config, evaluate) \
-        if cfg.keep_best_checkpoint else None
+    best = _BestKeeper(cfg, data, run_dir, model, bert_config, evaluate,
+                       write=trainer.is_chief) if cfg.keep_best_checkpoint else None
     if cfg.do_train:
         logging.info("Training on %d examples: %d steps (%d warmup), batch %d, from step %d",
                      data.train.num_examples, num_train_steps, num_warmup_steps,
@@ -397,8 +401,10 @@ class _BestKeeper:
     """Evaluates on the first dev split after every checkpoint; keeps the best in run_dir/best
     (model weights + bert_config.json, vocab.txt, export_metadata.json, eval_results.txt)."""
 
-    def __init__(self, cfg, data, run_dir, model, bert_config, evaluate):
+    def __init__(self, cfg, data, run_dir, model, bert_config, evaluate, write=True):
         self.cfg, self.data, self.model, self.evaluate = cfg, data, model, evaluate
+        self.write = write  # only the chief writes; every worker evaluates and keeps a copy
+        self.weights = None
         self.bert_config = bert_config
         self.dir = os.path.join(run_dir, "best")
         self.key = _primary_key(cfg, data)
@@ -417,21 +423,21 @@ class _BestKeeper:
         if self.step is not None and score <= self.score:
             return
         self.step, self.score = step, score
-        _write_model_files(self.cfg, self.data, self.dir, self.bert_config)
-        checkpoints.save_ours(self.model, self.dir)
-        loop.write_eval_results(os.path.join(self.dir, "eval_results.txt"), results)
+        self.weights = [w.numpy() for w in self.model.weights]
+        if self.write:
+            _write_model_files(self.cfg, self.data, self.dir, self.bert_config)
+            checkpoints.save_ours(self.model, self.dir)
+            loop.write_eval_results(os.path.join(self.dir, "eval_results.txt"), results)
 
     def restore(self) -> int:
         """Loads the best weights into the model; returns their step."""
-        from modeling import checkpoints
-
-        checkpoints.load_pretrained(self.dir, self.model)
+        self.model.set_weights(self.weights)
         logging.info("Using the best checkpoint (step %d, %s = %s) for eval and predict",
                      self.step, self.key, self.score)
         return self.step
 
 
-def _summarise_seeds(cfg: ClassifierRun, data: _Data, runs: list) -> dict:
+def _summarise_seeds(cfg: ClassifierRun, data: _Data, runs: list, write: bool = True) -> dict:
     """Picks the seed with the best primary dev metric, copies its result files to
     output_dir and writes seed_results.txt (per-seed values, mean and std of each metric)."""
     import numpy as np
@@ -455,6 +461,8 @@ def _summarise_seeds(cfg: ClassifierRun, data: _Data, runs: list) -> dict:
     logging.info("Best seed %s (%s = %s); %s mean %.6g std %.6g over %d seeds", best["seed"],
                  key, best["eval"][first_split].get(key), key, summary[f"{key}_mean"],
                  summary[f"{key}_std"], len(runs))
+    if not write:
+        return {"runs": runs, "best_seed": best["seed"], "summary": summary}
     loop.write_eval_results(os.path.join(cfg.output_dir, "seed_results.txt"), summary)
     for name in tf.io.gfile.listdir(best["dir"]):
         if name.endswith((".txt", ".tsv")) and name not in ("vocab.txt",):

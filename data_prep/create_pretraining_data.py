@@ -75,7 +75,7 @@ flags.DEFINE_float("progress_seconds", 5.0, "Seconds between progress lines on s
 flags.DEFINE_bool("exact_draws", False,
                   "Draw every random number as the original does (Python's random, in the "
                   "original's order), so that a corpus within one chunk gives exactly the "
-                  "original's records; about 1.5x slower. Otherwise masking is drawn with "
+                  "original's records; about 1.5x the CPU time. Otherwise masking is drawn with "
                   "numpy for a whole chunk at once: the same distribution, other draws.")
 
 MIN_AUTO_CHUNK = 256 * 1024
@@ -233,10 +233,10 @@ def start_workers(num_workers, vocab_file, do_lower_case):
     """
     if num_workers <= 1:
         return None
-    pretraining_data.load_tokenizer(vocab_file, do_lower_case)
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context(
-        "fork" if sys.platform.startswith("linux") and "fork" in methods else "spawn")
+    fork = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+    if fork:
+        pretraining_data.load_tokenizer(vocab_file, do_lower_case)
+    context = multiprocessing.get_context("fork" if fork else "spawn")
     # An executor, not multiprocessing.Pool: a worker killed (e.g. by the OOM killer)
     # fails the run with BrokenProcessPool instead of hanging it.
     return concurrent.futures.ProcessPoolExecutor(num_workers, mp_context=context)

@@ -133,7 +133,10 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-_VARINTS = [encode_varint(v) for v in range(_VARINT_TABLE_SIZE)]
+_VARINTS = ([bytes((v,)) for v in range(1 << 7)]
+            + [bytes((v & 0x7F | 0x80, v >> 7)) for v in range(1 << 7, 1 << 14)]
+            + [bytes((v & 0x7F | 0x80, v >> 7 & 0x7F | 0x80, v >> 14))
+               for v in range(1 << 14, _VARINT_TABLE_SIZE)])
 
 
 def _length_delimited(field: int, payload: bytes) -> bytes:

@@ -1067,6 +1067,8 @@ class CompactSerializer:
         if not len(compact):
             return np.zeros(0, np.uint8), np.zeros(0, np.int64)
         tokens = np.fromiter(compact.tokens, dtype=np.int64, count=len(compact.tokens))
+        if len(tokens) < 2**31 and (not len(tokens) or int(tokens.max()) < 2**31):
+            tokens = tokens.astype(np.int32)
         tokens = np.append(tokens, 0)  # index -1 and padding read this
         columns = dict(
             a_start=np.array(compact.a_start, dtype=np.int64),
@@ -1152,28 +1154,28 @@ class CompactSerializer:
         pieces = [b"\x0a", _varints(body, np)[:2]] + pieces
         record_lengths = body + 1 + _varint_len(body, np)
 
-        matrices, masks = [], []
+        # Lay the pieces side by side in one byte matrix (constants broadcast), with the
+        # matrix of which bytes are used; the used bytes in row order are the records.
+        merged = []
         for piece in pieces:
-            if isinstance(piece, bytes):
-                if matrices and isinstance(matrices[-1], bytes):
-                    matrices[-1] += piece
-                else:
-                    matrices.append(piece)
-                continue
-            matrices.append(piece)
-        for k, piece in enumerate(matrices):
-            if isinstance(piece, bytes):
-                constant = np.frombuffer(piece, dtype=np.uint8)
-                matrices[k] = np.broadcast_to(constant, (rows, len(constant)))
-                masks.append(np.ones((rows, len(constant)), dtype=bool))
+            if isinstance(piece, bytes) and merged and isinstance(merged[-1], bytes):
+                merged[-1] += piece
             else:
-                matrix, used = piece
-                matrix = matrix.reshape(rows, -1)
-                matrices[k] = matrix
-                masks.append(np.ones(matrix.shape, dtype=bool) if used is None
-                             else used.reshape(rows, -1))
-        matrix = np.concatenate(matrices, axis=1)
-        used = np.concatenate(masks, axis=1)
+                merged.append(piece)
+        widths = [len(p) if isinstance(p, bytes) else p[0].size // rows for p in merged]
+        matrix = np.empty((rows, sum(widths)), dtype=np.uint8)
+        used = np.ones((rows, sum(widths)), dtype=bool)
+        start = 0
+        for piece, width in zip(merged, widths):
+            end = start + width
+            if isinstance(piece, bytes):
+                matrix[:, start:end] = np.frombuffer(piece, dtype=np.uint8)
+            else:
+                values, mask = piece
+                matrix[:, start:end] = values.reshape(rows, width)
+                if mask is not None:
+                    used[:, start:end] = mask.reshape(rows, width)
+            start = end
         return matrix[used], record_lengths
 
 

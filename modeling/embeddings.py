@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from modeling.config import LAYER_NORM_EPSILON
+from modeling.transformer import Dropout, LayerNorm
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -38,9 +39,9 @@ class BertEmbeddings(keras.layers.Layer):
         self.initializer_range = float(initializer_range)
         self.dropout_rate = float(dropout_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm")
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy,
+        self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy,
                                             name="dropout")
 
     def build(self, input_shape=None):

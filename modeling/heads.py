@@ -6,11 +6,12 @@ Every head returns float32 logits whatever the dtype policy (losses and metrics 
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from modeling import activations
 from modeling.config import LAYER_NORM_EPSILON
-from modeling.transformer import FusedDense
+from modeling.transformer import Dropout, FusedDense, LayerNorm
 
 
 def _truncated_normal(stddev):
@@ -57,7 +58,7 @@ class MaskedLMHead(keras.layers.Layer):
         self.transform = FusedDense(
             self.hidden_size, self.hidden_size, activation=hidden_act,
             initializer_range=self.initializer_range, dtype=self.dtype_policy, name="transform")
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm")
 
     def build(self, input_shape=None):
@@ -83,7 +84,9 @@ class MaskedLMHead(keras.layers.Layer):
         x = ops.reshape(x, (-1, self.hidden_size))
         x = self.layer_norm(self.transform(x))
         table = ops.cast(embedding_table, self.compute_dtype)
-        logits = ops.matmul(ops.cast(x, self.compute_dtype), ops.transpose(table))
+        # transpose_b, not ops.transpose(table): the table's gradient then comes out of the
+        # MatMul as [vocab, hidden], without a transpose of a vocab-sized matrix per step.
+        logits = tf.matmul(ops.cast(x, self.compute_dtype), table, transpose_b=True)
         logits = ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
         return ops.reshape(logits, (shape[0], shape[1], self.vocab_size))
 
@@ -116,7 +119,7 @@ class DenseLogitsHead(keras.layers.Layer):
         self.hidden_size = int(hidden_size)
         self.dropout_rate = float(dropout_rate)
         self.initializer_range = float(initializer_range)
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy,
+        self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy,
                                             name="dropout")
         self.dense = keras.layers.Dense(
             self.num_outputs, kernel_initializer=_truncated_normal(self.initializer_range),

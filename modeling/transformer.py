@@ -25,6 +25,85 @@ def attention_bias_from_mask(input_mask):
     return ((1.0 - mask) * ATTENTION_MASK_VALUE)[:, None, None, :]
 
 
+@tf.function(jit_compile=True, autograph=False)
+def _layer_norm_grad(dy, x, mean, inv, gamma):
+    """Gradients of LayerNorm over the last axis (x, gamma, beta), XLA-fused.
+
+    With xhat = (x - mean) * inv: dx = inv * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+    where dxhat = dy * gamma; dgamma = sum(dy * xhat), dbeta = sum(dy) over the other axes.
+    """
+    xhat = (x - mean) * inv
+    dxhat = dy * gamma
+    m1 = tf.reduce_mean(dxhat, axis=-1, keepdims=True)
+    m2 = tf.reduce_mean(dxhat * xhat, axis=-1, keepdims=True)
+    dx = inv * (dxhat - m1 - xhat * m2)
+    rows = list(range(len(x.shape) - 1))
+    return dx, tf.reduce_sum(dy * xhat, axis=rows), tf.reduce_sum(dy, axis=rows)
+
+
+@tf.autograph.experimental.do_not_convert
+@tf.custom_gradient
+def _layer_norm_last_axis(x, gamma, beta, epsilon):
+    # The ops of keras.ops.layer_normalization (TensorFlow backend) for axis=-1, in order,
+    # so the values are bit-identical; only the backward is hand-written.
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    inv = tf.math.rsqrt(variance + epsilon)
+    scaled = inv * gamma
+    res = -mean * scaled + beta
+    y = x * scaled + res
+
+    def grad(dy):
+        dx, dgamma, dbeta = _layer_norm_grad(dy, x, mean, inv, gamma)
+        return dx, dgamma, dbeta, None
+    return y, grad
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class LayerNorm(keras.layers.LayerNormalization):
+    """``keras.layers.LayerNormalization`` (same weights, config, values) with a faster backward.
+
+    In training, the normalization over the last axis runs as a ``tf.custom_gradient`` whose
+    backward is a hand-written, XLA-fused formula (TensorFlow's autodiff of the Keras ops is
+    ~20 separate full-size element-wise ops and reductions). Inference and any other axis
+    or option use the parent's code.
+    """
+
+    def call(self, inputs, training=None):
+        if (not training or self.rms_scaling or not (self.center and self.scale)
+                or list(self.axis) not in ([-1], [len(inputs.shape) - 1])):
+            return super().call(inputs)
+        # As keras.ops.layer_normalization: at least float32; gamma/beta as read (autocast).
+        dtype = keras.backend.result_type(inputs.dtype, "float32")
+        x = ops.cast(inputs, dtype)
+        gamma = ops.cast(self.gamma, dtype)
+        beta = ops.cast(self.beta, dtype)
+        y = _layer_norm_last_axis(x, gamma, beta, tf.constant(self.epsilon, dtype))
+        return ops.cast(ops.cast(y, inputs.dtype), self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class Dropout(keras.layers.Dropout):
+    """``keras.layers.Dropout`` (same seed generator, same masks in float32) computed as x * mask.
+
+    Keras' TensorFlow backend runs ``tf.nn.experimental.stateless_dropout``: uniform noise
+    in the input's dtype, ``x * scale``, then a select, whose gradient is another select.
+    Here the keep-mask (0 or 1 / (1 - rate), in the input dtype) is drawn once from the
+    same stateless uniform noise, always in float32 (bfloat16 noise is about twice as slow
+    to draw on CPU), and the forward and backward are each one multiply.
+    """
+
+    def call(self, inputs, training=False):
+        if not training or self.rate <= 0 or self.noise_shape is not None or self.rate >= 1:
+            return super().call(inputs, training=training)
+        seed = self.seed_generator.next()
+        if seed.dtype != tf.int32:  # As keras' TensorFlow backend (_cast_seed).
+            seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+        noise = tf.random.stateless_uniform(tf.shape(inputs), seed=seed, dtype=tf.float32)
+        mask = tf.where(noise >= self.rate, tf.constant(1.0 / (1.0 - self.rate), inputs.dtype),
+                        tf.constant(0.0, inputs.dtype))
+        return inputs * mask
+
+
 @keras.saving.register_keras_serializable(package="bert")
 class FusedDense(keras.layers.Layer):
     """A dense layer on [rows, input_dim] written so that oneDNN fuses matmul + bias + activation.
@@ -48,6 +127,8 @@ class FusedDense(keras.layers.Layer):
         self.activation = activation
         self.initializer_range = float(initializer_range)
         self._activation = activations.get(activation) if activation else None
+        self._training_activation = (activations.get_for_training(activation)
+                                     if activation else None)
 
     def build(self, input_shape=None):
         self.kernel = self.add_weight(
@@ -56,10 +137,14 @@ class FusedDense(keras.layers.Layer):
         self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
         self.built = True
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         """inputs [rows, input_dim] -> [rows, units]."""
         x = tf.nn.bias_add(tf.matmul(inputs, self.kernel), self.bias)
-        return self._activation(x) if self._activation is not None else x
+        if self._activation is None:
+            return x
+        # Training: same values, hand-written gradient (activations.get_for_training); the
+        # inference graph keeps the plain ops that oneDNN fuses into the MatMul.
+        return self._training_activation(x) if training else self._activation(x)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.units,)
@@ -119,18 +204,18 @@ class TransformerBlock(keras.layers.Layer):
 
         self.query_key_value = dense(3 * self.hidden_size, "query_key_value")
         self.attention_output = dense(self.hidden_size, "attention_output")
-        self.attention_layer_norm = keras.layers.LayerNormalization(
+        self.attention_layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, dtype=policy, name="attention_layer_norm")
         self.intermediate = dense(self.intermediate_size, "intermediate",
                                   activation=hidden_act)
         self.output_dense = dense(self.hidden_size, "output", input_dim=self.intermediate_size)
-        self.output_layer_norm = keras.layers.LayerNormalization(
+        self.output_layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, dtype=policy, name="output_layer_norm")
-        self.attention_probs_dropout = keras.layers.Dropout(
+        self.attention_probs_dropout = Dropout(
             self.attention_probs_dropout_prob, dtype=policy, name="attention_probs_dropout")
-        self.attention_output_dropout = keras.layers.Dropout(
+        self.attention_output_dropout = Dropout(
             self.hidden_dropout_prob, dtype=policy, name="attention_output_dropout")
-        self.output_dropout = keras.layers.Dropout(
+        self.output_dropout = Dropout(
             self.hidden_dropout_prob, dtype=policy, name="output_dropout")
 
     def build(self, input_shape=None):

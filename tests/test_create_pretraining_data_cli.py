@@ -207,3 +207,29 @@ def test_odd_but_valid_inputs_are_processed_and_logged(tmp_path, vocab_file):
     summary = json.loads(open(out + ".summary.json").read())
     assert summary["random_next_share"] == 1.0 and summary["instances"] == 40
     assert "at most 29 tokens" in done.stderr  # max_predictions_per_seq > max_seq_length - 3
+
+
+def test_shuffle_buffer_mixes_whole_chunks_uniformly():
+    """The cross-chunk buffer: every record written once, chunks interleaved, a block
+    written as soon as `size` records are held, the rest at the end."""
+    from data_prep import create_pretraining_data as cli
+    from data_prep import features, pretraining_data as pd
+
+    def chunk(index, n):
+        records = [f"{index}:{i}".encode() for i in range(n)]
+        data, lengths = features.frame_records(records)
+        return pd.ChunkResult(index, data, lengths, pd.Stats())
+
+    buffer = cli.ShuffleBuffer(250, seed=1)
+    written = []
+    for index in range(5):
+        ready = buffer.push(chunk(index, 100))
+        assert len(ready) in (0, 300)  # 300 held (>= 250): all of them go out
+        written += ready
+    written += buffer.drain()
+    assert len(written) == 500 and buffer.drain() == []
+    payloads = [bytes(r)[12:-4].decode() for r in written]
+    assert sorted(payloads) == sorted(f"{c}:{i}" for c in range(5) for i in range(100))
+    first_block = [int(p.split(":")[0]) for p in payloads[:300]]
+    assert set(first_block) == {0, 1, 2} and first_block[:100] != [0] * 100
+    assert {int(p.split(":")[0]) for p in payloads[300:]} == {3, 4}

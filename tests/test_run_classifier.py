@@ -6,7 +6,7 @@ TF1-layout checkpoint; the other tasks share one process through `run_classifier
 """
 
 import csv
-import math
+import dataclasses
 import os
 import random
 import subprocess
@@ -86,10 +86,10 @@ def write_stsb(d, rng, n_train=24, n_dev=10):
     d.mkdir(parents=True, exist_ok=True)
     header = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
               "sentence1", "sentence2"]
-    def rows(n):
+    def rows(n):  # high scores when sentence1 names a cat (learnable by a tiny model)
         return [(i, "main-news", "f", "2012", i, "none", "none", a, b,
-                 f"{(5.0 if lab else 1.0) + rng.random():.3f}")
-                for i, (a, b, lab) in enumerate(_pairs(rng, n))]
+                 f"{(4.0 if i % 4 == 0 else 1.0) + rng.random():.3f}")
+                for i, (a, b, _) in enumerate(_pairs(rng, n))]
     _write_tsv(d / "train.tsv", header + ["score"], rows(n_train))
     dev = rows(n_dev)
     _write_tsv(d / "dev.tsv", header + ["score"], dev)
@@ -184,7 +184,8 @@ def runs(env):
                                  delimiter="comma")
     plans = {
         "cola": dict(num_train_epochs=10.0),
-        "sts-b": dict(),
+        "sts-b": dict(num_train_epochs=30.0, learning_rate=2e-3, save_checkpoints_steps=60,
+                      iterations_per_loop=30, log_steps=30),
         "mnli": dict(),
         "custom": dict(custom=custom, seeds=(1, 2), keep_best_checkpoint=True),
     }
@@ -277,7 +278,7 @@ def _independent_probabilities(run_dir, data_dir, task, vocab, split="test", num
 
     config = BertConfig.from_json_file(os.path.join(run_dir, "bert_config.json"))
     model = BertClassifier(config, num_labels)
-    checkpoints.load_pretrained(tf.train.latest_checkpoint(run_dir), model, partial=True)
+    checkpoints.load_pretrained(tf.train.latest_checkpoint(run_dir), model)  # strict: head too
     processor = cd.get_processor(task)
     tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
     labels = processor.get_labels(str(data_dir))
@@ -296,3 +297,225 @@ def _check_submission(path, probs, label_list):
     assert lines[0] == ["index", "prediction"]
     assert [int(i) for i, _ in lines[1:]] == list(range(len(probs)))
     assert [p for _, p in lines[1:]] == [label_list[i] for i in probs.argmax(-1)]
+
+
+# --- tests ---------------------------------------------------------------------------------
+
+
+def test_mrpc_cli_from_tf1_checkpoint_trains_evaluates_predicts(mrpc_cli, env):
+    out, log = mrpc_cli["dir"], mrpc_cli["log"]
+    assert "Initialised from" in log and "tf1 checkpoint" in log
+    # The encoder came from the TF1 checkpoint; only the classifier head started fresh.
+    assert "2 missing from the checkpoint" in log, log[-3000:]
+    assert "step 18/18 loss" in log and " acc " in log
+    probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
+    assert probs.shape == (10, 2)  # every test example; 10 is not a multiple of 4
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+    labels = _dev_labels(cd.get_processor("mrpc"), mrpc_cli["data"])
+    _check_eval_against_predictions("mrpc", os.path.join(out, "eval_results.txt"), probs,
+                                    labels, global_step=18)
+    _check_submission(os.path.join(out, "MRPC.tsv"), probs, ["0", "1"])
+    # Input order, last partial batch included: an independent forward pass agrees.
+    independent = _independent_probabilities(out, mrpc_cli["data"], "mrpc", env["vocab"])
+    np.testing.assert_allclose(probs, independent, atol=2e-5)
+
+
+def test_mrpc_output_dir_is_ready_for_export(mrpc_cli, env):
+    from modeling import export
+
+    out = mrpc_cli["dir"]
+    meta = export.read_export_metadata(out)
+    assert meta == export.ExportMetadata(task="mrpc", labels=("0", "1"), is_regression=False,
+                                         do_lower_case=True, max_seq_length=SEQ, text_pair=True)
+    assert open(os.path.join(out, "vocab.txt")).read() == open(env["vocab"]).read()
+    assert os.path.exists(os.path.join(out, "bert_config.json"))
+    cache = cd.record_file_names(out, "train")[1]
+    assert os.path.exists(cache)
+
+
+def test_cola_learns_and_mcc_matches_predictions(runs, env):
+    out = runs["cola"]["dir"]
+    probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
+    labels = _dev_labels(cd.get_processor("cola"), env["cola"])
+    written = _check_eval_against_predictions("cola", os.path.join(out, "eval_results.txt"),
+                                              probs, labels, global_step=60)
+    assert written["eval_mcc"] > 0.3 and written["eval_accuracy"] > 0.7, written
+    _check_submission(os.path.join(out, "CoLA.tsv"), probs, ["0", "1"])
+    independent = _independent_probabilities(out, env["cola"], "cola", env["vocab"])
+    np.testing.assert_allclose(probs, independent, atol=2e-5)
+    from modeling import export
+    assert not export.read_export_metadata(out).text_pair  # a single-sentence task
+
+
+def test_eval_only_rerun_restores_the_checkpoint_and_reuses_the_cache(runs, env):
+    import run_classifier as rc
+
+    cfg = runs["cola"]["cfg"]
+    before = _read_results(os.path.join(cfg.output_dir, "eval_results.txt"))
+    metadata = os.path.join(cfg.output_dir, "dev.tf_record.metadata.json")
+    mtime = os.stat(metadata).st_mtime_ns
+    rc.run(dataclasses.replace(cfg, do_train=False, do_predict=False))
+    after = _read_results(os.path.join(cfg.output_dir, "eval_results.txt"))
+    assert after == pytest.approx(before, rel=1e-6)
+    assert os.stat(metadata).st_mtime_ns == mtime  # cached records reused
+
+
+def test_stsb_regression_writes_scores_and_correlations(runs, env):
+    out = runs["sts-b"]["dir"]
+    scores = _read_probabilities(os.path.join(out, "test_results.tsv"))
+    assert scores.shape == (10, 1)
+    labels = _dev_labels(cd.get_processor("sts-b"), env["sts-b"])
+    written = _check_eval_against_predictions("sts-b", os.path.join(out, "eval_results.txt"),
+                                              scores, labels, global_step=180)
+    assert written["eval_pearson"] > 0.5, written  # it learns the score
+    assert np.std(scores) > 0.3
+    with open(os.path.join(out, "STS-B.tsv")) as f:
+        lines = [line.rstrip("\n").split("\t") for line in f]
+    assert lines[0] == ["index", "prediction"]
+    np.testing.assert_allclose([float(v) for _, v in lines[1:]], scores[:, 0], rtol=1e-6)
+
+
+def test_mnli_matched_and_mismatched(runs, env):
+    out = runs["mnli"]["dir"]
+    processor = cd.get_processor("mnli")
+    for suffix, split, name, n in (("", "dev_matched", "MNLI-m.tsv", 9),
+                                   ("_mm", "dev_mismatched", "MNLI-mm.tsv", 10)):
+        probs = _read_probabilities(os.path.join(out, f"test_results{suffix}.tsv"))
+        assert probs.shape == (n, 3)
+        labels = _dev_labels(processor, env["mnli"], split)
+        _check_eval_against_predictions("mnli", os.path.join(out, f"eval_results{suffix}.txt"),
+                                        probs, labels, global_step=18)
+        _check_submission(os.path.join(out, name), probs, MNLI_LABELS)
+    result = runs["mnli"]["result"]["runs"][0]["eval"]
+    assert sorted(result) == ["dev_matched", "dev_mismatched"]
+
+
+def test_custom_csv_with_seeds_and_best_checkpoint(runs, env):
+    out = runs["custom"]["dir"]
+    result = runs["custom"]["result"]
+    summary = _read_results(os.path.join(out, "seed_results.txt"))
+    accuracies = [result["runs"][0]["eval"]["dev"]["eval_accuracy"],
+                  result["runs"][1]["eval"]["dev"]["eval_accuracy"]]
+    assert summary["num_seeds"] == 2
+    assert summary["eval_accuracy_seed_1"] == pytest.approx(accuracies[0])
+    assert summary["eval_accuracy_seed_2"] == pytest.approx(accuracies[1])
+    assert summary["eval_accuracy_mean"] == pytest.approx(np.mean(accuracies))
+    assert summary["eval_accuracy_std"] == pytest.approx(np.std(accuracies, ddof=1))
+    best = int(summary["best_seed"])
+    assert accuracies[best - 1] == max(accuracies)
+    for seed in (1, 2):
+        run_dir = os.path.join(out, f"seed_{seed}")
+        best_dir = os.path.join(run_dir, "best")
+        best_results = _read_results(os.path.join(best_dir, "eval_results.txt"))
+        final = _read_results(os.path.join(run_dir, "eval_results.txt"))
+        # eval uses the best checkpoint: same step and figures as when it was kept
+        assert final["global_step"] == best_results["global_step"]
+        assert final["eval_accuracy"] == pytest.approx(best_results["eval_accuracy"])
+        assert os.path.exists(os.path.join(best_dir, "export_metadata.json"))
+    # the best seed's files are copied to output_dir
+    with open(os.path.join(out, "test_results.tsv")) as a, open(
+            os.path.join(out, f"seed_{best}", "test_results.tsv")) as b:
+        assert a.read() == b.read()
+    probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
+    assert probs.shape == (10, 2)
+    assert not os.path.exists(os.path.join(out, "CoLA.tsv"))  # no GLUE file for custom data
+
+
+def test_bad_rows_error_names_file_and_line(env, tmp_path):
+    import run_classifier as rc
+
+    data = tmp_path / "bad"
+    data.mkdir()
+    (data / "train.tsv").write_text("text\tlabel\nthe cat .\tpos\nthe dog .\n",
+                                    encoding="utf-8")
+    custom = cd.CustomDataConfig(text_a_column="text", label_column="label", labels=("pos",))
+    cfg = _run_config(env, "custom", tmp_path / "out", custom=custom, do_eval=False,
+                      do_predict=False, data_dir=str(data))
+    with pytest.raises(cd.DataFormatError, match=r"train.tsv:3: expected 2 columns"):
+        rc.run(cfg)
+
+
+def test_flag_errors(env, tmp_path):
+    import run_classifier as rc
+
+    with pytest.raises(ValueError, match="At least one of `do_train`"):
+        rc.run(_run_config(env, "cola", tmp_path, do_train=False, do_eval=False,
+                           do_predict=False))
+    with pytest.raises(ValueError, match="need --do_train and --do_eval"):
+        rc.run(_run_config(env, "cola", tmp_path, do_eval=False, seeds=(1, 2)))
+
+
+def test_mirrored_predict_from_the_trained_dir_matches_one_device(mrpc_cli, env, tmp_path):
+    """Eval + predict only (restores the newest checkpoint) over 2 logical CPU replicas:
+    same predictions, same order, same metrics as the one-device run."""
+    import shutil
+
+    out = tmp_path / "mirrored"
+    shutil.copytree(mrpc_cli["dir"], out)
+    for name in ("test_results.tsv", "eval_results.txt", "MRPC.tsv"):
+        os.remove(out / name)
+    flags = dict(task_name="mrpc", data_dir=env["mrpc"], vocab_file=env["vocab"],
+                 bert_config_file=env["config"], output_dir=out, max_seq_length=SEQ,
+                 do_eval="true", do_predict="true", eval_batch_size=4, predict_batch_size=4,
+                 distribution_strategy="mirrored", num_cpu_devices=2)
+    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py")] + [
+        f"--{k}={v}" for k, v in flags.items()]
+    proc = subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
+                          timeout=240, cwd=S.REPO_ROOT, check=False)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert "MirroredStrategy with 2 replica(s)" in log
+    assert "Reusing cached dev records" in log
+    np.testing.assert_allclose(
+        _read_probabilities(out / "test_results.tsv"),
+        _read_probabilities(os.path.join(mrpc_cli["dir"], "test_results.tsv")), atol=2e-5)
+    mirrored = _read_results(out / "eval_results.txt")
+    one = _read_results(os.path.join(mrpc_cli["dir"], "eval_results.txt"))
+    assert mirrored == pytest.approx(one, rel=1e-4)
+
+
+def test_output_dir_exports_and_the_export_predicts_the_same(runs, env, tmp_path):
+    """export_saved_model.py needs nothing but the runner's output_dir (export_metadata.json,
+    bert_config.json, vocab.txt, checkpoint); the SavedModel reproduces test_results.tsv."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
+
+    out = runs["cola"]["dir"]
+    export_dir = tmp_path / "export"
+    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "export_saved_model.py"),
+           f"--init_checkpoint={out}", f"--export_dir={export_dir}"]
+    proc = subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
+                          timeout=240, cwd=S.REPO_ROOT, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    sentences = [e.text_a for e in cd.get_processor("cola").read_split(
+        str(env["cola"]), "test").examples]
+    served = tf.saved_model.load(str(export_dir)).signatures["serving_default"](
+        text=tf.constant(sentences))
+    np.testing.assert_allclose(served["probabilities"].numpy(),
+                               _read_probabilities(os.path.join(out, "test_results.tsv")),
+                               atol=2e-5)
+
+
+def test_flags_become_the_run_config():
+    from absl import flags
+
+    import run_classifier as rc
+
+    argv = ["run_classifier.py", "--task_name=custom", "--data_dir=d", "--vocab_file=v",
+            "--bert_config_file=c", "--output_dir=o", "--text_a_column=review",
+            "--text_b_column=2", "--label_column=-1", "--delimiter=comma",
+            "--label_list=neg,pos", "--seeds=3,1,2", "--keep_best_checkpoint",
+            "--do_train", "--do_eval", "--num_train_epochs=2.5", "--warmup_proportion=0.2",
+            "--predict_batch_size=5", "--dtype=bfloat16", "--use_tpu", "--tpu_name=t"]
+    try:
+        flags.FLAGS(argv)
+        cfg = rc.run_config_from_flags(flags.FLAGS)
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert cfg.task_name == "custom" and cfg.seeds == (3, 1, 2) and cfg.keep_best_checkpoint
+    assert cfg.custom.text_a_column == "review" and cfg.custom.text_b_column == 2
+    assert cfg.custom.label_column == -1 and cfg.custom.delimiter == ","
+    assert cfg.custom.labels == ("neg", "pos")
+    assert (cfg.num_train_epochs, cfg.warmup_proportion, cfg.predict_batch_size) == (2.5, 0.2, 5)
+    assert cfg.runtime.distribution_strategy == "tpu" and cfg.runtime.tpu == "t"
+    assert cfg.runtime.dtype == "bfloat16" and cfg.do_lower_case and not cfg.do_predict
