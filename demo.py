@@ -15,11 +15,30 @@ Stages, each the project's real command-line tool run as a subprocess with real 
                      written by the demo like a user writes one) pretrained on those
                      records, with eval -> OUTPUT/pretraining/ (checkpoints, TensorBoard
                      logs, eval_results.txt)
+5. classifier_data   `python -m data_prep.sample_corpus --classification_dir=...`: which kind
+                     of documentation a sentence comes from (module / class / function
+                     docstring, comment, reference topic; `--classifier_label`), split by
+                     document, classes balanced by down-sampling, short sentences dropped
+                     -> OUTPUT/classifier_data/{train,dev,test}.tsv (`sentence<TAB>label`)
+6. classifier        `python run_classifier.py --task_name=custom --init_checkpoint=
+                     OUTPUT/pretraining ...`: fine-tunes the pretrained BERT, with eval and
+                     predict -> OUTPUT/classifier/ (eval_results.txt, test_results.tsv,
+                     checkpoints, TensorBoard logs, export_metadata.json); the report also
+                     scores test_results.tsv against test.tsv's labels
+7. export            `python export_saved_model.py --model_type=classifier`: a SavedModel
+                     with in-graph tokenization -> OUTPUT/export/classifier/
+8. predict           `python predict_saved_model.py`: reloads it with tensorflow +
+                     tensorflow-text only and classifies raw sentences
+                     -> printed, and OUTPUT/predictions.json
+
+Sizes: the full run (corpus 3 MB, vocab 5000, hidden 128, 300 pretraining steps, 1000
+classification rows per label, 3 fine-tuning epochs) takes about ten minutes on two CPU
+cores; `--quick` (test suite) shrinks every stage to seconds.
 
 Each stage streams its tool's output (indented), is timed, then reports its figures from
-the files it wrote. The run ends with a summary (OUTPUT/demo_summary.json too) and the
-command lines to run every stage by hand on your own data. Full, unfiltered logs are in
-OUTPUT/logs/. Later stages (pretraining, fine-tuning, export) are appended to
+the files it wrote. The run ends with a summary (OUTPUT/demo_summary.json too), the
+TensorBoard command for OUTPUT and the command lines to run every stage by hand on your
+own data. Full, unfiltered logs are in OUTPUT/logs/. A further stage is appended to
 `build_stages` the same way: a `Stage` with the tool's module and flags, and a report.
 """
 
@@ -66,12 +85,33 @@ def define_flags() -> None:
     flags.DEFINE_integer("hidden_size", None,
                          "Hidden size of the demo's BERT (default 128; --quick: 32); "
                          "layers: 2, heads: hidden_size / 32.")
+    flags.DEFINE_string("classifier_label", "kind",
+                        "What the fine-tuned classifier predicts of a sentence: 'kind' "
+                        "(module/class/function docstring, comment, reference topic), "
+                        "'module' or 'package'.")
+    flags.DEFINE_integer("classifier_rows_per_class", None,
+                         "Classification rows per label over train/dev/test (default 1000; "
+                         "--quick: 100).")
+    flags.DEFINE_float("classifier_epochs", None,
+                       "Fine-tuning epochs (default 3; --quick: 2).")
 
 
 FULL = {"corpus_mb": 3.0, "vocab_size": 5000, "dupe_factor": 5, "corpus_shards": 4,
-        "num_train_steps": 300, "hidden_size": 128}
+        "num_train_steps": 300, "hidden_size": 128, "classifier_mb": 3.0,
+        "classifier_rows_per_class": 1000, "classifier_epochs": 3.0,
+        "classifier_learning_rate": 3e-4}
+# --quick's classification text goes further than its corpus (0.4 MB): the first 0.15 MB
+# hold too few module docstrings for balanced dev and test splits.
 QUICK = {"corpus_mb": 0.15, "vocab_size": 1000, "dupe_factor": 1, "corpus_shards": 2,
-         "num_train_steps": 20, "hidden_size": 32}
+         "num_train_steps": 20, "hidden_size": 32, "classifier_mb": 0.4,
+         "classifier_rows_per_class": 100, "classifier_epochs": 2.0,
+         "classifier_learning_rate": 1e-3}
+# Raw sentences the exported classifier is asked about at the end (`kind` labels: a
+# function docstring and a comment, in the standard library's style).
+PREDICT_TEXTS = (
+    "Return a new sorted list from the items in iterable.",
+    "XXX This is a workaround for a bug in older versions of the compiler, remove it later.",
+)
 # Start-up chatter of TensorFlow's C++ runtime that says nothing about the stage.
 NOISE_PREFIXES = (
     "WARNING: All log messages before absl::InitializeLog()",
@@ -97,6 +137,12 @@ class Settings:
     quick: bool
     num_train_steps: int = 300
     hidden_size: int = 128
+    classifier_label: str = "kind"
+    classifier_mb: float = 3.0
+    classifier_rows_per_class: int = 1000
+    classifier_epochs: float = 3.0
+    classifier_learning_rate: float = 3e-4
+    classifier_seq_length: int = 64
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.output_dir, *parts)
@@ -322,6 +368,53 @@ def build_stages(settings: Settings) -> list:
               "run_pretraining.py", _pretraining_run_flags(settings),
               lambda: _pretraining_run_report(settings),
               prepare=lambda: write_bert_config(settings)),
+        Stage("classifier_data",
+              f"write a sentence classification task (label: {settings.classifier_label}) "
+              "from the same documentation",
+              "data_prep.sample_corpus",
+              [("classification_dir", settings.path("classifier_data")),
+               ("classification_label", settings.classifier_label),
+               ("max_mb", settings.classifier_mb),
+               ("classification_rows_per_class", settings.classifier_rows_per_class),
+               ("classification_min_words", 5),
+               ("classification_seed", settings.random_seed)],
+              lambda: _classifier_data_report(settings)),
+        Stage("classifier", "fine-tune the pretrained BERT on it, with eval and predict",
+              "run_classifier.py", _classifier_flags(settings),
+              lambda: _classifier_report(settings)),
+        Stage("export", "export the classifier as a SavedModel that tokenizes raw text "
+                        "in-graph",
+              "export_saved_model.py",
+              [("model_type", "classifier"), ("init_checkpoint", settings.path("classifier")),
+               ("export_dir", settings.path("export", "classifier")), ("overwrite", "true")],
+              lambda: _export_report(settings)),
+        Stage("predict", "reload the SavedModel (tensorflow + tensorflow-text only) and "
+                         "classify raw sentences",
+              "predict_saved_model.py",
+              [("export_dir", settings.path("export", "classifier"))]
+              + [("text", text) for text in PREDICT_TEXTS]
+              + [("output_json", settings.path("predictions.json"))],
+              lambda: _predict_report(settings)),
+    ]
+
+
+def _classifier_flags(settings: Settings) -> list:
+    steps_per_report = 5 if settings.quick else 25
+    return [
+        ("task_name", "custom"), ("data_dir", settings.path("classifier_data")),
+        ("text_a_column", "sentence"), ("label_column", "label"), ("has_header", "true"),
+        ("vocab_file", settings.path("vocab.txt")), ("do_lower_case", "true"),
+        ("bert_config_file", settings.path("bert_config.json")),
+        ("init_checkpoint", settings.path("pretraining")),
+        ("output_dir", settings.path("classifier")),
+        ("do_train", "true"), ("do_eval", "true"), ("do_predict", "true"),
+        ("max_seq_length", settings.classifier_seq_length),
+        ("train_batch_size", 32), ("eval_batch_size", 32), ("predict_batch_size", 32),
+        ("learning_rate", settings.classifier_learning_rate),
+        ("num_train_epochs", settings.classifier_epochs),
+        ("save_checkpoints_steps", 1000),
+        ("iterations_per_loop", steps_per_report), ("log_steps", steps_per_report),
+        ("seed", settings.random_seed),
     ]
 
 
@@ -381,6 +474,104 @@ def _pretraining_run_report(settings: Settings):
              f"accuracy {results.get('next_sentence_accuracy', 0):.1%} -> {results_path}",
              f"TensorBoard: tensorboard --logdir {settings.path('pretraining')}"]
     return lines, {"eval_results": results}
+
+
+def _read_key_values(path: str) -> dict:
+    """`key = value` lines (eval_results.txt) as floats."""
+    results = {}
+    with open(path, encoding="utf-8") as reader:
+        for line in reader:
+            key, _, value = line.partition(" = ")
+            if value:
+                try:
+                    results[key.strip()] = float(value)
+                except ValueError:
+                    results[key.strip()] = value.strip()
+    return results
+
+
+def _read_tsv(path: str) -> list:
+    """Rows of a headed TSV as lists of fields (header dropped)."""
+    with open(path, encoding="utf-8") as reader:
+        return [line.rstrip("\n").split("\t") for line in reader][1:]
+
+
+def _classifier_data_report(settings: Settings):
+    folder = settings.path("classifier_data")
+    summary_path = os.path.join(folder, "summary.json")
+    if not os.path.exists(summary_path):
+        raise StageError(f"{summary_path} was not written")
+    summary = _read_json(summary_path)
+    rows, labels = summary["rows"], summary["labels"]
+    lines = [f"{len(labels)} labels ({', '.join(labels)}), balanced: train {rows['train']}, "
+             f"dev {rows['dev']}, test {rows['test']} sentences -> {folder}/"
+             "{train,dev,test}.tsv",
+             f"split by document: {summary['documents']['train']} / "
+             f"{summary['documents']['dev']} / {summary['documents']['test']} documents"]
+    return lines, {"labels": labels, "rows": rows, "documents": summary["documents"]}
+
+
+def _classifier_report(settings: Settings):
+    folder = settings.path("classifier")
+    results_path = os.path.join(folder, "eval_results.txt")
+    test_path = os.path.join(folder, "test_results.tsv")
+    for path in (results_path, test_path):
+        if not os.path.exists(path):
+            raise StageError(f"{path} was not written")
+    results = _read_key_values(results_path)
+    with open(test_path, encoding="utf-8") as reader:
+        probabilities = [[float(x) for x in line.split("\t")] for line in reader if line.strip()]
+    figures = {"eval_results": results, "test_rows": len(probabilities)}
+    lines = [f"step {int(results.get('global_step', 0))}: dev accuracy "
+             f"{results.get('eval_accuracy', 0):.1%}, dev loss {results.get('eval_loss', 0):.3f}"
+             f" -> {results_path}"]
+    # test.tsv keeps its labels (the runner ignores them): score the predictions too.
+    metadata_path = os.path.join(folder, "export_metadata.json")
+    test_rows = _read_tsv(settings.path("classifier_data", "test.tsv"))
+    if os.path.exists(metadata_path) and len(test_rows) == len(probabilities):
+        labels = _read_json(metadata_path).get("labels") or []
+        if labels and all(len(p) == len(labels) for p in probabilities):
+            predicted = [labels[max(range(len(p)), key=p.__getitem__)] for p in probabilities]
+            correct = sum(pred == row[-1] for pred, row in zip(predicted, test_rows,
+                                                                strict=True))
+            figures["test_accuracy"] = correct / max(1, len(test_rows))
+            figures["labels"] = labels
+            lines.append(f"test accuracy {figures['test_accuracy']:.1%} on {len(test_rows)} "
+                         f"sentences (chance {1 / len(labels):.1%}) -> {test_path}")
+    if "test_accuracy" not in figures:
+        lines.append(f"{len(probabilities)} test predictions -> {test_path}")
+    lines.append(f"TensorBoard: tensorboard --logdir {folder}")
+    return lines, figures
+
+
+def _export_report(settings: Settings):
+    folder = settings.path("export", "classifier")
+    if not os.path.exists(os.path.join(folder, "saved_model.pb")):
+        raise StageError(f"{folder}/saved_model.pb was not written")
+    size = sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(folder) for name in names)
+    metadata_path = os.path.join(folder, "assets.extra", "export_metadata.json")
+    metadata = _read_json(metadata_path) if os.path.exists(metadata_path) else {}
+    line = f"SavedModel, {size / 1e6:.1f} MB -> {folder}/"
+    if metadata.get("labels"):
+        line += f" (labels: {', '.join(metadata['labels'])})"
+    return [line, "signatures: serving_default (text -> probabilities, label), "
+                  "serving_tokenized, preprocess"], {"bytes": size,
+                                                     "labels": metadata.get("labels", [])}
+
+
+def _predict_report(settings: Settings):
+    path = settings.path("predictions.json")
+    if not os.path.exists(path):
+        raise StageError(f"{path} was not written")
+    data = _read_json(path)
+    texts = data["inputs"]["text"]
+    lines, predictions = [], []
+    for text, row in zip(texts, data["predictions"], strict=True):
+        probability = max(row["probabilities"])
+        predictions.append({"text": text, "label": row["label"], "probability": probability})
+        lines.append(f"{row['label']} (p={probability:.2f}): {text!r}")
+    return lines, {"predictions": predictions, "file": path}
 
 
 # ---------------------------------------------------------------------------
@@ -514,6 +705,14 @@ def resolve_settings() -> Settings:
         num_train_steps=(FLAGS.num_train_steps if FLAGS.num_train_steps is not None
                          else sizes["num_train_steps"]),
         hidden_size=FLAGS.hidden_size if FLAGS.hidden_size is not None else sizes["hidden_size"],
+        classifier_label=FLAGS.classifier_label,
+        classifier_mb=sizes["classifier_mb"],
+        classifier_rows_per_class=(FLAGS.classifier_rows_per_class
+                                   if FLAGS.classifier_rows_per_class is not None
+                                   else sizes["classifier_rows_per_class"]),
+        classifier_epochs=(FLAGS.classifier_epochs if FLAGS.classifier_epochs is not None
+                           else sizes["classifier_epochs"]),
+        classifier_learning_rate=sizes["classifier_learning_rate"],
     )
 
 
@@ -526,6 +725,8 @@ def print_summary(stages, results: dict, settings: Settings, total_seconds: floa
             print(f"  {stage.name:<18} {result['seconds']:>7.1f} s  {result['headline']}")
     print(f"  {'logs':<18} {settings.path('logs')}/")
     print(f"  {'summary':<18} {settings.path('demo_summary.json')}")
+    print(f"\nTensorBoard (pretraining and fine-tuning curves): "
+          f"tensorboard --logdir {settings.output_dir}")
     print("\nRun each stage by hand (replace the paths and sizes with your own data):")
     for index, stage in enumerate(stages, start=1):
         print(f"\n  # {index}. {stage.title}")

@@ -45,6 +45,24 @@ simple and documented:
 
 The CLI (`python -m data_prep.sample_corpus --output_dir=DIR --max_mb=3`) writes
 `DIR/stdlib-NNNNN-of-NNNNN.txt` shards and `DIR/summary.json`.
+
+Classification data (`--classification_dir=CDIR`, with or without `--output_dir`; same
+`--max_mb`/`--max_documents` limits, so the sentences are those of the corpus):
+`write_classification_data` writes `CDIR/train.tsv`, `dev.tsv`, `test.tsv` (header
+`sentence<TAB>label`, the format of `run_classifier.py --task_name=custom`) and
+`CDIR/summary.json`, labelling each sentence by `--classification_label` (`kind`,
+`module` or `package`, as `labelled_sentences`):
+
+* sentences shorter than `--classification_min_words` words are dropped, and so is a
+  sentence already seen in an earlier document (the reference topics repeat many), so no
+  sentence is in two splits or has two labels;
+* the split is by document, from a CRC32 of the document's name (80/10/10 by default), so
+  no document has sentences in two splits and a document's split does not depend on the
+  limits or on the other documents;
+* `--classification_max_classes` keeps the most frequent labels (0: all);
+* each split is balanced by down-sampling every label to the rarest label's count in that
+  split, at most `--classification_rows_per_class` times the split's share (seeded by
+  `--classification_seed`); rows are then shuffled with the same seed.
 """
 
 from __future__ import annotations
@@ -59,11 +77,13 @@ import io
 import json
 import os
 import pkgutil
+import random
 import re
 import sys
 import time
 import tokenize
 import warnings
+import zlib
 from collections.abc import Iterator
 
 KIND_MODULE = "module"
@@ -395,18 +415,168 @@ def labelled_sentences(max_mb: float | None = None, max_documents: int | None = 
       label: "kind" (module / class / function / topic docstring), "module" (the full
         module name) or "package" (the top-level package, e.g. `email`).
     """
-    if label not in ("kind", "module", "package"):
-        raise ValueError(f"label must be 'kind', 'module' or 'package', got {label!r}")
+    _check_label(label)
     pairs = []
     for document in iter_limited_documents(max_mb, max_documents):
-        for sentence, kind in zip(document.sentences, document.kinds, strict=True):
-            if label == "kind":
-                pairs.append((sentence, kind))
-            elif label == "module":
-                pairs.append((sentence, document.module))
-            else:
-                pairs.append((sentence, document.module.split(".")[0]))
+        pairs.extend(document_labels(document, label))
     return pairs
+
+
+LABELS = ("kind", "module", "package")
+
+
+def _check_label(label: str) -> None:
+    if label not in LABELS:
+        raise ValueError(f"label must be 'kind', 'module' or 'package', got {label!r}")
+
+
+def document_labels(document: Document, label: str = "kind") -> list[tuple[str, str]]:
+    """(sentence, label) pairs of one document; `label` as in `labelled_sentences`."""
+    if label == "kind":
+        return list(zip(document.sentences, document.kinds, strict=True))
+    name = document.module if label == "module" else document.module.split(".")[0]
+    return [(sentence, name) for sentence in document.sentences]
+
+
+# ---------------------------------------------------------------------------
+# Classification data.
+
+SPLITS = ("train", "dev", "test")
+
+
+def document_split(name: str, dev_percent: int = 10, test_percent: int = 10) -> str:
+    """The split of a document, from a CRC32 of its name: stable across runs and limits."""
+    bucket = zlib.crc32(name.encode("utf-8")) % 100
+    if bucket < dev_percent:
+        return "dev"
+    if bucket < dev_percent + test_percent:
+        return "test"
+    return "train"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationSummary:
+    """What `write_classification_data` wrote."""
+
+    files: dict
+    label: str
+    labels: tuple[str, ...]
+    rows: dict
+    rows_per_label: dict
+    candidates: dict
+    documents: dict
+    seconds: float
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+def classification_rows(documents, *, label: str = "kind", rows_per_class: int = 1000,
+                        min_words: int = 5, max_classes: int = 0, dev_percent: int = 10,
+                        test_percent: int = 10, seed: int = 12345):
+    """Balanced (sentence, label) rows per split from documents; see the module docstring.
+
+    Returns:
+      (rows: {split: [(sentence, label), ...]}, labels kept (sorted),
+       candidates: {split: {label: count before down-sampling}},
+       documents: {split: documents with at least one kept sentence})
+    """
+    _check_label(label)
+    if rows_per_class < 1:
+        raise ValueError(f"rows_per_class must be >= 1, got {rows_per_class}")
+    if not (0 <= dev_percent and 0 <= test_percent and dev_percent + test_percent < 100):
+        raise ValueError("dev_percent and test_percent must be >= 0 and sum to less than 100")
+    pools = {split: {} for split in SPLITS}
+    document_counts = dict.fromkeys(SPLITS, 0)
+    seen: set[str] = set()
+    for document in documents:
+        split = document_split(document.name, dev_percent, test_percent)
+        kept = []
+        for sentence, name in document_labels(document, label):
+            if (len(sentence.split()) < min_words or sentence in seen or "\t" in sentence
+                    or "\n" in sentence):
+                continue
+            seen.add(sentence)
+            kept.append((sentence, name))
+        if kept:
+            document_counts[split] += 1
+        for sentence, name in kept:
+            pools[split].setdefault(name, []).append(sentence)
+    totals: dict = {}
+    for pool in pools.values():
+        for name, sentences in pool.items():
+            totals[name] = totals.get(name, 0) + len(sentences)
+    ranked = sorted(totals, key=lambda name: (-totals[name], name))
+    labels = sorted(ranked[:max_classes] if max_classes > 0 else ranked)
+    shares = {"train": (100 - dev_percent - test_percent) / 100, "dev": dev_percent / 100,
+              "test": test_percent / 100}
+    rows, candidates = {}, {}
+    for index, split in enumerate(SPLITS):
+        pool = pools[split]
+        candidates[split] = {name: len(pool.get(name, ())) for name in labels}
+        cap = max(1, round(rows_per_class * shares[split])) if shares[split] else 0
+        per_label = min([cap] + list(candidates[split].values())) if labels else 0
+        rng = random.Random(seed * 10 + index)
+        split_rows = []
+        for name in labels:
+            sentences = pool.get(name, [])
+            chosen = sorted(rng.sample(range(len(sentences)), per_label))
+            split_rows.extend((sentences[i], name) for i in chosen)
+        rng.shuffle(split_rows)
+        rows[split] = split_rows
+    return rows, tuple(labels), candidates, document_counts
+
+
+def write_classification_data(output_dir: str, *, max_mb: float | None = 3.0,
+                              max_documents: int | None = None, label: str = "kind",
+                              rows_per_class: int = 1000, min_words: int = 5,
+                              max_classes: int = 0, dev_percent: int = 10,
+                              test_percent: int = 10, seed: int = 12345,
+                              documents=None) -> ClassificationSummary:
+    """Writes train.tsv, dev.tsv and test.tsv (header `sentence<TAB>label`) into output_dir.
+
+    Args:
+      output_dir: the folder (created).
+      max_mb, max_documents: the corpus limits (the same documents `write_corpus` writes).
+      label, rows_per_class, min_words, max_classes, dev_percent, test_percent, seed: see
+        `classification_rows` and the module docstring.
+      documents: the documents to use instead of walking the standard library again.
+
+    Raises:
+      ValueError: bad settings, or a split left without rows (too little text).
+    """
+    start = time.time()
+    if documents is None:
+        documents = iter_limited_documents(max_mb, max_documents)
+    rows, labels, candidates, document_counts = classification_rows(
+        documents, label=label, rows_per_class=rows_per_class, min_words=min_words,
+        max_classes=max_classes, dev_percent=dev_percent, test_percent=test_percent, seed=seed)
+    if len(labels) < 2:
+        raise ValueError(f"only {len(labels)} label(s) {list(labels)} in the text: a "
+                         "classifier needs at least 2 (raise --max_mb)")
+    for split in SPLITS:
+        if not rows[split] and (split == "train" or
+                                (dev_percent if split == "dev" else test_percent)):
+            raise ValueError(f"the {split} split has no rows: some label has no sentence "
+                             f"there ({candidates[split]}); raise --max_mb or lower "
+                             "--classification_max_classes")
+    os.makedirs(output_dir, exist_ok=True)
+    files = {}
+    for split in SPLITS:
+        path = os.path.join(output_dir, f"{split}.tsv")
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8", newline="\n") as writer:
+            writer.write("sentence\tlabel\n")
+            for sentence, name in rows[split]:
+                writer.write(f"{sentence}\t{name}\n")
+        os.replace(tmp, path)
+        files[split] = path
+    return ClassificationSummary(
+        files=files, label=label, labels=labels,
+        rows={split: len(rows[split]) for split in SPLITS},
+        rows_per_label={split: (len(rows[split]) // len(labels)) for split in SPLITS},
+        candidates=candidates, documents=document_counts,
+        seconds=round(time.time() - start, 3))
 
 
 # ---------------------------------------------------------------------------
@@ -464,12 +634,14 @@ def write_corpus(output_dir: str, *, max_mb: float | None = 3.0,
 
 
 def main(argv=None) -> int:
-    """CLI: writes the corpus shards and DIR/summary.json; prints a one-line summary."""
+    """CLI: the corpus shards + DIR/summary.json and/or the classification TSVs."""
     parser = argparse.ArgumentParser(
         prog="python -m data_prep.sample_corpus",
         description="Write a BERT pretraining corpus (one sentence per line, blank line "
-                    "between documents) from the Python standard library's documentation.")
-    parser.add_argument("--output_dir", required=True, help="folder for the .txt shards")
+                    "between documents) from the Python standard library's documentation, "
+                    "and/or a sentence classification task (train/dev/test.tsv) from the "
+                    "same text.")
+    parser.add_argument("--output_dir", default="", help="folder for the .txt shards")
     parser.add_argument("--max_mb", type=float, default=3.0,
                         help="stop after about this many MB (10^6 bytes) of text; "
                              "0 for everything available")
@@ -477,21 +649,67 @@ def main(argv=None) -> int:
                         help="stop after this many documents; 0 for no limit")
     parser.add_argument("--num_shards", type=int, default=1, help="number of output files")
     parser.add_argument("--prefix", default="stdlib", help="output file name prefix")
+    group = parser.add_argument_group(
+        "classification data", "a sentence classification task from the same documents")
+    group.add_argument("--classification_dir", default="",
+                       help="folder for train.tsv, dev.tsv, test.tsv (header "
+                            "sentence<TAB>label) and summary.json")
+    group.add_argument("--classification_label", default="kind", choices=LABELS,
+                       help="what a sentence is labelled with: the kind of documentation "
+                            "(module/class/function/comment/topic), its module or its "
+                            "top-level package")
+    group.add_argument("--classification_rows_per_class", type=int, default=1000,
+                       help="rows per label over the three splits, at most (balanced: every "
+                            "label gets the rarest label's count)")
+    group.add_argument("--classification_min_words", type=int, default=5,
+                       help="drop sentences with fewer words")
+    group.add_argument("--classification_max_classes", type=int, default=0,
+                       help="keep the most frequent labels only; 0 for all")
+    group.add_argument("--classification_dev_percent", type=int, default=10,
+                       help="documents (by name hash) in dev")
+    group.add_argument("--classification_test_percent", type=int, default=10,
+                       help="documents (by name hash) in test")
+    group.add_argument("--classification_seed", type=int, default=12345,
+                       help="seed of the down-sampling and shuffling")
     args = parser.parse_args(argv)
-    try:
-        summary = write_corpus(args.output_dir, max_mb=args.max_mb or None,
-                               max_documents=args.max_documents or None,
-                               num_shards=args.num_shards, prefix=args.prefix)
-    except (ValueError, OSError) as err:
-        print(f"sample_corpus: error: {err}", file=sys.stderr)
-        return 2
-    summary_path = os.path.join(args.output_dir, "summary.json")
-    with open(summary_path, "w", encoding="utf-8") as writer:
-        writer.write(summary.to_json() + "\n")
-    print(f"sample_corpus: {summary.documents} documents, {summary.sentences} sentences, "
-          f"{summary.bytes / 1e6:.2f} MB from {summary.modules} modules in "
-          f"{summary.seconds:.1f} s -> {len(summary.files)} file(s) in {args.output_dir}; "
-          f"sentences per kind: " + ", ".join(f"{k} {v}" for k, v in summary.kinds.items()))
+    if not args.output_dir and not args.classification_dir:
+        parser.error("give --output_dir (corpus) and/or --classification_dir")
+    if args.output_dir:
+        try:
+            summary = write_corpus(args.output_dir, max_mb=args.max_mb or None,
+                                   max_documents=args.max_documents or None,
+                                   num_shards=args.num_shards, prefix=args.prefix)
+        except (ValueError, OSError) as err:
+            print(f"sample_corpus: error: {err}", file=sys.stderr)
+            return 2
+        summary_path = os.path.join(args.output_dir, "summary.json")
+        with open(summary_path, "w", encoding="utf-8") as writer:
+            writer.write(summary.to_json() + "\n")
+        print(f"sample_corpus: {summary.documents} documents, {summary.sentences} sentences, "
+              f"{summary.bytes / 1e6:.2f} MB from {summary.modules} modules in "
+              f"{summary.seconds:.1f} s -> {len(summary.files)} file(s) in {args.output_dir}; "
+              f"sentences per kind: " + ", ".join(f"{k} {v}" for k, v in summary.kinds.items()))
+    if args.classification_dir:
+        try:
+            data = write_classification_data(
+                args.classification_dir, max_mb=args.max_mb or None,
+                max_documents=args.max_documents or None, label=args.classification_label,
+                rows_per_class=args.classification_rows_per_class,
+                min_words=args.classification_min_words,
+                max_classes=args.classification_max_classes,
+                dev_percent=args.classification_dev_percent,
+                test_percent=args.classification_test_percent, seed=args.classification_seed)
+        except (ValueError, OSError) as err:
+            print(f"sample_corpus: error: {err}", file=sys.stderr)
+            return 2
+        with open(os.path.join(args.classification_dir, "summary.json"), "w",
+                  encoding="utf-8") as writer:
+            writer.write(data.to_json() + "\n")
+        print(f"sample_corpus: classification by {data.label}: {len(data.labels)} labels "
+              f"({', '.join(data.labels)}); rows train {data.rows['train']}, dev "
+              f"{data.rows['dev']}, test {data.rows['test']} (balanced; documents "
+              f"{data.documents['train']}/{data.documents['dev']}/{data.documents['test']}) "
+              f"in {data.seconds:.1f} s -> {args.classification_dir}")
     return 0
 
 

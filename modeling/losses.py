@@ -1,4 +1,4 @@
-"""Owns the original BERT loss and metric definitions (masked LM, NSP, classifier) as tensor math.
+"""Owns the original BERT loss definitions (masked LM, NSP, classifier, span) as tensor math.
 
 Every function works on one replica's batch, exactly as the original computes on one TPU
 core. How these per-replica values combine across replicas is the training loop's business
@@ -190,3 +190,51 @@ def numpy_classifier_per_example_loss(logits, labels, *, is_regression=False):
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     labels = np.asarray(labels).reshape(-1).astype(np.int64)
     return -log_probs[np.arange(len(labels)), labels]
+
+
+# --- Span labelling (run_squad) --------------------------------------------------------------
+
+
+def span_position_loss(logits, positions):
+    """The original run_squad's cross-entropy of one boundary (start or end), float32 [].
+
+    -mean over the batch of sum(one_hot(position) * log_softmax(logits)).
+
+    Args:
+      logits: float [batch, seq_length] (computed in float32).
+      positions: int [batch] or [batch, 1] token indices (0, i.e. [CLS], for answers outside
+        the window and unanswerable questions).
+    """
+    logits = tf.cast(logits, tf.float32)
+    positions = tf.reshape(tf.cast(positions, tf.int32), [-1])
+    one_hot = tf.one_hot(positions, depth=tf.shape(logits)[-1], dtype=tf.float32)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    return -tf.reduce_mean(tf.reduce_sum(one_hot * log_probs, axis=-1))
+
+
+def span_loss(start_logits, end_logits, start_positions, end_positions):
+    """The original SQuAD loss, (start loss + end loss) / 2, and its statistics.
+
+    Args:
+      start_logits, end_logits: float [batch, seq_length].
+      start_positions, end_positions: int [batch] or [batch, 1].
+
+    Returns:
+      (scalar float32 loss, dict of float32 scalars): `loss`, `start_loss`, `end_loss`
+      (batch means), `start_correct_sum`, `end_correct_sum` (argmax hits) and
+      `example_count`.
+    """
+    start_loss = span_position_loss(start_logits, start_positions)
+    end_loss = span_position_loss(end_logits, end_positions)
+    loss = (start_loss + end_loss) / 2.0
+
+    def correct(logits, positions):
+        predicted = tf.argmax(tf.cast(logits, tf.float32), axis=-1, output_type=tf.int32)
+        positions = tf.reshape(tf.cast(positions, tf.int32), [-1])
+        return tf.reduce_sum(tf.cast(tf.equal(predicted, positions), tf.float32))
+
+    stats = {"loss": loss, "start_loss": start_loss, "end_loss": end_loss,
+             "start_correct_sum": correct(start_logits, start_positions),
+             "end_correct_sum": correct(end_logits, end_positions),
+             "example_count": tf.cast(tf.shape(start_logits)[0], tf.float32)}
+    return loss, stats

@@ -53,7 +53,9 @@ def test_stages_run_the_real_clis_with_real_flags(tmp_path):
     stages = demo.build_stages(_settings(tmp_path, num_workers=2))
     assert [s.module for s in stages] == [
         "data_prep.sample_corpus", "data_prep.build_vocab", "data_prep.create_pretraining_data",
-        "run_pretraining.py"]
+        "run_pretraining.py", "data_prep.sample_corpus", "run_classifier.py",
+        "export_saved_model.py", "predict_saved_model.py"]
+    assert all(stage.is_available() for stage in stages)
     training = dict(stages[3].flags)
     assert training["input_file"] == pretraining_output(stages)
     for key in ("bert_config_file", "output_dir", "do_train", "do_eval", "num_train_steps",
@@ -68,6 +70,37 @@ def test_stages_run_the_real_clis_with_real_flags(tmp_path):
     argv = stages[1].argv("python")
     assert argv[:3] == ["python", "-m", "data_prep.build_vocab"]
     assert "--vocab_size=500" in argv
+
+
+def test_classifier_export_and_predict_stages_chain(tmp_path):
+    stages = {s.name: s for s in demo.build_stages(_settings(tmp_path))}
+    data = dict(stages["classifier_data"].flags)
+    assert data["classification_dir"] == str(tmp_path / "classifier_data")
+    assert data["classification_label"] == "kind"
+    classifier = dict(stages["classifier"].flags)
+    assert classifier["task_name"] == "custom"
+    assert classifier["data_dir"] == data["classification_dir"]
+    assert (classifier["text_a_column"], classifier["label_column"]) == ("sentence", "label")
+    assert classifier["init_checkpoint"] == dict(stages["pretraining"].flags)["output_dir"]
+    assert classifier["bert_config_file"] == str(tmp_path / "bert_config.json")
+    assert classifier["vocab_file"] == str(tmp_path / "vocab.txt")
+    for key in ("do_train", "do_eval", "do_predict"):
+        assert classifier[key] == "true"
+    export = dict(stages["export"].flags)
+    assert export["model_type"] == "classifier"
+    assert export["init_checkpoint"] == classifier["output_dir"] == str(tmp_path / "classifier")
+    assert export["export_dir"] == str(tmp_path / "export" / "classifier")
+    predict = stages["predict"]
+    assert dict(predict.flags)["export_dir"] == export["export_dir"]
+    assert [v for k, v in predict.flags if k == "text"] == list(demo.PREDICT_TEXTS)
+
+
+def test_predict_cli_needs_only_tensorflow_and_tensorflow_text():
+    source = open(os.path.join(REPO_ROOT, "predict_saved_model.py"), encoding="utf-8").read()
+    imports = {line.split()[1].split(".")[0] for line in source.splitlines()
+               if line.strip().startswith(("import ", "from "))}
+    assert imports <= {"__future__", "argparse", "json", "os", "sys", "tensorflow",
+                       "tensorflow_text"}, imports
 
 
 def test_missing_tool_fails_with_its_hint(tmp_path, capsys):
@@ -119,16 +152,20 @@ def test_quick_demo_end_to_end(tmp_path):
         env=env, check=False, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
-    for marker in ("[1/4] corpus", "[2/4] vocab", "[3/4] pretraining_data",
-                   "[4/4] pretraining", "Demo finished",
-                   "Run each stage by hand", "-m data_prep.create_pretraining_data"):
+    for marker in ("[1/8] corpus", "[2/8] vocab", "[3/8] pretraining_data",
+                   "[4/8] pretraining", "[5/8] classifier_data", "[6/8] classifier",
+                   "[7/8] export", "[8/8] predict", "Demo finished",
+                   "Run each stage by hand", "-m data_prep.create_pretraining_data",
+                   "run_classifier.py", "export_saved_model.py", "predict_saved_model.py",
+                   "tensorboard --logdir demo_output"):
         assert marker in out
     assert "port.cc" not in out, "TensorFlow start-up chatter is filtered"
 
     summary = json.loads((output_dir / "demo_summary.json").read_text())
     assert summary["ok"] is True
     stages = summary["stages"]
-    assert list(stages) == ["corpus", "vocab", "pretraining_data", "pretraining"]
+    assert list(stages) == ["corpus", "vocab", "pretraining_data", "pretraining",
+                            "classifier_data", "classifier", "export", "predict"]
     assert stages["corpus"]["documents"] > 100
     assert stages["vocab"]["unk_rate"] == 0.0
     assert 0.9 * 1000 <= stages["vocab"]["vocab_size"] <= 1000
@@ -155,3 +192,43 @@ def test_quick_demo_end_to_end(tmp_path):
     assert list((output_dir / "pretraining").glob("ckpt-20.index"))
     for index, name in enumerate(stages, start=1):
         assert (output_dir / "logs" / f"{index}-{name}.log").exists()
+
+    # 5. classification data: balanced, headed TSVs.
+    labels = stages["classifier_data"]["labels"]
+    assert labels == ["class", "comment", "function", "module"]
+    rows = {}
+    for split in ("train", "dev", "test"):
+        lines = (output_dir / "classifier_data" / f"{split}.tsv").read_text().splitlines()
+        assert lines[0] == "sentence\tlabel"
+        rows[split] = [line.split("\t") for line in lines[1:]]
+        assert rows[split] and all(len(row) == 2 for row in rows[split])
+        counts = {label: sum(row[1] == label for row in rows[split]) for label in labels}
+        assert len(set(counts.values())) == 1, counts  # balanced
+        assert len(rows[split]) == stages["classifier_data"]["rows"][split]
+    assert not {r[0] for r in rows["train"]} & {r[0] for r in rows["test"]} - {""}
+
+    # 6. fine-tuning: eval_results.txt keys and one test prediction per test row.
+    classifier_dir = output_dir / "classifier"
+    eval_keys = {line.split(" = ")[0]
+                 for line in (classifier_dir / "eval_results.txt").read_text().splitlines()}
+    assert eval_keys >= {"eval_accuracy", "eval_loss", "global_step"}
+    assert 0.0 <= stages["classifier"]["eval_results"]["eval_accuracy"] <= 1.0
+    test_lines = (classifier_dir / "test_results.tsv").read_text().splitlines()
+    assert len(test_lines) == len(rows["test"]) == stages["classifier"]["test_rows"]
+    assert all(len(line.split("\t")) == len(labels) for line in test_lines)
+    assert 0.0 <= stages["classifier"]["test_accuracy"] <= 1.0
+
+    # 7. export, in the folder the issue names.
+    export_dir = output_dir / "export" / "classifier"
+    assert (export_dir / "saved_model.pb").exists()
+    assert (export_dir / "assets" / "vocab.txt").exists()
+    assert stages["export"]["labels"] == labels
+
+    # 8. the reloaded SavedModel's predictions, printed and in predictions.json.
+    predictions = stages["predict"]["predictions"]
+    assert [p["text"] for p in predictions] == list(demo.PREDICT_TEXTS)
+    for prediction in predictions:
+        assert prediction["label"] in labels and 0 < prediction["probability"] <= 1
+        assert f"{prediction['label']} (p=" in out
+        assert f"-> {prediction['label']} (p=" in out  # predict_saved_model.py's own line
+    assert json.loads((output_dir / "predictions.json").read_text())["labels"] == labels

@@ -165,3 +165,126 @@ def test_max_mb_stops_after_the_document_crossing_it(tmp_path):
     assert all(len(d.sentences) == len(d.kinds) > 0 for d in documents)
     with pytest.raises(ValueError, match="label"):
         sample_corpus.labelled_sentences(max_documents=1, label="nope")
+
+
+# ---------------------------------------------------------------------------
+# Classification data.
+
+
+def _doc(name, module, sentences, kinds):
+    return sample_corpus.Document(name, module, tuple(sentences), tuple(kinds))
+
+
+def _synthetic_documents(count=400):
+    """Documents whose kinds cycle, with unique sentences of 6 words (plus short ones)."""
+    kinds = ["module", "class", "function", "comment"]
+    documents = []
+    for i in range(count):
+        kind = kinds[i % len(kinds)]
+        sentences = [f"Sentence {j} of document number {i} here." for j in range(1 + i % 5)]
+        sentences.append("Too short.")
+        documents.append(_doc(f"mod{i}.{kind}", f"pkg{i % 3}.mod{i}", sentences,
+                              [kind] * len(sentences)))
+    return documents
+
+
+class TestClassificationRows:
+    def test_balanced_split_by_document_short_and_repeated_dropped(self):
+        documents = _synthetic_documents()
+        documents.append(_doc("repeat", "pkg0.x", ["Sentence 0 of document number 0 here."],
+                              ["topic"]))
+        rows, labels, candidates, counts = sample_corpus.classification_rows(
+            documents, rows_per_class=50, min_words=3)
+        assert labels == ("class", "comment", "function", "module")  # topic: only a repeat
+        assert sum(counts.values()) == 400
+        where = {}
+        for document in documents[:400]:
+            split = sample_corpus.document_split(document.name)
+            for sentence in document.sentences:
+                where[sentence] = split
+        for split in sample_corpus.SPLITS:
+            per_label = [sum(y == label for _, y in rows[split]) for label in labels]
+            assert len(set(per_label)) == 1, (split, per_label)  # balanced
+            assert per_label[0] == min([{"train": 40, "dev": 5, "test": 5}[split]]
+                                       + list(candidates[split].values()))
+            for sentence, label in rows[split]:
+                assert where[sentence] == split  # whole documents per split
+                assert sentence != "Too short."
+                assert label == sentence_kind(documents, sentence)
+        all_sentences = [s for split in rows.values() for s, _ in split]
+        assert len(all_sentences) == len(set(all_sentences))
+
+    def test_deterministic_and_labels_by_module_or_package(self):
+        documents = _synthetic_documents()
+        first = sample_corpus.classification_rows(documents, rows_per_class=30, seed=7)
+        assert first == sample_corpus.classification_rows(documents, rows_per_class=30, seed=7)
+        other = sample_corpus.classification_rows(documents, rows_per_class=30, seed=8)
+        assert other[0] != first[0] and other[1] == first[1]
+        rows, labels, _, _ = sample_corpus.classification_rows(
+            documents, label="package", rows_per_class=30)
+        assert labels == ("pkg0", "pkg1", "pkg2")
+        _, labels, _, _ = sample_corpus.classification_rows(
+            documents, label="module", rows_per_class=30, max_classes=5)
+        assert len(labels) == 5
+
+    def test_document_split_is_stable_and_roughly_80_10_10(self):
+        names = [f"module{i}.Class{i}" for i in range(5000)]
+        splits = [sample_corpus.document_split(name) for name in names]
+        assert splits == [sample_corpus.document_split(name) for name in names]
+        share = {s: splits.count(s) / len(splits) for s in sample_corpus.SPLITS}
+        assert 0.77 < share["train"] < 0.83 and 0.08 < share["dev"] < 0.12
+        assert sample_corpus.document_split("x", dev_percent=0, test_percent=0) == "train"
+
+    def test_bad_settings(self):
+        with pytest.raises(ValueError, match="label"):
+            sample_corpus.classification_rows([], label="nope")
+        with pytest.raises(ValueError, match="rows_per_class"):
+            sample_corpus.classification_rows([], rows_per_class=0)
+        with pytest.raises(ValueError, match="at least 2"):
+            sample_corpus.write_classification_data(
+                "unused", documents=[_doc("a", "m", ["One two three four five six."],
+                                          ["module"])])
+
+
+def sentence_kind(documents, sentence):
+    return next(kind for d in documents for s, kind in zip(d.sentences, d.kinds, strict=True)
+                if s == sentence)
+
+
+def test_cli_writes_classification_tsvs_deterministically(tmp_path):
+    outputs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        result = _run(["-m", "data_prep.sample_corpus", f"--classification_dir={out}",
+                       "--max_mb=0.3", "--classification_rows_per_class=60"])
+        assert result.returncode == 0, result.stderr
+        assert "classification by kind" in result.stdout
+        outputs.append(out)
+    assert sorted(os.listdir(outputs[0])) == ["dev.tsv", "summary.json", "test.tsv",
+                                              "train.tsv"]
+    summary = json.loads((outputs[0] / "summary.json").read_text())
+    assert summary["labels"] == ["class", "comment", "function", "module"]
+    seen = set()
+    for split in sample_corpus.SPLITS:
+        data = (outputs[0] / f"{split}.tsv").read_bytes()
+        assert data == (outputs[1] / f"{split}.tsv").read_bytes()
+        lines = data.decode("utf-8").split("\n")
+        assert lines[0] == "sentence\tlabel" and lines[-1] == ""
+        rows = [line.split("\t") for line in lines[1:-1]]
+        assert len(rows) == summary["rows"][split] > 0
+        assert all(len(row) == 2 and len(row[0].split()) >= 5 for row in rows)
+        counts = {label: sum(r[1] == label for r in rows) for label in summary["labels"]}
+        assert set(counts.values()) == {summary["rows_per_label"][split]}
+        assert seen.isdisjoint(r[0] for r in rows)
+        seen.update(r[0] for r in rows)
+    assert summary["rows_per_label"]["train"] == 48  # 80% of 60
+    # The corpus and the classification data from one command; neither is required alone.
+    both = tmp_path / "both"
+    result = _run(["-m", "data_prep.sample_corpus", f"--output_dir={both / 'corpus'}",
+                   f"--classification_dir={both / 'cls'}", "--max_mb=0.3",
+                   "--classification_rows_per_class=60"])
+    assert result.returncode == 0, result.stderr
+    assert (both / "corpus" / "stdlib-00000-of-00001.txt").exists()
+    assert (both / "cls" / "train.tsv").read_bytes() == (outputs[0] / "train.tsv").read_bytes()
+    result = _run(["-m", "data_prep.sample_corpus", "--max_mb=0.3"])
+    assert result.returncode == 2 and "--classification_dir" in result.stderr

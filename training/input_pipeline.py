@@ -1,4 +1,4 @@
-"""Owns the tf.data pipelines that feed pretraining and classifier TFRecords to the loop.
+"""Owns the tf.data pipelines that feed pretraining, classifier and SQuAD TFRecords to the loop.
 
 Files are listed with `tf.io.gfile` (local paths and gs:// alike), sharded per input
 pipeline (worker) through the `tf.distribute.InputContext`, read with a parallel
@@ -236,6 +236,87 @@ def classifier_dataset(config: ClassifierInputConfig, *, batch_size: int, is_tra
     spec = classifier_data.classifier_parse_spec(config.max_seq_length, config.is_regression)
     dataset = dataset.map(lambda s: _parse_batch(s, spec), num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=deterministic)
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+# --- SQuAD records (data_prep.squad's schemas) ----------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadInputConfig:
+    """A SQuAD TFRecord file(s) (`prepare_squad_records(...).record_file`) and its shape.
+
+    Attributes:
+      input_patterns: file globs.
+      max_seq_length: must match the records.
+      shuffle_buffer: training shuffle buffer (the original: 100).
+      seed: shuffle seed (reproducible order).
+    """
+
+    input_patterns: Sequence[str]
+    max_seq_length: int = 384
+    shuffle_buffer: int = 100
+    seed: int | None = None
+
+
+def _pad_batch(batch, batch_size):
+    """Pads a (last, short) batch to `batch_size` rows of zeros; static batch dimension.
+
+    Zero rows have `unique_ids` 0, which no feature has (ids start at 1000000000), so
+    post-processing, which looks logits up by unique id, never sees them.
+    """
+    out = {}
+    for name, t in batch.items():
+        missing = batch_size - tf.shape(t)[0]
+        paddings = [[0, missing]] + [[0, 0]] * (t.shape.rank - 1)
+        padded = tf.pad(t, paddings)
+        out[name] = tf.ensure_shape(padded, [batch_size] + t.shape.as_list()[1:])
+    return out
+
+
+def squad_dataset(config: SquadInputConfig, *, batch_size: int, is_training: bool,
+                  input_context: tf.distribute.InputContext | None = None
+                  ) -> tf.data.Dataset:
+    """Batched SQuAD features, like the original run_squad's input_fn_builder.
+
+    Training reads train.tf_record (with `start_positions`, `end_positions`,
+    `is_impossible`), repeats, shuffles, shards per input pipeline and drops the
+    remainder. Prediction reads eval.tf_record once, in order, and pads the last batch
+    with all-zero rows (`unique_ids` 0) so every batch has `batch_size` rows (static
+    shapes for TPU and XLA); drop rows whose unique id is unknown.
+
+    Args:
+      config: files and shape.
+      batch_size: per-replica batch for training (`input_context.get_per_replica_batch_size`);
+        for `TrainingLoop.predict` the GLOBAL batch.
+      is_training: training records, shuffled and repeated forever.
+      input_context: shards the records across input pipelines (training).
+
+    Returns:
+      Dataset of dicts of int32: [batch, 1] `unique_ids`; [batch, max_seq_length]
+      `input_ids`, `input_mask`, `segment_ids`; training also [batch, 1]
+      `start_positions`, `end_positions`, `is_impossible`.
+    """
+    from data_prep import squad
+
+    files = list_files(config.input_patterns)
+    deterministic = config.seed is not None or not is_training
+    dataset = tf.data.TFRecordDataset(files)
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        dataset = dataset.shard(input_context.num_input_pipelines,
+                                input_context.input_pipeline_id)
+    if is_training:
+        dataset = dataset.repeat()
+        dataset = dataset.shuffle(config.shuffle_buffer, seed=config.seed)
+    dataset = dataset.batch(batch_size, drop_remainder=is_training)
+    spec = squad.squad_schema(is_training).parse_spec(max_seq_length=config.max_seq_length)
+    dataset = dataset.map(lambda s: _parse_batch(s, spec), num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=deterministic)
+    if not is_training:
+        dataset = dataset.map(lambda b: _pad_batch(b, batch_size))
     options = tf.data.Options()
     options.deterministic = deterministic
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -4,9 +4,10 @@ What differs between runners lives in a small task object (`Task`): which featur
 model takes (`model_inputs`), the per-replica loss and the summed statistics
 (`loss_and_stats`), which statistics are per-replica means (`mean_keys`), the progress
 line's figures (`progress`) and the eval metrics (`metrics_from_totals`).
-`PretrainingTask` (masked LM + NSP) and `ClassifierTask` (classification / regression)
-are the two implementations; `TrainingLoop(strategy, model, optimizer, config, task)` is
-the loop, `PretrainingLoop` its pretraining spelling.
+`PretrainingTask` (masked LM + NSP), `ClassifierTask` (classification / regression) and
+`SpanTask` (SQuAD start/end positions) are the implementations;
+`TrainingLoop(strategy, model, optimizer, config, task)` is the loop, `PretrainingLoop` its
+pretraining spelling.
 
 Shape of a training call (`_train_steps`, one `tf.function`): `iterations_per_loop`
 times, `strategy.run(replica_step, next(iterator))`, then a cross-replica sum of the step's
@@ -267,6 +268,38 @@ class ClassifierTask(Task):
         out["eval_loss"] = float(per_example.mean())
         out["global_step"] = int(global_step)
         return out
+
+
+class SpanTask(Task):
+    """Span labelling (the original run_squad's loss): mean of the start and end cross-entropy.
+
+    Features: `input_ids`, `input_mask`, `segment_ids`, `start_positions` and
+    `end_positions` ([batch] or [batch, 1] int; 0 = [CLS]). Model outputs: `start_logits`
+    and `end_logits` [batch, seq_length]. Progress and eval figures: the losses and the
+    argmax accuracy of each boundary.
+    """
+
+    stat_keys = ("loss", "start_loss", "end_loss", "start_correct_sum", "end_correct_sum",
+                 "example_count")
+    mean_keys = ("loss", "start_loss", "end_loss")
+
+    def loss_and_stats(self, outputs, features):
+        return losses.span_loss(outputs["start_logits"], outputs["end_logits"],
+                                features["start_positions"], features["end_positions"])
+
+    def metrics_from_totals(self, totals, global_step):
+        steps = max(float(totals.get("steps", 0.0)), 1.0)
+        count = max(float(totals["example_count"]), 1.0)
+        return {"global_step": int(global_step), "loss": float(totals["loss"]) / steps,
+                "start_loss": float(totals["start_loss"]) / steps,
+                "end_loss": float(totals["end_loss"]) / steps,
+                "start_accuracy": float(totals["start_correct_sum"]) / count,
+                "end_accuracy": float(totals["end_correct_sum"]) / count}
+
+    def progress(self, totals):
+        count = max(totals["example_count"], 1.0)
+        return [("start_accuracy", "start_acc", totals["start_correct_sum"] / count),
+                ("end_accuracy", "end_acc", totals["end_correct_sum"] / count)]
 
 
 class TrainingLoop:
