@@ -22,6 +22,7 @@ import os
 from absl import app, flags, logging
 
 from training import flags as common_flags
+from training import runs
 
 FLAGS = flags.FLAGS
 
@@ -154,13 +155,6 @@ def _validate(cfg: ClassifierRun):
                          f"{cfg.gradient_accumulation_steps}")
 
 
-def _check_batch(name, global_batch, replicas, accumulation=1):
-    if global_batch < 1 or global_batch % (replicas * accumulation):
-        raise ValueError(
-            f"--{name}={global_batch} must be a positive multiple of the {replicas} replica(s)"
-            + (f" x {accumulation} accumulation steps" if accumulation > 1 else ""))
-
-
 @dataclasses.dataclass
 class _Data:
     """The task's processor, labels and cached record files, shared by every seed."""
@@ -206,19 +200,12 @@ def _prepare_data(cfg: ClassifierRun) -> _Data:
 
 
 def _write_model_files(cfg: ClassifierRun, data: _Data, directory: str, bert_config):
-    """bert_config.json, vocab.txt and export_metadata.json beside the checkpoints, so
-    `export_saved_model.py --init_checkpoint=<directory>` needs nothing else."""
-    import tensorflow as tf
-
+    """Model files beside the checkpoints, so `export_saved_model.py
+    --init_checkpoint=<directory>` needs nothing else."""
     from modeling import export
 
-    tf.io.gfile.makedirs(directory)
-    bert_config.to_json_file(os.path.join(directory, "bert_config.json"))
-    vocab = os.path.join(directory, "vocab.txt")
-    if os.path.abspath(cfg.vocab_file) != os.path.abspath(vocab):
-        tf.io.gfile.copy(cfg.vocab_file, vocab, overwrite=True)
     text_pair = any(layout.text_b is not None for layout in data.processor.layouts.values())
-    export.write_export_metadata(directory, export.ExportMetadata(
+    runs.write_model_files(directory, bert_config, cfg.vocab_file, export.ExportMetadata(
         task=cfg.task_name, labels=tuple(data.label_list), is_regression=data.is_regression,
         do_lower_case=cfg.do_lower_case, max_seq_length=cfg.max_seq_length,
         text_pair=text_pair))
@@ -236,18 +223,12 @@ def run(cfg: ClassifierRun) -> dict:
 
     import tensorflow as tf
 
-    from modeling.config import BertConfig
-
-    bert_config = BertConfig.from_json_file(cfg.bert_config_file)
-    if cfg.max_seq_length > bert_config.max_position_embeddings:
-        raise ValueError(
-            f"Cannot use sequence length {cfg.max_seq_length} because the BERT model was "
-            f"only trained up to sequence length {bert_config.max_position_embeddings}")
+    bert_config = runs.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
     replicas = strategy.num_replicas_in_sync
-    _check_batch("train_batch_size", cfg.train_batch_size, replicas,
-                 cfg.gradient_accumulation_steps)
-    _check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
-    _check_batch("predict_batch_size", cfg.predict_batch_size, replicas)
+    runs.check_batch("train_batch_size", cfg.train_batch_size, replicas,
+                     cfg.gradient_accumulation_steps)
+    runs.check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
+    runs.check_batch("predict_batch_size", cfg.predict_batch_size, replicas)
     tf.io.gfile.makedirs(cfg.output_dir)
     data = _prepare_data(cfg)
 
@@ -255,15 +236,15 @@ def run(cfg: ClassifierRun) -> dict:
 
     chief = distribution.is_chief(strategy)
     several = len(cfg.seeds) > 1
-    runs = []
+    seed_runs = []
     for seed in cfg.seeds:
         run_dir = os.path.join(cfg.output_dir, f"seed_{seed}") if several else cfg.output_dir
         if chief:
             _write_model_files(cfg, data, run_dir, bert_config)
-        runs.append(_run_one(cfg, data, strategy, bert_config, seed, run_dir))
+        seed_runs.append(_run_one(cfg, data, strategy, bert_config, seed, run_dir))
     if not several:
-        return {"runs": runs, "best_seed": cfg.seeds[0], "summary": {}}
-    return _summarise_seeds(cfg, data, runs, write=chief)
+        return {"runs": seed_runs, "best_seed": cfg.seeds[0], "summary": {}}
+    return _summarise_seeds(cfg, data, seed_runs, write=chief)
 
 
 def _primary_key(cfg: ClassifierRun, data: _Data) -> str:
@@ -283,7 +264,6 @@ def _run_one(cfg: ClassifierRun, data: _Data, strategy, bert_config, seed, run_d
     import tensorflow as tf
 
     from data_prep import glue_metrics
-    from modeling import checkpoints, optimization
     from modeling.models import BertClassifier
     from training import input_pipeline, loop
 
@@ -291,36 +271,17 @@ def _run_one(cfg: ClassifierRun, data: _Data, strategy, bert_config, seed, run_d
         keras.utils.set_random_seed(seed)
     num_train_steps = num_warmup_steps = 0
     if cfg.do_train:
-        num_train_steps = int(data.train.num_examples / cfg.train_batch_size
-                              * cfg.num_train_epochs)
-        num_warmup_steps = int(num_train_steps * cfg.warmup_proportion)
-    with strategy.scope():
-        model = BertClassifier(bert_config, data.num_labels)
-        loop.build_encoder_model(model, cfg.max_seq_length)
-        optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
-            learning_rate=cfg.learning_rate, num_train_steps=max(num_train_steps, 1),
-            num_warmup_steps=num_warmup_steps, optimizer=cfg.optimizer,
-            weight_decay_rate=cfg.weight_decay_rate, clip_norm=cfg.clip_norm))
-    loop_config = loop.LoopConfig(
-        output_dir=run_dir, num_train_steps=num_train_steps,
-        train_batch_size=cfg.train_batch_size, eval_batch_size=cfg.eval_batch_size,
-        iterations_per_loop=cfg.iterations_per_loop,
-        save_checkpoints_steps=cfg.save_checkpoints_steps, log_steps=cfg.log_steps,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        dtype=cfg.runtime.dtype, jit_compile=cfg.runtime.jit_compile,
-        keep_checkpoint_max=cfg.keep_checkpoint_max)
+        num_train_steps, num_warmup_steps = runs.finetuning_steps(
+            data.train.num_examples, cfg.train_batch_size, cfg.num_train_epochs,
+            cfg.warmup_proportion)
     task = loop.ClassifierTask(data.num_labels, data.is_regression)
-    trainer = loop.TrainingLoop(strategy, model, optimizer, loop_config, task)
-
-    def init_from_checkpoint():
-        report = checkpoints.load_pretrained(cfg.init_checkpoint, model, partial=True)
-        logging.info("Initialised from %s: %s", cfg.init_checkpoint, report)
-
-    start_step = trainer.restore_or_initialize(
-        init_from_checkpoint if cfg.init_checkpoint else None)
-    if start_step == 0 and not cfg.init_checkpoint and not cfg.do_train:
-        logging.warning("No checkpoint in %s and no --init_checkpoint: evaluating and "
-                        "predicting with random weights", run_dir)
+    model, trainer = runs.build_trainer(
+        strategy, lambda: BertClassifier(bert_config, data.num_labels), task,
+        hparams=runs.hyperparameters_from(cfg), max_seq_length=cfg.max_seq_length,
+        output_dir=run_dir, num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
+        train_batch_size=cfg.train_batch_size, eval_batch_size=cfg.eval_batch_size)
+    start_step = runs.restore_or_init(trainer, model, cfg.init_checkpoint,
+                                      do_train=cfg.do_train)
 
     def records(cached, batch_size, is_training, input_context=None):
         config = input_pipeline.ClassifierInputConfig(
@@ -437,7 +398,8 @@ class _BestKeeper:
         return self.step
 
 
-def _summarise_seeds(cfg: ClassifierRun, data: _Data, runs: list, write: bool = True) -> dict:
+def _summarise_seeds(cfg: ClassifierRun, data: _Data, seed_runs: list,
+                     write: bool = True) -> dict:
     """Picks the seed with the best primary dev metric, copies its result files to
     output_dir and writes seed_results.txt (per-seed values, mean and std of each metric)."""
     import numpy as np
@@ -447,28 +409,28 @@ def _summarise_seeds(cfg: ClassifierRun, data: _Data, runs: list, write: bool = 
 
     key = _primary_key(cfg, data)
     first_split = data.eval_splits[0][0]
-    scores = [_score(r["eval"][first_split], key) for r in runs]
-    best = runs[int(np.argmax(scores))]
-    summary = {"best_seed": best["seed"], "num_seeds": len(runs)}
+    scores = [_score(r["eval"][first_split], key) for r in seed_runs]
+    best = seed_runs[int(np.argmax(scores))]
+    summary = {"best_seed": best["seed"], "num_seeds": len(seed_runs)}
     for name in sorted(best["eval"][first_split]):
         if name == "global_step":
             continue
-        values = np.array([r["eval"][first_split][name] for r in runs], np.float64)
+        values = np.array([r["eval"][first_split][name] for r in seed_runs], np.float64)
         summary[f"{name}_mean"] = float(values.mean())
         summary[f"{name}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-        for run_result, value in zip(runs, values):
+        for run_result, value in zip(seed_runs, values):
             summary[f"{name}_seed_{run_result['seed']}"] = float(value)
     logging.info("Best seed %s (%s = %s); %s mean %.6g std %.6g over %d seeds", best["seed"],
                  key, best["eval"][first_split].get(key), key, summary[f"{key}_mean"],
-                 summary[f"{key}_std"], len(runs))
+                 summary[f"{key}_std"], len(seed_runs))
     if not write:
-        return {"runs": runs, "best_seed": best["seed"], "summary": summary}
+        return {"runs": seed_runs, "best_seed": best["seed"], "summary": summary}
     loop.write_eval_results(os.path.join(cfg.output_dir, "seed_results.txt"), summary)
     for name in tf.io.gfile.listdir(best["dir"]):
         if name.endswith((".txt", ".tsv")) and name not in ("vocab.txt",):
             tf.io.gfile.copy(os.path.join(best["dir"], name),
                              os.path.join(cfg.output_dir, name), overwrite=True)
-    return {"runs": runs, "best_seed": best["seed"], "summary": summary}
+    return {"runs": seed_runs, "best_seed": best["seed"], "summary": summary}
 
 
 def main(argv):

@@ -17,6 +17,7 @@ import dataclasses
 from absl import app, flags, logging
 
 from training import flags as common_flags
+from training import runs
 
 FLAGS = flags.FLAGS
 
@@ -88,13 +89,6 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
         runtime=common_flags.runtime_config(values), optimizer=optimizer, loop=loop)
 
 
-def _check_batch(name, global_batch, replicas, accumulation=1):
-    if global_batch % (replicas * accumulation):
-        raise ValueError(
-            f"--{name}={global_batch} must be divisible by the {replicas} replica(s)"
-            + (f" x {accumulation} accumulation steps" if accumulation > 1 else ""))
-
-
 def run(cfg: PretrainingRun) -> dict:
     """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
     strategy = common_flags.setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
@@ -102,19 +96,14 @@ def run(cfg: PretrainingRun) -> dict:
     import tensorflow as tf
 
     from modeling import checkpoints, optimization
-    from modeling.config import BertConfig
     from modeling.models import BertPretrainer
     from training import input_pipeline, loop
 
-    bert_config = BertConfig.from_json_file(cfg.bert_config_file)
-    if cfg.max_seq_length > bert_config.max_position_embeddings:
-        raise ValueError(
-            f"Cannot use sequence length {cfg.max_seq_length} because the BERT model was "
-            f"only trained up to sequence length {bert_config.max_position_embeddings}")
+    bert_config = runs.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
     replicas = strategy.num_replicas_in_sync
-    _check_batch("train_batch_size", cfg.train_batch_size, replicas,
-                 cfg.loop.gradient_accumulation_steps)
-    _check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
+    runs.check_batch("train_batch_size", cfg.train_batch_size, replicas,
+                     cfg.loop.gradient_accumulation_steps)
+    runs.check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
     tf.io.gfile.makedirs(cfg.output_dir)
 
     with strategy.scope():

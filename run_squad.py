@@ -23,6 +23,7 @@ import sys
 from absl import app, flags, logging
 
 from training import flags as common_flags
+from training import runs
 
 FLAGS = flags.FLAGS
 
@@ -150,32 +151,14 @@ def validate(cfg: SquadRun, bert_config=None):
     for name, path in files:
         if not tf.io.gfile.exists(path):
             raise ValueError(f"--{name}={path}: no such file")
-    if cfg.max_seq_length > bert_config.max_position_embeddings:
-        raise ValueError(
-            f"Cannot use sequence length {cfg.max_seq_length} because the BERT model was "
-            f"only trained up to sequence length {bert_config.max_position_embeddings}")
-
-
-def _check_batch(name, global_batch, replicas, accumulation=1):
-    if global_batch < 1 or global_batch % (replicas * accumulation):
-        raise ValueError(
-            f"--{name}={global_batch} must be a positive multiple of the {replicas} replica(s)"
-            + (f" x {accumulation} accumulation steps" if accumulation > 1 else ""))
 
 
 def _write_model_files(cfg: SquadRun, bert_config):
-    """bert_config.json, vocab.txt and export_metadata.json beside the checkpoints, so
-    `export_saved_model.py --model_type=squad --init_checkpoint=<output_dir>` needs only
-    the window flags."""
-    import tensorflow as tf
-
+    """Model files beside the checkpoints, so `export_saved_model.py --model_type=squad
+    --init_checkpoint=<output_dir>` needs only the window flags."""
     from modeling import export
 
-    bert_config.to_json_file(os.path.join(cfg.output_dir, "bert_config.json"))
-    vocab = os.path.join(cfg.output_dir, "vocab.txt")
-    if os.path.abspath(cfg.vocab_file) != os.path.abspath(vocab):
-        tf.io.gfile.copy(cfg.vocab_file, vocab, overwrite=True)
-    export.write_export_metadata(cfg.output_dir, export.ExportMetadata(
+    runs.write_model_files(cfg.output_dir, bert_config, cfg.vocab_file, export.ExportMetadata(
         task="squad_v2" if cfg.version_2_with_negative else "squad",
         do_lower_case=cfg.do_lower_case, max_seq_length=cfg.max_seq_length))
 
@@ -194,19 +177,15 @@ def run(cfg: SquadRun) -> dict:
     import tensorflow as tf
 
     from data_prep import squad
-    from modeling import checkpoints, optimization
-    from modeling.config import BertConfig
     from modeling.models import BertSpanLabeler
     from training import input_pipeline, loop
 
-    if not tf.io.gfile.exists(cfg.bert_config_file):
-        raise ValueError(f"--bert_config_file={cfg.bert_config_file}: no such file")
-    bert_config = BertConfig.from_json_file(cfg.bert_config_file)
+    bert_config = runs.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
     validate(cfg, bert_config)
     replicas = strategy.num_replicas_in_sync
-    _check_batch("train_batch_size", cfg.train_batch_size, replicas,
-                 cfg.gradient_accumulation_steps)
-    _check_batch("predict_batch_size", cfg.predict_batch_size, replicas)
+    runs.check_batch("train_batch_size", cfg.train_batch_size, replicas,
+                     cfg.gradient_accumulation_steps)
+    runs.check_batch("predict_batch_size", cfg.predict_batch_size, replicas)
     tf.io.gfile.makedirs(cfg.output_dir)
     window = squad.WindowConfig(cfg.max_seq_length, cfg.doc_stride, cfg.max_query_length)
 
@@ -222,39 +201,21 @@ def run(cfg: SquadRun) -> dict:
         if train.num_features == 0:
             raise ValueError(f"{cfg.train_file}: no training examples")
         # As the original: examples (not windows) / batch * epochs.
-        num_train_steps = int(train.num_examples / cfg.train_batch_size
-                              * cfg.num_train_epochs)
-        num_warmup_steps = int(num_train_steps * cfg.warmup_proportion)
+        num_train_steps, num_warmup_steps = runs.finetuning_steps(
+            train.num_examples, cfg.train_batch_size, cfg.num_train_epochs,
+            cfg.warmup_proportion)
     predict = prepare(cfg.predict_file, False) if cfg.do_predict else None
 
-    with strategy.scope():
-        model = BertSpanLabeler(bert_config)
-        loop.build_encoder_model(model, cfg.max_seq_length)
-        optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
-            learning_rate=cfg.learning_rate, num_train_steps=max(num_train_steps, 1),
-            num_warmup_steps=num_warmup_steps, optimizer=cfg.optimizer,
-            weight_decay_rate=cfg.weight_decay_rate, clip_norm=cfg.clip_norm))
-    loop_config = loop.LoopConfig(
+    model, trainer = runs.build_trainer(
+        strategy, lambda: BertSpanLabeler(bert_config), loop.SpanTask(),
+        hparams=runs.hyperparameters_from(cfg), max_seq_length=cfg.max_seq_length,
         output_dir=cfg.output_dir, num_train_steps=num_train_steps,
-        train_batch_size=cfg.train_batch_size, eval_batch_size=cfg.predict_batch_size,
-        iterations_per_loop=cfg.iterations_per_loop,
-        save_checkpoints_steps=cfg.save_checkpoints_steps, log_steps=cfg.log_steps,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        dtype=cfg.runtime.dtype, jit_compile=cfg.runtime.jit_compile,
-        keep_checkpoint_max=cfg.keep_checkpoint_max)
-    trainer = loop.TrainingLoop(strategy, model, optimizer, loop_config, loop.SpanTask())
+        num_warmup_steps=num_warmup_steps, train_batch_size=cfg.train_batch_size,
+        eval_batch_size=cfg.predict_batch_size)
     if trainer.is_chief:
         _write_model_files(cfg, bert_config)
-
-    def init_from_checkpoint():
-        report = checkpoints.load_pretrained(cfg.init_checkpoint, model, partial=True)
-        logging.info("Initialised from %s: %s", cfg.init_checkpoint, report)
-
-    start_step = trainer.restore_or_initialize(
-        init_from_checkpoint if cfg.init_checkpoint else None)
-    if start_step == 0 and not cfg.init_checkpoint and not cfg.do_train:
-        logging.warning("No checkpoint in %s and no --init_checkpoint: predicting with "
-                        "random weights", cfg.output_dir)
+    start_step = runs.restore_or_init(trainer, model, cfg.init_checkpoint,
+                                      do_train=cfg.do_train)
     seed = cfg.runtime.seed
 
     def records(prepared, batch_size, is_training, input_context=None):

@@ -367,7 +367,8 @@ def test_cli_error_exits_non_zero_with_the_message(env, tmp_path):
 
     argv = ["run_squad.py", f"--vocab_file={env['vocab']}",
             f"--bert_config_file={env['config']}", f"--output_dir={tmp_path}",
-            "--do_predict", f"--predict_file={tmp_path / 'missing.json'}"]
+            "--do_predict", f"--predict_file={tmp_path / 'missing.json'}",
+            "--max_seq_length=64", "--max_query_length=16"]
     with flagsaver.flagsaver():
         run_squad.FLAGS(argv)
         with pytest.raises(SystemExit) as exit_info:

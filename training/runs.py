@@ -1,0 +1,132 @@
+"""Owns the set-up steps every runner shares: config and batch checks, step counts, the
+model + optimizer + loop construction, checkpoint initialisation, and the model files
+written beside the checkpoints (so `export_saved_model.py` needs nothing else)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable
+
+from absl import logging
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyperparameters:
+    """The optimizer and loop settings every fine-tuning runner takes from the shared flags."""
+
+    learning_rate: float
+    optimizer: str = "adamw"
+    weight_decay_rate: float = 0.01
+    clip_norm: float = 1.0
+    iterations_per_loop: int = 1000
+    save_checkpoints_steps: int = 1000
+    log_steps: int = 100
+    gradient_accumulation_steps: int = 1
+    keep_checkpoint_max: int = 5
+    dtype: str = "float32"
+    jit_compile: bool = False
+
+
+def hyperparameters_from(cfg) -> Hyperparameters:
+    """The shared settings out of a runner config that has them as attributes."""
+    return Hyperparameters(
+        learning_rate=cfg.learning_rate, optimizer=cfg.optimizer,
+        weight_decay_rate=cfg.weight_decay_rate, clip_norm=cfg.clip_norm,
+        iterations_per_loop=cfg.iterations_per_loop,
+        save_checkpoints_steps=cfg.save_checkpoints_steps, log_steps=cfg.log_steps,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        keep_checkpoint_max=cfg.keep_checkpoint_max, dtype=cfg.runtime.dtype,
+        jit_compile=cfg.runtime.jit_compile)
+
+
+def check_batch(name: str, global_batch: int, replicas: int, accumulation: int = 1) -> None:
+    """Raises ValueError naming the flag when a global batch does not split over replicas."""
+    if global_batch < 1 or global_batch % (replicas * accumulation):
+        raise ValueError(
+            f"--{name}={global_batch} must be a positive multiple of the {replicas} replica(s)"
+            + (f" x {accumulation} accumulation steps" if accumulation > 1 else ""))
+
+
+def load_bert_config(bert_config_file: str, max_seq_length: int):
+    """Reads bert_config.json and checks that `max_seq_length` fits its position table."""
+    import tensorflow as tf
+
+    from modeling.config import BertConfig
+
+    if not tf.io.gfile.exists(bert_config_file):
+        raise ValueError(f"--bert_config_file={bert_config_file}: no such file")
+    bert_config = BertConfig.from_json_file(bert_config_file)
+    if max_seq_length > bert_config.max_position_embeddings:
+        raise ValueError(
+            f"Cannot use sequence length {max_seq_length} because the BERT model was "
+            f"only trained up to sequence length {bert_config.max_position_embeddings}")
+    return bert_config
+
+
+def finetuning_steps(num_examples: int, train_batch_size: int, num_train_epochs: float,
+                     warmup_proportion: float) -> tuple[int, int]:
+    """(train steps, warmup steps) as the original: examples / batch * epochs, truncated."""
+    num_train_steps = int(num_examples / train_batch_size * num_train_epochs)
+    return num_train_steps, int(num_train_steps * warmup_proportion)
+
+
+def build_trainer(strategy, model_fn: Callable, task, *, hparams: Hyperparameters,
+                  max_seq_length: int, output_dir: str, num_train_steps: int,
+                  num_warmup_steps: int, train_batch_size: int, eval_batch_size: int):
+    """Builds model and optimizer under the strategy and the shared loop around them.
+
+    Returns:
+      (model, trainer): the Keras model from `model_fn()` with its variables created, and a
+      `training.loop.TrainingLoop` running `task`.
+    """
+    from modeling import optimization
+    from training import loop
+
+    with strategy.scope():
+        model = model_fn()
+        loop.build_encoder_model(model, max_seq_length)
+        optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
+            learning_rate=hparams.learning_rate, num_train_steps=max(num_train_steps, 1),
+            num_warmup_steps=num_warmup_steps, optimizer=hparams.optimizer,
+            weight_decay_rate=hparams.weight_decay_rate, clip_norm=hparams.clip_norm))
+    loop_config = loop.LoopConfig(
+        output_dir=output_dir, num_train_steps=num_train_steps,
+        train_batch_size=train_batch_size, eval_batch_size=eval_batch_size,
+        iterations_per_loop=hparams.iterations_per_loop,
+        save_checkpoints_steps=hparams.save_checkpoints_steps, log_steps=hparams.log_steps,
+        gradient_accumulation_steps=hparams.gradient_accumulation_steps,
+        dtype=hparams.dtype, jit_compile=hparams.jit_compile,
+        keep_checkpoint_max=hparams.keep_checkpoint_max)
+    return model, loop.TrainingLoop(strategy, model, optimizer, loop_config, task)
+
+
+def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bool) -> int:
+    """Resumes from the run's own checkpoint, else loads `init_checkpoint` (encoder-only
+    allowed); returns the step training starts from."""
+    from modeling import checkpoints
+
+    def init_from_checkpoint():
+        report = checkpoints.load_pretrained(init_checkpoint, model, partial=True)
+        logging.info("Initialised from %s: %s", init_checkpoint, report)
+
+    start_step = trainer.restore_or_initialize(
+        init_from_checkpoint if init_checkpoint else None)
+    if start_step == 0 and not init_checkpoint and not do_train:
+        logging.warning("No checkpoint in %s and no --init_checkpoint: running with random "
+                        "weights", trainer.config.output_dir)
+    return start_step
+
+
+def write_model_files(directory: str, bert_config, vocab_file: str, metadata) -> None:
+    """bert_config.json, vocab.txt and export_metadata.json beside the checkpoints."""
+    import tensorflow as tf
+
+    from modeling import export
+
+    tf.io.gfile.makedirs(directory)
+    bert_config.to_json_file(os.path.join(directory, "bert_config.json"))
+    vocab = os.path.join(directory, "vocab.txt")
+    if os.path.abspath(vocab_file) != os.path.abspath(vocab):
+        tf.io.gfile.copy(vocab_file, vocab, overwrite=True)
+    export.write_export_metadata(directory, metadata)
