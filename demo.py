@@ -448,7 +448,7 @@ def write_bert_config(settings: Settings) -> None:
 def _pretraining_run_flags(settings: Settings) -> list:
     steps = settings.num_train_steps
     return [
-        ("input_file", settings.path("pretraining_data", "pretrain.tfrecord")),
+        ("input_file", settings.path("pretraining_data", "pretrain.tfrecord*")),
         ("output_dir", settings.path("pretraining")),
         ("bert_config_file", settings.path("bert_config.json")),
         ("do_train", "true"), ("do_eval", "true"),

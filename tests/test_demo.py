@@ -232,3 +232,13 @@ def test_quick_demo_end_to_end(tmp_path):
         assert f"{prediction['label']} (p=" in out
         assert f"-> {prediction['label']} (p=" in out  # predict_saved_model.py's own line
     assert json.loads((output_dir / "predictions.json").read_text())["labels"] == labels
+
+
+def test_predict_cli_rejects_missing_or_unpaired_inputs(tmp_path):
+    """Argument errors stop before TensorFlow is imported (exit status 2, a message)."""
+    script = os.path.join(REPO_ROOT, "predict_saved_model.py")
+    for args, message in (([], "at least one --text"),
+                          (["--text=a", "--text=b", "--text_pair=c"], "same number of times")):
+        result = subprocess.run([sys.executable, script, f"--export_dir={tmp_path}", *args],
+                                check=False, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and message in result.stderr, result.stderr

@@ -126,3 +126,13 @@ def test_weights_parse_as_float(files):
     expected = [sum(i["masked_lm_weights"]) for i in S.synthetic_instances(
         40, seed=0, full_weights=False)]
     np.testing.assert_allclose(batch["masked_lm_weights"].numpy().sum(1), expected)
+
+
+def test_summary_json_beside_the_records_is_not_read_as_a_record(tmp_path):
+    """create_pretraining_data writes out.tfrecord.summary.json: `out.tfrecord*` must skip it."""
+    (tmp_path / "out.tfrecord").write_bytes(b"")
+    (tmp_path / "out.tfrecord.summary.json").write_text("{}")
+    files = ip.list_files([str(tmp_path / "out.tfrecord*")])
+    assert files == [str(tmp_path / "out.tfrecord")]
+    with pytest.raises(FileNotFoundError, match="matches no file"):
+        ip.list_files([str(tmp_path / "*.json")])

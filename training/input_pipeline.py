@@ -14,6 +14,7 @@ import dataclasses
 from typing import Sequence
 
 import tensorflow as tf
+from absl import logging
 
 from data_prep import features
 
@@ -58,11 +59,24 @@ def split_patterns(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
+# Written beside TFRecords by create_pretraining_data; a glob like `out.tfrecord*` finds them.
+NOT_RECORDS_SUFFIX = ".summary.json"
+
+
 def list_files(patterns: Sequence[str]) -> list[str]:
-    """Expands globs with tf.io.gfile (works on gs://); errors when nothing matches."""
+    """Expands globs with tf.io.gfile (works on gs://); errors when nothing matches.
+
+    Summary JSON files that create_pretraining_data writes beside its output are skipped
+    (with a log line), so `--input_file=out.tfrecord*` reads just the records.
+    """
     files = []
     for pattern in patterns:
         matched = sorted(tf.io.gfile.glob(pattern))
+        skipped = [path for path in matched if path.endswith(NOT_RECORDS_SUFFIX)]
+        matched = [path for path in matched if not path.endswith(NOT_RECORDS_SUFFIX)]
+        if skipped:
+            logging.info("input_file %r: skipping %d summary file(s), e.g. %s", pattern,
+                         len(skipped), skipped[0])
         if not matched:
             raise FileNotFoundError(f"input_file pattern {pattern!r} matches no file")
         files.extend(matched)
