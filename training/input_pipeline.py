@@ -237,6 +237,18 @@ def classifier_dataset(config: ClassifierInputConfig, *, batch_size: int, is_tra
     """
     from data_prep import classifier_data
 
+    spec = classifier_data.classifier_parse_spec(config.max_seq_length, config.is_regression)
+    return _finetuning_records(config, spec, batch_size=batch_size, is_training=is_training,
+                               input_context=input_context, drop_remainder=True)
+
+
+def _finetuning_records(config, spec, *, batch_size, is_training, input_context,
+                        drop_remainder, pad_to_batch=False):
+    """One record file set -> sharded, (shuffled, repeated,) batched, parsed dicts.
+
+    Shared by the fine-tuning tasks: their files are small, so they are sharded by record
+    (not by file) across input pipelines, in the order given.
+    """
     files = list_files(config.input_patterns)
     deterministic = config.seed is not None or not is_training
     dataset = tf.data.TFRecordDataset(files)
@@ -246,10 +258,11 @@ def classifier_dataset(config: ClassifierInputConfig, *, batch_size: int, is_tra
     if is_training:
         dataset = dataset.repeat()
         dataset = dataset.shuffle(config.shuffle_buffer, seed=config.seed)
-    dataset = dataset.batch(batch_size, drop_remainder=True)
-    spec = classifier_data.classifier_parse_spec(config.max_seq_length, config.is_regression)
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     dataset = dataset.map(lambda s: _parse_batch(s, spec), num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=deterministic)
+    if pad_to_batch:
+        dataset = dataset.map(lambda b: _pad_batch(b, batch_size))
     options = tf.data.Options()
     options.deterministic = deterministic
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
@@ -316,22 +329,7 @@ def squad_dataset(config: SquadInputConfig, *, batch_size: int, is_training: boo
     """
     from data_prep import squad
 
-    files = list_files(config.input_patterns)
-    deterministic = config.seed is not None or not is_training
-    dataset = tf.data.TFRecordDataset(files)
-    if input_context is not None and input_context.num_input_pipelines > 1:
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
-    if is_training:
-        dataset = dataset.repeat()
-        dataset = dataset.shuffle(config.shuffle_buffer, seed=config.seed)
-    dataset = dataset.batch(batch_size, drop_remainder=is_training)
     spec = squad.squad_schema(is_training).parse_spec(max_seq_length=config.max_seq_length)
-    dataset = dataset.map(lambda s: _parse_batch(s, spec), num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=deterministic)
-    if not is_training:
-        dataset = dataset.map(lambda b: _pad_batch(b, batch_size))
-    options = tf.data.Options()
-    options.deterministic = deterministic
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+    return _finetuning_records(config, spec, batch_size=batch_size, is_training=is_training,
+                               input_context=input_context, drop_remainder=is_training,
+                               pad_to_batch=not is_training)
