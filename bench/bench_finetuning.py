@@ -35,7 +35,8 @@ import tensorflow as tf  # noqa: E402
 
 # Shared helpers (model sizes, interleaved timing, matmul ceiling, FLOP count).
 from bench_pretraining import (MATMUL_N, MATMUL_REPS, POLICIES, SIZES, VOCAB,  # noqa: E402
-                               build_matmul, time_rounds, train_flops_per_sequence)
+                               build_matmul, keras_hub_backbone, time_rounds,
+                               train_flops_per_sequence, train_steps_runner)
 from modeling import optimization  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertClassifier  # noqa: E402
@@ -71,23 +72,13 @@ def build_ours(config, batch, steps, jit):
         dtype=keras.config.dtype_policy().compute_dtype)
     trainer = loop.TrainingLoop(strategy, model, optimizer, cfg,
                                 loop.ClassifierTask(NUM_LABELS))
-    data = tf.data.Dataset.from_tensors({k: tf.constant(v) for k, v in batch.items()}).repeat()
-    iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: data))
-
-    def run():
-        out = trainer.run_train_steps(iterator, steps)
-        assert out["bad_step"] < 0
-    return run
+    return train_steps_runner(strategy, trainer, batch, steps)
 
 
 def build_keras_hub(config, batch, steps, jit):
     import keras_hub
 
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=config.vocab_size, num_layers=config.num_hidden_layers,
-        num_heads=config.num_attention_heads, hidden_dim=config.hidden_size,
-        intermediate_dim=config.intermediate_size, dropout=0.1,
-        max_sequence_length=config.max_position_embeddings, num_segments=2)
+    backbone = keras_hub_backbone(config)
     model = keras_hub.models.BertTextClassifier(backbone=backbone, num_classes=NUM_LABELS,
                                                 preprocessor=None, dropout=0.1)
     model.compile(optimizer=keras.optimizers.AdamW(2e-5, weight_decay=0.01, epsilon=1e-6,

@@ -79,6 +79,11 @@ def build_ours(config, batch, steps, jit):
     cfg = loop.LoopConfig(output_dir=tempfile.mkdtemp(), train_batch_size=len(
         batch["input_ids"]), jit_compile=jit)
     trainer = loop.PretrainingLoop(strategy, model, opt, cfg)
+    return train_steps_runner(strategy, trainer, batch, steps)
+
+
+def train_steps_runner(strategy, trainer, batch, steps):
+    """A callable running `steps` compiled training steps of `trainer` on a fixed batch."""
     data = tf.data.Dataset.from_tensors({k: tf.constant(v) for k, v in batch.items()}).repeat()
     iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: data))
 
@@ -88,14 +93,21 @@ def build_ours(config, batch, steps, jit):
     return run
 
 
-def build_keras_hub(config, batch, steps, jit):
+def keras_hub_backbone(config):
+    """keras-hub's BertBackbone with the sizes of our `config` (dropout 0.1, 2 segments)."""
     import keras_hub
 
-    backbone = keras_hub.models.BertBackbone(
+    return keras_hub.models.BertBackbone(
         vocabulary_size=config.vocab_size, num_layers=config.num_hidden_layers,
         num_heads=config.num_attention_heads, hidden_dim=config.hidden_size,
         intermediate_dim=config.intermediate_size, dropout=0.1,
         max_sequence_length=config.max_position_embeddings, num_segments=2)
+
+
+def build_keras_hub(config, batch, steps, jit):
+    import keras_hub
+
+    backbone = keras_hub_backbone(config)
     model = keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None)
     opt = keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0)
     x = {"token_ids": tf.constant(batch["input_ids"]),

@@ -24,7 +24,6 @@ a long-running server.
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import statistics
 import sys
@@ -42,24 +41,7 @@ from data_prep import sample_corpus, tokenization  # noqa: E402
 from modeling import export  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertClassifier  # noqa: E402
-
-
-def build_vocab(sentences, path: str, size: int) -> int:
-    """Specials + all characters (and ## forms) + the most frequent basic-tokenized words."""
-    basic = tokenization.BasicTokenizer(do_lower_case=True)
-    counts = collections.Counter(w for s in sentences for w in basic.tokenize(s))
-    chars = sorted({c for w in counts for c in w})
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars + [f"##{c}" for c in chars]
-    seen = set(vocab)
-    for word, _ in counts.most_common():
-        if len(vocab) >= size:
-            break
-        if word not in seen:
-            vocab.append(word)
-            seen.add(word)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(vocab) + "\n")
-    return len(vocab)
+from bench_squad import write_vocab  # noqa: E402  (one vocab recipe for the benches)
 
 
 def main():
@@ -82,7 +64,7 @@ def main():
     texts = texts[:args.num_texts]
     work = tempfile.mkdtemp(prefix="bench_serving_")
     vocab_file = os.path.join(work, "vocab.txt")
-    vocab_size = build_vocab(sentences, vocab_file, args.vocab_size)
+    vocab_size = write_vocab(sentences, vocab_file, args.vocab_size)
     config = BertConfig(vocab_size=vocab_size, hidden_size=args.hidden,
                         num_hidden_layers=args.layers, num_attention_heads=args.hidden // 64,
                         intermediate_size=4 * args.hidden, max_position_embeddings=512)

@@ -82,6 +82,7 @@ def corpus_sentences(max_mb: float) -> list[str]:
 
 
 def write_vocab(sentences, path: str, size: int) -> int:
+    """Specials + every character seen (+ its ## form) + the most frequent words, to `size`."""
     counts = build_vocab.count_words(sentences, do_lower_case=True)
     vocab = build_vocab.special_tokens(0, "compact") + build_vocab.character_tokens(counts)
     seen = set(vocab)

@@ -11,7 +11,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from data_prep import tf_tokenization, tokenization
-from test_tokenization import SEED, WORDS, adversarial_corpus, build_vocab_tokens
+# The adversarial corpus and its vocab are the tokenizer tests' module fixtures.
+from test_tokenization import SEED, WORDS, corpus, vocab_file  # noqa: F401
 
 # Characters assigned in Unicode 15/16 whose canonical decomposition tensorflow-text's
 # ICU knows but Python 3.11's Unicode 14.0 database does not (lower-case mode only).
@@ -25,16 +26,6 @@ NEWER_UNICODE_DECOMPOSITIONS = {
 # different final-sigma decision (ς vs σ) in lower-case mode. About 300 code points.
 
 
-@pytest.fixture(scope="module")
-def corpus():
-    return adversarial_corpus()
-
-
-@pytest.fixture(scope="module")
-def vocab_file(corpus, tmp_path_factory):
-    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    path.write_text("\n".join(build_vocab_tokens(corpus)) + "\n", encoding="utf-8")
-    return str(path)
 
 
 def _prose(n_lines=300):
