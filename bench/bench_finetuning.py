@@ -40,6 +40,7 @@ from bench_pretraining import (MATMUL_N, MATMUL_REPS, POLICIES, SIZES, VOCAB,  #
 from modeling import optimization  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertClassifier  # noqa: E402
+from tasks.classification import task as classification_task  # noqa: E402
 from training import distribution, loop  # noqa: E402
 
 NUM_LABELS = 2
@@ -71,7 +72,7 @@ def build_ours(config, batch, steps, jit):
         batch["input_ids"]), iterations_per_loop=steps, jit_compile=jit,
         dtype=keras.config.dtype_policy().compute_dtype)
     trainer = loop.TrainingLoop(strategy, model, optimizer, cfg,
-                                loop.ClassifierTask(NUM_LABELS))
+                                classification_task.ClassifierTask(NUM_LABELS))
     return train_steps_runner(strategy, trainer, batch, steps)
 
 

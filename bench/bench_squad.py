@@ -17,7 +17,7 @@ Everything runs in one process, on run_squad.py's prediction path, timed phase b
 1. ``prepare_squad_records`` (JSON -> examples -> windows -> eval.tf_record + sidecar, as
    run_squad.py does) and, separately, ``convert_examples_to_features`` alone (in memory);
 2. forward passes: ``runs.build_trainer`` + ``TrainingLoop.predict`` over
-   ``input_pipeline.squad_dataset`` (predict batch 8, last batch padded), with the
+   ``squad_task.squad_dataset`` (predict batch 8, last batch padded), with the
    strategy run_squad uses by default. One batch is run first (tracing, not timed), then
    two batches estimate the cost; if all windows do not fit ``--forward_budget_s``, only
    the first windows that do are run and the time is EXTRAPOLATED per window to all of
@@ -50,11 +50,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from data_prep import build_vocab, sample_corpus, squad, tokenization  # noqa: E402
+from data_prep import build_vocab, sample_corpus, tokenization  # noqa: E402
+from tasks.squad import data as squad  # noqa: E402
+from tasks.squad import postprocess  # noqa: E402
+
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertSpanLabeler  # noqa: E402
 from training import flags as common_flags  # noqa: E402
-from training import input_pipeline, loop, runs  # noqa: E402
+from tasks.squad import task as squad_task  # noqa: E402
+from training import runs  # noqa: E402
 
 SIZES = {  # layers, hidden, heads
     "base": (12, 768, 12),
@@ -152,7 +156,7 @@ def main():
     args = parser.parse_args()
     load_before = os.getloadavg()
     window = squad.WindowConfig(384, 128, 64)
-    post = squad.PostprocessConfig(n_best_size=20, max_answer_length=30, do_lower_case=True)
+    post = postprocess.PostprocessConfig(n_best_size=20, max_answer_length=30, do_lower_case=True)
     batch = args.predict_batch_size
 
     # ---- data, vocab, model (not timed)
@@ -176,7 +180,7 @@ def main():
     strategy = common_flags.setup_runtime(common_flags.RuntimeConfig(""))  # run_squad's default
     keras.utils.set_random_seed(args.seed)
     model, trainer = runs.build_trainer(
-        strategy, lambda: BertSpanLabeler(bert_config), loop.SpanTask(),
+        strategy, lambda: BertSpanLabeler(bert_config), squad_task.SpanTask(),
         hparams=runs.Hyperparameters(learning_rate=5e-5),
         max_seq_length=window.max_seq_length, output_dir=os.path.join(work, "out"),
         num_train_steps=0, num_warmup_steps=0, train_batch_size=32, eval_batch_size=batch)
@@ -197,8 +201,8 @@ def main():
 
     # ---- 2. forward passes (run_squad's predict path)
     def dataset():
-        config = input_pipeline.SquadInputConfig((prepared.record_file,), window.max_seq_length)
-        return input_pipeline.squad_dataset(config, batch_size=batch, is_training=False)
+        config = squad_task.SquadInputConfig((prepared.record_file,), window.max_seq_length)
+        return squad_task.squad_dataset(config, batch_size=batch, is_training=False)
 
     def predict(num_batches):
         return trainer.predict(dataset().take(num_batches),
@@ -237,12 +241,12 @@ def main():
     post_times, post_cpu = [], []
     for _ in range(args.post_rounds):
         with Timer() as t:
-            preds = squad.compute_predictions(examples, features, results, post)
+            preds = postprocess.compute_predictions(examples, features, results, post)
         post_times.append(t.wall)
         post_cpu.append(t.cpu)
     assert len(preds.predictions) == len(examples)
     with Timer() as t_write:
-        squad.write_predictions(examples, features, results, post, os.path.join(work, "preds"))
+        postprocess.write_predictions(examples, features, results, post, os.path.join(work, "preds"))
     t_post = statistics.median(post_times)
     t_post_cpu = statistics.median(post_cpu)
     load_after = os.getloadavg()

@@ -187,7 +187,7 @@ def python_features(tokenizer, texts: Sequence[str], text_pairs: Optional[Sequen
     Returns:
       dict of int32 numpy arrays [batch, max_seq_length]: input_ids, input_mask, segment_ids.
     """
-    from data_prep.classifier_data import InputExample, convert_single_example
+    from tasks.classification.data import InputExample, convert_single_example
 
     rows = []
     for i, text in enumerate(texts):
@@ -221,7 +221,7 @@ def _in_top_k(logits, k):
 
 def _max_context(windows, pos):
     """[windows, seq] bool: the window is the one where the token at each position has
-    the most context (``data_prep.squad.max_context_span_index``: score min(left, right)
+    the most context (``tasks.squad.data.max_context_span_index``: score min(left, right)
     + 0.01 * window length, the earliest window on ties)."""
     lengths = tf.RaggedTensor.from_row_lengths(windows["context_length"],
                                                windows["num_windows"])

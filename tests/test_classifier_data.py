@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from data_prep import classifier_data as cd
+from tasks.classification import data as cd
 from data_prep import tokenization
 from original_bert import original_module
 

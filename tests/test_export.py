@@ -211,9 +211,10 @@ def test_encoder_export_equals_python_path(served):
 
 @pytest.mark.slow
 def test_squad_export_equals_python_postprocessing(served):
-    """Windows equal data_prep.squad's features; on the exported logits, each example's
-    best span is the one data_prep.squad.compute_predictions ranks first."""
-    from data_prep import squad
+    """Windows equal tasks.squad.data's features; on the exported logits, each example's
+    best span is the one tasks.squad.postprocess.compute_predictions ranks first."""
+    from tasks.squad import data as squad
+    from tasks.squad import postprocess
 
     out = served["outputs"]
     tokenizer = FullTokenizer(served["vocab"])
@@ -237,9 +238,9 @@ def test_squad_export_equals_python_postprocessing(served):
                               for k in ("input_ids", "input_mask", "segment_ids")})
     np.testing.assert_allclose(start, logits["start_logits"].numpy(), atol=1e-5, rtol=0)
 
-    predictions = squad.compute_predictions(
+    predictions = postprocess.compute_predictions(
         examples, features, ([f.unique_id for f in features], start[rows], end[rows]),
-        squad.PostprocessConfig(n_best_size=N_BEST, max_answer_length=5))
+        postprocess.PostprocessConfig(n_best_size=N_BEST, max_answer_length=5))
     found = 0
     for i, context in enumerate(SQUAD_CONTEXTS):
         best = predictions.nbest[str(i)][0]
@@ -264,7 +265,7 @@ def test_squad_export_equals_python_postprocessing(served):
 def test_max_context_rule_equals_data_prep_squad():
     """The in-graph max-context mask against squad.max_context_span_index, two examples
     with different window layouts in one batch."""
-    from data_prep.squad import doc_spans_for, max_context_span_index
+    from tasks.squad.data import doc_spans_for, max_context_span_index
 
     cases = [(50, 12, 5), (30, 10, 10), (9, 10, 4)]  # tokens, window length, stride
     spans = [doc_spans_for(n, span, stride) for n, span, stride in cases]

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from data_prep import glue_metrics as gm
+from tasks.classification import metrics as gm
 
 
 def test_accuracy_and_input_checks():

@@ -4,7 +4,7 @@ import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-LIBRARIES = ("modeling", "data_prep", "training")
+LIBRARIES = ("modeling", "data_prep", "training", "tasks")
 # CLIs that live inside the library packages may parse flags in their own main().
 CLI_MODULES = {"flags.py", "create_pretraining_data.py", "build_vocab.py", "tokenization.py"}
 

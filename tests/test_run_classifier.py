@@ -15,8 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from data_prep import classifier_data as cd
-from data_prep import glue_metrics as gm
+from tasks.classification import data as cd
+from tasks.classification import metrics as gm
 from tests import test_loop_support as S
 from tests.conftest import TINY_VOCAB, write_vocab
 
@@ -172,7 +172,7 @@ def _run_config(env, task, out, **overrides):
                   log_steps=3, seeds=(1,),
                   runtime=common_flags.RuntimeConfig("one_device", seed=1))
     values.update(overrides)
-    return rc.ClassifierRun(**values)
+    return rc.make_run(**values)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +192,7 @@ def runs(env):
     out = {}
     for task, overrides in plans.items():
         cfg = _run_config(env, task, env["root"] / f"out_{task}", **overrides)
-        out[task] = {"cfg": cfg, "dir": cfg.output_dir, "result": rc.run(cfg)}
+        out[task] = {"cfg": cfg, "dir": cfg.finetuning.output_dir, "result": rc.run(cfg)}
     return out
 
 
@@ -247,20 +247,29 @@ def _dev_labels(processor, data_dir, split="dev"):
     return np.array([labels.index(e.label) for e in examples])
 
 
-def _check_eval_against_predictions(task, eval_file, probs, labels, global_step=None):
-    """eval_results.txt == metrics recomputed from test_results.tsv (test = dev sentences)."""
+def _check_eval_against_predictions(task, eval_file, probs, labels, global_step=None,
+                                    eval_batch_size=4):
+    """eval_results.txt == metrics recomputed from test_results.tsv (test = dev sentences).
+
+    `loss` is the original Estimator's: the mean over eval batches (unpadded, the last one
+    short, as the original evaluates off TPU) of each batch's mean loss."""
     written = _read_results(eval_file)
     if task == "sts-b":
         predictions = probs[:, 0]
-        expected_loss = np.mean((predictions - labels) ** 2)
+        per_example = (predictions - labels) ** 2
     else:
         predictions = probs.argmax(-1)
-        expected_loss = np.mean(-np.log(probs[np.arange(len(labels)), labels]))
+        per_example = -np.log(probs[np.arange(len(labels)), labels])
+    batch_means = [per_example[i:i + eval_batch_size].mean()
+                   for i in range(0, len(per_example), eval_batch_size)]
     expected = {f"eval_{k}": v for k, v in gm.task_metrics(task, labels, predictions).items()}
-    assert sorted(written) == sorted(list(expected) + ["eval_loss", "global_step"])
+    assert sorted(written) == sorted(list(expected) + ["eval_loss", "global_step", "loss"])
     for key, value in expected.items():
         assert written[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
-    assert written["eval_loss"] == pytest.approx(expected_loss, rel=1e-3)
+    assert written["eval_loss"] == pytest.approx(per_example.mean(), rel=1e-3)
+    assert written["loss"] == pytest.approx(np.mean(batch_means), rel=1e-3)
+    if len(per_example) % eval_batch_size:  # a short last batch: the two losses differ
+        assert written["loss"] != pytest.approx(written["eval_loss"], rel=1e-6)
     if global_step is not None:
         assert written["global_step"] == global_step
     return written
@@ -351,11 +360,12 @@ def test_eval_only_rerun_restores_the_checkpoint_and_reuses_the_cache(runs, env)
     import run_classifier as rc
 
     cfg = runs["cola"]["cfg"]
-    before = _read_results(os.path.join(cfg.output_dir, "eval_results.txt"))
-    metadata = os.path.join(cfg.output_dir, "dev.tf_record.metadata.json")
+    before = _read_results(os.path.join(cfg.finetuning.output_dir, "eval_results.txt"))
+    metadata = os.path.join(cfg.finetuning.output_dir, "dev.tf_record.metadata.json")
     mtime = os.stat(metadata).st_mtime_ns
-    rc.run(dataclasses.replace(cfg, do_train=False, do_predict=False))
-    after = _read_results(os.path.join(cfg.output_dir, "eval_results.txt"))
+    rc.run(dataclasses.replace(cfg, finetuning=dataclasses.replace(
+        cfg.finetuning, do_train=False, do_predict=False)))
+    after = _read_results(os.path.join(cfg.finetuning.output_dir, "eval_results.txt"))
     assert after == pytest.approx(before, rel=1e-6)
     assert os.stat(metadata).st_mtime_ns == mtime  # cached records reused
 
@@ -512,10 +522,12 @@ def test_flags_become_the_run_config():
         cfg = rc.run_config_from_flags(flags.FLAGS)
     finally:
         flags.FLAGS.unparse_flags()
-    assert cfg.task_name == "custom" and cfg.seeds == (3, 1, 2) and cfg.keep_best_checkpoint
-    assert cfg.custom.text_a_column == "review" and cfg.custom.text_b_column == 2
-    assert cfg.custom.label_column == -1 and cfg.custom.delimiter == ","
-    assert cfg.custom.labels == ("neg", "pos")
-    assert (cfg.num_train_epochs, cfg.warmup_proportion, cfg.predict_batch_size) == (2.5, 0.2, 5)
-    assert cfg.runtime.distribution_strategy == "tpu" and cfg.runtime.tpu == "t"
-    assert cfg.runtime.dtype == "bfloat16" and cfg.do_lower_case and not cfg.do_predict
+    run, task = cfg.finetuning, cfg.task
+    assert task.task_name == "custom" and run.seeds == (3, 1, 2) and run.keep_best_checkpoint
+    assert task.custom.text_a_column == "review" and task.custom.text_b_column == 2
+    assert task.custom.label_column == -1 and task.custom.delimiter == ","
+    assert task.custom.labels == ("neg", "pos")
+    assert (run.num_train_epochs, run.warmup_proportion, run.predict_batch_size) == (2.5, 0.2, 5)
+    assert run.runtime.distribution_strategy == "tpu" and run.runtime.tpu == "t"
+    assert run.runtime.dtype == "bfloat16" and run.do_lower_case and not run.do_predict
+    assert run.hparams.dtype == "bfloat16"

@@ -116,7 +116,7 @@ def _run_config(env, out, **overrides):
                   num_train_epochs=8.0, save_checkpoints_steps=12, iterations_per_loop=6,
                   log_steps=6, runtime=common_flags.RuntimeConfig("one_device", seed=1))
     values.update(overrides)
-    return run_squad.SquadRun(**values)
+    return run_squad.make_run(**values)
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +147,7 @@ def v2_run(env):
     cfg = _run_config(env, env["root"] / "out_v2", train_file=env["train_v2"],
                       predict_file=env["dev_v2"], do_train=True, do_predict=True,
                       version_2_with_negative=True, num_train_epochs=6.0)
-    return {"cfg": cfg, "dir": cfg.output_dir, "result": run_squad.run(cfg)}
+    return {"cfg": cfg, "dir": cfg.finetuning.output_dir, "result": run_squad.run(cfg)}
 
 
 def _load(path):
@@ -199,7 +199,7 @@ def test_v1_cli_trains_predicts_and_scores(v1_cli, env):
     _check_prediction_files(out, env["dev_v1"], 5, v2=False)
     results = _load(os.path.join(out, "eval_results.json"))
     assert sorted(results) == ["exact_match", "f1"]
-    from data_prep import squad_metrics
+    from tasks.squad import metrics as squad_metrics
 
     recomputed = squad_metrics.evaluate_files(env["dev_v1"],
                                               os.path.join(out, "predictions.json"))
@@ -220,7 +220,7 @@ def test_v1_output_dir_is_ready_for_export(v1_cli):
 
 @pytest.mark.slow
 def test_v2_predictions_null_odds_and_metrics(v2_run, env):
-    from data_prep import squad_metrics
+    from tasks.squad import metrics as squad_metrics
 
     out = v2_run["dir"]
     result = v2_run["result"]
@@ -321,7 +321,7 @@ def test_a_test_file_without_answers_is_predicted_not_scored(v2_run, env, tmp_pa
 
 def test_bad_predict_file_is_a_clear_error(env, tmp_path):
     import run_squad
-    from data_prep import squad
+    from tasks.squad import data as squad
 
     bad = tmp_path / "bad.json"
     bad.write_text('{"version": "1.1", "data": [{"title": "x", "paragraphs": [\n{"context": '
@@ -388,23 +388,24 @@ def test_flags_become_the_run_config():
     with flagsaver.flagsaver():
         run_squad.FLAGS(argv)
         cfg = run_squad.run_config_from_flags()
-    assert cfg.max_seq_length == 384  # the SQuAD default when --max_seq_length is absent
-    assert (cfg.doc_stride, cfg.max_query_length, cfg.n_best_size) == (64, 64, 7)
-    assert cfg.version_2_with_negative and cfg.null_score_diff_threshold == -1.5
-    assert (cfg.train_batch_size, cfg.predict_batch_size) == (32, 8)
+    run, task = cfg.finetuning, cfg.task
+    assert run.max_seq_length == 384  # the SQuAD default when --max_seq_length is absent
+    assert (task.doc_stride, task.max_query_length, task.n_best_size) == (64, 64, 7)
+    assert task.version_2_with_negative and task.null_score_diff_threshold == -1.5
+    assert (run.train_batch_size, run.predict_batch_size) == (32, 8)
     with flagsaver.flagsaver():
         run_squad.FLAGS(argv + ["--max_seq_length=128"])
-        assert run_squad.run_config_from_flags().max_seq_length == 128
+        assert run_squad.run_config_from_flags().finetuning.max_seq_length == 128
 
 
 @pytest.mark.slow
 def test_squad_dataset_pads_the_last_prediction_batch(v1_cli):
-    from training import input_pipeline
+    from tasks.squad import task as squad_task
 
     meta = _load(os.path.join(v1_cli["dir"], "eval.tf_record.metadata.json"))
-    config = input_pipeline.SquadInputConfig(
+    config = squad_task.SquadInputConfig(
         (os.path.join(v1_cli["dir"], "eval.tf_record"),), SEQ)
-    batches = list(input_pipeline.squad_dataset(config, batch_size=5, is_training=False))
+    batches = list(squad_task.squad_dataset(config, batch_size=5, is_training=False))
     assert all(b["input_ids"].shape == (5, SEQ) for b in batches)
     ids = np.concatenate([b["unique_ids"].numpy().reshape(-1) for b in batches])
     real = ids[ids > 0]

@@ -1,4 +1,4 @@
-"""SQuAD reading, windowed features and TFRecords (data_prep/squad.py, parts 1-3).
+"""SQuAD reading, windowed features and TFRecords (tasks/squad/data.py, parts 1-3).
 
 The helpers at the top (corpus, vocab from the test's own texts, answer spans) are shared
 with test_squad_postprocess.py.
@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from data_prep import squad
+from tasks.squad import data as squad
 from data_prep import tokenization
 from tests.conftest import write_vocab
 

@@ -1,10 +1,10 @@
-"""The official SQuAD v1.1 / v2.0 metrics (data_prep/squad_metrics.py) on hand-computed cases."""
+"""The official SQuAD v1.1 / v2.0 metrics (tasks/squad/metrics.py) on hand-computed cases."""
 
 import json
 
 import pytest
 
-from data_prep import squad_metrics as m
+from tasks.squad import metrics as m
 
 
 def dataset(questions, version="1.1"):

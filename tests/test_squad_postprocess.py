@@ -1,4 +1,4 @@
-"""SQuAD post-processing (data_prep/squad.py part 4): oracle logits and Google's original code.
+"""SQuAD post-processing (tasks/squad/data.py part 4): oracle logits and Google's original code.
 
 * Oracle: logits peaking at the gold start/end sub-tokens, in the window that scores the
   answer's start (max context), must give back every gold answer text exactly (EM 100),
@@ -21,8 +21,9 @@ import time
 import numpy as np
 import pytest
 
-from data_prep import squad
-from data_prep import squad_metrics
+from tasks.squad import data as squad
+from tasks.squad import postprocess
+from tasks.squad import metrics as squad_metrics
 from tests.test_squad_data import (
     QUESTION_WORDS, SENTENCES, SHORT_CONTEXT, basic_pieces, make_tokenizer, qa, squad_json,
     write_json,
@@ -112,9 +113,9 @@ def test_oracle_logits_recover_every_gold_answer(tmp_path, do_lower_case):
     assert len(chosen) == len(examples)  # every answer is predictable from some window
 
     out = tmp_path / "out"
-    result, paths = squad.write_predictions(
+    result, paths = postprocess.write_predictions(
         examples, features, (ids, start, end),
-        squad.PostprocessConfig(do_lower_case=do_lower_case), str(out))
+        postprocess.PostprocessConfig(do_lower_case=do_lower_case), str(out))
     predictions = json.loads(open(paths["predictions.json"], encoding="utf-8").read())
     gold = {q["id"]: q["answers"][0]["text"] for _, qas in paragraphs for q in qas}
     # Answers are rebuilt from whitespace-split words, so runs of spaces inside an answer
@@ -154,8 +155,8 @@ def test_v2_oracle_scores_unanswerable_questions_at_cls(tmp_path):
     ids, start, end, chosen = oracle_logits(
         features, examples, train_features, np.random.default_rng(1), null_for=negatives)
     assert len(chosen) + len(negatives) == len(examples)
-    cfg = squad.PostprocessConfig(version_2_with_negative=True)
-    result, paths = squad.write_predictions(examples, features, (ids, start, end), cfg,
+    cfg = postprocess.PostprocessConfig(version_2_with_negative=True)
+    result, paths = postprocess.write_predictions(examples, features, (ids, start, end), cfg,
                                             str(tmp_path / "out"))
     assert set(paths) == {"predictions.json", "nbest_predictions.json", "null_odds.json"}
     for q in qas + short:
@@ -326,13 +327,13 @@ def prepare_fidelity(tmp_path, version_2, do_lower_case):
     settings = [(20, 30, 0.0), (8, 5, 1.5) if version_2 else (3, 3, 0.0), (5, 8, -2.0)]
     ids = np.array([f.unique_id for f in features])
     for case_index, (n_best, max_len, threshold) in enumerate(settings):
-        cfg = squad.PostprocessConfig(
+        cfg = postprocess.PostprocessConfig(
             n_best_size=n_best, max_answer_length=max_len, do_lower_case=do_lower_case,
             version_2_with_negative=version_2, null_score_diff_threshold=threshold)
         for seed in range(20):
             name, logits = list(logit_cases(features, np.random.default_rng(seed)).items())[
                 case_index]
-            result = squad.compute_predictions(examples, features, (ids, *logits), cfg)
+            result = postprocess.compute_predictions(examples, features, (ids, *logits), cfg)
             # In v2.0 the original fails when no span survives for a question: avoid that.
             if all(v != 1e6 for v in result.null_odds.values()):
                 break
@@ -346,7 +347,7 @@ def prepare_fidelity(tmp_path, version_2, do_lower_case):
         ref_dir.mkdir()
         cases.append({"logits": logits_file, "out_dir": str(ref_dir), "n_best_size": n_best,
                       "max_answer_length": max_len, "threshold": threshold})
-        _, ours[name] = squad.write_predictions(
+        _, ours[name] = postprocess.write_predictions(
             examples, features, (ids, logits[0], logits[1]), cfg, str(tmp_path / f"ours-{name}"))
 
     final_cases = final_text_cases(np.random.default_rng(11))
@@ -387,7 +388,7 @@ def test_same_features_records_and_predictions_as_the_original(
     cases, ours, final_cases, records = (
         state["cases"], state["ours"], state["final_cases"], state["records"])
     ref_final = json.loads((tmp_path / "ref_final.json").read_text())
-    ours_final = [squad.get_final_text(p, o, lower) for p, o, lower in final_cases]
+    ours_final = [postprocess.get_final_text(p, o, lower) for p, o, lower in final_cases]
     assert ours_final == ref_final
 
     # Features, prediction and training.
@@ -433,13 +434,13 @@ def test_same_features_records_and_predictions_as_the_original(
 
 def test_get_final_text_alignment_and_fallbacks():
     # Extra characters of the word dropped, case and accents from the original.
-    assert squad.get_final_text("steve smith", "Steve Smith's", True) == "Steve Smith"
-    assert squad.get_final_text("zurich", "(Zürich),", True) == "Zürich"
-    assert squad.get_final_text("Zürich", "(Zürich),", False) == "Zürich"
+    assert postprocess.get_final_text("steve smith", "Steve Smith's", True) == "Steve Smith"
+    assert postprocess.get_final_text("zurich", "(Zürich),", True) == "Zürich"
+    assert postprocess.get_final_text("Zürich", "(Zürich),", False) == "Zürich"
     # Not found, or lengths differ after tokenization: the original words come back.
-    assert squad.get_final_text("geneva", "(Zürich),", True) == "(Zürich),"
+    assert postprocess.get_final_text("geneva", "(Zürich),", True) == "(Zürich),"
     decomposed = "Zu\u0308rich"  # NFD: accent stripping shortens it
-    assert squad.get_final_text("zurich", decomposed, True) == decomposed
+    assert postprocess.get_final_text("zurich", decomposed, True) == decomposed
 
 
 def test_missing_logits_and_empty_candidates(tmp_path):
@@ -447,16 +448,16 @@ def test_missing_logits_and_empty_candidates(tmp_path):
     config = squad.WindowConfig(max_seq_length=32, doc_stride=8, max_query_length=8)
     examples, features, _, _, _ = build(tmp_path, data, True, config)
     with pytest.raises(KeyError, match="no logits for feature unique_id 1000000000"):
-        squad.compute_predictions(examples, features, [])
+        postprocess.compute_predictions(examples, features, [])
     # All top logits on the question: no valid span; v1.1 answers "empty" as the original.
     start = np.zeros((1, 32), np.float32)
     start[0, :3] = 5
     ids = np.array([features[0].unique_id])
-    cfg = squad.PostprocessConfig(n_best_size=3)
-    result = squad.compute_predictions(examples, features, (ids, start, start), cfg)
+    cfg = postprocess.PostprocessConfig(n_best_size=3)
+    result = postprocess.compute_predictions(examples, features, (ids, start, start), cfg)
     assert result.predictions == {"q": "empty"}
-    cfg2 = squad.PostprocessConfig(n_best_size=3, version_2_with_negative=True)
-    result = squad.compute_predictions(examples, features, (ids, start, start), cfg2)
+    cfg2 = postprocess.PostprocessConfig(n_best_size=3, version_2_with_negative=True)
+    result = postprocess.compute_predictions(examples, features, (ids, start, start), cfg2)
     assert result.predictions == {"q": ""} and result.null_odds["q"] > 0
 
 
@@ -479,7 +480,7 @@ def test_postprocessing_speed_on_thousands_of_windows(tmp_path):
     logits = rng.normal(size=(2, len(features), 384)).astype(np.float32)
     ids = np.array([f.unique_id for f in features])
     t0 = time.perf_counter()
-    result = squad.compute_predictions(examples, features, (ids, logits[0], logits[1]))
+    result = postprocess.compute_predictions(examples, features, (ids, logits[0], logits[1]))
     elapsed = time.perf_counter() - t0
     print(f"\npost-processing: {len(features)} windows of 384, n_best 20: {elapsed:.2f} s")
     assert len(result.predictions) == len(examples)

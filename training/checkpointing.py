@@ -74,14 +74,33 @@ def checkpoints_newest_first(directory: str) -> list[str]:
     return list(reversed(paths))
 
 
+class CheckpointRestoreError(ValueError):
+    """output_dir has checkpoints but none fits the model (another run's, or all damaged)."""
+
+
 def restore_latest(checkpoint: tf.train.Checkpoint, directory: str) -> str | None:
-    """Restores the newest readable checkpoint in `directory`; returns its path or None."""
-    for path in checkpoints_newest_first(directory):
+    """Restores the newest readable checkpoint in `directory`; returns its path or None.
+
+    None only when the directory has no checkpoint. When the newest cannot be read (a
+    damaged file) an older one is used, with a warning; when none can be, this raises
+    CheckpointRestoreError instead of letting training start over and overwrite them.
+    """
+    paths = checkpoints_newest_first(directory)
+    errors = []
+    for path in paths:
         try:
             checkpoint.restore(path).expect_partial()
         except (tf.errors.OpError, ValueError) as err:
             logging.warning("Checkpoint %s cannot be read (%s); trying an older one.", path,
                             err)
+            errors.append((path, err))
             continue
         return path
+    if errors:
+        path, err = errors[0]
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointRestoreError(
+            f"{directory} holds {len(paths)} checkpoint(s) that do not fit this model (newest "
+            f"{path}: {first_line}). They belong to another run or are damaged; refusing to "
+            "train over them: choose another output directory, or move them away")
     return None

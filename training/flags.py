@@ -188,3 +188,36 @@ def setup_runtime(runtime: RuntimeConfig):
         logging.warning("--num_tpu_cores=%d but the TPU has %d cores; using all of them",
                         runtime.num_tpu_cores, strategy.num_replicas_in_sync)
     return strategy
+
+
+def finetuning_run(values=FLAGS, *, max_seq_length: int | None = None):
+    """The shared fine-tuning flags as a `training.finetuning.FinetuningRun`.
+
+    Args:
+      max_seq_length: the runner's default when --max_seq_length is not given (SQuAD's is
+        384, the shared flag's 128).
+    """
+    from training import finetuning, runs
+
+    if max_seq_length is None or values["max_seq_length"].present:
+        max_seq_length = values.max_seq_length
+    hparams = runs.Hyperparameters(
+        learning_rate=values.learning_rate, optimizer=values.optimizer,
+        weight_decay_rate=values.weight_decay_rate, clip_norm=values.clip_norm,
+        iterations_per_loop=max(1, values.iterations_per_loop),
+        save_checkpoints_steps=max(1, values.save_checkpoints_steps),
+        log_steps=max(1, values.log_steps),
+        gradient_accumulation_steps=values.gradient_accumulation_steps,
+        keep_checkpoint_max=values.keep_checkpoint_max, dtype=values.dtype,
+        jit_compile=values.jit_compile)
+    return finetuning.FinetuningRun(
+        vocab_file=values.vocab_file, bert_config_file=values.bert_config_file,
+        output_dir=values.output_dir, init_checkpoint=values.init_checkpoint,
+        do_lower_case=values.do_lower_case, max_seq_length=max_seq_length,
+        do_train=values.do_train, do_eval=values.do_eval, do_predict=values.do_predict,
+        train_batch_size=values.train_batch_size, eval_batch_size=values.eval_batch_size,
+        predict_batch_size=values.predict_batch_size,
+        num_train_epochs=values.num_train_epochs,
+        warmup_proportion=values.warmup_proportion, hparams=hparams,
+        seeds=parse_seeds(values), keep_best_checkpoint=values.keep_best_checkpoint,
+        runtime=runtime_config(values))

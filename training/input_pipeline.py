@@ -1,4 +1,4 @@
-"""Owns the tf.data pipelines that feed pretraining, classifier and SQuAD TFRecords to the loop.
+"""Owns the tf.data pipelines that feed pretraining and fine-tuning TFRecords to the loop.
 
 Files are listed with `tf.io.gfile` (local paths and gs:// alike), sharded per input
 pipeline (worker) through the `tf.distribute.InputContext`, read with a parallel
@@ -192,65 +192,51 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-# --- Classifier records (data_prep.classifier_data's schema) --------------------------------
+# --- Fine-tuning records (each task family's schema lives in its tasks/ package) --------------
 
 
 @dataclasses.dataclass(frozen=True)
-class ClassifierInputConfig:
-    """A classifier split's TFRecord file(s) and their shape.
+class RecordsConfig:
+    """A fine-tuning split's TFRecord file(s) and how to read them.
 
     Attributes:
-      input_patterns: file globs (e.g. `prepare_classifier_records(...).record_file`).
-      max_seq_length: must match the records.
-      is_regression: float `label_ids` instead of int.
+      input_patterns: file globs (e.g. a task's `prepare_*_records(...).record_file`).
+      parse_spec: the `tf.io.parse_example` spec of the task's record schema.
       shuffle_buffer: training shuffle buffer (the original: 100).
       seed: shuffle seed (reproducible order).
     """
 
     input_patterns: Sequence[str]
-    max_seq_length: int = 128
-    is_regression: bool = False
+    parse_spec: dict
     shuffle_buffer: int = 100
     seed: int | None = None
 
 
-def classifier_dataset(config: ClassifierInputConfig, *, batch_size: int, is_training: bool,
-                       input_context: tf.distribute.InputContext | None = None
+def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: bool,
+                       input_context: tf.distribute.InputContext | None = None,
+                       drop_remainder: bool = True, pad_to_batch: bool = False
                        ) -> tf.data.Dataset:
-    """Batched classifier features, like the original's file_based_input_fn.
+    """One record file set -> sharded, (shuffled, repeated,) batched, parsed dicts.
 
-    Training repeats and shuffles, and is sharded per input pipeline; evaluation and
-    prediction read the records once, in order (pad the split to whole batches first).
-    Batches always drop the remainder (static shapes).
+    Shared by the fine-tuning tasks: their files are small, so they are sharded by record
+    (not by file) across input pipelines, in the order given. Training repeats and
+    shuffles; evaluation and prediction read the records once, in order.
 
     Args:
-      config: files and shape.
+      config: files, schema, shuffling.
       batch_size: per-replica batch for training (`input_context.get_per_replica_batch_size`);
         for `TrainingLoop.predict` the GLOBAL batch.
       is_training: shuffle and repeat forever.
       input_context: shards the records across input pipelines (training).
+      drop_remainder: drop a last short batch (static shapes).
+      pad_to_batch: pad a last short batch with all-zero rows to `batch_size` instead.
 
     Returns:
-      Dataset of dicts: int32 [batch, max_seq_length] `input_ids`, `input_mask`,
-      `segment_ids`; [batch] `label_ids` (int32, float32 for regression) and int32
-      `is_real_example`.
-    """
-    from data_prep import classifier_data
-
-    spec = classifier_data.classifier_parse_spec(config.max_seq_length, config.is_regression)
-    return _finetuning_records(config, spec, batch_size=batch_size, is_training=is_training,
-                               input_context=input_context, drop_remainder=True)
-
-
-def _finetuning_records(config, spec, *, batch_size, is_training, input_context,
-                        drop_remainder, pad_to_batch=False):
-    """One record file set -> sharded, (shuffled, repeated,) batched, parsed dicts.
-
-    Shared by the fine-tuning tasks: their files are small, so they are sharded by record
-    (not by file) across input pipelines, in the order given.
+      Dataset of dicts of the schema's features (int64 on disk -> int32).
     """
     files = list_files(config.input_patterns)
     deterministic = config.seed is not None or not is_training
+    spec = config.parse_spec
     dataset = tf.data.TFRecordDataset(files)
     if input_context is not None and input_context.num_input_pipelines > 1:
         dataset = dataset.shard(input_context.num_input_pipelines,
@@ -269,31 +255,11 @@ def _finetuning_records(config, spec, *, batch_size, is_training, input_context,
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
-# --- SQuAD records (data_prep.squad's schemas) ----------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class SquadInputConfig:
-    """A SQuAD TFRecord file(s) (`prepare_squad_records(...).record_file`) and its shape.
-
-    Attributes:
-      input_patterns: file globs.
-      max_seq_length: must match the records.
-      shuffle_buffer: training shuffle buffer (the original: 100).
-      seed: shuffle seed (reproducible order).
-    """
-
-    input_patterns: Sequence[str]
-    max_seq_length: int = 384
-    shuffle_buffer: int = 100
-    seed: int | None = None
-
-
 def _pad_batch(batch, batch_size):
     """Pads a (last, short) batch to `batch_size` rows of zeros; static batch dimension.
 
-    Zero rows have `unique_ids` 0, which no feature has (ids start at 1000000000), so
-    post-processing, which looks logits up by unique id, never sees them.
+    Zero rows carry no example: a task drops them by a feature no real row has zero
+    (SQuAD's `unique_ids` start at 1000000000; `is_real_example` is 1 for real rows).
     """
     out = {}
     for name, t in batch.items():
@@ -304,32 +270,3 @@ def _pad_batch(batch, batch_size):
     return out
 
 
-def squad_dataset(config: SquadInputConfig, *, batch_size: int, is_training: bool,
-                  input_context: tf.distribute.InputContext | None = None
-                  ) -> tf.data.Dataset:
-    """Batched SQuAD features, like the original run_squad's input_fn_builder.
-
-    Training reads train.tf_record (with `start_positions`, `end_positions`,
-    `is_impossible`), repeats, shuffles, shards per input pipeline and drops the
-    remainder. Prediction reads eval.tf_record once, in order, and pads the last batch
-    with all-zero rows (`unique_ids` 0) so every batch has `batch_size` rows (static
-    shapes for TPU and XLA); drop rows whose unique id is unknown.
-
-    Args:
-      config: files and shape.
-      batch_size: per-replica batch for training (`input_context.get_per_replica_batch_size`);
-        for `TrainingLoop.predict` the GLOBAL batch.
-      is_training: training records, shuffled and repeated forever.
-      input_context: shards the records across input pipelines (training).
-
-    Returns:
-      Dataset of dicts of int32: [batch, 1] `unique_ids`; [batch, max_seq_length]
-      `input_ids`, `input_mask`, `segment_ids`; training also [batch, 1]
-      `start_positions`, `end_positions`, `is_impossible`.
-    """
-    from data_prep import squad
-
-    spec = squad.squad_schema(is_training).parse_spec(max_seq_length=config.max_seq_length)
-    return _finetuning_records(config, spec, batch_size=batch_size, is_training=is_training,
-                               input_context=input_context, drop_remainder=is_training,
-                               pad_to_batch=not is_training)

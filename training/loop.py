@@ -4,8 +4,9 @@ What differs between runners lives in a small task object (`Task`): which featur
 model takes (`model_inputs`), the per-replica loss and the summed statistics
 (`loss_and_stats`), which statistics are per-replica means (`mean_keys`), the progress
 line's figures (`progress`) and the eval metrics (`metrics_from_totals`).
-`PretrainingTask` (masked LM + NSP), `ClassifierTask` (classification / regression) and
-`SpanTask` (SQuAD start/end positions) are the implementations;
+`PretrainingTask` (masked LM + NSP) lives here; each fine-tuning task family's task object
+lives in its package (`tasks.classification.task.ClassifierTask`,
+`tasks.squad.task.SpanTask`, ...);
 `TrainingLoop(strategy, model, optimizer, config, task)` is the loop, `PretrainingLoop` its
 pretraining spelling.
 
@@ -206,100 +207,6 @@ class PretrainingTask(Task):
             ("next_sentence_accuracy", "nsp_acc",
              totals["nsp_correct_sum"] / max(totals["nsp_count"], 1.0)),
         ]
-
-
-class ClassifierTask(Task):
-    """Sequence classification (the original run_classifier's loss) or regression (MSE).
-
-    Features: `input_ids`, `input_mask`, `segment_ids`, `label_ids` ([batch] int, or float
-    for regression) and `is_real_example` ([batch]; padding rows weigh 0). Model outputs:
-    `logits` [batch, num_labels] ([batch, 1] for regression).
-
-    Args:
-      num_labels: classes (1 for regression).
-      is_regression: mean squared error on the single output instead of cross-entropy.
-    """
-
-    stat_keys = ("loss", "loss_sum", "correct_sum", "example_count")
-    mean_keys = ("loss",)
-
-    def __init__(self, num_labels: int, is_regression: bool = False):
-        self.num_labels = int(num_labels)
-        self.is_regression = bool(is_regression)
-
-    def loss_and_stats(self, outputs, features):
-        return losses.classifier_loss(outputs["logits"], features["label_ids"],
-                                      features.get("is_real_example"),
-                                      is_regression=self.is_regression)
-
-    def metrics_from_totals(self, totals, global_step):
-        count = max(float(totals["example_count"]), 1.0)
-        out = {"global_step": int(global_step),
-               "eval_loss": float(totals["loss_sum"]) / count}
-        if not self.is_regression:
-            out["eval_accuracy"] = float(totals["correct_sum"]) / count
-        return out
-
-    def progress(self, totals):
-        if self.is_regression:
-            return []
-        return [("accuracy", "acc",
-                 totals["correct_sum"] / max(totals["example_count"], 1.0))]
-
-    def eval_results(self, task_name: str, logits, labels, is_real, global_step: int) -> dict:
-        """The eval_results.txt figures from dev predictions, padding rows dropped.
-
-        `eval_loss` is the mean per-example loss over real examples (the original's
-        `tf.metrics.mean(per_example_loss, weights=is_real_example)`); then `eval_` + each
-        of `glue_metrics.task_metrics` (accuracy; f1, mcc, pearson, spearman per task) and
-        `global_step`.
-        """
-        from data_prep import glue_metrics
-
-        keep = np.asarray(is_real).reshape(-1) > 0
-        logits = np.asarray(logits, np.float64)[keep]
-        labels = np.asarray(labels)[keep]
-        per_example = losses.numpy_classifier_per_example_loss(
-            logits, labels, is_regression=self.is_regression)
-        predictions = logits[:, 0] if self.is_regression else logits.argmax(-1)
-        metrics = glue_metrics.task_metrics(task_name, labels, predictions,
-                                            is_regression=self.is_regression)
-        out = {f"eval_{key}": value for key, value in metrics.items()}
-        out["eval_loss"] = float(per_example.mean())
-        out["global_step"] = int(global_step)
-        return out
-
-
-class SpanTask(Task):
-    """Span labelling (the original run_squad's loss): mean of the start and end cross-entropy.
-
-    Features: `input_ids`, `input_mask`, `segment_ids`, `start_positions` and
-    `end_positions` ([batch] or [batch, 1] int; 0 = [CLS]). Model outputs: `start_logits`
-    and `end_logits` [batch, seq_length]. Progress and eval figures: the losses and the
-    argmax accuracy of each boundary.
-    """
-
-    stat_keys = ("loss", "start_loss", "end_loss", "start_correct_sum", "end_correct_sum",
-                 "example_count")
-    mean_keys = ("loss", "start_loss", "end_loss")
-
-    def loss_and_stats(self, outputs, features):
-        return losses.span_loss(outputs["start_logits"], outputs["end_logits"],
-                                features["start_positions"], features["end_positions"])
-
-    def metrics_from_totals(self, totals, global_step):
-        steps = max(float(totals.get("steps", 0.0)), 1.0)
-        count = max(float(totals["example_count"]), 1.0)
-        return {"global_step": int(global_step), "loss": float(totals["loss"]) / steps,
-                "start_loss": float(totals["start_loss"]) / steps,
-                "end_loss": float(totals["end_loss"]) / steps,
-                "start_accuracy": float(totals["start_correct_sum"]) / count,
-                "end_accuracy": float(totals["end_correct_sum"]) / count}
-
-    def progress(self, totals):
-        count = max(totals["example_count"], 1.0)
-        return [("start_accuracy", "start_acc", totals["start_correct_sum"] / count),
-                ("end_accuracy", "end_acc", totals["end_correct_sum"] / count)]
 
 
 class TrainingLoop:
@@ -576,7 +483,7 @@ class TrainingLoop:
 
         Use fixed-size batches (`drop_remainder=True`, static shapes for TPU and XLA) and
         pad the data to a whole number of batches with `is_real_example=0` rows, as the
-        original does on TPU (`data_prep.classifier_data.pad_examples`); drop those rows
+        original does on TPU (`tasks.classification.data.pad_examples`); drop those rows
         from the result with the returned `is_real_example`.
 
         Args:

@@ -28,18 +28,6 @@ class Hyperparameters:
     jit_compile: bool = False
 
 
-def hyperparameters_from(cfg) -> Hyperparameters:
-    """The shared settings out of a runner config that has them as attributes."""
-    return Hyperparameters(
-        learning_rate=cfg.learning_rate, optimizer=cfg.optimizer,
-        weight_decay_rate=cfg.weight_decay_rate, clip_norm=cfg.clip_norm,
-        iterations_per_loop=cfg.iterations_per_loop,
-        save_checkpoints_steps=cfg.save_checkpoints_steps, log_steps=cfg.log_steps,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        keep_checkpoint_max=cfg.keep_checkpoint_max, dtype=cfg.runtime.dtype,
-        jit_compile=cfg.runtime.jit_compile)
-
-
 def check_batch(name: str, global_batch: int, replicas: int, accumulation: int = 1) -> None:
     """Raises ValueError naming the flag when a global batch does not split over replicas."""
     if global_batch < 1 or global_batch % (replicas * accumulation):
@@ -113,8 +101,9 @@ def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bo
     start_step = trainer.restore_or_initialize(
         init_from_checkpoint if init_checkpoint else None)
     if start_step == 0 and not init_checkpoint and not do_train:
-        logging.warning("No checkpoint in %s and no --init_checkpoint: running with random "
-                        "weights", trainer.config.output_dir)
+        raise ValueError(
+            f"nothing to evaluate or predict with: no checkpoint in {trainer.config.output_dir} "
+            "and no --init_checkpoint (without --do_train the weights would be random)")
     return start_step
 
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import re
 import string
 from typing import Mapping
 
 from absl import logging
+
+from data_prep import fileio
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -280,21 +281,18 @@ def evaluate_files(data_file: str, prediction_file: str, na_prob_file: str | Non
                    *, version_2_with_negative: bool | None = None) -> dict:
     """`evaluate` on files (dataset JSON, predictions.json, optional null_odds.json)."""
     def load(path):
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(fileio.read_text(path))
 
     na_probs = load(na_prob_file) if na_prob_file else None
     return evaluate(load(data_file), load(prediction_file), na_probs,
                     version_2_with_negative=version_2_with_negative)
 
 
+def eval_results_text(results: Mapping) -> str:
+    """eval_results.json's contents: sorted keys, indented."""
+    return json.dumps(dict(results), indent=2) + "\n"
+
+
 def write_eval_results(results: Mapping, path: str) -> None:
-    """Writes eval_results.json (sorted keys, indented) atomically."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    parent = os.path.dirname(path)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(dict(results), f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    """Writes eval_results.json all-or-nothing."""
+    fileio.write_text(path, eval_results_text(results))

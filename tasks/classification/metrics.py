@@ -14,10 +14,11 @@ Degenerate cases (documented in docs/classifier_data.md and tested):
 from __future__ import annotations
 
 import math
-import os
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from data_prep import fileio
 
 # Canonical task names and the spellings accepted for them.
 _TASK_ALIASES = {
@@ -229,58 +230,49 @@ def glue_submission_file_name(task_name: str, split: str | None = None) -> str:
     return GLUE_SUBMISSION_FILE_NAMES[task]
 
 
-def _write_text_atomically(path: str, text: str) -> None:
-    """Writes `text` to a temporary file beside `path`, then renames it over `path`."""
-    if "://" in path:  # gs:// and other remote file systems go through TensorFlow.
-        import tensorflow as tf
-
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with tf.io.gfile.GFile(tmp, "w") as writer:
-            writer.write(text)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as writer:
-        writer.write(text)
-    os.replace(tmp, path)
-
-
-def write_test_results_tsv(path: str, probabilities) -> int:
-    """Writes the original's test_results.tsv: one line per example, class probabilities
+def test_results_text(probabilities) -> str:
+    """The original's test_results.tsv: one line per example, class probabilities
     tab-separated in input order, no header. Values are written as `str()` of their numpy
-    type (float32 probabilities print like the original's). Returns the number of lines.
+    type (float32 probabilities print like the original's).
 
     Args:
-      path: output file.
       probabilities: [num_examples, num_classes] (only real examples, padding removed).
     """
     array = np.asarray(probabilities)
     if array.ndim != 2:
         raise ValueError(f"probabilities must be [num_examples, num_classes], got shape "
                          f"{array.shape}")
-    lines = ["\t".join(str(value) for value in row) + "\n" for row in array]
-    _write_text_atomically(path, "".join(lines))
-    return len(lines)
+    return "".join("\t".join(str(value) for value in row) + "\n" for row in array)
+
+
+def write_test_results_tsv(path: str, probabilities) -> int:
+    """Writes `test_results_text` to `path` all-or-nothing; returns the number of lines."""
+    text = test_results_text(probabilities)
+    fileio.write_text(path, text)
+    return text.count("\n")
 
 
 def write_glue_submission(path: str, task_name: str, predictions,
                           label_list: Sequence[str] | None = None,
                           indices: Sequence | None = None) -> int:
-    """Writes a GLUE server submission file: header "index\\tprediction", then one line per
+    """Writes `glue_submission_text` to `path` all-or-nothing; returns the examples written."""
+    text = glue_submission_text(task_name, predictions, label_list, indices)
+    fileio.write_text(path, text)
+    return text.count("\n") - 1
+
+
+def glue_submission_text(task_name: str, predictions, label_list: Sequence[str] | None = None,
+                         indices: Sequence | None = None) -> str:
+    """A GLUE server submission file: header "index\\tprediction", then one line per
     test example with the label name (or the score for STS-B / regression).
 
     Args:
-      path: output file (name it with glue_submission_file_name()).
       task_name: the task; STS-B (and "custom" with label_list None) writes scores.
       predictions: [num_examples] label ids or scores, or [num_examples, num_classes]
         probabilities (the arg-max is written).
       label_list: the processor's labels, mapping ids to names; None for regression.
       indices: the test set's index column; default 0..num_examples-1 (GLUE's indices).
 
-    Returns:
-      the number of examples written.
     """
     task = normalize_task_name(task_name)
     array = np.asarray(predictions)
@@ -301,8 +293,7 @@ def write_glue_submission(path: str, task_name: str, predictions,
         raise ValueError(f"{len(indices)} indices for {len(values)} predictions")
     lines = ["index\tprediction\n"]
     lines.extend(f"{index}\t{value}\n" for index, value in zip(indices, values))
-    _write_text_atomically(path, "".join(lines))
-    return len(values)
+    return "".join(lines)
 
 
 def format_metrics(metrics: Mapping[str, float]) -> str:

@@ -29,7 +29,7 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import tokenization
-from data_prep.glue_metrics import normalize_task_name
+from tasks.classification.metrics import normalize_task_name
 
 Column = Union[int, str]
 

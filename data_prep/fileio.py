@@ -1,0 +1,381 @@
+"""Owns file I/O for every tool: local and URL paths alike, all-or-nothing outputs, safe temporaries.
+
+* Paths with a scheme (`gs://`, `ram://`, `hdfs://`, `s3://`) go through `tf.io.gfile`;
+  local paths through `os` and `open`, which behave the same for local files and cost no
+  TensorFlow import (create_pretraining_data's workers never import TensorFlow).
+* A temporary is named `DIR/.BASENAME.tmp-HOST-PID-HEX`: hidden, so the glob
+  `BASENAME*` of the final name (the original README's `--input_file=tf_examples.tfrecord*`)
+  never matches it, and recognisable (`is_temporary`), so readers skip it in a glob like
+  `DIR/*` and the next run that owns the output removes the ones a killed run left behind
+  (`clean_stale_temporaries`: only those of a process of this host that no longer runs).
+* `AtomicOutputs` writes a SET of outputs (records + summary, predictions + results, a
+  SavedModel directory) under temporaries and renames them into place only when the whole
+  set is complete; on any exit path (an exception, Ctrl-C, SIGTERM turned into SystemExit
+  by `data_prep.lifecycle.exit_cleanly_on_signals`) the temporaries are removed and the
+  previous outputs, if any, stay as they were. The renames themselves are the only window
+  in which a crash leaves a mix of old and new files (they are listed in order, data first,
+  marker files last).
+* `check_outputs` refuses, before any work, an output that is also an input, two outputs
+  with the same name, and an output that is an existing directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import uuid
+from typing import Iterable, Sequence
+
+TEMP_MARK = ".tmp-"
+
+
+class OutputError(ValueError):
+    """An output path that would destroy data or cannot be written; names the flag and path."""
+
+
+# ------------------------------------------------------------------ local or URL paths
+
+
+def is_url(path: str) -> bool:
+    """True for paths with a scheme (gs://, ram://, ...) that only tf.io.gfile can open."""
+    return "://" in str(path)
+
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def open_file(path: str, mode: str = "r", encoding: str = "utf-8", newline: str | None = None):
+    """Opens `path` (local or URL) like `open`; text modes are UTF-8 by default.
+
+    For URL paths text is read and written through `tf.io.gfile.GFile`, which (like
+    `newline=""`) does not translate line endings.
+    """
+    path = str(path)
+    if is_url(path):
+        return _gfile().GFile(path, mode)
+    if "b" in mode:
+        return open(path, mode)
+    return open(path, mode, encoding=encoding, newline=newline)
+
+
+def exists(path: str) -> bool:
+    return _gfile().exists(path) if is_url(path) else os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+    return _gfile().isdir(path) if is_url(path) else os.path.isdir(path)
+
+
+def isfile(path: str) -> bool:
+    return exists(path) and not isdir(path)
+
+
+def getsize(path: str) -> int:
+    return _gfile().stat(path).length if is_url(path) else os.path.getsize(path)
+
+
+def makedirs(path: str) -> None:
+    if not path:
+        return
+    if is_url(path):
+        _gfile().makedirs(path)
+    else:
+        os.makedirs(path, exist_ok=True)
+
+
+def listdir(path: str) -> list[str]:
+    return _gfile().listdir(path) if is_url(path) else os.listdir(path)
+
+
+def remove(path: str) -> None:
+    """Removes a file or a directory tree; nothing if it does not exist."""
+    if not exists(path):
+        return
+    if isdir(path):
+        rmtree(path)
+    elif is_url(path):
+        _gfile().remove(path)
+    else:
+        os.remove(path)
+
+
+def rmtree(path: str) -> None:
+    if is_url(path):
+        _gfile().rmtree(path)
+    else:
+        import shutil
+
+        shutil.rmtree(path)
+
+
+def rename(src: str, dst: str, overwrite: bool = True) -> None:
+    """Renames a file (atomic on local filesystems; a copy + delete on some object stores)."""
+    if is_url(src) or is_url(dst):
+        _gfile().rename(src, dst, overwrite=overwrite)
+    elif overwrite:
+        os.replace(src, dst)
+    else:
+        if os.path.exists(dst):
+            raise FileExistsError(errno.EEXIST, "destination exists", dst)
+        os.rename(src, dst)
+
+
+def glob(pattern: str) -> list[str]:
+    """Sorted matches of `pattern`, temporaries of this module excluded."""
+    if is_url(pattern):
+        matches = _gfile().glob(pattern)
+    else:
+        import glob as glob_module
+
+        # tf.io.gfile.glob matches hidden files with `*`; do the same locally so a pattern
+        # means one thing everywhere, then drop our temporaries.
+        matches = glob_module.glob(pattern, include_hidden=True) \
+            if _glob_has_include_hidden() else glob_module.glob(pattern)
+    return sorted(m for m in matches if not is_temporary(m))
+
+
+def _glob_has_include_hidden() -> bool:
+    import sys
+
+    return sys.version_info >= (3, 11)
+
+
+def parent_dir(path: str) -> str:
+    path = str(path).rstrip("/")
+    return path.rsplit("/", 1)[0] if "/" in path else "."
+
+
+def basename(path: str) -> str:
+    return str(path).rstrip("/").rsplit("/", 1)[-1]
+
+
+def same_path(a: str, b: str) -> bool:
+    """True when two paths name the same file (symlinks and relative paths resolved)."""
+    if is_url(a) or is_url(b):
+        return str(a).rstrip("/") == str(b).rstrip("/")
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+# ------------------------------------------------------------------------ temporaries
+
+
+_HOST = socket.gethostname().replace("-", "_").replace(".", "_") or "host"
+
+
+def temporary_path(final_path: str) -> str:
+    """A fresh temporary beside `final_path`: DIR/.BASENAME.tmp-HOST-PID-HEX."""
+    name = basename(final_path)
+    directory = parent_dir(final_path)
+    temp = f".{name}{TEMP_MARK}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return temp if directory == "." and not str(final_path).startswith("./") \
+        else f"{directory}/{temp}"
+
+
+def is_temporary(path: str) -> bool:
+    """True for a name made by `temporary_path` (readers never take these)."""
+    name = basename(path)
+    return name.startswith(".") and TEMP_MARK in name
+
+
+def _owner(temp_name: str):
+    """(host, pid) of a temporary's name, or None if it is not one of ours."""
+    tail = temp_name.rsplit(TEMP_MARK, 1)[-1]
+    parts = tail.split("-")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with this id runs on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_temporaries(final_path: str) -> list[str]:
+    """Removes temporaries of `final_path` left by dead processes of this host; returns them.
+
+    A temporary whose process still runs (a concurrent writer) or that another host made
+    (its process cannot be checked from here) is left alone.
+    """
+    directory = parent_dir(final_path)
+    prefix = f".{basename(final_path)}{TEMP_MARK}"
+    if not isdir(directory):
+        return []
+    removed = []
+    for name in listdir(directory):
+        name = name.rstrip("/")
+        if not name.startswith(prefix):
+            continue
+        owner = _owner(name)
+        if owner is None or owner[0] != _HOST or pid_alive(owner[1]):
+            continue
+        path = f"{directory}/{name}" if directory != "." else name
+        try:
+            remove(path)
+        except OSError:
+            continue
+        removed.append(path)
+    if removed:
+        from absl import logging
+
+        logging.warning("Removed %d temporary file(s) left by an interrupted run: %s",
+                        len(removed), ", ".join(removed[:3]))
+    return removed
+
+
+# ----------------------------------------------------------------------- output checks
+
+
+def check_outputs(outputs: Sequence[tuple[str, str]], inputs: Iterable[tuple[str, str]] = (),
+                  allow_directory: bool = False) -> None:
+    """Refuses outputs that would destroy data, before any work.
+
+    Args:
+      outputs: (flag, path) of every file the run will write.
+      inputs: (flag, path) of every file it reads.
+      allow_directory: outputs that are directories (SavedModels) may exist as directories.
+
+    Raises:
+      OutputError naming the flag(s) and path: an output equal to an input, two outputs
+      with the same name, an output that is an existing directory.
+    """
+    inputs = [(flag, path) for flag, path in inputs if path]
+    seen: list[tuple[str, str]] = []
+    for flag, path in outputs:
+        for in_flag, in_path in inputs:
+            if str(path) == str(in_path) or (
+                    exists(in_path) and exists(path) and same_path(path, in_path)):
+                raise OutputError(f"{flag}={path} is also an input ({in_flag}={in_path}); "
+                                  "refusing to overwrite an input")
+        for other_flag, other in seen:
+            if str(other) == str(path) or (exists(path) and exists(other)
+                                           and same_path(path, other)):
+                raise OutputError(f"{flag}: {path} is named twice as an output "
+                                  f"(also by {other_flag})")
+        if not allow_directory and isdir(path):
+            raise OutputError(f"{flag}={path} is a directory; expected a file name")
+        seen.append((flag, path))
+
+
+# ------------------------------------------------------------------ all-or-nothing sets
+
+
+class AtomicOutputs:
+    """A set of outputs that appears completely or not at all (see the module docstring).
+
+    Usage:
+        with AtomicOutputs(["out/a.tfrecord", "out/a.json"]) as out:
+            with out.open("out/a.tfrecord", "wb") as f: ...
+            writer = SomeWriter(out.temp("out/a.json"))
+        # here both are in place; after an exception neither temporary remains.
+
+    Args:
+      paths: final paths, in the order they are renamed into place on commit (put marker
+        or summary files last).
+      replace_directories: a final path that is an existing directory (a previous export)
+        is replaced by the new one; otherwise outputs are files.
+    """
+
+    def __init__(self, paths: Sequence[str], replace_directories: bool = False):
+        self.paths = [str(p) for p in paths]
+        if len(set(self.paths)) != len(self.paths):
+            raise OutputError(f"an output is named twice: {self.paths}")
+        self.replace_directories = replace_directories
+        self.temps = {p: temporary_path(p) for p in self.paths}
+        self.committed = False
+
+    def __enter__(self):
+        for path in self.paths:
+            makedirs(parent_dir(path))
+            clean_stale_temporaries(path)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None and not self.committed:
+            try:
+                self.commit()
+            except BaseException:
+                self.abort()
+                raise
+        elif exc_type is not None:
+            self.abort()
+        return False
+
+    def temp(self, path: str) -> str:
+        """The temporary to write in place of final `path`."""
+        return self.temps[str(path)]
+
+    def open(self, path: str, mode: str = "w", **kwargs):
+        """Opens the temporary of `path` for writing (see `open_file`)."""
+        return open_file(self.temp(path), mode, **kwargs)
+
+    def commit(self) -> None:
+        """Renames every temporary into place (all must have been written)."""
+        missing = [p for p in self.paths if not exists(self.temps[p])]
+        if missing:
+            raise RuntimeError(f"outputs were never written: {missing}")
+        for path in self.paths:
+            temp = self.temps[path]
+            if isdir(temp):
+                _replace_directory(temp, path, self.replace_directories)
+            else:
+                rename(temp, path, overwrite=True)
+        self.committed = True
+
+    def abort(self) -> None:
+        """Removes every temporary (best effort: called while failing anyway)."""
+        for temp in self.temps.values():
+            try:
+                remove(temp)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _replace_directory(temp: str, final: str, allowed: bool) -> None:
+    if not exists(final):
+        rename(temp, final, overwrite=False)
+        return
+    if not allowed:
+        raise OutputError(f"{final} exists and is not replaced")
+    old = temporary_path(final)
+    rename(final, old, overwrite=False)
+    try:
+        rename(temp, final, overwrite=False)
+    except BaseException:
+        rename(old, final, overwrite=False)
+        raise
+    remove(old)
+
+
+def write_text(path: str, text: str) -> None:
+    """Writes a text file (UTF-8, `\\n` line ends) all-or-nothing."""
+    with AtomicOutputs([path]) as out:
+        with out.open(path, "w", newline="\n") as f:
+            f.write(text)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Writes a binary file all-or-nothing."""
+    with AtomicOutputs([path]) as out:
+        with out.open(path, "wb") as f:
+            f.write(data)
+
+
+def read_text(path: str) -> str:
+    with open_file(path, "r") as f:
+        return f.read()

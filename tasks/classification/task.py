@@ -1,0 +1,298 @@
+"""The classification task as the loop and the runner see it: loss, dataset, eval and predict outputs.
+
+`ClassifierTask` is the loop's task object (the original run_classifier's loss),
+`classifier_dataset` reads the cached records, and `ClassificationFamily` is what
+`training.finetuning.run` needs: the splits of a GLUE/XNLI/custom task (MNLI: both dev
+and test sets), the model, `eval_results.txt` figures (the original's keys, plus the
+official metrics) and `test_results.tsv` + the GLUE submission file, written together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from modeling import losses
+from tasks.classification import data, metrics
+from training import finetuning, input_pipeline
+from training.loop import Task
+
+
+class ClassifierTask(Task):
+    """Sequence classification (the original run_classifier's loss) or regression (MSE).
+
+    Features: `input_ids`, `input_mask`, `segment_ids`, `label_ids` ([batch] int, or float
+    for regression) and `is_real_example` ([batch]; padding rows weigh 0). Model outputs:
+    `logits` [batch, num_labels] ([batch, 1] for regression).
+
+    Args:
+      num_labels: classes (1 for regression).
+      is_regression: mean squared error on the single output instead of cross-entropy.
+    """
+
+    stat_keys = ("loss", "loss_sum", "correct_sum", "example_count")
+    mean_keys = ("loss",)
+
+    def __init__(self, num_labels: int, is_regression: bool = False):
+        self.num_labels = int(num_labels)
+        self.is_regression = bool(is_regression)
+
+    def loss_and_stats(self, outputs, features):
+        return losses.classifier_loss(outputs["logits"], features["label_ids"],
+                                      features.get("is_real_example"),
+                                      is_regression=self.is_regression)
+
+    def metrics_from_totals(self, totals, global_step):
+        count = max(float(totals["example_count"]), 1.0)
+        out = {"global_step": int(global_step),
+               "eval_loss": float(totals["loss_sum"]) / count}
+        if not self.is_regression:
+            out["eval_accuracy"] = float(totals["correct_sum"]) / count
+        return out
+
+    def progress(self, totals):
+        if self.is_regression:
+            return []
+        return [("accuracy", "acc",
+                 totals["correct_sum"] / max(totals["example_count"], 1.0))]
+
+    def eval_results(self, task_name: str, logits, labels, is_real, global_step: int,
+                     batch_size: int | None = None) -> dict:
+        """The eval_results.txt figures from dev predictions, padding rows dropped.
+
+        `eval_loss` is the mean per-example loss over real examples (the original's
+        `tf.metrics.mean(per_example_loss, weights=is_real_example)`); `loss` is the
+        original Estimator's `loss`: the mean over eval batches of each batch's mean loss
+        (the original on CPU/GPU evaluates unpadded batches, the last one short, so each
+        batch's mean is over its real rows); then `eval_` + each of `metrics.task_metrics`
+        (accuracy; f1, mcc, pearson, spearman per task) and `global_step`.
+
+        Args:
+          batch_size: the eval batch the rows came in (rows in input order); None: one batch.
+        """
+        real = np.asarray(is_real).reshape(-1) > 0
+        logits = np.asarray(logits, np.float64)
+        labels = np.asarray(labels)
+        per_example = losses.numpy_classifier_per_example_loss(
+            logits[real], labels[real], is_regression=self.is_regression)
+        batch_of_row = np.arange(len(real))[real] // (batch_size or max(len(real), 1))
+        batch_means = [per_example[batch_of_row == b].mean() for b in np.unique(batch_of_row)]
+        predictions = (logits[real][:, 0] if self.is_regression
+                       else logits[real].argmax(-1))
+        figures = metrics.task_metrics(task_name, labels[real], predictions,
+                                       is_regression=self.is_regression)
+        out = {f"eval_{key}": value for key, value in figures.items()}
+        out["eval_loss"] = float(per_example.mean())
+        out["loss"] = float(np.mean(batch_means))
+        out["global_step"] = int(global_step)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierInputConfig:
+    """A classifier split's TFRecord file(s) and their shape.
+
+    Attributes:
+      input_patterns: file globs (e.g. `prepare_classifier_records(...).record_file`).
+      max_seq_length: must match the records.
+      is_regression: float `label_ids` instead of int.
+      shuffle_buffer: training shuffle buffer (the original: 100).
+      seed: shuffle seed (reproducible order).
+    """
+
+    input_patterns: Sequence[str]
+    max_seq_length: int = 128
+    is_regression: bool = False
+    shuffle_buffer: int = 100
+    seed: int | None = None
+
+
+def classifier_dataset(config: ClassifierInputConfig, *, batch_size: int, is_training: bool,
+                       input_context: tf.distribute.InputContext | None = None
+                       ) -> tf.data.Dataset:
+    """Batched classifier features, like the original's file_based_input_fn.
+
+    Training repeats and shuffles, and is sharded per input pipeline; evaluation and
+    prediction read the records once, in order (pad the split to whole batches first).
+    Batches always drop the remainder (static shapes).
+
+    Args:
+      config: files and shape.
+      batch_size: per-replica batch for training (`input_context.get_per_replica_batch_size`);
+        for `TrainingLoop.predict` the GLOBAL batch.
+      is_training: shuffle and repeat forever.
+      input_context: shards the records across input pipelines (training).
+
+    Returns:
+      Dataset of dicts: int32 [batch, max_seq_length] `input_ids`, `input_mask`,
+      `segment_ids`; [batch] `label_ids` (int32, float32 for regression) and int32
+      `is_real_example`.
+    """
+    spec = data.classifier_parse_spec(config.max_seq_length, config.is_regression)
+    records = input_pipeline.RecordsConfig(tuple(config.input_patterns), spec,
+                                           config.shuffle_buffer, config.seed)
+    return input_pipeline.finetuning_records(records, batch_size=batch_size,
+                                             is_training=is_training,
+                                             input_context=input_context, drop_remainder=True)
+
+
+# MNLI is evaluated and predicted on both its matched and mismatched sets: split -> suffix
+# of the result files.
+_EVAL_SPLITS = {"mnli": (("dev_matched", ""), ("dev_mismatched", "_mm"))}
+_PREDICT_SPLITS = {"mnli": (("test_matched", ""), ("test_mismatched", "_mm"))}
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationSettings:
+    """The classification task's own settings (run_classifier.py's task flags).
+
+    Attributes:
+      task_name: normalised GLUE/XNLI task name or "custom".
+      data_dir: the task's data directory.
+      xnli_language: XNLI's language.
+      custom: `tasks.classification.data.CustomDataConfig` for task "custom".
+      skip_bad_rows: skip malformed rows (counted) instead of failing on the first.
+    """
+
+    task_name: str
+    data_dir: str
+    xnli_language: str = "zh"
+    custom: "data.CustomDataConfig | None" = None
+    skip_bad_rows: bool = False
+
+
+class ClassificationFamily(finetuning.TaskFamily):
+    """Classification for `training.finetuning.run` (see `training.finetuning.TaskFamily`)."""
+
+    name = "classification"
+
+    def __init__(self, settings: ClassificationSettings, max_seq_length: int):
+        self.settings = settings
+        self.max_seq_length = max_seq_length
+        self.processor = data.get_processor(settings.task_name,
+                                            xnli_language=settings.xnli_language,
+                                            custom=settings.custom)
+        self.label_list = list(self.processor.get_labels(settings.data_dir))
+        self.is_regression = bool(self.processor.is_regression)
+        self.num_labels = 1 if self.is_regression else len(self.label_list)
+        self._task = ClassifierTask(self.num_labels, self.is_regression)
+        self._batch_sizes: dict = {}
+
+    def identity(self) -> dict:
+        return {"task": self.settings.task_name, "labels": self.label_list,
+                "is_regression": self.is_regression}
+
+    def prepare(self, run):
+        from data_prep import tokenization
+
+        Split, PreparedData = finetuning.Split, finetuning.PreparedData
+        cfg = self.settings
+        tokenizer = tokenization.FullTokenizer(run.vocab_file, do_lower_case=run.do_lower_case)
+
+        def split(name, suffix, pad):
+            cached = data.prepare_classifier_records(
+                self.processor, cfg.data_dir, name, run.output_dir,
+                vocab_file=run.vocab_file, do_lower_case=run.do_lower_case,
+                max_seq_length=run.max_seq_length, skip_bad_rows=cfg.skip_bad_rows,
+                pad_to_multiple=pad, tokenizer=tokenizer)
+            return Split(name, suffix, cached.num_examples, cached)
+
+        prepared = PreparedData()
+        if run.do_train:
+            prepared.train = split("train", "", None)
+        if run.do_eval:
+            for name, suffix in _EVAL_SPLITS.get(cfg.task_name, (("dev", ""),)):
+                prepared.eval_splits.append(split(name, suffix, run.eval_batch_size))
+                self._batch_sizes[name] = run.eval_batch_size
+        if run.do_predict:
+            for name, suffix in _PREDICT_SPLITS.get(cfg.task_name, (("test", ""),)):
+                prepared.predict_splits.append(split(name, suffix, run.predict_batch_size))
+                self._batch_sizes[name] = run.predict_batch_size
+        return prepared
+
+    def build_model(self, bert_config):
+        from modeling.models import BertClassifier
+
+        return BertClassifier(bert_config, self.num_labels)
+
+    def loop_task(self):
+        return self._task
+
+    def dataset(self, split, *, batch_size, is_training, input_context=None, seed=None):
+        config = ClassifierInputConfig((split.data.record_file,), self.max_seq_length,
+                                       self.is_regression, seed=seed)
+        return classifier_dataset(config, batch_size=batch_size, is_training=is_training,
+                                  input_context=input_context)
+
+    def primary_metric(self) -> str:
+        return "eval_" + metrics.primary_metric_name(self.settings.task_name,
+                                                     self.is_regression)
+
+    def _predict(self, trainer, split):
+        batch = self._batch_sizes[split.name]
+        return trainer.predict(self.dataset(split, batch_size=batch, is_training=False),
+                               output_keys=("logits",),
+                               feature_keys=("label_ids", "is_real_example"))
+
+    def evaluate(self, trainer, split, *, step, run_dir, write):
+        del run_dir, write  # eval_results.txt is written by the driver
+        out = self._predict(trainer, split)
+        return self._task.eval_results(self.settings.task_name, out["logits"],
+                                       out["label_ids"], out["is_real_example"], step,
+                                       batch_size=self._batch_sizes[split.name])
+
+    def predict(self, trainer, split, *, run_dir, write):
+        """test_results{suffix}.tsv (probabilities, or the score for regression) and, for
+        GLUE tasks, the server's submission file, written together."""
+        import os
+
+        from absl import logging
+
+        from data_prep import fileio
+
+        out = self._predict(trainer, split)
+        logits = out["logits"][out["is_real_example"] > 0]
+        if self.is_regression:
+            values, submission = logits, logits[:, 0]
+        else:
+            values = tf.nn.softmax(tf.constant(logits, tf.float32), axis=-1).numpy()
+            submission = values
+        if len(values) != split.num_examples:
+            raise RuntimeError(f"{split.data.record_file}: {len(values)} predictions for "
+                               f"{split.num_examples} examples")
+        if not write:
+            return []
+        texts = {os.path.join(run_dir, f"test_results{split.suffix}.tsv"):
+                 metrics.test_results_text(values)}
+        try:
+            name = metrics.glue_submission_file_name(self.settings.task_name, split.name)
+        except ValueError:
+            name = None  # XNLI and custom data have no GLUE server file.
+        if name is not None:
+            if split.data.metadata.get("num_bad_rows"):
+                logging.warning("%d bad test rows were skipped: %s indices are 0..n-1 and "
+                                "no longer match the GLUE test set",
+                                split.data.metadata["num_bad_rows"], name)
+            texts[os.path.join(run_dir, name)] = metrics.glue_submission_text(
+                self.settings.task_name, submission,
+                None if self.is_regression else self.label_list)
+        with fileio.AtomicOutputs(list(texts)) as outputs:
+            for path, text in texts.items():
+                with outputs.open(path, "w", newline="\n") as f:
+                    f.write(text)
+        for path in texts:
+            logging.info("Wrote %d predictions (%s) to %s", len(values), split.name, path)
+        return list(texts)
+
+    def export_metadata(self, run):
+        from modeling import export
+
+        text_pair = any(layout.text_b is not None
+                        for layout in self.processor.layouts.values())
+        return export.ExportMetadata(
+            task=self.settings.task_name, labels=tuple(self.label_list),
+            is_regression=self.is_regression, do_lower_case=run.do_lower_case,
+            max_seq_length=run.max_seq_length, text_pair=text_pair)

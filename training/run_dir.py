@@ -1,0 +1,191 @@
+"""Owns a run's output_dir: one run at a time (a lock), and only runs of the same model (an identity).
+
+A BERT run is days of accelerator time; its checkpoints must never be overwritten by a run
+that cannot use them. Every runner claims its `output_dir` before any work:
+
+* **Lock** (`output_dir/.run.lock`, JSON: host, pid, start time, command): created
+  exclusively; a second run while the first is alive is refused, naming the first. A lock
+  left by a crashed run (same host, process gone) is taken over with a warning; a lock of
+  another host cannot be checked from here and is refused with the command to remove it.
+* **Identity** (`output_dir/run_identity.json`): what makes checkpoints interchangeable:
+  the `bert_config.json` contents and the runner's own keys (task, label list, ...). The
+  first run writes it; a later run with a different identity is refused with the keys that
+  differ and both values, instead of skipping the checkpoints and overwriting them.
+  Settings that do not change the weights' meaning (batch size, learning rate, steps) are
+  not part of it, so a run can be resumed with other ones.
+
+Only the chief of a multi-worker run locks and writes; every worker checks the identity.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import json
+import os
+import socket
+import sys
+
+from data_prep import fileio
+
+LOCK_FILE = ".run.lock"
+IDENTITY_FILE = "run_identity.json"
+
+
+class RunDirError(RuntimeError):
+    """output_dir belongs to another run (alive, or of another model); the message says which."""
+
+
+def _describe(lock: dict) -> str:
+    return (f"pid {lock.get('pid')} on host {lock.get('host')!r}, started "
+            f"{lock.get('started')}: {lock.get('command', '?')}")
+
+
+def _read_json(path: str):
+    try:
+        return json.loads(fileio.read_text(path))
+    except (ValueError, OSError):
+        return None
+
+
+class RunDir:
+    """A claimed output_dir; release with `release()` (also at interpreter exit)."""
+
+    def __init__(self, output_dir: str, identity: dict, *, is_chief: bool = True,
+                 flag: str = "--output_dir"):
+        self.output_dir = output_dir
+        self.identity = _normalise(identity)
+        self.is_chief = is_chief
+        self.flag = flag
+        self.lock_path = f"{output_dir.rstrip('/')}/{LOCK_FILE}"
+        self.identity_path = f"{output_dir.rstrip('/')}/{IDENTITY_FILE}"
+        self._locked = False
+
+    # ------------------------------------------------------------------------ lock
+    def _try_create_lock(self) -> bool:
+        record = {"host": socket.gethostname(), "pid": os.getpid(),
+                  "started": datetime.datetime.now().isoformat(timespec="seconds"),
+                  "command": " ".join(sys.argv)[:500]}
+        text = json.dumps(record) + "\n"
+        if fileio.is_url(self.lock_path):
+            # Object stores have no exclusive create: check, then write (best effort).
+            if fileio.exists(self.lock_path):
+                return False
+            fileio.write_text(self.lock_path, text)
+            return True
+        try:
+            fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return True
+
+    def lock(self) -> None:
+        """Takes the lock or raises RunDirError naming the run that holds it."""
+        fileio.makedirs(self.output_dir)
+        for _ in range(3):
+            if self._try_create_lock():
+                self._locked = True
+                atexit.register(self.release)
+                return
+            holder = _read_json(self.lock_path) or {}
+            host, pid = holder.get("host"), holder.get("pid")
+            if host == socket.gethostname() and isinstance(pid, int):
+                if pid == os.getpid():
+                    raise RunDirError(f"{self.flag}={self.output_dir} is already claimed by "
+                                      "this process")
+                if fileio.pid_alive(pid):
+                    raise RunDirError(
+                        f"{self.flag}={self.output_dir} is in use by another run "
+                        f"({_describe(holder)}); wait for it to finish or choose another "
+                        f"{self.flag}")
+                from absl import logging
+
+                logging.warning("Taking over %s from a run that no longer runs (%s)",
+                                self.lock_path, _describe(holder))
+                fileio.remove(self.lock_path)
+                continue
+            if not holder:
+                # Unreadable: a lock being written right now, or garbage. Refuse either way.
+                raise RunDirError(f"{self.lock_path} exists but cannot be read; if no run is "
+                                  f"using {self.output_dir}, delete it")
+            raise RunDirError(
+                f"{self.flag}={self.output_dir} is locked by a run on another host "
+                f"({_describe(holder)}); if that run is gone, delete {self.lock_path}")
+        raise RunDirError(f"could not take the lock {self.lock_path}")
+
+    def release(self) -> None:
+        if not self._locked:
+            return
+        self._locked = False
+        holder = _read_json(self.lock_path) or {}
+        if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+            try:
+                fileio.remove(self.lock_path)
+            except OSError:
+                pass
+
+    # -------------------------------------------------------------------- identity
+    def check_identity(self) -> None:
+        """Raises RunDirError when output_dir holds another model's run; writes ours if new."""
+        stored = _read_json(self.identity_path) if fileio.exists(self.identity_path) else None
+        if fileio.exists(self.identity_path) and stored is None:
+            raise RunDirError(f"{self.identity_path} cannot be read; it records which model "
+                              f"the checkpoints in {self.output_dir} belong to")
+        if stored is None:
+            if self.is_chief:
+                fileio.write_text(self.identity_path,
+                                  json.dumps(self.identity, indent=2, sort_keys=True) + "\n")
+            return
+        differences = _differences(stored, self.identity)
+        if differences:
+            listed = "; ".join(f"{key}: {old!r} there, {new!r} now"
+                               for key, old, new in differences[:8])
+            raise RunDirError(
+                f"{self.flag}={self.output_dir} holds a run of another model ({listed}). "
+                f"Its checkpoints would be overwritten; choose another {self.flag}, or delete "
+                f"the directory if that run is no longer wanted")
+
+
+def _normalise(value):
+    """JSON-shaped copy (tuples -> lists) so identities compare as they are stored."""
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
+def _differences(old, new, prefix=""):
+    """[(dotted key, old value, new value)] where two identity dicts differ."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        name = f"{prefix}{key}"
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.extend(_differences(a, b, name + "."))
+        elif a != b:
+            out.append((name, a, b))
+    return out
+
+
+def claim(output_dir: str, identity: dict, *, is_chief: bool = True,
+          flag: str = "--output_dir") -> RunDir:
+    """Locks output_dir (chief only) and checks its identity; see the module docstring.
+
+    Args:
+      output_dir: the run's directory (created if missing; gs:// works, with a best-effort
+        lock).
+      identity: JSON-serialisable dict of what must not change between runs in this
+        directory (e.g. {"bert_config": ..., "task": ..., "labels": [...]}).
+      is_chief: only the chief locks and writes the identity.
+
+    Returns:
+      The claimed RunDir (release it when done; it is also released at exit).
+    """
+    run_dir = RunDir(output_dir, identity, is_chief=is_chief, flag=flag)
+    if is_chief:
+        run_dir.lock()
+    try:
+        run_dir.check_identity()
+    except BaseException:
+        run_dir.release()
+        raise
+    return run_dir
