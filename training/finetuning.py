@@ -114,6 +114,13 @@ class TaskFamily:
         """The `training.loop.Task` (loss and statistics) for training."""
         raise NotImplementedError
 
+    def build_variables(self, model, max_seq_length: int) -> None:
+        """Creates the model's variables before any tf.function (default: one call on a
+        zero batch of the encoder's [1, max_seq_length] inputs)."""
+        from training import loop
+
+        loop.build_encoder_model(model, max_seq_length)
+
     def dataset(self, split: Split, *, batch_size: int, is_training: bool,
                 input_context=None, seed: int | None = None):
         """Batched features of a split (training: per-replica batch, repeated, shuffled;
@@ -282,7 +289,8 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
         hparams=settings.hparams, max_seq_length=settings.max_seq_length,
         output_dir=directory, num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, train_batch_size=settings.train_batch_size,
-        eval_batch_size=settings.eval_batch_size)
+        eval_batch_size=settings.eval_batch_size,
+        build_fn=lambda model: family.build_variables(model, settings.max_seq_length))
     start_step = runs.restore_or_init(trainer, model, settings.init_checkpoint,
                                       do_train=settings.do_train)
     data_seed = None if seed is None else seed + start_step

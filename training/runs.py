@@ -61,8 +61,13 @@ def finetuning_steps(num_examples: int, train_batch_size: int, num_train_epochs:
 
 def build_trainer(strategy, model_fn: Callable, task, *, hparams: Hyperparameters,
                   max_seq_length: int, output_dir: str, num_train_steps: int,
-                  num_warmup_steps: int, train_batch_size: int, eval_batch_size: int):
+                  num_warmup_steps: int, train_batch_size: int, eval_batch_size: int,
+                  build_fn: Callable | None = None):
     """Builds model and optimizer under the strategy and the shared loop around them.
+
+    Args:
+      build_fn: model -> None, creates the model's variables (default: one call on a zero
+        batch of the encoder's inputs, `training.loop.build_encoder_model`).
 
     Returns:
       (model, trainer): the Keras model from `model_fn()` with its variables created, and a
@@ -73,7 +78,10 @@ def build_trainer(strategy, model_fn: Callable, task, *, hparams: Hyperparameter
 
     with strategy.scope():
         model = model_fn()
-        loop.build_encoder_model(model, max_seq_length)
+        if build_fn is None:
+            loop.build_encoder_model(model, max_seq_length)
+        else:
+            build_fn(model)
         optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=hparams.learning_rate, num_train_steps=max(num_train_steps, 1),
             num_warmup_steps=num_warmup_steps, optimizer=hparams.optimizer,
