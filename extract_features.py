@@ -22,7 +22,7 @@ import json
 import os
 import re
 
-from absl import app, flags
+from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
 
@@ -199,16 +199,24 @@ def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
 
 def main(argv):
     del argv
-    import tensorflow as tf
 
+    from data_prep import fileio, lifecycle
     from data_prep.tokenization import FullTokenizer
     from modeling import checkpoints
     from modeling.encoder import BertEncoder
     from training.distribution import get_strategy
 
+    lifecycle.exit_cleanly_on_signals()
     for name in ("input_file", "output_file", "init_checkpoint"):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required")
+    try:
+        fileio.check_outputs([("--output_file", FLAGS.output_file)],
+                             [("--input_file", FLAGS.input_file),
+                              ("--vocab_file", FLAGS.vocab_file),
+                              ("--bert_config_file", FLAGS.bert_config_file)])
+    except fileio.OutputError as err:
+        raise app.UsageError(str(err)) from None
     layer_indexes = [int(x) for x in FLAGS.layers.split(",")]
     # The strategy first: a mirrored CPU split must happen before TensorFlow sets up devices.
     strategy_name = "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy
@@ -229,15 +237,20 @@ def main(argv):
     report = checkpoints.load_pretrained(FLAGS.init_checkpoint, encoder, partial=True)
     if report.missing:
         raise checkpoints.CheckpointError(report.describe())
-    tf.get_logger().info("%s", report.describe())
+    logging.info("%s", report.describe())
 
     tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=FLAGS.do_lower_case)
     features = convert_examples(read_examples(FLAGS.input_file), FLAGS.max_seq_length,
                                 tokenizer)
-    with tf.io.gfile.GFile(FLAGS.output_file, "w") as writer:
-        for feature, layers in compute_layers(encoder, features, layer_indexes,
-                                              FLAGS.batch_size, strategy, FLAGS.jit_compile):
-            writer.write(feature_json(feature, layers, layer_indexes))
+    logging.info("Computing features of %d examples (layers %s) into %s", len(features),
+                 layer_indexes, FLAGS.output_file)
+    # All or nothing: the JSON lines appear under --output_file only once complete.
+    with fileio.AtomicOutputs([FLAGS.output_file]) as out:
+        with out.open(FLAGS.output_file, "w", newline="\n") as writer:
+            for feature, layers in compute_layers(encoder, features, layer_indexes,
+                                                  FLAGS.batch_size, strategy,
+                                                  FLAGS.jit_compile):
+                writer.write(feature_json(feature, layers, layer_indexes))
 
 
 if __name__ == "__main__":

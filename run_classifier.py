@@ -134,10 +134,14 @@ def main(argv):
     from tasks.classification.data import DataFormatError
     from training.run_dir import RunDirError
 
+    from data_prep import lifecycle
+    from training.checkpointing import CheckpointRestoreError
+
+    lifecycle.exit_cleanly_on_signals()
     try:
         run(run_config_from_flags(FLAGS))
     except (ValueError, FileNotFoundError, DataFormatError, RunDirError,
-            fileio.OutputError) as err:
+            fileio.OutputError, CheckpointRestoreError) as err:
         sys.exit(f"run_classifier.py: error: {err}")
 
 

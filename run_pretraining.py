@@ -13,6 +13,7 @@ configs and calls the libraries:
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 from absl import app, flags, logging
 
@@ -95,9 +96,7 @@ def run(cfg: PretrainingRun) -> dict:
 
     import tensorflow as tf
 
-    from modeling import checkpoints, optimization
-    from modeling.models import BertPretrainer
-    from training import input_pipeline, loop
+    from training import distribution, run_dir
 
     bert_config = runs.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
     replicas = strategy.num_replicas_in_sync
@@ -105,6 +104,20 @@ def run(cfg: PretrainingRun) -> dict:
                      cfg.loop.gradient_accumulation_steps)
     runs.check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
     tf.io.gfile.makedirs(cfg.output_dir)
+    # One run at a time in output_dir, and only runs of this bert_config.
+    claimed = run_dir.claim(cfg.output_dir, {"bert_config": bert_config.to_dict()},
+                            is_chief=distribution.is_chief(strategy))
+    try:
+        return _train_and_evaluate(cfg, strategy, bert_config)
+    finally:
+        claimed.release()
+
+
+def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config) -> dict:
+    """The run itself, in a claimed output_dir: build, restore or init, train, evaluate."""
+    from modeling import checkpoints, optimization
+    from modeling.models import BertPretrainer
+    from training import input_pipeline, loop
 
     with strategy.scope():
         model = BertPretrainer(bert_config)
@@ -151,7 +164,15 @@ def run(cfg: PretrainingRun) -> dict:
 
 def main(argv):
     del argv
-    run(run_config_from_flags(FLAGS))
+    from data_prep import lifecycle
+    from training.checkpointing import CheckpointRestoreError
+    from training.run_dir import RunDirError
+
+    lifecycle.exit_cleanly_on_signals()
+    try:
+        run(run_config_from_flags(FLAGS))
+    except (RunDirError, CheckpointRestoreError, FileNotFoundError) as err:
+        sys.exit(f"run_pretraining.py: error: {err}")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from data_prep import fileio
 from modeling import losses
 from training import checkpointing, distribution, summaries
 
@@ -124,16 +125,15 @@ def eval_metrics(totals, global_step):
 
 
 def write_eval_results(path, results):
-    """Writes "key = value" lines sorted by key, like the original's eval_results.txt."""
-    with tf.io.gfile.GFile(path, "w") as f:
-        for key in sorted(results):
-            f.write(f"{key} = {results[key]}\n")
+    """Writes "key = value" lines sorted by key, like the original's eval_results.txt
+    (all-or-nothing: a temporary renamed into place)."""
+    fileio.write_text(path, "".join(f"{key} = {results[key]}\n" for key in sorted(results)))
 
 
 def read_eval_results(path):
     """Parses an eval_results.txt back into a dict of floats."""
     out = {}
-    with tf.io.gfile.GFile(path) as f:
+    with fileio.open_file(path) as f:
         for line in f:
             if " = " in line:
                 key, value = line.strip().split(" = ", 1)

@@ -1,0 +1,270 @@
+"""Fault injection on the long-running runners: kill -9 and SIGTERM at random moments.
+
+For `run_pretraining.py`, `run_classifier.py` and `extract_features.py`, each started as a
+real subprocess on tiny data and killed (SIGKILL or SIGTERM, seeded random moments spread
+over start-up, training, checkpointing and output writing), then checked:
+
+* only the previous good state or a complete new one exists under final names: the newest
+  checkpoint restores; result files parse completely; extract_features' JSON lines are
+  absent or byte-identical to an uninterrupted run's;
+* no temporary is visible (hidden `.NAME.tmp-*` may remain after kill -9, none after
+  SIGTERM), and no process of the run is left;
+* a rerun succeeds (the lock of a killed run is recovered) and reaches the same result.
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests import test_loop_support as S
+from tests.conftest import TINY_VOCAB, write_vocab
+
+pytestmark = pytest.mark.slow
+
+# (signal, wait for this output first or None): one kill during start-up, the others at
+# random moments after the run reached its main phase.
+KILLS = ((signal.SIGKILL, None), (signal.SIGTERM, "MAIN"), (signal.SIGKILL, "MAIN"),
+         (signal.SIGTERM, "MAIN"), (signal.SIGKILL, "MAIN"))
+
+
+def _start(cmd):
+    return subprocess.Popen(cmd, env=S.runner_env(), cwd=S.REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _kill_at(proc, sig, delay, after=None):
+    """Sends `sig` `delay` s after the output shows `after` (None: after the start), if the
+    process still runs; returns (returncode, output, killed)."""
+    lines, seen = [], threading.Event()
+
+    def drain():
+        for line in proc.stdout:
+            lines.append(line)
+            if after is not None and after in line:
+                seen.set()
+        seen.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    if after is not None:
+        seen.wait(timeout=180)
+    time.sleep(delay)
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(sig)
+    proc.wait(timeout=120)
+    reader.join(timeout=30)
+    return proc.returncode, "".join(lines), killed
+
+
+def _no_process_left(proc):
+    """Neither the process nor anything in its session still runs."""
+    time.sleep(0.2)
+    left = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        session = int(fields[3])
+        if session == proc.pid and fields[0] != "Z":
+            left.append(pid)
+    assert not left, f"processes left behind: {left}"
+
+
+def _visible_temporaries(directory):
+    # TensorFlow's own atomic write of the checkpoint state file (`checkpoint.tmp<hex>`,
+    # renamed over `checkpoint`) may remain after kill -9: no reader looks at it.
+    return [name for root, _, names in os.walk(directory) for name in names
+            if ".tmp" in name and not name.startswith((".", "checkpoint.tmp"))]
+
+
+def _hidden_temporaries(directory):
+    return [name for root, _, names in os.walk(directory) for name in names
+            if name.startswith(".") and ".tmp-" in name]
+
+
+def _schedule(rng, main_marker, start_up, main_phase):
+    """[(signal, marker, delay)]: seeded random moments within each phase."""
+    return [(sig, None, rng.uniform(0.2, start_up)) if marker is None
+            else (sig, main_marker, rng.uniform(0.0, main_phase)) for sig, marker in KILLS]
+
+
+def _check_interrupted(proc, sig, returncode, output, directory):
+    _no_process_left(proc)
+    assert not _visible_temporaries(directory), output[-2000:]
+    if sig == signal.SIGTERM and returncode != 0:
+        # A clean exit: 128 + SIGTERM, temporaries removed, no traceback of our own making.
+        assert returncode in (143, -signal.SIGTERM), output[-3000:]
+        assert not _hidden_temporaries(directory), (_hidden_temporaries(directory),
+                                                    output[-2000:])
+
+
+# ---------------------------------------------------------------------- pretraining
+
+
+@pytest.fixture(scope="module")
+def pretraining_data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fault_pretraining")
+    pattern, _ = S.make_records_with_cli(d, shards=2)
+    return {"pattern": pattern, "config": S.write_config(d / "bert_config.json",
+                                                         vocab_size=120)}
+
+
+def test_run_pretraining_survives_kills(pretraining_data, tmp_path):
+    import tensorflow as tf
+
+    out = tmp_path / "out"
+    flags = dict(input_file=pretraining_data["pattern"], output_dir=out,
+                 bert_config_file=pretraining_data["config"], do_train="true",
+                 do_eval="true", train_batch_size=8, eval_batch_size=8,
+                 max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, num_train_steps=10000,
+                 num_warmup_steps=2, learning_rate=1e-3, save_checkpoints_steps=4,
+                 iterations_per_loop=2, log_steps=4, max_eval_steps=2, seed=1,
+                 distribution_strategy="one_device")
+    rng = random.Random(10)
+    killed = 0
+    for sig, marker, delay in _schedule(rng, "Saved checkpoint", 3.0, 2.0):
+        proc = _start(S.runner_command(**flags))
+        returncode, output, was_killed = _kill_at(proc, sig, delay, marker)
+        killed += was_killed
+        _check_interrupted(proc, sig, returncode, output, out)
+        latest = tf.train.latest_checkpoint(str(out))
+        if latest:  # the newest checkpoint named in the state file is complete
+            reader = tf.train.load_checkpoint(latest)
+            assert reader.get_variable_to_shape_map()
+        if (out / "eval_results.txt").exists():
+            results = {line.split(" = ")[0] for line in
+                       (out / "eval_results.txt").read_text().splitlines()}
+            assert {"global_step", "loss", "masked_lm_accuracy"} <= results
+    assert killed >= 4, "runs finished before their signal: the test checked nothing"
+    # The rerun resumes from the newest checkpoint and finishes 8 steps later.
+    done = int(tf.train.latest_checkpoint(str(out)).rsplit("-", 1)[1])
+    code, log = S.run_runner(**dict(flags, num_train_steps=done + 8))
+    assert code == 0, log[-3000:]
+    assert f"Resumed from {out}/ckpt-{done}" in log
+    assert os.path.basename(tf.train.latest_checkpoint(str(out))) == f"ckpt-{done + 8}"
+    assert not (out / ".run.lock").exists()
+
+
+# ----------------------------------------------------------------------- classifier
+
+
+def _classifier_data(directory, n=48):
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = [f"the {'cat' if i % 2 else 'dog'} sat on a mat .\t{'pos' if i % 2 else 'neg'}"
+            for i in range(n)]
+    for split, k in (("train", n), ("dev", 12), ("test", 12)):
+        (directory / f"{split}.tsv").write_text("text\tlabel\n" + "\n".join(rows[:k]) + "\n",
+                                                encoding="utf-8")
+    return str(directory)
+
+
+def test_run_classifier_survives_kills(tmp_path):
+    """Kills while training (300 epochs: no run ends first), then while evaluating and
+    writing predictions (eval + predict from the trained checkpoint)."""
+    root = tmp_path
+    vocab = write_vocab(root / "vocab.txt")
+    config = S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    data = _classifier_data(root / "data")
+    out = root / "out"
+    flags = dict(task_name="custom", data_dir=data, vocab_file=vocab, bert_config_file=config,
+                 output_dir=out, text_a_column="text", label_column="label",
+                 label_list="neg,pos", do_train="true", do_eval="true", do_predict="true",
+                 max_seq_length=16, train_batch_size=4, eval_batch_size=4,
+                 predict_batch_size=4, num_train_epochs=300.0, learning_rate=1e-3,
+                 save_checkpoints_steps=6, iterations_per_loop=3,
+                 distribution_strategy="one_device", seed=2)
+
+    def command(**overrides):
+        return [sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py")] + [
+            f"--{k}={v}" for k, v in dict(flags, **overrides).items()]
+
+    def check_outputs():
+        if (out / "test_results.tsv").exists():
+            lines = (out / "test_results.tsv").read_text().splitlines()
+            assert len(lines) == 12 and all(len(line.split("\t")) == 2 for line in lines)
+        if (out / "eval_results.txt").exists():
+            keys = [line.split(" = ")[0] for line in
+                    (out / "eval_results.txt").read_text().splitlines()]
+            assert keys == sorted(keys) and "eval_accuracy" in keys
+
+    rng = random.Random(11)
+    killed = 0
+    for sig, marker, delay in _schedule(rng, "Training on", 3.0, 4.0):
+        proc = _start(command())
+        returncode, output, was_killed = _kill_at(proc, sig, delay, marker)
+        killed += was_killed
+        _check_interrupted(proc, sig, returncode, output, out)
+        check_outputs()
+    assert killed >= 4, "runs finished before their signal: the test checked nothing"
+    # Eval + predict only, killed while they run and write.
+    for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL):
+        proc = _start(command(do_train="false"))
+        returncode, output, _ = _kill_at(proc, sig, rng.uniform(0.0, 1.0), "Eval results")
+        _check_interrupted(proc, sig, returncode, output, out)
+        check_outputs()
+    proc = subprocess.run(command(do_train="false"), env=S.runner_env(), cwd=S.REPO_ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    check_outputs()
+    assert (out / "test_results.tsv").exists() and (out / "eval_results.txt").exists()
+    assert not (out / ".run.lock").exists()
+
+
+# ------------------------------------------------------------------ extract_features
+
+
+def test_extract_features_output_is_all_or_nothing(tmp_path):
+    import numpy as np
+
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.encoder import BertEncoder
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    config_path = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    encoder = BertEncoder(BertConfig.from_json_file(config_path))
+    encoder({"input_ids": np.zeros([1, 8], np.int32), "input_mask": np.ones([1, 8], np.int32),
+             "segment_ids": np.zeros([1, 8], np.int32)})
+    ckpt_dir = tmp_path / "ckpt"
+    checkpoints.save_ours(encoder, str(ckpt_dir))
+    lines = [f"the cat sat on the mat number {i} . ||| a dog ran far away ." for i in range(3000)]
+    (tmp_path / "input.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = tmp_path / "features" / "out.jsonl"
+    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "extract_features.py"),
+           f"--input_file={tmp_path / 'input.txt'}", f"--output_file={output}",
+           f"--init_checkpoint={ckpt_dir}", f"--bert_config_file={config_path}",
+           f"--vocab_file={vocab}", "--max_seq_length=32", "--batch_size=8",
+           "--layers=-1,-2"]
+    reference = subprocess.run(cmd, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
+                               text=True, timeout=300, check=False)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    good = output.read_bytes()
+    assert len(good.splitlines()) == 3000 and json.loads(good.splitlines()[-1])
+    output.unlink()
+    rng = random.Random(12)
+    killed = 0
+    for sig, marker, delay in _schedule(rng, "Computing features", 3.0, 1.0):
+        proc = _start(cmd)
+        returncode, log, was_killed = _kill_at(proc, sig, delay, marker)
+        killed += was_killed
+        _check_interrupted(proc, sig, returncode, log, output.parent)
+        assert not output.exists() or output.read_bytes() == good, log[-2000:]
+        if output.exists():
+            output.unlink()
+    assert killed >= 4, "runs finished before their signal: the test checked nothing"
+    rerun = subprocess.run(cmd, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
+                           text=True, timeout=300, check=False)
+    assert rerun.returncode == 0 and output.read_bytes() == good
+    assert not _hidden_temporaries(output.parent)  # the rerun cleaned up after kill -9
