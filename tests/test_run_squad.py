@@ -434,3 +434,26 @@ def test_span_loss_is_the_original_mean_of_start_and_end_cross_entropy():
     assert float(stats["start_correct_sum"]) == float(
         (start.argmax(-1) == sp.reshape(-1)).sum())
 
+
+
+@pytest.mark.slow
+def test_bucketed_predictions_equal_padded_ones(v2_run, env, tmp_path):
+    """Length buckets cut the windows' batches; the span logits, padded back, give the
+    same n-best lists and scores as padding every window to max_seq_length."""
+    import run_squad
+
+    results = {}
+    for name, buckets in (("padded", ()), ("bucketed", (16, 32, SEQ))):
+        out = tmp_path / name
+        results[name] = run_squad.run(_run_config(
+            env, out, predict_file=env["dev_v2"], do_predict=True,
+            version_2_with_negative=True, init_checkpoint=v2_run["dir"],
+            bucket_boundaries=buckets))
+        results[name]["nbest"] = _load(out / "nbest_predictions.json")
+    padded, bucketed = results["padded"], results["bucketed"]
+    assert list(bucketed["nbest"]) == list(padded["nbest"])
+    for qid, entries in padded["nbest"].items():
+        assert [e["text"] for e in bucketed["nbest"][qid]] == [e["text"] for e in entries]
+        np.testing.assert_allclose([e["start_logit"] for e in bucketed["nbest"][qid]],
+                                   [e["start_logit"] for e in entries], atol=1e-5)
+    assert bucketed["eval"] == pytest.approx(padded["eval"])

@@ -59,7 +59,25 @@ class FinetuningRun:
     hparams: runs.Hyperparameters = runs.Hyperparameters(learning_rate=5e-5)
     seeds: tuple = (None,)
     keep_best_checkpoint: bool = False
+    bucket_boundaries: tuple = ()
     runtime: common_flags.RuntimeConfig = common_flags.RuntimeConfig("")
+
+
+@dataclasses.dataclass(frozen=True)
+class InputOptions:
+    """How every split of a run is read (set by `run` before `prepare`).
+
+    Attributes:
+      max_seq_length: the padded length of the records.
+      bucket_boundaries: length buckets (`input_pipeline.RecordsConfig`); () pads every
+        batch to max_seq_length.
+      vocab_size, type_vocab_size: the model's tables, checked against the records' ids.
+    """
+
+    max_seq_length: int = 128
+    bucket_boundaries: tuple = ()
+    vocab_size: int | None = None
+    type_vocab_size: int | None = None
 
 
 @dataclasses.dataclass
@@ -97,6 +115,7 @@ class TaskFamily:
     """
 
     name = "task"
+    input_options = InputOptions()
 
     def identity(self) -> dict:
         """What must not change between runs in one output_dir (task, labels, ...)."""
@@ -121,11 +140,38 @@ class TaskFamily:
 
         loop.build_encoder_model(model, max_seq_length)
 
+    def records(self, split: Split):
+        """The split's `input_pipeline.RecordsConfig` (files, parse spec, per-token
+        features); seed, buckets and id checks are added from `input_options`."""
+        raise NotImplementedError
+
     def dataset(self, split: Split, *, batch_size: int, is_training: bool,
                 input_context=None, seed: int | None = None):
         """Batched features of a split (training: per-replica batch, repeated, shuffled;
-        otherwise: the GLOBAL batch, read once in order, static batch shape)."""
-        raise NotImplementedError
+        otherwise: the GLOBAL batch, read once, `example_index` per row, static batch
+        shape), length-bucketed as `input_options` say."""
+        from training import input_pipeline
+
+        options = self.input_options
+        config = dataclasses.replace(
+            self.records(split), seed=seed, bucket_boundaries=options.bucket_boundaries,
+            vocab_size=options.vocab_size, type_vocab_size=options.type_vocab_size)
+        return input_pipeline.finetuning_records(
+            config, batch_size=batch_size, is_training=is_training,
+            input_context=input_context, drop_remainder=is_training,
+            pad_to_batch=not is_training)
+
+    def predict_outputs(self, trainer, split: Split, batch_size: int, *, output_keys,
+                        feature_keys=(), sequence_keys=()) -> dict:
+        """`trainer.predict` over a split, rows back in input order, padding rows dropped,
+        per-token `sequence_keys` padded back to max_seq_length."""
+        from training import input_pipeline
+
+        return trainer.predict(
+            self.dataset(split, batch_size=batch_size, is_training=False),
+            output_keys=output_keys, feature_keys=feature_keys,
+            order_key=input_pipeline.EXAMPLE_INDEX, sequence_keys=sequence_keys,
+            sequence_length=self.input_options.max_seq_length)
 
     def primary_metric(self) -> str:
         """The eval_results key `--seeds` and `--keep_best_checkpoint` maximise."""
@@ -246,6 +292,9 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
                      settings.hparams.gradient_accumulation_steps)
     runs.check_batch("eval_batch_size", settings.eval_batch_size, replicas)
     runs.check_batch("predict_batch_size", settings.predict_batch_size, replicas)
+    family.input_options = InputOptions(
+        max_seq_length=settings.max_seq_length, bucket_boundaries=settings.bucket_boundaries,
+        vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size)
     chief = distribution.is_chief(strategy)
     claimed = run_dir.claim(settings.output_dir,
                             {"bert_config": bert_config.to_dict(), **family.identity()},

@@ -105,6 +105,13 @@ def define_finetuning_flags():
     d(flags.DEFINE_bool, "keep_best_checkpoint", False,
       "Evaluate on dev at every checkpoint and keep the best one (primary metric) in "
       "output_dir/best; eval and predict then use it.")
+    d(flags.DEFINE_bool, "bucket_by_length", True,
+      "Batch examples of similar length together and cut each batch to its length bucket "
+      "(same results, much less padding). false: pad every batch to max_seq_length, the "
+      "original's way. Off by default under the tpu strategy (static shapes).")
+    d(flags.DEFINE_list, "bucket_boundaries", [],
+      "Padded lengths of the length buckets, e.g. 32,64,128 (max_seq_length is always the "
+      "last). Empty: powers of two from 16, then max_seq_length.")
 
 
 def parse_seeds(values=FLAGS) -> tuple:
@@ -211,6 +218,7 @@ def finetuning_run(values=FLAGS, *, max_seq_length: int | None = None):
         keep_checkpoint_max=values.keep_checkpoint_max, dtype=values.dtype,
         jit_compile=values.jit_compile)
     return finetuning.FinetuningRun(
+        bucket_boundaries=bucket_boundaries(values, max_seq_length),
         vocab_file=values.vocab_file, bert_config_file=values.bert_config_file,
         output_dir=values.output_dir, init_checkpoint=values.init_checkpoint,
         do_lower_case=values.do_lower_case, max_seq_length=max_seq_length,
@@ -221,3 +229,29 @@ def finetuning_run(values=FLAGS, *, max_seq_length: int | None = None):
         warmup_proportion=values.warmup_proportion, hparams=hparams,
         seeds=parse_seeds(values), keep_best_checkpoint=values.keep_best_checkpoint,
         runtime=runtime_config(values))
+
+
+def bucket_boundaries(values, max_seq_length: int) -> tuple:
+    """--bucket_by_length / --bucket_boundaries as the run's buckets (() = off)."""
+    from training import input_pipeline
+
+    runtime = runtime_config(values)
+    on = values.bucket_by_length
+    if runtime.distribution_strategy == "tpu" and not values["bucket_by_length"].present:
+        on = False  # TPUs want one static shape unless asked otherwise.
+    if not on:
+        if values.bucket_boundaries:
+            raise flags.ValidationError("--bucket_boundaries needs --bucket_by_length")
+        return ()
+    if values.bucket_boundaries:
+        try:
+            given = [int(v) for v in values.bucket_boundaries]
+        except ValueError:
+            raise flags.ValidationError(
+                f"--bucket_boundaries={','.join(values.bucket_boundaries)}: integers "
+                "expected") from None
+        try:
+            return input_pipeline.check_bucket_boundaries(given, max_seq_length)
+        except ValueError as err:
+            raise flags.ValidationError(str(err)) from None
+    return input_pipeline.default_bucket_boundaries(max_seq_length)

@@ -195,6 +195,13 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
 # --- Fine-tuning records (each task family's schema lives in its tasks/ package) --------------
 
 
+# The row number of each eval/predict example, added by `finetuning_records` so that
+# predictions can be put back in input order (buckets batch examples out of order) and
+# padding rows (-1) dropped.
+EXAMPLE_INDEX = "example_index"
+ENCODER_SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
 @dataclasses.dataclass(frozen=True)
 class RecordsConfig:
     """A fine-tuning split's TFRecord file(s) and how to read them.
@@ -204,12 +211,65 @@ class RecordsConfig:
       parse_spec: the `tf.io.parse_example` spec of the task's record schema.
       shuffle_buffer: training shuffle buffer (the original: 100).
       seed: shuffle seed (reproducible order).
+      sequence_features: the per-token features (last axis = max_seq_length) that length
+        bucketing cuts to the bucket's length.
+      bucket_boundaries: padded lengths, ascending, the last one max_seq_length; each batch
+        holds examples of one bucket (real length <= its boundary, > the previous one) and
+        is cut to that length. Empty: every batch padded to max_seq_length (the
+        original's way).
+      vocab_size, type_vocab_size: the model's table sizes; an id outside them fails with
+        a message naming the feature and the bert_config key (None: not checked).
     """
 
     input_patterns: Sequence[str]
     parse_spec: dict
     shuffle_buffer: int = 100
     seed: int | None = None
+    sequence_features: Sequence[str] = ENCODER_SEQUENCE_FEATURES
+    bucket_boundaries: Sequence[int] = ()
+    vocab_size: int | None = None
+    type_vocab_size: int | None = None
+
+
+def default_bucket_boundaries(max_seq_length: int) -> tuple[int, ...]:
+    """Powers of two from 16 below max_seq_length, then max_seq_length: (16, 32, 64, 128)."""
+    out, length = [], 16
+    while length < max_seq_length:
+        out.append(length)
+        length *= 2
+    return tuple(out) + (int(max_seq_length),)
+
+
+def check_bucket_boundaries(boundaries: Sequence[int], max_seq_length: int) -> tuple:
+    """Sorted, unique boundaries ending at max_seq_length; ValueError naming the flag."""
+    values = sorted({int(b) for b in boundaries})
+    if not values or values[0] < 1 or values[-1] > max_seq_length:
+        raise ValueError(f"--bucket_boundaries={','.join(map(str, boundaries))}: lengths must "
+                         f"be in [1, --max_seq_length={max_seq_length}]")
+    if values[-1] != max_seq_length:
+        values.append(int(max_seq_length))
+    return tuple(values)
+
+
+def _check_ids(example, config):
+    """Fails on ids the model's tables do not have, naming the feature and config key."""
+    checks = []
+    if config.vocab_size is not None and "input_ids" in example:
+        checks.append(tf.debugging.assert_less(
+            example["input_ids"], tf.constant(config.vocab_size, example["input_ids"].dtype),
+            message=f"input_ids holds an id >= vocab_size={config.vocab_size} of "
+                    f"bert_config.json: the records {list(config.input_patterns)[:2]} were "
+                    "made with another vocab.txt"))
+    if config.type_vocab_size is not None and "segment_ids" in example:
+        checks.append(tf.debugging.assert_less(
+            example["segment_ids"],
+            tf.constant(config.type_vocab_size, example["segment_ids"].dtype),
+            message=f"segment_ids holds an id >= type_vocab_size={config.type_vocab_size} "
+                    "of bert_config.json"))
+    if not checks:
+        return example
+    with tf.control_dependencies(checks):
+        return {name: tf.identity(t) for name, t in example.items()}
 
 
 def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: bool,
@@ -220,19 +280,30 @@ def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: b
 
     Shared by the fine-tuning tasks: their files are small, so they are sharded by record
     (not by file) across input pipelines, in the order given. Training repeats and
-    shuffles; evaluation and prediction read the records once, in order.
+    shuffles; evaluation and prediction read the records once and add `example_index`
+    (the row number; -1 on padding rows).
+
+    With `config.bucket_boundaries`, each batch holds examples of one length bucket and
+    its per-token features are cut to the bucket's length (attention masks make the
+    padding inert: the results equal padding to max_seq_length). Training keeps a proper
+    shuffle: examples are shuffled first, then each bucket fills its batch in that order,
+    so buckets mix across the epoch. Evaluation and prediction batches come bucket by
+    bucket, out of input order: `TrainingLoop.predict(..., order_key=EXAMPLE_INDEX)` puts
+    the rows back.
 
     Args:
-      config: files, schema, shuffling.
+      config: files, schema, shuffling, bucketing.
       batch_size: per-replica batch for training (`input_context.get_per_replica_batch_size`);
         for `TrainingLoop.predict` the GLOBAL batch.
       is_training: shuffle and repeat forever.
       input_context: shards the records across input pipelines (training).
       drop_remainder: drop a last short batch (static shapes).
-      pad_to_batch: pad a last short batch with all-zero rows to `batch_size` instead.
+      pad_to_batch: pad a last short batch (with bucketing: each bucket's last batch) with
+        all-zero rows (`example_index` -1) to `batch_size` instead.
 
     Returns:
-      Dataset of dicts of the schema's features (int64 on disk -> int32).
+      Dataset of dicts of the schema's features (int64 on disk -> int32) plus, when not
+      training, int32 [batch] `example_index`.
     """
     files = list_files(config.input_patterns)
     deterministic = config.seed is not None or not is_training
@@ -244,28 +315,88 @@ def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: b
     if is_training:
         dataset = dataset.repeat()
         dataset = dataset.shuffle(config.shuffle_buffer, seed=config.seed)
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    dataset = dataset.map(lambda s: _parse_batch(s, spec), num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=deterministic)
-    if pad_to_batch:
-        dataset = dataset.map(lambda b: _pad_batch(b, batch_size))
+    else:
+        dataset = dataset.enumerate()
+    if config.bucket_boundaries:
+        dataset = _bucketed(dataset, config, batch_size, is_training,
+                            drop_remainder=drop_remainder or is_training,
+                            pad_to_batch=pad_to_batch and not is_training,
+                            deterministic=deterministic)
+    else:
+        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+        dataset = dataset.map(lambda *b: _parse_rows(b, spec, config, is_training),
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+        if pad_to_batch:
+            dataset = dataset.map(lambda b: _pad_batch(b, batch_size))
     options = tf.data.Options()
     options.deterministic = deterministic
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
+def _parse_rows(rows, spec, config, is_training, single=False):
+    """(serialized,) or (index, serialized), a batch or (`single`) one record -> parsed dict
+    (+ example_index when not training), ids checked against the model's tables."""
+    index, serialized = (None, rows[0]) if is_training else rows
+    if single:
+        parsed = tf.io.parse_single_example(serialized, spec)
+        out = {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
+               for name, t in parsed.items()}
+    else:
+        out = _parse_batch(serialized, spec)
+    if index is not None:
+        out[EXAMPLE_INDEX] = tf.cast(index, tf.int32)
+    return _check_ids(out, config)
+
+
+def _example_length(example):
+    """Real tokens of an example (for [choices, seq] inputs: its longest choice)."""
+    mask = example["input_mask"]
+    return tf.reduce_max(tf.reshape(tf.reduce_sum(mask, axis=-1), [-1]))
+
+
+def _bucketed(dataset, config, batch_size, is_training, *, drop_remainder, pad_to_batch,
+              deterministic):
+    boundaries = tf.constant(list(config.bucket_boundaries), tf.int32)
+
+    def parse(*row):
+        return _parse_rows(row, config.parse_spec, config, is_training, single=True)
+
+    def bucket(example):
+        length = _example_length(example)
+        index = tf.searchsorted(boundaries, tf.reshape(length, [1]), side="left")[0]
+        return tf.cast(tf.minimum(index, len(config.bucket_boundaries) - 1), tf.int64)
+
+    def cut(key, batch):
+        length = tf.gather(boundaries, key)
+        out = {}
+        for name, t in batch.items():
+            out[name] = t[..., :length] if name in config.sequence_features else t
+        return out
+
+    def batch_window(key, window):
+        batched = window.batch(batch_size, drop_remainder=drop_remainder)
+        if pad_to_batch:
+            batched = batched.map(lambda b: _pad_batch(b, batch_size))
+        return batched.map(lambda b: cut(key, b))
+
+    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=deterministic)
+    return dataset.group_by_window(bucket, batch_window, window_size=batch_size)
+
+
 def _pad_batch(batch, batch_size):
     """Pads a (last, short) batch to `batch_size` rows of zeros; static batch dimension.
 
-    Zero rows carry no example: a task drops them by a feature no real row has zero
-    (SQuAD's `unique_ids` start at 1000000000; `is_real_example` is 1 for real rows).
+    Zero rows carry no example: `example_index` is -1 on them, and a task can also drop
+    them by a feature no real row has zero (SQuAD's `unique_ids` start at 1000000000;
+    `is_real_example` is 1 for real rows).
     """
     out = {}
     for name, t in batch.items():
         missing = batch_size - tf.shape(t)[0]
         paddings = [[0, missing]] + [[0, 0]] * (t.shape.rank - 1)
-        padded = tf.pad(t, paddings)
+        padded = tf.pad(t, paddings, constant_values=-1 if name == EXAMPLE_INDEX else 0)
         out[name] = tf.ensure_shape(padded, [batch_size] + t.shape.as_list()[1:])
     return out
 

@@ -478,13 +478,14 @@ class TrainingLoop:
         return self.strategy.run(self._predict_replica, args=(batch, output_keys, feature_keys))
 
     def predict(self, dataset: tf.data.Dataset, *, output_keys: Sequence[str] | None = None,
-                feature_keys: Sequence[str] = ()) -> dict:
+                feature_keys: Sequence[str] = (), order_key: str | None = None,
+                sequence_keys: Sequence[str] = (), sequence_length: int | None = None) -> dict:
         """Batched forward pass over a finite dataset; numpy results in input order.
 
-        Use fixed-size batches (`drop_remainder=True`, static shapes for TPU and XLA) and
-        pad the data to a whole number of batches with `is_real_example=0` rows, as the
-        original does on TPU (`tasks.classification.data.pad_examples`); drop those rows
-        from the result with the returned `is_real_example`.
+        Use fixed-size batches (static shapes for TPU and XLA) and pad the data to whole
+        batches, with `is_real_example=0` rows (`tasks.classification.data.pad_examples`,
+        as the original does on TPU) or all-zero rows (`input_pipeline.finetuning_records`'
+        `pad_to_batch`); drop those rows from the result.
 
         Args:
           dataset: GLOBALLY batched features (each batch is split across the replicas in
@@ -492,12 +493,21 @@ class TrainingLoop:
           output_keys: model outputs to return (default: all).
           feature_keys: features passed through (e.g. "label_ids", "is_real_example"),
             returned under their own names.
+          order_key: a passed-through feature holding each row's input position (e.g.
+            `input_pipeline.EXAMPLE_INDEX`, -1 on padding rows): the rows come back sorted
+            by it, padding rows dropped. Needed when batches come out of input order
+            (length bucketing).
+          sequence_keys, sequence_length: outputs or features whose axis 1 is the sequence
+            (e.g. span logits [batch, seq]); batches cut to a bucket's length are padded
+            back to `sequence_length` with zeros so that all rows line up.
 
         Returns:
-          {name: numpy array [num_rows, ...]} with rows in dataset order.
+          {name: numpy array [num_rows, ...]} with rows in dataset (or `order_key`) order.
         """
         output_keys = None if output_keys is None else tuple(output_keys)
         feature_keys = tuple(feature_keys)
+        if order_key is not None and order_key not in feature_keys:
+            feature_keys += (order_key,)
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = \
             tf.data.experimental.AutoShardPolicy.OFF
@@ -512,8 +522,25 @@ class TrainingLoop:
         out = {}
         for key, parts in chunks.items():
             name = key[len("features/"):] if key.startswith("features/") else key
+            if name in sequence_keys and sequence_length is not None:
+                parts = [_pad_axis_1(p, sequence_length) for p in parts]
             out[name] = np.concatenate(parts, axis=0)
+        if order_key is not None and out:
+            position = out[order_key].reshape(-1)
+            keep = np.flatnonzero(position >= 0)
+            keep = keep[np.argsort(position[keep], kind="stable")]
+            out = {name: value[keep] for name, value in out.items()}
         return out
+
+
+def _pad_axis_1(array: np.ndarray, length: int) -> np.ndarray:
+    """Zero-pads axis 1 of `array` to `length` (a batch cut to its length bucket)."""
+    missing = length - array.shape[1]
+    if missing <= 0:
+        return array
+    pad = [(0, 0)] * array.ndim
+    pad[1] = (0, missing)
+    return np.pad(array, pad)
 
 
 class PretrainingLoop(TrainingLoop):

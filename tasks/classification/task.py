@@ -221,21 +221,20 @@ class ClassificationFamily(finetuning.TaskFamily):
     def loop_task(self):
         return self._task
 
-    def dataset(self, split, *, batch_size, is_training, input_context=None, seed=None):
-        config = ClassifierInputConfig((split.data.record_file,), self.max_seq_length,
-                                       self.is_regression, seed=seed)
-        return classifier_dataset(config, batch_size=batch_size, is_training=is_training,
-                                  input_context=input_context)
+    def records(self, split):
+        return input_pipeline.RecordsConfig(
+            (split.data.record_file,),
+            data.classifier_parse_spec(self.max_seq_length, self.is_regression))
 
     def primary_metric(self) -> str:
         return "eval_" + metrics.primary_metric_name(self.settings.task_name,
                                                      self.is_regression)
 
     def _predict(self, trainer, split):
-        batch = self._batch_sizes[split.name]
-        return trainer.predict(self.dataset(split, batch_size=batch, is_training=False),
-                               output_keys=("logits",),
-                               feature_keys=("label_ids", "is_real_example"))
+        """Logits, labels and is_real_example of every record, in input order."""
+        return self.predict_outputs(trainer, split, self._batch_sizes[split.name],
+                                    output_keys=("logits",),
+                                    feature_keys=("label_ids", "is_real_example"))
 
     def evaluate(self, trainer, split, *, step, run_dir, write):
         del run_dir, write  # eval_results.txt is written by the driver

@@ -213,10 +213,10 @@ class SquadFamily(finetuning.TaskFamily):
     def loop_task(self):
         return SpanTask()
 
-    def dataset(self, split, *, batch_size, is_training, input_context=None, seed=None):
-        config = SquadInputConfig((split.data.record_file,), self.max_seq_length, seed=seed)
-        return squad_dataset(config, batch_size=batch_size, is_training=is_training,
-                             input_context=input_context)
+    def records(self, split):
+        is_training = split.name == "train"
+        spec = data.squad_schema(is_training).parse_spec(max_seq_length=self.max_seq_length)
+        return input_pipeline.RecordsConfig((split.data.record_file,), spec)
 
     def primary_metric(self) -> str:
         return "f1"
@@ -224,9 +224,10 @@ class SquadFamily(finetuning.TaskFamily):
     def _logits(self, trainer, split, batch_size):
         """(unique ids, start logits, end logits) of every window, padding rows dropped."""
         prepared = split.data
-        out = trainer.predict(self.dataset(split, batch_size=batch_size, is_training=False),
-                              output_keys=("start_logits", "end_logits"),
-                              feature_keys=("unique_ids",))
+        out = self.predict_outputs(trainer, split, batch_size,
+                                   output_keys=("start_logits", "end_logits"),
+                                   feature_keys=("unique_ids",),
+                                   sequence_keys=("start_logits", "end_logits"))
         unique_ids = out["unique_ids"].reshape(-1)
         known = {f.unique_id for f in prepared.features}
         keep = [i for i, u in enumerate(unique_ids) if int(u) in known]  # drops padding

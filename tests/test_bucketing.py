@@ -1,0 +1,193 @@
+"""Length bucketing (training/input_pipeline.py `finetuning_records`, issue 14): every
+example once, cut to its bucket, input order restored, and the same predictions and
+metrics as padding every batch to max_seq_length, through the real runners.
+"""
+
+import os
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_prep import features as features_lib
+from tests import test_loop_support as S
+from tests.conftest import TINY_VOCAB, write_vocab
+from training import input_pipeline
+
+SEQ = 32
+WORDS = ["the", "a", "big", "red", "far", "away", "sat", "ran", "on", "in", "to", "and",
+         "cat", "dog", "mat", "home"]
+
+
+def _records(path, lengths):
+    """Classifier-like records: real length per example, label = length % 2."""
+    schema = features_lib.RecordSchema("test", (
+        features_lib.FeatureSpec("input_ids", "int64", "max_seq_length"),
+        features_lib.FeatureSpec("input_mask", "int64", "max_seq_length"),
+        features_lib.FeatureSpec("segment_ids", "int64", "max_seq_length"),
+        features_lib.FeatureSpec("label_ids", "int64", 1),
+    ))
+    encoder = schema.encoder(max_seq_length=SEQ)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i, length in enumerate(lengths):
+            ids = [2] + [7 + (i + j) % 40 for j in range(length - 2)] + [3]
+            writer.write(encoder.encode({
+                "input_ids": ids + [0] * (SEQ - length), "input_mask": [1] * length +
+                [0] * (SEQ - length), "segment_ids": [0] * SEQ, "label_ids": [length % 2]}))
+    return schema.parse_spec(max_seq_length=SEQ)
+
+
+def test_eval_batches_hold_every_example_once_cut_to_its_bucket(tmp_path):
+    rng = random.Random(0)
+    lengths = [rng.randint(3, SEQ) for _ in range(53)]
+    spec = _records(tmp_path / "r.tfrecord", lengths)
+    config = input_pipeline.RecordsConfig((str(tmp_path / "r.tfrecord"),), spec,
+                                          bucket_boundaries=(8, 16, SEQ))
+    seen = {}
+    for batch in input_pipeline.finetuning_records(config, batch_size=4, is_training=False,
+                                                   drop_remainder=False, pad_to_batch=True):
+        width = batch["input_ids"].shape[1]
+        assert batch["input_ids"].shape[0] == 4 and width in (8, 16, SEQ)
+        for row in range(4):
+            index = int(batch[input_pipeline.EXAMPLE_INDEX][row])
+            if index < 0:
+                assert int(tf.reduce_sum(batch["input_mask"][row])) == 0  # a padding row
+                continue
+            length = int(tf.reduce_sum(batch["input_mask"][row]))
+            assert length == lengths[index] and width == min(b for b in (8, 16, SEQ)
+                                                              if b >= length)
+            assert index not in seen
+            seen[index] = batch["input_ids"][row, :length].numpy().tolist()
+    assert sorted(seen) == list(range(len(lengths)))
+
+
+def test_training_batches_are_static_and_buckets_mix(tmp_path):
+    rng = random.Random(1)
+    lengths = [rng.randint(3, SEQ) for _ in range(200)]
+    spec = _records(tmp_path / "r.tfrecord", lengths)
+    config = input_pipeline.RecordsConfig((str(tmp_path / "r.tfrecord"),), spec, seed=3,
+                                          bucket_boundaries=(8, 16, SEQ))
+    widths = []
+    for batch in input_pipeline.finetuning_records(config, batch_size=4,
+                                                   is_training=True).take(60):
+        assert batch["input_ids"].shape[0] == 4
+        widths.append(batch["input_ids"].shape[1])
+        assert int(tf.reduce_max(tf.reduce_sum(batch["input_mask"], -1))) <= widths[-1]
+    # A proper shuffle: every bucket appears early and late, not one bucket after another.
+    assert set(widths[:20]) == set(widths[-20:]) == {8, 16, SEQ}
+    changes = sum(a != b for a, b in zip(widths, widths[1:]))
+    assert changes > 20
+
+
+def test_ids_outside_the_models_tables_name_the_feature(tmp_path):
+    spec = _records(tmp_path / "r.tfrecord", [10, 12])
+    for buckets in ((), (16, SEQ)):
+        config = input_pipeline.RecordsConfig((str(tmp_path / "r.tfrecord"),), spec,
+                                              bucket_boundaries=buckets, vocab_size=10)
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"input_ids holds an id >= vocab_size=10 of bert_config"):
+            list(input_pipeline.finetuning_records(config, batch_size=2, is_training=False))
+
+
+def test_default_and_given_boundaries():
+    assert input_pipeline.default_bucket_boundaries(128) == (16, 32, 64, 128)
+    assert input_pipeline.default_bucket_boundaries(384) == (16, 32, 64, 128, 256, 384)
+    assert input_pipeline.check_bucket_boundaries([64, 32], 128) == (32, 64, 128)
+    with pytest.raises(ValueError, match="--bucket_boundaries=300"):
+        input_pipeline.check_bucket_boundaries([300], 128)
+
+
+# ------------------------------------------------------------- through the runners
+
+
+def _sentence(rng):
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 26))) + " ."
+
+
+@pytest.fixture(scope="module")
+def classifier_env(tmp_path_factory):
+    import run_classifier as rc
+    from tasks.classification import data as cd
+    from training import flags as common_flags
+
+    root = tmp_path_factory.mktemp("bucketing")
+    rng = random.Random(2)
+    data = root / "data"
+    data.mkdir()
+    rows = [(_sentence(rng), _sentence(rng)) for _ in range(43)]
+    for split in ("train", "dev", "test"):
+        lines = ["a\tb\tlabel"] + [f"{a}\t{b}\t{'yes' if 'cat' in a else 'no'}"
+                                   for a, b in rows]
+        (data / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = {"vocab": write_vocab(root / "vocab.txt"),
+           "config": S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB))}
+
+    def make(out, **overrides):
+        values = dict(task_name="custom", data_dir=str(data), vocab_file=env["vocab"],
+                      bert_config_file=env["config"], output_dir=str(out),
+                      max_seq_length=SEQ, do_train=False, do_eval=True, do_predict=True,
+                      train_batch_size=4, eval_batch_size=5, predict_batch_size=5,
+                      learning_rate=1e-3, num_train_epochs=2.0,
+                      custom=cd.CustomDataConfig(text_a_column="a", text_b_column="b",
+                                                 label_column="label", labels=("no", "yes")),
+                      runtime=common_flags.RuntimeConfig("one_device", seed=4))
+        values.update(overrides)
+        return rc.make_run(**values)
+
+    trained = root / "trained"
+    rc.run(make(trained, do_train=True, do_eval=False, do_predict=False,
+                bucket_boundaries=(8, 16, SEQ)))
+    return {"root": root, "make": make, "trained": str(trained)}
+
+
+def _results(directory):
+    from training import loop
+
+    probs = np.loadtxt(os.path.join(directory, "test_results.tsv"), delimiter="\t")
+    return loop.read_eval_results(os.path.join(directory, "eval_results.txt")), probs
+
+
+def test_classifier_results_equal_with_and_without_buckets(classifier_env):
+    import run_classifier as rc
+
+    root, make = classifier_env["root"], classifier_env["make"]
+    rc.run(make(root / "padded", init_checkpoint=classifier_env["trained"]))
+    rc.run(make(root / "bucketed", init_checkpoint=classifier_env["trained"],
+                bucket_boundaries=(8, 16, SEQ)))
+    padded, bucketed = _results(root / "padded"), _results(root / "bucketed")
+    assert padded[1].shape == (43, 2)
+    np.testing.assert_allclose(bucketed[1], padded[1], atol=2e-6)
+    assert bucketed[0] == pytest.approx(padded[0], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_mirrored_bucketed_predictions_equal_one_device(classifier_env):
+    """The CLI (bucketing on by default) over 2 logical CPU replicas: the same predictions,
+    in the same order, as one device."""
+    import subprocess
+    import sys
+
+    import run_classifier as rc
+
+    root, make = classifier_env["root"], classifier_env["make"]
+    cfg = make(root / "one", init_checkpoint=classifier_env["trained"], eval_batch_size=4,
+               predict_batch_size=4, bucket_boundaries=(16, SEQ))
+    rc.run(cfg)
+    run, task = cfg.finetuning, cfg.task
+    flags = dict(task_name="custom", data_dir=task.data_dir, vocab_file=run.vocab_file,
+                 bert_config_file=run.bert_config_file, output_dir=root / "two",
+                 init_checkpoint=classifier_env["trained"], max_seq_length=SEQ,
+                 do_eval="true", do_predict="true", eval_batch_size=4, predict_batch_size=4,
+                 text_a_column="a", text_b_column="b", label_column="label",
+                 label_list="no,yes", bucket_boundaries="16", distribution_strategy="mirrored",
+                 num_cpu_devices=2)
+    proc = subprocess.run([sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py")] +
+                          [f"--{k}={v}" for k, v in flags.items()], env=S.runner_env(),
+                          cwd=S.REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "with 2 replica(s)" in proc.stdout + proc.stderr
+    one, two = _results(root / "one"), _results(root / "two")
+    np.testing.assert_allclose(two[1], one[1], atol=2e-6)
+    assert two[0] == pytest.approx(one[0], rel=1e-5)
