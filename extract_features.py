@@ -54,6 +54,9 @@ def define_flags():
     flags.DEFINE_string("master", None, "TPU name / address when --use_tpu.")
     flags.DEFINE_integer("num_tpu_cores", 8, "Unused (the TPU strategy finds its cores).")
     flags.DEFINE_bool("use_one_hot_embeddings", False, "Unused (same numbers either way).")
+    from training import flags as common_flags
+
+    common_flags.define_bucketing_flags()
 
 
 @dataclasses.dataclass
@@ -117,39 +120,76 @@ def convert_examples(examples: list, seq_length: int, tokenizer) -> list:
 
 
 def compute_layers(encoder, features: list, layer_indexes: list, batch_size: int,
-                   strategy=None, jit_compile: bool = False):
-    """Yields (feature, float32 array [len(layer_indexes), seq_length, hidden]) in input order."""
+                   strategy=None, jit_compile: bool = False, bucket_boundaries=(),
+                   window_batches: int = 32):
+    """Yields (feature, float32 array [len(layer_indexes), length, hidden]) in input order.
+
+    `length` is the padded length of the feature's batch: max_seq_length, or with
+    `bucket_boundaries` the smallest boundary that holds it (attention masks make the
+    padding inert, so the vectors of the real tokens are the same). Bucketing works on
+    windows of `window_batches` batches, so memory stays bounded and lines stream out in
+    input order.
+    """
     import numpy as np
     import tensorflow as tf
 
     strategy = strategy or tf.distribute.get_strategy()
-    data = {
-        "input_ids": np.array([f.input_ids for f in features], np.int32),
-        "input_mask": np.array([f.input_mask for f in features], np.int32),
-        "segment_ids": np.array([f.input_type_ids for f in features], np.int32),
-        "index": np.arange(len(features), dtype=np.int32),
-    }
-    dataset = tf.data.Dataset.from_tensor_slices(data).batch(batch_size)
-    dataset = strategy.experimental_distribute_dataset(dataset)
+    seq_length = len(features[0].input_ids) if features else 0
+    boundaries = tuple(bucket_boundaries) or (seq_length,)
 
     def forward(batch):
-        outputs = encoder({k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")},
-                          training=False)["encoder_outputs"]
-        picked = tf.stack([tf.cast(outputs[i], tf.float32) for i in layer_indexes], axis=1)
-        return batch["index"], picked
+        outputs = encoder(batch, training=False)["encoder_outputs"]
+        return tf.stack([tf.cast(outputs[i], tf.float32) for i in layer_indexes], axis=1)
 
     forward_fn = tf.function(forward, jit_compile=jit_compile)
 
     @tf.function
     def step(batch):
-        index, picked = strategy.run(forward_fn, args=(batch,))
-        return strategy.gather(index, axis=0), strategy.gather(picked, axis=0)
+        return strategy.gather(strategy.run(forward_fn, args=(batch,)), axis=0)
 
-    for batch in dataset:
-        index, picked = step(batch)
-        index, picked = index.numpy(), picked.numpy()
-        for row in np.argsort(index, kind="stable"):
-            yield features[int(index[row])], picked[row]
+    def run_batch(rows, length):
+        arrays = {
+            "input_ids": [f.input_ids[:length] for f in rows],
+            "input_mask": [f.input_mask[:length] for f in rows],
+            "segment_ids": [f.input_type_ids[:length] for f in rows],
+        }
+        # Pad a short batch to batch_size rows (one static shape per bucket).
+        batch = {k: np.zeros([batch_size, length], np.int32) for k in arrays}
+        for key, values in arrays.items():
+            batch[key][:len(rows)] = values
+        return step(distribute(batch)).numpy()[:len(rows)]
+
+    replicas = strategy.num_replicas_in_sync
+    if batch_size % replicas:
+        raise ValueError(f"--batch_size={batch_size} must be a multiple of the {replicas} "
+                         "replicas")
+
+    def distribute(batch):
+        """Replica r gets rows [r * per, (r + 1) * per): gather puts them back in order."""
+        per = batch_size // replicas
+
+        def rows_of(context):
+            r = context.replica_id_in_sync_group
+            return {k: tf.constant(v[r * per:(r + 1) * per]) for k, v in batch.items()}
+
+        return strategy.experimental_distribute_values_from_function(rows_of)
+
+    window = batch_size * window_batches
+    for start in range(0, len(features), window):
+        chunk = features[start:start + window]
+        results = [None] * len(chunk)
+        by_bucket: dict = {}
+        for i, feature in enumerate(chunk):
+            length = sum(feature.input_mask)
+            bucket = next(b for b in boundaries if b >= length)
+            by_bucket.setdefault(bucket, []).append(i)
+        for length, positions in sorted(by_bucket.items()):
+            for lo in range(0, len(positions), batch_size):
+                part = positions[lo:lo + batch_size]
+                picked = run_batch([chunk[i] for i in part], length)
+                for i, row in zip(part, picked):
+                    results[i] = row
+        yield from zip(chunk, results)
 
 
 def feature_json(feature: Feature, layers, layer_indexes: list) -> str:
@@ -202,6 +242,7 @@ def main(argv):
 
     from data_prep import fileio, lifecycle
     from data_prep.tokenization import FullTokenizer
+    from training import flags as common_flags
     from modeling import checkpoints
     from modeling.encoder import BertEncoder
     from training.distribution import get_strategy
@@ -239,6 +280,10 @@ def main(argv):
         raise checkpoints.CheckpointError(report.describe())
     logging.info("%s", report.describe())
 
+    try:
+        buckets = common_flags.bucket_boundaries(FLAGS, FLAGS.max_seq_length)
+    except flags.ValidationError as err:
+        raise app.UsageError(str(err)) from None
     tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=FLAGS.do_lower_case)
     features = convert_examples(read_examples(FLAGS.input_file), FLAGS.max_seq_length,
                                 tokenizer)
@@ -249,7 +294,7 @@ def main(argv):
         with out.open(FLAGS.output_file, "w", newline="\n") as writer:
             for feature, layers in compute_layers(encoder, features, layer_indexes,
                                                   FLAGS.batch_size, strategy,
-                                                  FLAGS.jit_compile):
+                                                  FLAGS.jit_compile, buckets):
                 writer.write(feature_json(feature, layers, layer_indexes))
 
 

@@ -109,12 +109,17 @@ def test_cli_matches_original_graph(google_dir, tmp_path, strategy):
           f"--vocab_file={directory / 'vocab.txt'}", "--layers=-1,-2,0",
           f"--max_seq_length={SEQ}", "--batch_size=2", "--do_lower_case=true",
           f"--distribution_strategy={strategy}",
+          # Length buckets on mirrored, padding to max_seq_length on one device: both
+          # equal the original graph.
+          "--bucket_boundaries=4,8" if strategy == "mirrored" else "--bucket_by_length=false",
           "--num_cpu_devices=2" if strategy == "mirrored" else "--num_cpu_devices=0"])
     _check_output(out, tokens, layers)
 
 
-def test_in_process_from_tf1_directory_defaults(google_dir, tmp_path):
-    """Config and vocab default to the checkpoint directory's files."""
+@pytest.mark.parametrize("buckets", [(), (4, 8, SEQ)])
+def test_in_process_from_tf1_directory_defaults(google_dir, tmp_path, buckets):
+    """Config and vocab default to the checkpoint directory's files; with and without
+    length buckets (lines of 3 to 16 tokens) the vectors equal the original graph's."""
     from modeling import checkpoints
     from modeling.encoder import BertEncoder
     from data_prep.tokenization import FullTokenizer
@@ -130,7 +135,8 @@ def test_in_process_from_tf1_directory_defaults(google_dir, tmp_path):
     assert [f.tokens for f in features] == tokens
     out = tmp_path / "out.jsonl"
     with open(out, "w", encoding="utf-8") as f:
-        for feature, values in extract_features.compute_layers(encoder, features, LAYERS, 2):
+        for feature, values in extract_features.compute_layers(
+                encoder, features, LAYERS, 2, bucket_boundaries=buckets, window_batches=1):
             f.write(extract_features.feature_json(feature, values, LAYERS))
     _check_output(out, tokens, layers)
 

@@ -105,6 +105,12 @@ def define_finetuning_flags():
     d(flags.DEFINE_bool, "keep_best_checkpoint", False,
       "Evaluate on dev at every checkpoint and keep the best one (primary metric) in "
       "output_dir/best; eval and predict then use it.")
+    define_bucketing_flags()
+
+
+def define_bucketing_flags():
+    """--bucket_by_length and --bucket_boundaries (fine-tuning runners, extract_features)."""
+    d = define_once
     d(flags.DEFINE_bool, "bucket_by_length", True,
       "Batch examples of similar length together and cut each batch to its length bucket "
       "(same results, much less padding). false: pad every batch to max_seq_length, the "
@@ -235,9 +241,9 @@ def bucket_boundaries(values, max_seq_length: int) -> tuple:
     """--bucket_by_length / --bucket_boundaries as the run's buckets (() = off)."""
     from training import input_pipeline
 
-    runtime = runtime_config(values)
+    on_tpu = values.use_tpu or values.distribution_strategy == "tpu"
     on = values.bucket_by_length
-    if runtime.distribution_strategy == "tpu" and not values["bucket_by_length"].present:
+    if on_tpu and not values["bucket_by_length"].present:
         on = False  # TPUs want one static shape unless asked otherwise.
     if not on:
         if values.bucket_boundaries:
