@@ -138,7 +138,8 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config) -> dict:
         input_config = input_pipeline.PretrainingInputConfig(
             cfg.input_patterns, cfg.max_seq_length, cfg.max_predictions_per_seq,
             compression=cfg.input_compression,
-            seed=None if seed is None else seed + start_step)
+            seed=None if seed is None else seed + start_step,
+            vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size)
 
         def make(input_context):
             return input_pipeline.pretraining_dataset(
@@ -152,11 +153,12 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config) -> dict:
                                       cfg.max_predictions_per_seq, cfg.input_compression)
     logging.info("%d input file(s), first %s; training from step %d to %d", len(files),
                  files[0], start_step, cfg.loop.num_train_steps)
-    if cfg.do_train:
-        trainer.train(dataset_fn(cfg.train_batch_size, True))
     results = {}
-    if cfg.do_eval:
-        results = trainer.evaluate(dataset_fn(cfg.eval_batch_size, False))
+    with input_pipeline.naming_damaged_files(cfg.input_patterns, cfg.input_compression):
+        if cfg.do_train:
+            trainer.train(dataset_fn(cfg.train_batch_size, True))
+        if cfg.do_eval:
+            results = trainer.evaluate(dataset_fn(cfg.eval_batch_size, False))
         for key in sorted(results):
             logging.info("  %s = %s", key, results[key])
     return results
@@ -165,13 +167,15 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config) -> dict:
 def main(argv):
     del argv
     from data_prep import lifecycle
+    from training import input_pipeline
     from training.checkpointing import CheckpointRestoreError
     from training.run_dir import RunDirError
 
     lifecycle.exit_cleanly_on_signals()
     try:
         run(run_config_from_flags(FLAGS))
-    except (RunDirError, CheckpointRestoreError, FileNotFoundError) as err:
+    except (RunDirError, CheckpointRestoreError, FileNotFoundError,
+            input_pipeline.RecordFileError) as err:
         sys.exit(f"run_pretraining.py: error: {err}")
 
 

@@ -284,7 +284,7 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
     validate(settings)
     strategy = common_flags.setup_runtime(settings.runtime)  # First: multi-worker wants it.
 
-    from training import distribution, run_dir
+    from training import distribution, input_pipeline, run_dir
 
     bert_config = runs.load_bert_config(settings.bert_config_file, settings.max_seq_length)
     replicas = strategy.num_replicas_in_sync
@@ -310,13 +310,20 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
             if chief:
                 runs.write_model_files(directory, bert_config, settings.vocab_file,
                                        family.export_metadata(settings))
-            seed_runs.append(_run_one(settings, family, prepared, strategy, bert_config,
-                                      seed, directory))
+            with input_pipeline.naming_damaged_files(_record_files(family, prepared)):
+                seed_runs.append(_run_one(settings, family, prepared, strategy,
+                                          bert_config, seed, directory))
         if not several:
             return {"runs": seed_runs, "best_seed": settings.seeds[0], "summary": {}}
         return _summarise_seeds(settings, family, prepared, seed_runs, write=chief)
     finally:
         claimed.release()
+
+
+def _record_files(family: TaskFamily, prepared: PreparedData) -> list:
+    splits = ([prepared.train] if prepared.train else []) + prepared.eval_splits + \
+        prepared.predict_splits
+    return sorted({p for split in splits for p in family.records(split).input_patterns})
 
 
 def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData, strategy,

@@ -10,6 +10,7 @@ built, the first record is checked against the expected feature lengths, so a wr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Sequence
 
@@ -43,6 +44,8 @@ class PretrainingInputConfig:
       shuffle_buffer: records held by the training shuffle buffer.
       cycle_length: files read in parallel by one input pipeline.
       seed: shuffle seed; also makes the interleave deterministic (reproducible order).
+      vocab_size, type_vocab_size: the model's tables; ids outside them fail with a
+        message naming the feature and the bert_config key (None: not checked).
     """
 
     input_patterns: Sequence[str]
@@ -52,6 +55,8 @@ class PretrainingInputConfig:
     shuffle_buffer: int = 1000
     cycle_length: int = 8
     seed: int | None = None
+    vocab_size: int | None = None
+    type_vocab_size: int | None = None
 
 
 def split_patterns(value: str) -> tuple[str, ...]:
@@ -81,6 +86,54 @@ def list_files(patterns: Sequence[str]) -> list[str]:
             raise FileNotFoundError(f"input_file pattern {pattern!r} matches no file")
         files.extend(matched)
     return files
+
+
+class RecordFileError(ValueError):
+    """A damaged or truncated TFRecord file; the message names the file and the record."""
+
+
+def find_damaged_record(files: Sequence[str], compression: str = "auto"):
+    """(path, index of the first unreadable record, TensorFlow's message), or None.
+
+    Reads the files in order, in batches (fast), then record by record inside the batch
+    that fails, so the index is exact.
+    """
+    for path in files:
+        comp = compression_of(path, compression)
+        count = 0
+        try:
+            for batch in tf.data.TFRecordDataset(path, compression_type=comp).batch(4096):
+                count += int(batch.shape[0])
+            continue
+        except tf.errors.DataLossError as err:
+            message = str(err).strip().splitlines()[0]
+        index = count
+        try:
+            for _ in tf.data.TFRecordDataset(path, compression_type=comp).skip(count):
+                index += 1
+        except tf.errors.DataLossError as err:
+            message = str(err).strip().splitlines()[0]
+        return path, index, message
+    return None
+
+
+@contextlib.contextmanager
+def naming_damaged_files(patterns: Sequence[str], compression: str = "auto"):
+    """Turns TensorFlow's DataLossError ("corrupted record at 12345", no file name) raised
+    while reading `patterns` into a RecordFileError naming the file and record."""
+    try:
+        yield
+    except tf.errors.DataLossError as err:
+        files = list_files(patterns)
+        logging.error("Damaged TFRecord data; scanning %d file(s) to find it", len(files))
+        found = find_damaged_record(files, compression)
+        if found is None:
+            raise RecordFileError(f"damaged TFRecord data in {list(patterns)}: "
+                                  f"{str(err).strip().splitlines()[0]}") from err
+        path, index, message = found
+        raise RecordFileError(
+            f"{path}: TFRecord data is damaged or truncated at record {index} ({message}); "
+            "regenerate or remove this file") from err
 
 
 def compression_of(path: str, compression: str = "auto") -> str:
@@ -183,8 +236,8 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
         dataset = dataset.shuffle(config.shuffle_buffer, seed=config.seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
     spec = pretraining_parse_spec(config.max_seq_length, config.max_predictions_per_seq)
-    dataset = dataset.map(lambda s: _parse_batch(s, spec), num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=deterministic)
+    dataset = dataset.map(lambda s: _check_ids(_parse_batch(s, spec), config),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     options = tf.data.Options()
     options.deterministic = deterministic
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
