@@ -22,12 +22,12 @@ import hashlib
 import json
 import math
 import os
-import uuid
 from typing import Iterator, Mapping, Sequence, Union
 
 from absl import logging
 
 from data_prep import features as features_lib
+from data_prep import fileio
 from data_prep import tokenization
 from tasks.classification.metrics import normalize_task_name
 
@@ -119,22 +119,6 @@ class _Record:
     error: str | None = None
 
 
-def _open_binary(path: str):
-    if "://" in path:
-        import tensorflow as tf
-
-        return tf.io.gfile.GFile(path, "rb")
-    return open(path, "rb")
-
-
-def _exists(path: str) -> bool:
-    if "://" in path:
-        import tensorflow as tf
-
-        return tf.io.gfile.exists(path)
-    return os.path.isfile(path)
-
-
 def _iter_records(path: str, delimiter: str, quotechar: str | None) -> Iterator[_Record]:
     """Yields the records of a delimited UTF-8 file with their line numbers.
 
@@ -145,7 +129,7 @@ def _iter_records(path: str, delimiter: str, quotechar: str | None) -> Iterator[
     undecodable: set[int] = set()
 
     def lines() -> Iterator[str]:
-        with _open_binary(path) as reader:
+        with fileio.open_file(path, "rb") as reader:
             for number, raw in enumerate(reader, start=1):
                 if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]
@@ -306,7 +290,7 @@ class TableProcessor:
         layout = self.layouts[self.resolve_split(split)[0]]
         candidates = [os.path.join(data_dir, name) for name in layout.files]
         for path in candidates:
-            if _exists(path):
+            if fileio.isfile(path):
                 return path
         raise DataFormatError(f"task {self.name!r}, split {split!r}: no data file; looked for "
                               f"{candidates}")
@@ -867,16 +851,12 @@ class CachedSplit:
         return classifier_parse_spec(self.max_seq_length, self.is_regression)
 
 
-def _gfile():
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
 def _file_fingerprint(path: str) -> dict:
     """Identity of an input file for the cache key: path, size and modification time."""
-    if "://" in path:
-        stat = _gfile().stat(path)
+    if fileio.is_url(path):
+        import tensorflow as tf
+
+        stat = tf.io.gfile.stat(path)
         return {"path": path, "size": stat.length, "mtime_ns": stat.mtime_nsec}
     stat = os.stat(path)
     return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
@@ -884,7 +864,7 @@ def _file_fingerprint(path: str) -> dict:
 
 def _sha256_of_file(path: str) -> str:
     digest = hashlib.sha256()
-    with _open_binary(path) as reader:
+    with fileio.open_file(path, "rb") as reader:
         for block in iter(lambda: reader.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -897,27 +877,18 @@ def record_file_names(output_dir: str, split: str) -> tuple[str, str]:
 
 
 def _load_metadata(path: str) -> dict | None:
-    gfile = _gfile()
-    if not gfile.exists(path):
+    if not fileio.exists(path):
         return None
     try:
-        with gfile.GFile(path, "r") as reader:
-            return json.load(reader)
+        return json.loads(fileio.read_text(path))
     except (ValueError, OSError):
         return None
 
 
 def _write_atomically(path: str, write) -> None:
-    """Calls write(tmp_path) for a temporary file beside `path`, then renames it over path."""
-    gfile = _gfile()
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".{name}.tmp-{uuid.uuid4().hex}")
-    try:
-        write(tmp)
-        gfile.rename(tmp, path, overwrite=True)
-    finally:
-        if gfile.exists(tmp):
-            gfile.remove(tmp)
+    """Calls write(temporary path) and renames the temporary over `path` (all-or-nothing)."""
+    with fileio.AtomicOutputs([path]) as out:
+        write(out.temp(path))
 
 
 def _cache_key(processor: TableProcessor, split: str, source: str, *, vocab_file,
@@ -944,10 +915,9 @@ def _fresh_metadata(record_file: str, metadata_file: str, key: dict) -> dict | N
     metadata = _load_metadata(metadata_file)
     if metadata is None or metadata.get("cache_key") != key:
         return None
-    gfile = _gfile()
-    if not gfile.exists(record_file):
+    if not fileio.exists(record_file):
         return None
-    if gfile.stat(record_file).length != metadata.get("record_file_size"):
+    if fileio.getsize(record_file) != metadata.get("record_file_size"):
         return None
     return metadata
 
@@ -999,10 +969,9 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
     if tokenizer is None:
         tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
     examples = pad_examples(read.examples, pad_to_multiple) if pad_to_multiple else read.examples
-    gfile = _gfile()
-    gfile.makedirs(output_dir)
-    if gfile.exists(metadata_file):  # never leave metadata that describes other records
-        gfile.remove(metadata_file)
+    fileio.makedirs(output_dir)
+    if fileio.exists(metadata_file):  # never leave metadata that describes other records
+        fileio.remove(metadata_file)
     stats = _write_records(examples, processor, label_list, max_seq_length, tokenizer,
                            record_file)
     metadata = {
@@ -1010,7 +979,7 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
         "split": layout_split,
         "source_file": source,
         "record_file": os.path.basename(record_file),
-        "record_file_size": gfile.stat(record_file).length,
+        "record_file_size": fileio.getsize(record_file),
         "label_list": label_list,
         "is_regression": processor.is_regression,
         "max_seq_length": int(max_seq_length),
@@ -1031,11 +1000,7 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
 def _write_json(path: str, value: dict) -> None:
     text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
-    def write(tmp):
-        with _gfile().GFile(tmp, "w") as writer:
-            writer.write(text)
-
-    _write_atomically(path, write)
+    fileio.write_text(path, text)
 
 
 def _write_records(examples, processor: TableProcessor, label_list, max_seq_length, tokenizer,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import uuid
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from absl import logging
@@ -94,17 +93,10 @@ def split_context(text: str) -> tuple[list[str], list[int]]:
 
 
 def _read_text(path: str) -> str:
-    """A local or remote (gs://...) file's text; TensorFlow is imported only for URLs."""
-    if "://" not in path:
-        with open(path, encoding="utf-8") as reader:
-            return reader.read()
-    import tensorflow as tf
-
-    try:
-        with tf.io.gfile.GFile(path, "r") as reader:
-            return reader.read()
-    except tf.errors.NotFoundError as err:
-        raise FileNotFoundError(f"{path!r} not found") from err
+    """A local or remote (gs://...) file's text."""
+    if not fileio.exists(path):
+        raise FileNotFoundError(f"{path!r} not found")
+    return fileio.read_text(path)
 
 
 def load_squad_json(input_file: str) -> dict:
@@ -507,10 +499,6 @@ def squad_record_values(feature: SquadFeature, is_training: bool) -> dict[str, l
     return values
 
 
-def _atomic_tmp_path(path: str) -> str:
-    return f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
 class SquadRecordWriter:
     """Writes features to a TFRecord file that appears only when complete (tmp + rename).
 
@@ -525,10 +513,9 @@ class SquadRecordWriter:
         self.is_training = is_training
         self.num_features = 0
         self._encoder = None
-        self._tmp = _atomic_tmp_path(filename)
-        parent = os.path.dirname(filename)
-        if parent:
-            tf.io.gfile.makedirs(parent)
+        fileio.makedirs(fileio.parent_dir(filename))
+        fileio.clean_stale_temporaries(filename)
+        self._tmp = fileio.temporary_path(filename)
         self._writer = tf.io.TFRecordWriter(self._tmp)
 
     def process_feature(self, feature: SquadFeature) -> None:
@@ -539,17 +526,12 @@ class SquadRecordWriter:
         self.num_features += 1
 
     def close(self) -> None:
-        import tensorflow as tf
-
         self._writer.close()
-        tf.io.gfile.rename(self._tmp, self.filename, overwrite=True)
+        fileio.rename(self._tmp, self.filename, overwrite=True)
 
     def abort(self) -> None:
-        import tensorflow as tf
-
         self._writer.close()
-        if tf.io.gfile.exists(self._tmp):
-            tf.io.gfile.remove(self._tmp)
+        fileio.remove(self._tmp)
 
     def __enter__(self):
         return self
@@ -665,23 +647,6 @@ def _source_stamp(path: str) -> dict:
     return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_nsec": stat.st_mtime_ns}
 
 
-def _exists(path: str) -> bool:
-    if "://" in path:
-        import tensorflow as tf
-
-        return tf.io.gfile.exists(path)
-    return os.path.exists(path)
-
-
-def _remove(path: str) -> None:
-    if "://" in path:
-        import tensorflow as tf
-
-        tf.io.gfile.remove(path)
-    else:
-        os.remove(path)
-
-
 def prepare_squad_records(
     input_file: str,
     output_dir: str,
@@ -720,8 +685,8 @@ def prepare_squad_records(
         "version_2_with_negative": version_2_with_negative,
         "shuffle_seed": shuffle_seed if is_training else None,
     }
-    if _exists(metadata_file) and _exists(record_file) and (
-            is_training or _exists(sidecar_file)):
+    if fileio.exists(metadata_file) and fileio.exists(record_file) and (
+            is_training or fileio.exists(sidecar_file)):
         metadata = json.loads(_read_text(metadata_file))
         if metadata.get("key") == key:
             logging.info("Reusing cached SQuAD features %s", record_file)
@@ -735,8 +700,8 @@ def prepare_squad_records(
 
     examples, skipped = read_squad_examples(
         input_file, is_training=is_training, version_2_with_negative=version_2_with_negative)
-    if _exists(metadata_file):  # never leave metadata describing other records
-        _remove(metadata_file)
+    if fileio.exists(metadata_file):  # never leave metadata describing other records
+        fileio.remove(metadata_file)
     if is_training and shuffle_seed is not None:
         random.Random(shuffle_seed).shuffle(examples)
     if tokenizer is None:
