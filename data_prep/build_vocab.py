@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import glob
 import importlib.util
 import json
 import os
@@ -43,7 +42,7 @@ import random
 import sys
 import time
 
-from data_prep import tokenization
+from data_prep import fileio, tokenization
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 LAYOUTS = ("bert", "compact")
@@ -126,10 +125,6 @@ class TextStats:
 # Input.
 
 
-def _is_remote(path: str) -> bool:
-    return "://" in path
-
-
 def expand_input_files(input_file: str | list) -> list[str]:
     """Comma-separated globs (or a list of them) -> sorted unique files; every glob must match."""
     patterns = input_file.split(",") if isinstance(input_file, str) else list(input_file)
@@ -138,32 +133,16 @@ def expand_input_files(input_file: str | list) -> list[str]:
         raise BuildVocabError("--input_file is empty: give one or more comma-separated globs")
     files: list[str] = []
     for pattern in patterns:
-        if _is_remote(pattern):
-            import tensorflow as tf
-
-            matches = tf.io.gfile.glob(pattern)
-        else:
-            matches = [m for m in glob.glob(os.path.expanduser(pattern)) if os.path.isfile(m)]
+        local = not fileio.is_url(pattern)
+        matches = [m for m in fileio.glob(os.path.expanduser(pattern) if local else pattern)
+                   if fileio.isfile(m)]
         if not matches:
+            if local and os.path.isdir(os.path.expanduser(pattern)):
+                raise BuildVocabError(f"--input_file {pattern!r} is a directory; give files "
+                                      f"or a glob such as {os.path.join(pattern, '*.txt')!r}")
             raise BuildVocabError(f"--input_file pattern {pattern!r} matches no file")
         files.extend(sorted(matches))
     return list(dict.fromkeys(files))
-
-
-def _open_binary(path: str):
-    if _is_remote(path):
-        import tensorflow as tf
-
-        return tf.io.gfile.GFile(path, "rb")
-    return open(path, "rb")
-
-
-def _file_size(path: str) -> int:
-    if _is_remote(path):
-        import tensorflow as tf
-
-        return tf.io.gfile.stat(path).length
-    return os.path.getsize(path)
 
 
 def iter_text_lines(files: list[str], stats: TextStats, config: VocabConfig):
@@ -177,14 +156,14 @@ def iter_text_lines(files: list[str], stats: TextStats, config: VocabConfig):
     Raises:
       BuildVocabError: invalid UTF-8 (names file, line and byte offset in the line).
     """
-    stats.input_bytes = sum(_file_size(f) for f in files)
+    stats.input_bytes = sum(fileio.getsize(f) for f in files)
     limit = int(config.max_input_mb * 1_000_000)
     if limit and stats.input_bytes > limit:
         stats.sample_probability = limit / stats.input_bytes
     rng = random.Random(config.seed)
     reservoir_rng = random.Random(config.seed + 1)
     for path in files:
-        with _open_binary(path) as reader:
+        with fileio.open_file(path, "rb") as reader:
             for line_number, raw in enumerate(reader, start=1):
                 try:
                     line = raw.decode("utf-8")
@@ -376,40 +355,25 @@ def _check_tokens(vocab: list[str]) -> None:
 
 def check_writable(output_file: str) -> None:
     """Fails early (before minutes of learning) when `output_file` cannot be written."""
-    if _is_remote(output_file):
+    if fileio.is_url(output_file):
         return
-    probe = f"{output_file}.tmp-{os.getpid()}"
+    if os.path.isdir(output_file):
+        raise BuildVocabError(f"--output_file={output_file} is a directory; expected a file "
+                              "name such as vocab.txt")
+    probe = fileio.temporary_path(output_file)
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
-        with open(probe, "wb"):
+        fileio.makedirs(fileio.parent_dir(output_file))
+        with fileio.open_file(probe, "wb"):
             pass
-        os.remove(probe)
+        fileio.remove(probe)
     except OSError as err:
         raise BuildVocabError(f"--output_file={output_file}: cannot write there: "
                               f"{err.strerror or err}") from err
 
 
 def write_vocab(vocab: list[str], output_file: str) -> None:
-    """Writes one token per line (UTF-8, `\\n`) atomically: temporary name, then rename."""
-    text = "".join(token + "\n" for token in vocab).encode("utf-8")
-    tmp = f"{output_file}.tmp-{os.getpid()}"
-    if _is_remote(output_file):
-        import tensorflow as tf
-
-        with tf.io.gfile.GFile(tmp, "wb") as writer:
-            writer.write(text)
-        tf.io.gfile.rename(tmp, output_file, overwrite=True)
-        return
-    parent = os.path.dirname(os.path.abspath(output_file))
-    os.makedirs(parent, exist_ok=True)
-    try:
-        with open(tmp, "wb") as writer:
-            writer.write(text)
-        os.replace(tmp, output_file)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    """Writes one token per line (UTF-8, `\\n`) all-or-nothing: temporary name, then rename."""
+    fileio.write_bytes(output_file, "".join(token + "\n" for token in vocab).encode("utf-8"))
 
 
 def unk_report(vocab_file: str, lines: list[str], do_lower_case: bool) -> dict:
@@ -490,9 +454,7 @@ def build_vocab(input_file, output_file: str, config: VocabConfig, log=print) ->
 def write_summary(summary: dict, output_file: str) -> str:
     """Writes `<output_file>.summary.json` and returns its path."""
     path = output_file + ".summary.json"
-    with open(path, "w", encoding="utf-8") as writer:
-        json.dump(summary, writer, indent=2, sort_keys=True)
-        writer.write("\n")
+    fileio.write_text(path, json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return path
 
 
