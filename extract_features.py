@@ -52,8 +52,10 @@ def define_flags():
     # Accepted for command-line compatibility with the original script.
     flags.DEFINE_bool("use_tpu", False, "Same as --distribution_strategy=tpu.")
     flags.DEFINE_string("master", None, "TPU name / address when --use_tpu.")
-    flags.DEFINE_integer("num_tpu_cores", 8, "Unused (the TPU strategy finds its cores).")
-    flags.DEFINE_bool("use_one_hot_embeddings", False, "Unused (same numbers either way).")
+    flags.DEFINE_integer("num_tpu_cores", 8, "TPU cores expected with --use_tpu (the TPU "
+                         "strategy uses all of them; a mismatch is reported).")
+    flags.DEFINE_bool("use_one_hot_embeddings", False, "Look words up with a one-hot matmul "
+                      "(the original's TPU path; the same numbers).")
     from training import flags as common_flags
 
     common_flags.define_bucketing_flags()
@@ -273,8 +275,11 @@ def main(argv):
         raise app.UsageError(f"--max_seq_length {FLAGS.max_seq_length} exceeds "
                              f"max_position_embeddings {config.max_position_embeddings}")
 
+    if strategy_name == "tpu" and strategy.num_replicas_in_sync != FLAGS.num_tpu_cores:
+        logging.warning("--num_tpu_cores=%d but the TPU has %d cores; using all of them",
+                        FLAGS.num_tpu_cores, strategy.num_replicas_in_sync)
     with strategy.scope():
-        encoder = BertEncoder(config)
+        encoder = BertEncoder(config, use_one_hot_embeddings=FLAGS.use_one_hot_embeddings)
     report = checkpoints.load_pretrained(FLAGS.init_checkpoint, encoder, partial=True)
     if report.missing:
         raise checkpoints.CheckpointError(report.describe())

@@ -26,12 +26,16 @@ class BertEmbeddings(keras.layers.Layer):
       initializer_range: stddev of the truncated-normal initializer of the tables.
       dropout_rate: dropout after the LayerNorm.
       layer_norm_epsilon: LayerNorm epsilon (BERT: 1e-12).
+      use_one_hot_embeddings: look words up as one_hot(ids) @ table, the original's TPU
+        path (`--use_one_hot_embeddings`): the same numbers, a matmul instead of a gather.
     """
 
     def __init__(self, vocab_size, hidden_size, max_position_embeddings, type_vocab_size,
                  initializer_range=0.02, dropout_rate=0.1,
-                 layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, use_one_hot_embeddings=False,
+                 **kwargs):
         super().__init__(**kwargs)
+        self.use_one_hot_embeddings = bool(use_one_hot_embeddings)
         self.vocab_size = int(vocab_size)
         self.hidden_size = int(hidden_size)
         self.max_position_embeddings = int(max_position_embeddings)
@@ -70,7 +74,11 @@ class BertEmbeddings(keras.layers.Layer):
           [batch, seq_length, hidden] in the compute dtype.
         """
         seq_length = ops.shape(input_ids)[1]
-        words = ops.take(self.word_embeddings, input_ids, axis=0)
+        if self.use_one_hot_embeddings:
+            one_hot = ops.one_hot(input_ids, self.vocab_size, dtype=self.word_embeddings.dtype)
+            words = ops.matmul(one_hot, self.word_embeddings)
+        else:
+            words = ops.take(self.word_embeddings, input_ids, axis=0)
         types = ops.take(self.token_type_embeddings, segment_ids, axis=0)
         positions = self.position_embeddings[:seq_length]
         x = words + types + positions[None, :, :]
@@ -87,5 +95,6 @@ class BertEmbeddings(keras.layers.Layer):
             vocab_size=self.vocab_size, hidden_size=self.hidden_size,
             max_position_embeddings=self.max_position_embeddings,
             type_vocab_size=self.type_vocab_size, initializer_range=self.initializer_range,
-            dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon)
+            dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon,
+            use_one_hot_embeddings=self.use_one_hot_embeddings)
         return config

@@ -27,6 +27,8 @@ class BertEncoder(keras.Model):
 
     Args:
       config: a ``BertConfig`` (or its dict).
+      use_one_hot_embeddings: word lookup as a one-hot matmul (the original's TPU path;
+        same numbers).
       **kwargs: ``keras.Model`` arguments (``name``, ``dtype``, ...).
 
     Call inputs: a dict with int32 ``input_ids``, ``input_mask`` (1 = real token) and
@@ -42,9 +44,10 @@ class BertEncoder(keras.Model):
     masked-LM output projection). Weights exist right after construction.
     """
 
-    def __init__(self, config, **kwargs):
+    def __init__(self, config, use_one_hot_embeddings=False, **kwargs):
         super().__init__(**kwargs)
         self.bert_config = as_config(config)
+        self.use_one_hot_embeddings = bool(use_one_hot_embeddings)
         c = self.bert_config
         policy = self.dtype_policy
         self.embeddings = BertEmbeddings(
@@ -52,7 +55,8 @@ class BertEncoder(keras.Model):
             max_position_embeddings=c.max_position_embeddings,
             type_vocab_size=c.type_vocab_size, initializer_range=c.initializer_range,
             dropout_rate=c.hidden_dropout_prob, layer_norm_epsilon=LAYER_NORM_EPSILON,
-            dtype=policy, name="embeddings")
+            use_one_hot_embeddings=self.use_one_hot_embeddings, dtype=policy,
+            name="embeddings")
         # One attribute per block (not a list): tf.train.Checkpoint only tracks attributes,
         # so checkpoints name them model/encoder/transformer_layer_<i>/...
         for i in range(c.num_hidden_layers):
@@ -115,6 +119,7 @@ class BertEncoder(keras.Model):
         config = super().get_config()
         # Our explicit activation names ("gelu_tanh" / "gelu_exact") keep the GELU form.
         config["config"] = dataclasses.asdict(self.bert_config)
+        config["use_one_hot_embeddings"] = self.use_one_hot_embeddings
         return config
 
     @classmethod

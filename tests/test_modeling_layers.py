@@ -30,6 +30,7 @@ def policy():
 
 @pytest.mark.parametrize("layer", [
     BertEmbeddings(99, 32, 64, 2, initializer_range=0.05, dropout_rate=0.2),
+    BertEmbeddings(99, 32, 64, 2, use_one_hot_embeddings=True),
     TransformerBlock(32, 4, 64, hidden_act="gelu_exact", hidden_dropout_prob=0.3,
                      attention_probs_dropout_prob=0.2, initializer_range=0.03),
     MaskedLMHead(99, 32, hidden_act="relu", initializer_range=0.04),
@@ -88,6 +89,16 @@ def test_outputs_and_shapes():
     assert out["next_sentence_logits"].shape == (3, 2)
     assert model.encoder.word_embeddings.shape == (99, 32)
     assert BertTokenTagger(CONFIG, 7)(INPUTS)["logits"].shape == (3, 16, 7)
+
+
+def test_one_hot_embedding_lookup_gives_the_same_numbers():
+    """--use_one_hot_embeddings (the original's TPU lookup) changes the op, not the result."""
+    gather = BertEncoder(CONFIG)
+    one_hot = BertEncoder(CONFIG, use_one_hot_embeddings=True)
+    one_hot.set_weights(gather.get_weights())
+    np.testing.assert_allclose(one_hot(ENCODER_INPUTS)["sequence_output"].numpy(),
+                               gather(ENCODER_INPUTS)["sequence_output"].numpy(), atol=1e-6)
+    assert one_hot.get_config()["use_one_hot_embeddings"] is True
 
 
 def test_padding_does_not_change_real_tokens():

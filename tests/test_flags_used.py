@@ -1,0 +1,140 @@
+"""No flag is parsed and then ignored (issue 12).
+
+For each runner, in a fresh process (a runner defines its flags at import), every flag this
+project defines is changed in turn from a valid command line; the run config the runner
+builds from the flags (`run_config_from_flags`) must change, or the runner must refuse
+the value. A flag that changes nothing is parsed and ignored: the test names it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import test_loop_support as S
+
+# A valid command line per runner (nothing is read: configs are built from flags only).
+RUNNERS = {
+    "run_classifier": ["--task_name=cola", "--data_dir=d", "--vocab_file=v",
+                       "--bert_config_file=c", "--output_dir=o", "--do_train"],
+    "run_squad": ["--vocab_file=v", "--bert_config_file=c", "--output_dir=o", "--do_train",
+                  "--train_file=t.json"],
+    "run_pretraining": ["--input_file=x.tfrecord", "--bert_config_file=c", "--output_dir=o",
+                        "--do_train"],
+}
+# Optional runners (added by later work): walked when they exist.
+OPTIONAL_RUNNERS = {
+    "run_ner": ["--data_dir=d", "--vocab_file=v", "--bert_config_file=c", "--output_dir=o",
+                "--do_train"],
+    "run_swag": ["--data_dir=d", "--vocab_file=v", "--bert_config_file=c", "--output_dir=o",
+                 "--do_train"],
+}
+# Our own packages and runners: the flags they define are walked (absl's are not).
+OWN_MODULES = ("training.", "run_", "tasks.", "data_prep.", "modeling.")
+
+
+def walk(runner: str, argv: list) -> dict:
+    """{flag: what happened} for every flag of ours, in this process (see module doc)."""
+    import importlib
+
+    from absl import flags
+
+    module = importlib.import_module(runner)
+    values = flags.FLAGS
+    ours = sorted({flag.name for name, module_flags in values.flags_by_module_dict().items()
+                   if name.startswith(OWN_MODULES) or name == runner
+                   for flag in module_flags})
+
+    def config_for(extra, current=None):
+        values.unparse_flags()
+        values([runner + ".py"] + argv + extra)
+        try:
+            if current is not None:
+                current.update({name: values[name].value for name in ours})
+            return repr(module.run_config_from_flags(values))
+        finally:
+            values.unparse_flags()
+
+    current = {}
+    baseline = config_for([], current)
+    assert baseline, runner
+    report = {}
+    for name in ours:
+        for value in _alternatives(values[name], current[name]):
+            try:
+                changed = config_for([f"--{name}={value}"]) != baseline
+            except Exception as err:  # noqa: BLE001 - a refusal means the flag is read
+                report[name] = f"refused {value!r}: {type(err).__name__}"
+                break
+            if changed:
+                report[name] = "used"
+                break
+        else:
+            report[name] = "IGNORED"
+    return report
+
+
+def _alternatives(flag, default):
+    """Valid values other than the current one, for each kind of flag."""
+    kind = flag.flag_type()
+    if kind == "bool":
+        return ["false" if default else "true"]
+    if kind == "int":
+        return [str((default or 0) + 1), str((default or 0) + 3)]
+    if kind == "float":
+        return [str((default or 0.0) + 0.25)]
+    if kind == "enum" or getattr(flag.parser, "enum_values", None):
+        return [v for v in flag.parser.enum_values if v != default][:2]
+    if kind in ("list", "comma separated list of strings"):
+        return ["7", "1,2"]
+    return ["7", "x"]
+
+
+def _walk_in_subprocess(runner, argv):
+    code = ("import json, sys; sys.path.insert(0, '.'); from tests import test_flags_used as t; "
+            f"print('REPORT' + json.dumps(t.walk({runner!r}, {argv!r})))")
+    proc = subprocess.run([sys.executable, "-c", code], env=S.runner_env(), cwd=S.REPO_ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("REPORT"))
+    return json.loads(line[len("REPORT"):])
+
+
+def _cases():
+    cases = dict(RUNNERS)
+    for runner, argv in OPTIONAL_RUNNERS.items():
+        if os.path.exists(os.path.join(S.REPO_ROOT, runner + ".py")):
+            cases[runner] = argv
+    return sorted(cases.items())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runner,argv", _cases(), ids=[name for name, _ in _cases()])
+def test_every_flag_of_the_runner_changes_its_run_config(runner, argv):
+    report = _walk_in_subprocess(runner, argv)
+    ignored = sorted(name for name, result in report.items() if result == "IGNORED")
+    assert len(report) > 20, report  # the walk saw the runner's flags
+    assert not ignored, f"{runner}: flags parsed and ignored: {ignored}"
+
+
+# CLIs without a run config: every flag they define must be read (FLAGS.<name>) in them.
+STATIC_CLIS = ("extract_features.py", "export_saved_model.py", "predict_saved_model.py",
+               "convert_checkpoint.py", "data_prep/create_pretraining_data.py",
+               "data_prep/build_vocab.py", "data_prep/beam_pretraining_data.py",
+               "data_prep/sample_corpus.py", "data_prep/tokenization.py")
+
+
+@pytest.mark.parametrize("path", [p for p in STATIC_CLIS
+                                  if os.path.exists(os.path.join(S.REPO_ROOT, p))])
+def test_every_flag_of_the_cli_is_read(path):
+    import re
+
+    source = open(os.path.join(S.REPO_ROOT, path), encoding="utf-8").read()
+    defined = re.findall(r"DEFINE_\w+\(\s*[\"'](\w+)[\"']", source)
+    defined += re.findall(r"flags\.DEFINE_\w+,\s*[\"'](\w+)[\"']", source)
+    unread = [name for name in defined
+              if not re.search(rf"(FLAGS|values|flags_)\.{name}\b|\[[\"']{name}[\"']\]",
+                               source)]
+    assert not unread, f"{path}: flags defined but never read: {unread}"
