@@ -14,6 +14,8 @@ The input kind is detected (``--input_format`` forces it); the GELU form of the 
 kept in every output (see docs/modeling.md).
 """
 
+import sys
+
 from absl import app, flags
 
 FLAGS = flags.FLAGS
@@ -38,6 +40,19 @@ def define_flags():
 
 def main(argv):
     del argv
+    from modeling.checkpoints import CheckpointError
+    from modeling.config import ConfigError
+
+    if not FLAGS.input or not FLAGS.output_dir:
+        raise app.UsageError("--input and --output_dir are required")
+    try:
+        run()
+    except (CheckpointError, ConfigError) as err:
+        print(f"convert_checkpoint.py: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run():
     import json
 
     import tensorflow as tf
@@ -45,8 +60,6 @@ def main(argv):
     from modeling import checkpoints
     from modeling.config import BertConfig
 
-    if not FLAGS.input or not FLAGS.output_dir:
-        raise app.UsageError("--input and --output_dir are required")
     config = None
     if FLAGS.bert_config_file:
         with tf.io.gfile.GFile(FLAGS.bert_config_file, "r") as f:

@@ -4,8 +4,10 @@ Three kinds of checkpoint are read by one entry point, ``load_pretrained(path, m
 
 * ``"tf1"``: Google's original layout (``bert_model.ckpt`` prefix, or a directory holding
   it), read with ``tf.train.load_checkpoint`` through ``weight_table``;
-* ``"hf"``: a Hugging Face BERT directory (``config.json`` + ``model.safetensors``), read
-  with the ``safetensors`` numpy API (no PyTorch);
+* ``"hf"``: a Hugging Face BERT directory (``config.json`` + ``model.safetensors``, or
+  shards listed by ``model.safetensors.index.json``), read with the ``safetensors``
+  package (no PyTorch). PyTorch pickles (``pytorch_model.bin``, ``.pt``) are refused with
+  the way to convert them: nothing is ever unpickled;
 * ``"ours"``: a ``tf.train.Checkpoint(model=..., optimizer=..., step=...)`` written by this
   project (prefix, or a directory with a ``checkpoint`` state file).
 
@@ -13,10 +15,15 @@ Three kinds of checkpoint are read by one entry point, ``load_pretrained(path, m
 block of one: the fused query/key/value kernel) to its original TF1 name and its
 Hugging Face name, with the transposes each layout needs. ``export_tf1_checkpoint`` and
 ``export_hf_checkpoint`` write a model back through the same table.
+
+A file that cannot be read (a garbage ``.index``, a truncated ``.data-*`` shard, a damaged
+``.safetensors``, a missing shard) raises ``CheckpointError`` naming the file and what is
+wrong, never a bare TensorFlow or safetensors exception.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,12 +32,15 @@ from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 
 TF1, HF, OURS = "tf1", "hf", "ours"
 KINDS = (TF1, HF, OURS)
+# Hugging Face's index of a sharded checkpoint: {"weight_map": {tensor name: shard file}}.
+HF_INDEX = "model.safetensors.index.json"
 
 # Checkpoint entries that are not model weights: step counters and optimizer slots.
 _TF1_IGNORED = re.compile(
@@ -239,18 +249,149 @@ class _NamedReader:
 
 
 def _tf1_reader(prefix: str) -> _NamedReader:
-    reader = tf.train.load_checkpoint(prefix)
-    shapes = {k: tuple(v) for k, v in reader.get_variable_to_shape_map().items()}
-    return _NamedReader(shapes, reader.get_tensor)
+    with _reading(prefix, "index"):
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = {k: tuple(v) for k, v in reader.get_variable_to_shape_map().items()}
+
+    def get(name):
+        with _reading(prefix, "data"):
+            return reader.get_tensor(name)
+    return _NamedReader(shapes, get)
 
 
-def _hf_reader(path: str) -> _NamedReader:
-    from safetensors import safe_open
+@contextlib.contextmanager
+def _reading(prefix: str, part: str):
+    """Turns TensorFlow's errors on a damaged checkpoint into a CheckpointError naming the file.
 
-    handle = safe_open(path, framework="np")
-    names = list(handle.keys())
-    # Shapes without reading data: get_slice exposes them.
-    shapes = {k: tuple(handle.get_slice(k).get_shape()) for k in names}
+    Args:
+      prefix: the checkpoint prefix.
+      part: "index" (``PREFIX.index`` is being read) or "data" (``PREFIX.data-*``).
+    """
+    try:
+        yield
+    except (tf.errors.OpError, IndexError, OSError, DecodeError) as err:
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        shards = sorted(tf.io.gfile.glob(prefix + ".data-*"))
+        if part == "index":
+            what = f"{prefix}.index is not a readable checkpoint index"
+        elif not shards:
+            what = f"its data file {prefix}.data-* is missing"
+        elif len(shards) == 1:
+            what = f"its data file {shards[0]} is damaged or truncated"
+        else:
+            what = f"one of its data files {', '.join(shards)} is damaged or truncated"
+        raise CheckpointError(f"checkpoint {prefix}: {what} ({detail})") from None
+
+
+# Magic numbers of PyTorch's formats: a zip archive (torch.save since 1.6), a bare pickle
+# stream (protocol 2-5), the legacy format's magic number is itself a pickle.
+_ZIP_MAGIC = b"PK\x03\x04"
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle")
+
+
+def _looks_like_pickle(path: str) -> bool:
+    """True when the file starts like a PyTorch zip archive or a pickle (never unpickled)."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            head = f.read(4)
+    except (tf.errors.OpError, OSError):
+        return False
+    pickled = len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5  # PROTO opcode
+    return head.startswith(_ZIP_MAGIC) or pickled
+
+
+def pickle_refusal(path: str) -> CheckpointError:
+    """The error for a PyTorch pickle (``pytorch_model.bin`` ...): why, and how to convert."""
+    return CheckpointError(
+        f"{path} is a PyTorch pickle file (pytorch_model.bin, .pt, .pth). This project never "
+        "unpickles files: loading a pickle can run arbitrary code. Convert it to safetensors "
+        "first, in a Python with torch and transformers:\n"
+        "    from transformers import AutoModel\n"
+        "    AutoModel.from_pretrained(\"IN_DIR\").save_pretrained(\"OUT_DIR\", "
+        "safe_serialization=True)\n"
+        "(use the class that holds your heads, e.g. BertForPreTraining, to keep them), then "
+        "pass OUT_DIR (model.safetensors or model.safetensors.index.json + shards).")
+
+
+class _SafetensorsFile:
+    """One ``.safetensors`` file: tensor names and shapes from its header, tensors on demand.
+
+    Local files are memory-mapped by ``safetensors``; files on gs:// and other filesystems
+    of ``tf.io.gfile`` are read whole (object stores cannot be mapped). bfloat16 tensors
+    come as ``ml_dtypes.bfloat16`` arrays (TensorFlow registers the type with numpy). A
+    damaged file raises a CheckpointError naming it.
+    """
+
+    def __init__(self, path: str):
+        from safetensors import SafetensorError, safe_open
+        from safetensors.numpy import load
+
+        self.path = path
+        try:
+            if "://" in path:
+                with tf.io.gfile.GFile(path, "rb") as f:
+                    tensors = load(f.read())
+                self.shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+                self._get = tensors.__getitem__
+            else:
+                handle = safe_open(path, framework="np")
+                self.shapes = {k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()}
+                self._get = handle.get_tensor
+        except SafetensorError as err:
+            hint = (" It looks like a PyTorch pickle: " + str(pickle_refusal(path))
+                    if _looks_like_pickle(path) else "")
+            raise CheckpointError(f"{path}: not a valid safetensors file ({err}).{hint}") from None
+
+    def get(self, name: str) -> np.ndarray:
+        return np.asarray(self._get(name))
+
+
+def _sharded_tensors(index_path: str) -> dict:
+    """Tensor name -> its shard, from a ``*.safetensors.index.json`` and the shards beside it.
+
+    Every shard the index names must exist and hold the tensors the index maps to it.
+    """
+    try:
+        with tf.io.gfile.GFile(index_path, "rb") as f:
+            index = json.loads(f.read().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{index_path}: not a JSON safetensors index ({err})") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if (not isinstance(weight_map, dict) or not weight_map
+            or not all(isinstance(k, str) and isinstance(v, str)
+                       for k, v in weight_map.items())):
+        raise CheckpointError(f"{index_path}: expected a JSON object whose \"weight_map\" maps "
+                              "each tensor name to its shard file")
+    directory = os.path.dirname(index_path)
+    by_shard = {}
+    for name, shard in weight_map.items():
+        by_shard.setdefault(shard, []).append(name)
+    shards = {}
+    for shard, names in sorted(by_shard.items()):
+        if shard in ("", ".", "..") or shard != os.path.basename(shard) or "\\" in shard:
+            raise CheckpointError(f"{index_path}: shard {shard!r} (of tensor {names[0]}) is "
+                                  "not a file name in the index's directory")
+        path = os.path.join(directory, shard)
+        if not tf.io.gfile.exists(path):
+            raise CheckpointError(f"{index_path}: shard {shard} is missing (it should hold "
+                                  f"{len(names)} tensors, e.g. {names[0]}); expected {path}")
+        shards[shard] = _SafetensorsFile(path)
+        absent = [n for n in names if n not in shards[shard].shapes]
+        if absent:
+            raise CheckpointError(
+                f"{index_path}: tensor {absent[0]} is mapped to shard {shard}, which does not "
+                f"hold it ({len(absent)} such tensor{'s' if len(absent) > 1 else ''})")
+    return {name: shards[shard] for name, shard in weight_map.items()}
+
+
+def _hf_reader(location: str) -> _NamedReader:
+    """A Hugging Face ``.safetensors`` file, or a sharded one through its ``.index.json``."""
+    if location.endswith(".json"):
+        files = _sharded_tensors(location)
+    else:
+        single = _SafetensorsFile(location)
+        files = dict.fromkeys(single.shapes, single)
+    names = list(files)
     has_prefix = any(k.startswith("bert.") for k in names)
     aliases = {}
     for k in names:
@@ -260,8 +401,8 @@ def _hf_reader(path: str) -> _NamedReader:
         if not has_prefix and not re.match(r"^(cls|classifier|qa_outputs)\.", canonical):
             canonical = "bert." + canonical
         aliases[canonical] = k
-    return _NamedReader({c: shapes[k] for c, k in aliases.items()},
-                        lambda c: np.asarray(handle.get_tensor(aliases[c])))
+    return _NamedReader({c: files[k].shapes[k] for c, k in aliases.items()},
+                        lambda c: files[aliases[c]].get(aliases[c]))
 
 
 def _load_by_table(model, reader: _NamedReader, kind: str, path: str, partial: bool,
@@ -337,10 +478,12 @@ def _stored_variables(prefix: str) -> tuple:
     """
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-    reader = tf.train.load_checkpoint(prefix)
+    with _reading(prefix, "index"):
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = reader.get_variable_to_shape_map()
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-    shapes = reader.get_variable_to_shape_map()
+    with _reading(prefix, "data"):
+        graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     found, seen = {}, set()
 
     def walk(node_id, path):
@@ -388,7 +531,8 @@ def _load_ours(prefix: str, model, partial: bool) -> LoadReport:
     report.unexpected.extend(k for k in sorted(stored) if k not in expected)
     _fail_if_needed(report, partial)
     # Matching was checked above on the object graph; optimizer, step etc. stay unread.
-    tf.train.Checkpoint(model=target).restore(prefix).expect_partial()
+    with _reading(prefix, "data"):
+        tf.train.Checkpoint(model=target).restore(prefix).expect_partial()
     return report
 
 
@@ -404,35 +548,55 @@ def resolve(path: str) -> tuple:
 
     Accepts a TF1 or tf.train.Checkpoint prefix, a directory with ``bert_model.ckpt*``, a
     directory with a ``checkpoint`` state file, a Hugging Face directory
-    (``model.safetensors``) or a ``.safetensors`` file.
+    (``model.safetensors``, or ``model.safetensors.index.json`` with its shards), a
+    ``.safetensors`` file or a ``.safetensors.index.json``. PyTorch pickles
+    (``pytorch_model.bin``, ``.pt``, ``.pth``) are refused, never unpickled.
     """
     path = os.fspath(path)
-    if path.endswith(".safetensors") and tf.io.gfile.exists(path):
+    if path.endswith((".safetensors", ".safetensors.index.json")) and tf.io.gfile.exists(path):
         return HF, path
     if tf.io.gfile.isdir(path):
-        st = os.path.join(path, "model.safetensors")
-        if tf.io.gfile.exists(st):
-            return HF, st
-        google = os.path.join(path, "bert_model.ckpt")
-        if _is_prefix(google):
-            return TF1, google
-        latest = tf.train.latest_checkpoint(path)
-        if latest:
-            return _prefix_kind(latest), latest
-        if tf.io.gfile.glob(os.path.join(path, "*.safetensors")):
-            raise CheckpointError(f"{path}: sharded safetensors are not supported; "
-                                  "expected a single model.safetensors")
-        raise CheckpointError(
-            f"{path}: no checkpoint found (expected bert_model.ckpt.index, model.safetensors "
-            "or a 'checkpoint' state file)")
+        return _resolve_directory(path)
     if _is_prefix(path):
         return _prefix_kind(path), path
+    if tf.io.gfile.exists(path) and (path.endswith(_PICKLE_SUFFIXES)
+                                     or _looks_like_pickle(path)):
+        raise pickle_refusal(path)
     raise CheckpointError(f"{path}: not a checkpoint prefix (no {path}.index), "
                           "directory or .safetensors file")
 
 
+def _resolve_directory(path: str) -> tuple:
+    for name in ("model.safetensors", HF_INDEX):
+        if tf.io.gfile.exists(os.path.join(path, name)):
+            return HF, os.path.join(path, name)
+    google = os.path.join(path, "bert_model.ckpt")
+    if _is_prefix(google):
+        return TF1, google
+    latest = tf.train.latest_checkpoint(path)
+    if latest:
+        return _prefix_kind(latest), latest
+    names = sorted(tf.io.gfile.listdir(path))
+    pickles = [n for n in names if n.endswith(_PICKLE_SUFFIXES) or n.endswith(".bin.index.json")]
+    if pickles:
+        raise pickle_refusal(os.path.join(path, pickles[0]))
+    others = [n for n in names if n.endswith(".safetensors")]
+    if others:
+        raise CheckpointError(
+            f"{path}: holds {', '.join(others[:3])} but neither model.safetensors nor "
+            f"{HF_INDEX} (which lists the shards); pass the .safetensors file itself")
+    state = os.path.join(path, "checkpoint")
+    if "checkpoint" in names:
+        raise CheckpointError(f"{state}: this checkpoint state file names no readable "
+                              "checkpoint (damaged, or its checkpoints were removed)")
+    raise CheckpointError(
+        f"{path}: no checkpoint found (expected bert_model.ckpt.index, model.safetensors, "
+        f"{HF_INDEX} or a 'checkpoint' state file)")
+
+
 def _prefix_kind(prefix: str) -> str:
-    names = [n for n, _ in tf.train.list_variables(prefix)]
+    with _reading(prefix, "index"):
+        names = [n for n, _ in tf.train.list_variables(prefix)]
     if "_CHECKPOINTABLE_OBJECT_GRAPH" in names and any(n.endswith(_ATTR_SUFFIX) for n in names):
         return OURS
     return TF1
@@ -454,7 +618,8 @@ def checkpoint_has_pretraining_heads(path: str) -> bool:
     if kind == HF:
         names = _hf_reader(location).shapes
         return "cls.predictions.bias" in names
-    names = [n for n, _ in tf.train.list_variables(location)]
+    with _reading(location, "index"):
+        names = [n for n, _ in tf.train.list_variables(location)]
     if kind == TF1:
         return "cls/predictions/output_bias" in names
     return any(n.startswith("model/masked_lm/") for n in names)
@@ -542,14 +707,14 @@ def export_hf_checkpoint(model, config: BertConfig, out_dir: str, *,
     Returns:
       The path of ``model.safetensors``.
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
-    os.makedirs(out_dir, exist_ok=True)
+    tf.io.gfile.makedirs(out_dir)
     path = os.path.join(out_dir, "model.safetensors")
-    save_file(_external_arrays(model, HF), path, metadata={"format": "pt"})
-    with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(config.to_hf_dict(), f, indent=2, sort_keys=True)
-        f.write("\n")
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(save(_external_arrays(model, HF), metadata={"format": "pt"}))
+    with tf.io.gfile.GFile(os.path.join(out_dir, "config.json"), "w") as f:
+        f.write(json.dumps(config.to_hf_dict(), indent=2, sort_keys=True) + "\n")
     if vocab_file:
         tf.io.gfile.copy(vocab_file, os.path.join(out_dir, "vocab.txt"), overwrite=True)
     return path

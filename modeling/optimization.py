@@ -1,4 +1,4 @@
-"""Owns BERT's optimizers: warmup + linear-decay schedule, the original AdamWeightDecay, LAMB.
+"""Owns BERT's optimizers: warmup + linear decay, the original AdamWeightDecay, BERT's LAMB.
 
 The original's update (Google BERT `optimization.py`), per variable, per step:
 
@@ -12,6 +12,11 @@ after clipping all gradients together to global norm 1.0. The learning rate rise
 from 0 over `num_warmup_steps`, then (from the peak) falls linearly to 0 at
 `num_train_steps`.
 
+`--optimizer=lamb` selects `BertLamb`: LAMB as large-batch BERT pretraining uses it (You et
+al. 2019; NVIDIA's and Model Garden's BERT): bias-corrected Adam moments, the weight decay
+added to the update before the layer-wise trust ratio ||w|| / ||update||, and LayerNorm and
+bias variables excluded from both (see the class docstring).
+
 Gradient reduction: the training loop (`training/loop.py`) all-reduces gradients across
 replicas itself, before they reach the optimizer, so global-norm clipping sees the global
 gradient. Optimizers built here therefore skip Keras' own cross-replica sum
@@ -22,6 +27,7 @@ gradient. Optimizers built here therefore skip Keras' own cross-replica sum
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Sequence
 
@@ -112,6 +118,16 @@ def _handle(variable):
         variable, tf.Variable) else variable.handle
 
 
+def _one_minus_power(beta, step):
+    """1 - beta^step, accurate to float32 rounding of the result.
+
+    In float32, 1 - 0.999f**1 is 0.0009999871 (0.999 is not representable), 1.3e-5 off the
+    true 0.001; as -expm1(step * log(beta)) with log(beta) taken in float64, the error is
+    a few ulps, so the bias correction is the paper's.
+    """
+    return -ops.expm1(step * math.log(beta))
+
+
 def _variable_path(variable):
     return getattr(variable, "path", None) or variable.name
 
@@ -193,17 +209,50 @@ class AdamWeightDecay(_BertOptimizerMixin, keras.optimizers.Optimizer):
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class Lamb(_BertOptimizerMixin, keras.optimizers.Lamb):
-    """Keras' LAMB with the same path-based decay exclusions (decay decoupled, scaled by lr)."""
+class BertLamb(_BertOptimizerMixin, keras.optimizers.Optimizer):
+    """LAMB as large-batch BERT pretraining uses it (You et al. 2019, Algorithm 2).
+
+    "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes" (You, Li,
+    Reddi et al., ICLR 2020, arXiv:1904.00962 v5, Algorithm 2), with the exclusions of
+    TensorFlow Model Garden's LAMB as its BERT configs use it (LayerNorm and bias excluded
+    from decay; layer adaptation excluded for the same variables). Per variable w, at step
+    t = 1, 2, ...:
+
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g^2
+        r = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + epsilon)   # bias-corrected
+        r += weight_decay_rate * w              # decay INSIDE the trust ratio
+        ratio = ||w|| / ||r||                   # 1 when either norm is 0
+        w -= learning_rate * ratio * r
+
+    Variables whose path contains one of `no_decay_patterns` (LayerNorm and bias by
+    default, matched as in `AdamWeightDecay`) get neither the decay nor the layer
+    adaptation: their update is plain bias-corrected Adam, ratio 1. The paper's scaling
+    function phi is the identity, as in those implementations.
+
+    Unlike `keras.optimizers.Lamb` (decay applied outside the trust ratio as
+    w -= lr * wd * w, trust ratio on every variable), this is the rule BERT's LAMB
+    results were obtained with.
+
+    Args:
+      learning_rate: float or `LearningRateSchedule`.
+      weight_decay_rate: the paper's lambda, added to the update before the trust ratio.
+      beta_1, beta_2, epsilon: Adam moments (Model Garden's BERT: 0.9, 0.999, 1e-6).
+      no_decay_patterns: variables whose path contains any of these get no decay and no
+        layer adaptation.
+      pre_reduced_gradients: True when the caller sums gradients across replicas itself.
+      **kwargs: other `keras.optimizers.Optimizer` arguments (e.g. `global_clipnorm`).
+    """
 
     def __init__(self, learning_rate=1e-3, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-6, no_decay_patterns=DEFAULT_NO_DECAY, pre_reduced_gradients=False,
-                 name="lamb", **kwargs):
+                 name="bert_lamb", **kwargs):
         kwargs.pop("weight_decay", None)
-        super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
-                         epsilon=epsilon, weight_decay=weight_decay_rate or None, name=name,
-                         **kwargs)
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.weight_decay_rate = float(weight_decay_rate)
+        self.beta_1 = float(beta_1)
+        self.beta_2 = float(beta_2)
+        self.epsilon = float(epsilon)
         self._init_bert_options(no_decay_patterns, pre_reduced_gradients)
 
     def build(self, var_list):
@@ -211,11 +260,46 @@ class Lamb(_BertOptimizerMixin, keras.optimizers.Lamb):
             return
         self._exclude_by_path(var_list)
         super().build(var_list)
+        self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
+
+    def uses_layer_adaptation(self, variable) -> bool:
+        """False for the variables excluded by path (the same ones that get no decay)."""
+        return self._use_weight_decay(variable)
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        gradient = ops.cast(gradient, dtype)
+        # `iterations` counts the updates already applied: this one is step t = iterations + 1.
+        step = ops.cast(self.iterations + 1, dtype)
+        index = self._get_variable_index(variable)
+        m, v = self._m[index], self._v[index]
+        self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
+        self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(gradient))
+        m_hat = m / _one_minus_power(self.beta_1, step)
+        v_hat = v / _one_minus_power(self.beta_2, step)
+        update = m_hat / (ops.sqrt(v_hat) + self.epsilon)
+        if self.uses_layer_adaptation(variable):
+            if self.weight_decay_rate:
+                update = update + self.weight_decay_rate * variable
+            w_norm = ops.sqrt(ops.sum(ops.square(variable)))
+            r_norm = ops.sqrt(ops.sum(ops.square(update)))
+            usable = ops.logical_and(w_norm > 0.0, r_norm > 0.0)
+            # The inner where keeps 0/0 out of the graph (no NaN even where unused).
+            ratio = ops.where(usable, w_norm / ops.where(usable, r_norm, 1.0), 1.0)
+            update = ratio * update
+        self.assign_sub(variable, lr * update)
 
     def get_config(self):
         config = super().get_config()
         config.pop("weight_decay", None)
-        config.update({"weight_decay_rate": self.weight_decay_rate, **self._bert_config()})
+        config.update({
+            "weight_decay_rate": self.weight_decay_rate,
+            "beta_1": self.beta_1,
+            "beta_2": self.beta_2,
+            "epsilon": self.epsilon,
+            **self._bert_config(),
+        })
         return config
 
 
@@ -226,7 +310,7 @@ class OptimizerConfig:
     learning_rate: float = 5e-5
     num_train_steps: int = 100000
     num_warmup_steps: int = 10000
-    optimizer: str = "adamw"  # "adamw" (the original rule) or "lamb"
+    optimizer: str = "adamw"  # "adamw" (the original rule) or "lamb" (`BertLamb`)
     weight_decay_rate: float = 0.01
     clip_norm: float = 1.0  # global-norm clipping; <= 0 disables it
     beta_1: float = 0.9
@@ -239,7 +323,7 @@ def create_optimizer(config: OptimizerConfig, *, pre_reduced_gradients=True):
     """Builds the schedule and optimizer described by `config` (create under strategy.scope()).
 
     Returns:
-      A `keras.optimizers.Optimizer` (AdamWeightDecay or Lamb) with global-norm clipping.
+      A `keras.optimizers.Optimizer` (AdamWeightDecay or BertLamb) with global-norm clipping.
     """
     schedule = WarmupLinearDecay(config.learning_rate, config.num_train_steps,
                                  config.num_warmup_steps)
@@ -257,5 +341,5 @@ def create_optimizer(config: OptimizerConfig, *, pre_reduced_gradients=True):
     if name in ("adamw", "adam_weight_decay", "adam"):
         return AdamWeightDecay(**common)
     if name == "lamb":
-        return Lamb(**common)
+        return BertLamb(**common)
     raise ValueError(f"optimizer must be 'adamw' or 'lamb', found {config.optimizer!r}")

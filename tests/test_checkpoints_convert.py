@@ -68,3 +68,20 @@ def test_cli(google_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "model.safetensors" in result.stdout
     assert (tmp_path / "hf" / "config.json").exists()
+
+
+@pytest.mark.slow
+def test_cli_refuses_a_pickle_with_a_clear_error(tmp_path):
+    source = tmp_path / "torch"
+    source.mkdir()
+    (source / "pytorch_model.bin").write_bytes(b"PK\x03\x04 not unpickled")
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "convert_checkpoint.py"),
+         f"--input={source}", f"--output_dir={tmp_path / 'out'}", "--output_format=hf"],
+        check=False, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert f"convert_checkpoint.py: error: {source / 'pytorch_model.bin'} is a PyTorch " \
+           "pickle" in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -149,9 +149,157 @@ def test_lamb_excludes_same_variables():
     opt = optimization.create_optimizer(
         optimization.OptimizerConfig(optimizer="lamb", learning_rate=0.1, num_warmup_steps=0),
         pre_reduced_gradients=False)
+    assert isinstance(opt, optimization.BertLamb)
     opt.build(variables)
     used = {v.path: opt._use_weight_decay(v) for v in variables}
     assert used == {n: not (n.endswith("bias") or "LayerNorm" in n) for n in VARS}
+    assert {v.path: opt.uses_layer_adaptation(v) for v in variables} == used
+
+
+# LAMB against a numpy reference of the paper. Variables beyond VARS: one that starts at
+# zero (||w|| = 0: trust ratio 1 on the first step) and one whose gradient is always zero
+# (with no decay its update is 0: ||r|| = 0, ratio 1, and it must not become NaN).
+LAMB_VARS = dict(VARS, **{"encoder/layer_0/output/dense/kernel": (4, 3),
+                          "encoder/pooler/dense/kernel": (2, 3)})
+ZERO_INIT = "encoder/layer_0/output/dense/kernel"
+ZERO_GRAD = "encoder/pooler/dense/kernel"
+LAMB_STEPS = 5
+
+
+def _lamb_problem():
+    rng = np.random.default_rng(3)
+    init = {n: rng.normal(size=s).astype(np.float32) for n, s in LAMB_VARS.items()}
+    init[ZERO_INIT][...] = 0.0
+    grads = []
+    for _ in range(LAMB_STEPS):
+        step = {n: (rng.normal(size=s) * 3).astype(np.float32) for n, s in LAMB_VARS.items()}
+        step[ZERO_GRAD][...] = 0.0
+        grads.append(step)
+    return init, grads
+
+
+def _lamb_reference(init, grads, rates, weight_decay_rate, *, decay_inside=True,
+                    exclude_adaptation=True, bias_correction=True, clip_norm=1.0):
+    """You et al. 2019, Algorithm 2 (phi = identity) in float64, with BERT's exclusions.
+
+    The keyword switches give the variants the test must tell apart: Keras' LAMB (decay
+    outside the trust ratio, every variable adapted) and the uncorrected moments of the
+    paper's early drafts.
+    """
+    beta1, beta2, eps = 0.9, 0.999, 1e-6
+    w = {n: v.astype(np.float64) for n, v in init.items()}
+    m = {n: np.zeros_like(v) for n, v in w.items()}
+    v = {n: np.zeros_like(x) for n, x in w.items()}
+    for t, (g32, lr) in enumerate(zip(grads, rates), start=1):
+        g = {n: x.astype(np.float64) for n, x in g32.items()}
+        norm = np.sqrt(sum((x ** 2).sum() for x in g.values()))
+        scale = clip_norm / max(norm, clip_norm)  # tf.clip_by_global_norm
+        for name in w:
+            excluded = "LayerNorm" in name or "bias" in name
+            m[name] = beta1 * m[name] + (1 - beta1) * g[name] * scale
+            v[name] = beta2 * v[name] + (1 - beta2) * (g[name] * scale) ** 2
+            m_hat = m[name] / (1 - beta1 ** t) if bias_correction else m[name]
+            v_hat = v[name] / (1 - beta2 ** t) if bias_correction else v[name]
+            r = m_hat / (np.sqrt(v_hat) + eps)
+            decay = 0.0 if excluded else weight_decay_rate * w[name]
+            if decay_inside:
+                r = r + decay
+            ratio = 1.0
+            if not (excluded and exclude_adaptation):
+                w_norm, r_norm = np.linalg.norm(w[name]), np.linalg.norm(r)
+                ratio = w_norm / r_norm if w_norm > 0 and r_norm > 0 else 1.0
+            new = w[name] - lr * ratio * r
+            if not decay_inside:
+                new = new - lr * decay
+            w[name] = new
+    return w
+
+
+def _lamb_ours(init, grads, weight_decay_rate):
+    """`--optimizer=lamb` as the runners build it: warmup to 0.1 over 2 of 10 steps."""
+    holder = _Holder(init)
+    variables = [holder.vars[n] for n in LAMB_VARS]
+    optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
+        optimizer="lamb", learning_rate=0.1, num_train_steps=10, num_warmup_steps=2,
+        weight_decay_rate=weight_decay_rate), pre_reduced_gradients=False)
+    for step in range(LAMB_STEPS):
+        optimizer.apply([tf.constant(grads[step][n]) for n in LAMB_VARS], variables)
+    return {n: v.numpy() for n, v in zip(LAMB_VARS, variables)}
+
+
+@pytest.mark.parametrize("weight_decay_rate", [0.0, 0.01, 0.5])
+def test_bert_lamb_matches_numpy_reference_of_the_paper(weight_decay_rate):
+    init, grads = _lamb_problem()
+    schedule = optimization.WarmupLinearDecay(0.1, num_train_steps=10, num_warmup_steps=2)
+    rates = [float(schedule(s)) for s in range(LAMB_STEPS)]
+    got = _lamb_ours(init, grads, weight_decay_rate)
+    expected = _lamb_reference(init, grads, rates, weight_decay_rate)
+    for name in LAMB_VARS:
+        assert np.all(np.isfinite(got[name])), name
+        # float32 arithmetic on O(1) values over 5 steps: errors of a few ulps (~1e-7).
+        np.testing.assert_allclose(got[name], expected[name], rtol=2e-6, atol=2e-7,
+                                   err_msg=name)
+    moved = {n for n in LAMB_VARS if not np.allclose(got[n], init[n])}
+    if weight_decay_rate:
+        assert moved == set(LAMB_VARS)  # the zero-gradient kernel moves by its decay alone
+    else:
+        assert moved == set(LAMB_VARS) - {ZERO_GRAD}
+        np.testing.assert_array_equal(got[ZERO_GRAD], init[ZERO_GRAD])
+
+    # The reference tells the rule apart from its variants by far more than the tolerance.
+    variants = [dict(exclude_adaptation=False), dict(bias_correction=False)]
+    if weight_decay_rate:
+        variants.append(dict(decay_inside=False))
+    for variant in variants:
+        other = _lamb_reference(init, grads, rates, weight_decay_rate, **variant)
+        worst = max(np.abs(other[n] - got[n]).max() for n in LAMB_VARS)
+        assert worst > 1e-3, variant
+
+
+def test_bert_lamb_zero_norm_variable_takes_a_plain_adam_step():
+    # ||w|| = 0: ratio 1, so the first update is lr * m_hat / (sqrt(v_hat) + eps), i.e.
+    # lr * g / (|g| + eps) elementwise after bias correction (no clipping here).
+    holder = _Holder({"encoder/dense/kernel": np.zeros((2, 3), np.float32)})
+    variable = holder.vars["encoder/dense/kernel"]
+    grad = np.array([[0.5, -2.0, 1e-3], [3.0, -0.25, 0.0]], np.float32)
+    optimizer = optimization.BertLamb(learning_rate=0.01, weight_decay_rate=0.01)
+    optimizer.apply([tf.constant(grad)], [variable])
+    np.testing.assert_allclose(variable.numpy(), -0.01 * grad / (np.abs(grad) + 1e-6),
+                               rtol=1e-6)
+
+
+def _tracked(variables):
+    """A checkpointable object holding the (tf) variables of Keras variables, by position."""
+    return tf.train.Checkpoint(**{f"v{i}": v.value for i, v in enumerate(variables)})
+
+
+def test_bert_lamb_state_survives_a_checkpoint(tmp_path):
+    init, grads = _lamb_problem()
+    holder = _Holder(init)
+    variables = [holder.vars[n] for n in LAMB_VARS]
+    optimizer = optimization.BertLamb(learning_rate=0.05, weight_decay_rate=0.01)
+    for step in range(3):
+        optimizer.apply([tf.constant(grads[step][n]) for n in LAMB_VARS], variables)
+    path = tf.train.Checkpoint(model=_tracked(variables), optimizer=optimizer).save(
+        str(tmp_path / "c"))
+    names = [n for n, _ in tf.train.list_variables(path)]
+    assert not any("_trainable_variables" in n for n in names)
+    slots = [n for n in names if n.startswith("optimizer/_variables/")]
+    assert len(slots) >= 2 * len(LAMB_VARS)  # m and v
+
+    fresh = _Holder({n: np.zeros_like(v) for n, v in init.items()})
+    again = optimization.BertLamb(learning_rate=0.05, weight_decay_rate=0.01)
+    fresh_vars = [fresh.vars[n] for n in LAMB_VARS]
+    again.build(fresh_vars)
+    tf.train.Checkpoint(model=_tracked(fresh_vars), optimizer=again).restore(
+        path).assert_consumed()
+    for a, b in zip(variables, fresh_vars):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert int(again.iterations.numpy()) == 3  # bias correction continues at t = 4
+    for opt, vs in ((optimizer, variables), (again, fresh_vars)):
+        opt.apply([tf.constant(grads[3][n]) for n in LAMB_VARS], vs)
+    for a, b in zip(variables, fresh_vars):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_unknown_optimizer_is_rejected():
