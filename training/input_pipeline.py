@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from typing import Sequence
 
 import tensorflow as tf
 from absl import logging
 
-from data_prep import features
+from data_prep import features, fileio
 
 
 
@@ -64,24 +65,36 @@ def split_patterns(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
-# Written beside TFRecords by create_pretraining_data; a glob like `out.tfrecord*` finds them.
+# Summaries create_pretraining_data writes beside its records: `_NAME.summary.json` now
+# (which `NAME*` does not match), `NAME.summary.json` before (which it did). Either is
+# skipped wherever a wider glob such as `DIR/*` finds it.
 NOT_RECORDS_SUFFIX = ".summary.json"
+# Temporaries of an older create_pretraining_data (`NAME.tmp-PID`); today's are hidden
+# names that `fileio.is_temporary` recognises.
+_LEGACY_TEMPORARY = re.compile(r".*\.tmp-\d+")
+
+
+def _not_records(path: str) -> bool:
+    """Summaries and temporaries (of a run in progress, or killed) are never records."""
+    return (path.endswith(NOT_RECORDS_SUFFIX) or fileio.is_temporary(path)
+            or _LEGACY_TEMPORARY.fullmatch(fileio.basename(path)) is not None)
 
 
 def list_files(patterns: Sequence[str]) -> list[str]:
     """Expands globs with tf.io.gfile (works on gs://); errors when nothing matches.
 
-    Summary JSON files that create_pretraining_data writes beside its output are skipped
-    (with a log line), so `--input_file=out.tfrecord*` reads just the records.
+    Summary JSON files that create_pretraining_data writes beside its output and the
+    temporaries of a writer (running, or killed) are skipped (with a log line), so
+    `--input_file=out.tfrecord*` or `DIR/*` reads just the records.
     """
     files = []
     for pattern in patterns:
         matched = sorted(tf.io.gfile.glob(pattern))
-        skipped = [path for path in matched if path.endswith(NOT_RECORDS_SUFFIX)]
-        matched = [path for path in matched if not path.endswith(NOT_RECORDS_SUFFIX)]
+        skipped = [path for path in matched if _not_records(path)]
+        matched = [path for path in matched if not _not_records(path)]
         if skipped:
-            logging.info("input_file %r: skipping %d summary file(s), e.g. %s", pattern,
-                         len(skipped), skipped[0])
+            logging.info("input_file %r: skipping %d summary or temporary file(s), e.g. %s",
+                         pattern, len(skipped), skipped[0])
         if not matched:
             raise FileNotFoundError(f"input_file pattern {pattern!r} matches no file")
         files.extend(matched)
