@@ -250,7 +250,7 @@ class _NamedReader:
 
 def _tf1_reader(prefix: str) -> _NamedReader:
     with _reading(prefix, "index"):
-        reader = tf.train.load_checkpoint(prefix)
+        reader = checkpoint_reader(prefix)
         shapes = {k: tuple(v) for k, v in reader.get_variable_to_shape_map().items()}
 
     def get(name):
@@ -479,7 +479,7 @@ def _stored_variables(prefix: str) -> tuple:
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
     with _reading(prefix, "index"):
-        reader = tf.train.load_checkpoint(prefix)
+        reader = checkpoint_reader(prefix)
         shapes = reader.get_variable_to_shape_map()
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     with _reading(prefix, "data"):
@@ -566,6 +566,16 @@ def resolve(path: str) -> tuple:
                           "directory or .safetensors file")
 
 
+def checkpoint_reader(prefix: str):
+    """A reader of the checkpoint at `prefix` (not a directory).
+
+    `tf.train.load_checkpoint` first asks whether the path is a directory, and some
+    filesystems answer yes for a bare prefix (ram:// does when `prefix.index` exists), so
+    the prefix is opened directly.
+    """
+    return tf.compat.v1.train.NewCheckpointReader(prefix)
+
+
 def _resolve_directory(path: str) -> tuple:
     for name in ("model.safetensors", HF_INDEX):
         if tf.io.gfile.exists(os.path.join(path, name)):
@@ -596,7 +606,7 @@ def _resolve_directory(path: str) -> tuple:
 
 def _prefix_kind(prefix: str) -> str:
     with _reading(prefix, "index"):
-        names = [n for n, _ in tf.train.list_variables(prefix)]
+        names = list(checkpoint_reader(prefix).get_variable_to_shape_map())
     if "_CHECKPOINTABLE_OBJECT_GRAPH" in names and any(n.endswith(_ATTR_SUFFIX) for n in names):
         return OURS
     return TF1
@@ -619,7 +629,7 @@ def checkpoint_has_pretraining_heads(path: str) -> bool:
         names = _hf_reader(location).shapes
         return "cls.predictions.bias" in names
     with _reading(location, "index"):
-        names = [n for n, _ in tf.train.list_variables(location)]
+        names = list(checkpoint_reader(location).get_variable_to_shape_map())
     if kind == TF1:
         return "cls/predictions/output_bias" in names
     return any(n.startswith("model/masked_lm/") for n in names)

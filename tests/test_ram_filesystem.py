@@ -1,0 +1,155 @@
+"""Every file through tf.io.gfile (issue 12): runs whose every path is on TensorFlow's
+in-memory `ram://` filesystem, as a gs:// bucket would be (the original README's TPU
+examples keep config, vocab, data, checkpoints and outputs in a bucket).
+
+`ram://` exists only inside this process, so nothing here can reach it through `open()`:
+a single local read or write would fail the run (or, for writes, leave a stray local
+`ram:` directory, which is checked too).
+"""
+
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import test_loop_support as S
+from tests.conftest import TINY_VOCAB
+from training import flags as common_flags
+
+ROOT = "ram://bert_test"
+
+
+def _write(path, text):
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def ram_env():
+    rng = random.Random(0)
+    vocab = _write(f"{ROOT}/model/vocab.txt", "\n".join(TINY_VOCAB) + "\n")
+    config = _write(f"{ROOT}/model/bert_config.json",
+                    json.dumps(S.tiny_config_dict(vocab_size=len(TINY_VOCAB))))
+    words = ["the", "cat", "dog", "sat", "on", "a", "mat", "ran", "far", "away"]
+    rows = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) + " ."
+            for _ in range(24)]
+    for split in ("train", "dev", "test"):
+        _write(f"{ROOT}/glue/{split}.tsv", "text\tlabel\n" + "".join(
+            f"{r}\t{'pos' if 'cat' in r else 'neg'}\n" for r in rows))
+    yield {"vocab": vocab, "config": config, "data": f"{ROOT}/glue"}
+    tf.io.gfile.rmtree(ROOT)
+    assert not os.path.exists(os.path.join(S.REPO_ROOT, "ram:")), "a path escaped to disk"
+
+
+def test_run_classifier_on_ram_paths(ram_env):
+    import run_classifier as rc
+    from tasks.classification import data as cd
+    from training import loop
+
+    out = f"{ROOT}/classifier_out"
+    cfg = rc.make_run(
+        task_name="custom", data_dir=ram_env["data"], vocab_file=ram_env["vocab"],
+        bert_config_file=ram_env["config"], output_dir=out, max_seq_length=16,
+        do_train=True, do_eval=True, do_predict=True, train_batch_size=4, eval_batch_size=4,
+        predict_batch_size=4, num_train_epochs=1.0, save_checkpoints_steps=3,
+        bucket_boundaries=(8, 16), seeds=(1, 2),
+        custom=cd.CustomDataConfig(text_a_column="text", label_column="label"),
+        runtime=common_flags.RuntimeConfig("one_device", seed=1))
+    result = rc.run(cfg)
+    names = set(tf.io.gfile.listdir(out))
+    assert {"seed_results.txt", "eval_results.txt", "test_results.tsv", "train.tf_record",
+            "run_identity.json"} <= names, names
+    assert ".run.lock" not in names  # released
+    assert loop.read_eval_results(f"{out}/eval_results.txt")["global_step"] == 6
+    seed_dir = f"{out}/seed_{result['best_seed']}"
+    assert tf.train.latest_checkpoint(seed_dir).endswith("ckpt-6")
+    assert {"bert_config.json", "vocab.txt", "export_metadata.json"} <= set(
+        tf.io.gfile.listdir(seed_dir))
+    with tf.io.gfile.GFile(f"{out}/test_results.tsv") as f:
+        assert len(f.read().splitlines()) == 24
+
+
+def test_run_pretraining_on_ram_paths(ram_env):
+    import run_pretraining
+    from modeling.optimization import OptimizerConfig
+    from training.loop import LoopConfig
+
+    records = f"{ROOT}/records/part-0.tfrecord"
+    tf.io.gfile.makedirs(os.path.dirname(records))
+    S.write_records(records, S.synthetic_instances(16))
+    config = _write(f"{ROOT}/model/pre_config.json", json.dumps(S.tiny_config_dict()))
+    out = f"{ROOT}/pretraining_out"
+    cfg = run_pretraining.PretrainingRun(
+        bert_config_file=config, input_patterns=(f"{ROOT}/records/part-*",),
+        output_dir=out, init_checkpoint=None, max_seq_length=S.SEQ,
+        max_predictions_per_seq=S.PREDS, do_train=True, do_eval=True, train_batch_size=4,
+        eval_batch_size=4, input_compression="auto",
+        runtime=common_flags.RuntimeConfig("one_device"),
+        optimizer=OptimizerConfig(learning_rate=1e-3, num_train_steps=4, num_warmup_steps=0),
+        loop=LoopConfig(output_dir=out, num_train_steps=4, train_batch_size=4,
+                        eval_batch_size=4, iterations_per_loop=2, save_checkpoints_steps=2,
+                        max_eval_steps=2))
+    results = run_pretraining.run(cfg)
+    assert results["global_step"] == 4
+    assert tf.train.latest_checkpoint(out).endswith("ckpt-4")
+    assert tf.io.gfile.exists(f"{out}/eval_results.txt")
+
+
+EXTRACT_SCRIPT = """
+import json, os, sys
+import tensorflow as tf
+from absl import flags
+sys.argv = ["extract_features.py"] + sys.argv[1:]
+import extract_features
+from modeling import checkpoints
+from modeling.config import BertConfig
+from modeling.encoder import BertEncoder
+
+root = "ram://extract"
+def write(path, text):
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(text)
+write(root + "/vocab.txt", sys.stdin.readline().replace("|", "\\n"))
+write(root + "/bert_config.json", sys.stdin.readline())
+write(root + "/input.txt", "the cat sat on the mat .\\na dog ran far away . ||| the cat sat .\\n")
+encoder = BertEncoder(BertConfig.from_json_file(root + "/bert_config.json"))
+checkpoints.save_ours(encoder, root + "/encoder")
+extract_features.define_flags()
+flags.FLAGS(sys.argv)
+extract_features.main([])
+with tf.io.gfile.GFile(root + "/features/out.jsonl") as f:
+    records = [json.loads(line) for line in f]
+print("RESULT" + json.dumps({"ids": [r["linex_index"] for r in records],
+      "first": records[0]["features"][0]["token"],
+      "n_values": len(records[1]["features"][-1]["layers"][0]["values"]),
+      "listing": tf.io.gfile.listdir(root + "/features")}))
+"""
+
+
+def test_extract_features_on_ram_paths(ram_env):
+    """The CLI's own main, every path on ram:// (one process: ram:// is per process)."""
+    import subprocess
+    import sys
+
+    root = "ram://extract"
+    argv = [f"--input_file={root}/input.txt", f"--output_file={root}/features/out.jsonl",
+            f"--init_checkpoint={root}/encoder", f"--bert_config_file={root}/bert_config.json",
+            f"--vocab_file={root}/vocab.txt", "--max_seq_length=16", "--batch_size=2",
+            "--layers=-1"]
+    stdin = "|".join(TINY_VOCAB) + "\n" + json.dumps(
+        S.tiny_config_dict(vocab_size=len(TINY_VOCAB))) + "\n"
+    proc = subprocess.run([sys.executable, "-c", EXTRACT_SCRIPT] + argv, input=stdin,
+                          env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(next(line for line in proc.stdout.splitlines()
+                             if line.startswith("RESULT"))[len("RESULT"):])
+    assert result["ids"] == [0, 1] and result["first"] == "[CLS]"
+    assert result["n_values"] == 32 and result["listing"] == ["out.jsonl"]
+    assert not os.path.exists(os.path.join(S.REPO_ROOT, "ram:"))
