@@ -33,6 +33,15 @@ _define(flags.DEFINE_integer, "num_warmup_steps", 10000, "Number of warmup steps
 _define(flags.DEFINE_integer, "max_eval_steps", 100, "Maximum number of eval steps.")
 _define(flags.DEFINE_string, "input_compression", "auto",
         "TFRecord compression: auto (GZIP for *.gz / *.gzip), GZIP, ZLIB or NONE.")
+# Dynamic masking: only for unmasked records (create_pretraining_data --dynamic_masking),
+# which are masked in the input pipeline with a fresh mask each epoch.
+_define(flags.DEFINE_string, "vocab_file", None,
+        "Unmasked records only: the vocab they were made with ([MASK], the random "
+        "replacements, ## pieces). Required for them, refused for masked records.")
+_define(flags.DEFINE_float, "masked_lm_prob", 0.15,
+        "Unmasked records only: masked LM probability (as create_pretraining_data's).")
+_define(flags.DEFINE_bool, "do_whole_word_mask", False,
+        "Unmasked records only: mask all WordPieces of a word together.")
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingRun:
@@ -52,6 +61,10 @@ class PretrainingRun:
     runtime: common_flags.RuntimeConfig
     optimizer: "object"
     loop: "object"
+    # Dynamic masking (unmasked records): None where the flag was not given.
+    vocab_file: str | None = None
+    masked_lm_prob: float | None = None
+    do_whole_word_mask: bool | None = None
 
 
 def run_config_from_flags(values=FLAGS) -> PretrainingRun:
@@ -87,7 +100,11 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
         max_predictions_per_seq=values.max_predictions_per_seq, do_train=values.do_train,
         do_eval=values.do_eval, train_batch_size=values.train_batch_size,
         eval_batch_size=values.eval_batch_size, input_compression=values.input_compression,
-        runtime=common_flags.runtime_config(values), optimizer=optimizer, loop=loop)
+        runtime=common_flags.runtime_config(values), optimizer=optimizer, loop=loop,
+        vocab_file=values.vocab_file or None,
+        masked_lm_prob=values.masked_lm_prob if values["masked_lm_prob"].present else None,
+        do_whole_word_mask=(values.do_whole_word_mask
+                            if values["do_whole_word_mask"].present else None))
 
 
 def run(cfg: PretrainingRun) -> dict:
@@ -133,13 +150,23 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config) -> dict:
         init_from_checkpoint if cfg.init_checkpoint else None)
 
     seed = cfg.runtime.seed
+    # Fail early, on the host, if the records do not match the flags.
+    files = input_pipeline.list_files(cfg.input_patterns)
+    schema = input_pipeline.check_first_record(files[0], cfg.max_seq_length,
+                                               cfg.max_predictions_per_seq,
+                                               cfg.input_compression)
+    # A resumed run reshuffles (and re-masks) differently from the run it continues.
+    run_seed = None if seed is None else seed + start_step
+    masking = dynamic_masking_for(cfg, bert_config, run_seed)
+    if schema is not None:
+        input_pipeline.check_record_kind(schema, masking, files[0])
+
     def dataset_fn(batch_size, is_training):
-        # A resumed run reshuffles differently from the run it continues.
         input_config = input_pipeline.PretrainingInputConfig(
             cfg.input_patterns, cfg.max_seq_length, cfg.max_predictions_per_seq,
-            compression=cfg.input_compression,
-            seed=None if seed is None else seed + start_step,
-            vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size)
+            compression=cfg.input_compression, seed=run_seed,
+            vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
+            masking=masking)
 
         def make(input_context):
             return input_pipeline.pretraining_dataset(
@@ -147,12 +174,9 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config) -> dict:
                 is_training=is_training, input_context=input_context)
         return make
 
-    # Fail early, on the host, if the records do not match the flags.
-    files = input_pipeline.list_files(cfg.input_patterns)
-    input_pipeline.check_first_record(files[0], cfg.max_seq_length,
-                                      cfg.max_predictions_per_seq, cfg.input_compression)
-    logging.info("%d input file(s), first %s; training from step %d to %d", len(files),
-                 files[0], start_step, cfg.loop.num_train_steps)
+    logging.info("%d input file(s), first %s%s; training from step %d to %d", len(files),
+                 files[0], " (unmasked: dynamic masking)" if masking else "", start_step,
+                 cfg.loop.num_train_steps)
     results = {}
     with input_pipeline.naming_damaged_files(cfg.input_patterns, cfg.input_compression):
         if cfg.do_train:
@@ -164,18 +188,48 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config) -> dict:
     return results
 
 
+def dynamic_masking_for(cfg: PretrainingRun, bert_config, seed):
+    """The on-the-fly masking of unmasked records from the flags (None without
+    --vocab_file); DynamicMaskingError names the flag that does not fit."""
+    from training import dynamic_masking
+
+    if cfg.vocab_file is None:
+        given = [f"--{name}" for name in ("masked_lm_prob", "do_whole_word_mask")
+                 if getattr(cfg, name) is not None]
+        if given:
+            raise dynamic_masking.DynamicMaskingError(
+                f"{', '.join(given)}: only for unmasked records (create_pretraining_data "
+                "--dynamic_masking), which also need --vocab_file")
+        return None
+    masking = dynamic_masking.DynamicMasking.from_vocab_file(
+        cfg.vocab_file, max_predictions_per_seq=cfg.max_predictions_per_seq,
+        masked_lm_prob=0.15 if cfg.masked_lm_prob is None else cfg.masked_lm_prob,
+        do_whole_word_mask=bool(cfg.do_whole_word_mask), seed=seed)
+    try:
+        masking.validate()
+    except ValueError as err:
+        raise dynamic_masking.DynamicMaskingError(str(err)) from None
+    largest = max(masking.vocab.replacement_ids)
+    if largest >= bert_config.vocab_size:
+        raise dynamic_masking.DynamicMaskingError(
+            f"--vocab_file={cfg.vocab_file} has ids up to {largest} but bert_config's "
+            f"vocab_size is {bert_config.vocab_size}: not the model's vocab")
+    return masking
+
+
 def main(argv):
     del argv
     from data_prep import lifecycle
     from training import input_pipeline
     from training.checkpointing import CheckpointRestoreError
+    from training.dynamic_masking import DynamicMaskingError
     from training.run_dir import RunDirError
 
     lifecycle.exit_cleanly_on_signals()
     try:
         run(run_config_from_flags(FLAGS))
     except (RunDirError, CheckpointRestoreError, FileNotFoundError,
-            input_pipeline.RecordFileError) as err:
+            input_pipeline.RecordFileError, DynamicMaskingError) as err:
         sys.exit(f"run_pretraining.py: error: {err}")
 
 

@@ -104,7 +104,21 @@ PRETRAINING = RecordSchema(
     ),
 )
 
-SCHEMAS = {PRETRAINING.kind: PRETRAINING}
+# The NSP pairs without masking (`create_pretraining_data --dynamic_masking`):
+# run_pretraining masks them in its input pipeline (training/dynamic_masking.py), a fresh
+# mask every epoch. The same pair features as PRETRAINING, in the same order.
+PRETRAINING_UNMASKED = RecordSchema(
+    kind="pretraining_unmasked",
+    features=tuple(f for f in PRETRAINING.features
+                   if not f.name.startswith("masked_lm_")),
+)
+
+SCHEMAS = {PRETRAINING.kind: PRETRAINING, PRETRAINING_UNMASKED.kind: PRETRAINING_UNMASKED}
+
+
+def pretraining_schema(dynamic_masking: bool) -> RecordSchema:
+    """The record kind create_pretraining_data writes: masked, or unmasked pairs."""
+    return PRETRAINING_UNMASKED if dynamic_masking else PRETRAINING
 
 
 # ---------------------------------------------------------------------------------------

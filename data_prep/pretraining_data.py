@@ -29,14 +29,13 @@ an injected generator.
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 import struct
 from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
-from data_prep import features, tokenization
+from data_prep import features, fileio, tokenization
 
 MIN_MAX_SEQ_LENGTH = 5  # [CLS] A [SEP] B [SEP] with A and B of at least one token each.
 
@@ -459,14 +458,15 @@ class CompactInstances:
     def to_instances(self, vocab: "MaskingVocab") -> List[Instance]:
         """The instances as `Instance` objects, in the final order (slow; for tests)."""
         toks, out, offsets, pos = self.tokens, [], [], 0
-        for k in self.num_masked:
+        num_masked = self.num_masked if len(self.num_masked) else [0] * len(self)
+        for k in num_masked:
             offsets.append(pos)
             pos += int(k)
         for t in self.order:
             a0, la, b0, lb = self.a_start[t], self.a_len[t], self.b_start[t], self.b_len[t]
             ids = [vocab.cls_id, *toks[a0:a0 + la], vocab.sep_id, *toks[b0:b0 + lb],
                    vocab.sep_id]
-            lo, hi = offsets[t], offsets[t] + int(self.num_masked[t])
+            lo, hi = offsets[t], offsets[t] + int(num_masked[t])
             positions = [int(p) for p in self.positions[lo:hi]]
             labels = [ids[p] for p in positions]
             for p, v in zip(positions, [int(v) for v in self.values[lo:hi]]):
@@ -480,7 +480,7 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
                              vocab: MaskingVocab, rng: random.Random,
                              stats: Optional[Stats] = None,
                              masking_rng: Optional["np.random.Generator"] = None,
-                             ) -> CompactInstances:
+                             mask: bool = True) -> CompactInstances:
     """The original's `create_training_instances` after reading, draw for draw: shuffle
     the documents (in place), `dupe_factor` passes of `create_instances_from_document`
     over them, shuffle the instances; in the compact representation.
@@ -492,8 +492,16 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
     drawn afterwards for all instances at once by `mask_vectorized`: the same
     distribution, not the original's draws, and several times faster (masking is most of
     the original's random draws: a Fisher-Yates shuffle of every instance's positions).
+    Either way `rng` then draws exactly what the original draws to build the instances
+    (pairs, lengths, random next documents, truncation, the final shuffle), minus the
+    masking draws.
+
+    With `mask=False` nothing is masked (`num_masked`, `positions` and `values` stay
+    empty): the unmasked pairs of dynamic masking (`features.PRETRAINING_UNMASKED`),
+    built with exactly the draws of the masked modes' instances.
     """
-    vectorized_masking = masking_rng is not None and not config.do_whole_word_mask
+    vectorized_masking = not mask or (
+        masking_rng is not None and not config.do_whole_word_mask)
     shuffle(documents, rng)
     # Flat tokens: document d's segment s starts at seg_starts[d][s].
     tokens: list = []
@@ -659,7 +667,9 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
                 i += 1
     if vectorized_masking:
         n_tokens, n_short, n_random = _count_vectorized(out, max_seq_length)
-        n_masked, as_mask, kept, replaced = mask_vectorized(out, config, vocab, masking_rng)
+        if mask:
+            n_masked, as_mask, kept, replaced = mask_vectorized(out, config, vocab,
+                                                                masking_rng)
     order = list(range(len(out.a_start)))
     shuffle(order, rng)
     out.order = order
@@ -760,7 +770,7 @@ class ByteRange:
 def line_number_at(path: str, offset: int) -> int:
     """1-based number of the line holding byte `offset` (used for error messages)."""
     count = 0
-    with open(path, "rb") as f:
+    with fileio.open_file(path, "rb") as f:
         remaining = offset
         while remaining > 0:
             block = f.read(min(remaining, 1 << 20))
@@ -803,9 +813,9 @@ def plan_chunks(paths: Sequence[str], chunk_bytes: int,
     search_bytes = search_bytes or chunk_bytes
     chunks, current, current_size, warnings = [], [], 0, []
     for path in paths:
-        size = os.path.getsize(path)
+        size = fileio.getsize(path)
         pos = 0
-        with open(path, "rb") as f:
+        with fileio.open_file(path, "rb") as f:
             while pos < size:
                 want = chunk_bytes - current_size
                 if size - pos <= want:
@@ -834,18 +844,23 @@ TokenizeIds = Callable[[str], List[int]]
 
 
 def read_documents(ranges: Sequence[ByteRange], tokenize_ids: TokenizeIds,
-                   stats: Optional[Stats] = None) -> list:
+                   stats: Optional[Stats] = None, starts: Optional[list] = None) -> list:
     """Documents of the byte ranges, read as the original reads its files.
 
     Lines end at "\\n"; each is stripped; a blank line ends the document; a line that
     tokenizes to nothing is skipped without ending it; empty documents are dropped.
     Invalid UTF-8 raises InputError naming the file, line and byte offset.
+
+    With a list `starts`, the `(path, byte offset)` of each document's first kept line is
+    appended to it, in order: a key of the document that does not depend on how the
+    files were cut into ranges (the Beam pipeline's document ids).
     """
     stats = stats if stats is not None else Stats()
     documents: list = []
     current: list = []
+    current_start = None
     for byte_range in ranges:
-        with open(byte_range.path, "rb") as f:
+        with fileio.open_file(byte_range.path, "rb") as f:
             f.seek(byte_range.start)
             raw = f.read(max(0, byte_range.end - byte_range.start))
             if raw and not raw.endswith(b"\n"):
@@ -863,22 +878,33 @@ def read_documents(ranges: Sequence[ByteRange], tokenize_ids: TokenizeIds,
             lines.pop()  # after the last "\n": not a line
         stats.lines += len(lines)
         stats.input_bytes += len(raw)
+        offsets = None
+        if starts is not None:  # "\n" is one byte in UTF-8: the lines of raw, 1:1
+            offsets = [byte_range.start]
+            for line_bytes in raw.split(b"\n")[:len(lines) - 1]:
+                offsets.append(offsets[-1] + len(line_bytes) + 1)
         empty_token_lines = 0
-        for line in lines:
+        for number, line in enumerate(lines):
             line = line.strip()
             if not line:
                 if current:
                     documents.append(current)
+                    if starts is not None:
+                        starts.append(current_start)
                     current = []
                 continue
             ids = tokenize_ids(line)
             if ids:
+                if not current and starts is not None:
+                    current_start = (byte_range.path, offsets[number])
                 current.append(ids)
             else:
                 empty_token_lines += 1
         stats.empty_token_lines += empty_token_lines
     if current:
         documents.append(current)
+        if starts is not None:
+            starts.append(current_start)
     stats.documents += len(documents)
     return documents
 
@@ -906,6 +932,8 @@ class ChunkTask:
     # Draw everything as the original does (Python's random, in its order); otherwise
     # masking is vectorised with numpy (`mask_vectorized`).
     exact_draws: bool = False
+    # Write the pairs unmasked (features.PRETRAINING_UNMASKED) for masking on the fly.
+    dynamic_masking: bool = False
 
 
 def chunk_masking_rng(seed: int, chunk_index: int) -> "np.random.Generator":
@@ -1033,7 +1061,9 @@ class CompactSerializer:
 
     Each instance's record is assembled as a row of byte columns (constant header bytes,
     varints with their used/unused bytes) and the used bytes of all rows, read in row
-    order, are the records laid end to end.
+    order, are the records laid end to end. The encoder's schema decides the record kind:
+    `features.PRETRAINING` (masked) or `features.PRETRAINING_UNMASKED` (the pairs only,
+    for dynamic masking; the instances' masking, if any, is ignored).
     """
 
     BLOCK = 4096  # instances per step: bounds the memory of the byte matrices
@@ -1043,7 +1073,8 @@ class CompactSerializer:
         self.encoder = encoder
         self.vocab = vocab
         self.seq = encoder.lengths["input_ids"]
-        self.preds = encoder.lengths["masked_lm_ids"]
+        self.masked = "masked_lm_ids" in encoder.lengths
+        self.preds = encoder.lengths["masked_lm_ids"] if self.masked else 0
 
     def _constant_entry_header(self, name, payload_len, count):
         return self.encoder.entry(name, b"\x00" * payload_len, count)[:-payload_len]
@@ -1064,8 +1095,18 @@ class CompactSerializer:
         """(the records laid end to end as a uint8 array, their lengths), in the
         instances' final order."""
         np = self.np
-        if not len(compact):
+        blocks = list(self.blocks(compact))
+        if not blocks:
             return np.zeros(0, np.uint8), np.zeros(0, np.int64)
+        return (np.concatenate([b[0] for b in blocks]),
+                np.concatenate([b[1] for b in blocks]))
+
+    def blocks(self, compact: CompactInstances):
+        """`__call__` block by block (`BLOCK` instances each), so a caller that passes
+        records on (the Beam pipeline) never holds all of them."""
+        np = self.np
+        if not len(compact):
+            return
         tokens = np.fromiter(compact.tokens, dtype=np.int64, count=len(compact.tokens))
         if len(tokens) < 2**31 and (not len(tokens) or int(tokens.max()) < 2**31):
             tokens = tokens.astype(np.int32)
@@ -1076,21 +1117,20 @@ class CompactSerializer:
             b_start=np.array(compact.b_start, dtype=np.int64),
             b_len=np.array(compact.b_len, dtype=np.int64),
             random_next=np.array(compact.random_next, dtype=np.uint8))
-        num_masked = np.array(compact.num_masked, dtype=np.int64)
-        mask_start = np.zeros(len(num_masked), dtype=np.int64)
-        np.cumsum(num_masked[:-1], out=mask_start[1:])
-        positions = np.append(np.array(compact.positions, dtype=np.int64), 0)
-        values = np.append(np.array(compact.values, dtype=np.int64), 0)
         order = np.array(compact.order, dtype=np.int64)
-        data, lengths = [], []
+        if self.masked:
+            num_masked = np.array(compact.num_masked, dtype=np.int64)
+            mask_start = np.zeros(len(num_masked), dtype=np.int64)
+            np.cumsum(num_masked[:-1], out=mask_start[1:])
+            positions = np.append(np.array(compact.positions, dtype=np.int64), 0)
+            values = np.append(np.array(compact.values, dtype=np.int64), 0)
+        else:
+            num_masked = mask_start = np.zeros(len(order), dtype=np.int64)
+            positions = values = np.zeros(1, dtype=np.int64)
         for lo in range(0, len(order), self.BLOCK):
             rows = order[lo:lo + self.BLOCK]
-            block, block_lengths = self._block(
-                {k: v[rows] for k, v in columns.items()}, num_masked[rows],
-                mask_start[rows], positions, values, tokens)
-            data.append(block)
-            lengths.append(block_lengths)
-        return np.concatenate(data), np.concatenate(lengths)
+            yield self._block({k: v[rows] for k, v in columns.items()}, num_masked[rows],
+                              mask_start[rows], positions, values, tokens)
 
     def _block(self, cols, num_masked, mask_start, positions, values, tokens):
         np = self.np
@@ -1108,15 +1148,16 @@ class CompactSerializer:
         ids[:, 0] = vocab.cls_id
         ids[row_index, cols["a_len"] + 1] = vocab.sep_id
         ids[row_index, n[:, 0] - 1] = vocab.sep_id
-        # Masking: positions, original ids, and the values written over them.
-        slot = np.arange(preds)
-        real = slot < num_masked[:, None]
-        flat = np.where(real, mask_start[:, None] + slot, -1)
-        pos = np.where(real, positions[flat], 0)
-        new = values[flat]
-        labels = np.where(real, ids[row_index[:, None], pos], 0)
-        write = real & (new >= 0)
-        ids[np.nonzero(write)[0], pos[write]] = new[write]
+        if self.masked:
+            # Masking: positions, original ids, and the values written over them.
+            slot = np.arange(preds)
+            real = slot < num_masked[:, None]
+            flat = np.where(real, mask_start[:, None] + slot, -1)
+            pos = np.where(real, positions[flat], 0)
+            new = values[flat]
+            labels = np.where(real, ids[row_index[:, None], pos], 0)
+            write = real & (new >= 0)
+            ids[np.nonzero(write)[0], pos[write]] = new[write]
 
         pieces = []
         total = np.zeros(rows, dtype=np.int64)
@@ -1133,18 +1174,20 @@ class CompactSerializer:
             header = self._constant_entry_header(name, seq, seq)
             pieces += [header, (payload, None)]
             total += len(header) + seq
-        # masked_lm_positions, masked_lm_ids: varints.
-        for name, matrix in (("masked_lm_positions", pos), ("masked_lm_ids", labels)):
-            payload, used, nbytes = _varints(matrix, np)
-            entry, size = self._variable_entry(name, payload.reshape(rows, -1),
-                                               used.reshape(rows, -1), nbytes.sum(axis=1))
-            pieces += entry
-            total += size
-        # masked_lm_weights: float32 1.0 / 0.0.
-        header = self._constant_entry_header("masked_lm_weights", 4 * preds, preds)
-        weights = real.astype("<f4").view(np.uint8).reshape(rows, 4 * preds)
-        pieces += [header, (weights, None)]
-        total += len(header) + 4 * preds
+        if self.masked:
+            # masked_lm_positions, masked_lm_ids: varints.
+            for name, matrix in (("masked_lm_positions", pos), ("masked_lm_ids", labels)):
+                payload, used, nbytes = _varints(matrix, np)
+                entry, size = self._variable_entry(name, payload.reshape(rows, -1),
+                                                   used.reshape(rows, -1),
+                                                   nbytes.sum(axis=1))
+                pieces += entry
+                total += size
+            # masked_lm_weights: float32 1.0 / 0.0.
+            header = self._constant_entry_header("masked_lm_weights", 4 * preds, preds)
+            weights = real.astype("<f4").view(np.uint8).reshape(rows, 4 * preds)
+            pieces += [header, (weights, None)]
+            total += len(header) + 4 * preds
         # next_sentence_labels
         header = self._constant_entry_header("next_sentence_labels", 1, 1)
         pieces += [header, (cols["random_next"][:, None], None)]
@@ -1179,6 +1222,27 @@ class CompactSerializer:
         return matrix[used], record_lengths
 
 
+def unit_instances(documents: list, config: PretrainingConfig, masking_vocab: MaskingVocab,
+                   *, seed: int, index: int, exact_draws: bool = False,
+                   dynamic_masking: bool = False,
+                   stats: Optional[Stats] = None) -> CompactInstances:
+    """The instances of one unit of work: a chunk of the local pipeline or a pool of the
+    Beam pipeline, both numbered from 0, with the generators `chunk_rng(seed, index)` and
+    (unless `exact_draws`) `chunk_masking_rng(seed, index)`. `documents` is shuffled in
+    place. With `dynamic_masking` nothing is masked."""
+    return create_compact_instances(
+        documents, config, masking_vocab, chunk_rng(seed, index), stats,
+        None if exact_draws or dynamic_masking else chunk_masking_rng(seed, index),
+        mask=not dynamic_masking)
+
+
+def record_encoder(config: PretrainingConfig, dynamic_masking: bool = False):
+    """The `features.ExampleEncoder` of the records of a run (masked or unmasked kind)."""
+    return features.pretraining_schema(dynamic_masking).encoder(
+        max_seq_length=config.max_seq_length,
+        max_predictions_per_seq=config.max_predictions_per_seq)
+
+
 def process_chunk(task: ChunkTask) -> ChunkResult:
     """Reads, tokenizes, builds, serialises and frames one chunk's instances."""
     tokenize_ids, masking_vocab = load_tokenizer(task.vocab_file, task.do_lower_case)
@@ -1186,14 +1250,11 @@ def process_chunk(task: ChunkTask) -> ChunkResult:
     documents = read_documents(task.ranges, tokenize_ids, stats)
     data, lengths = b"", []
     if documents:
-        config = task.config
-        compact = create_compact_instances(
-            documents, config, masking_vocab, chunk_rng(task.seed, task.index), stats,
-            None if task.exact_draws else chunk_masking_rng(task.seed, task.index))
+        compact = unit_instances(documents, task.config, masking_vocab, seed=task.seed,
+                                 index=task.index, exact_draws=task.exact_draws,
+                                 dynamic_masking=task.dynamic_masking, stats=stats)
         del documents
-        encoder = features.PRETRAINING.encoder(
-            max_seq_length=config.max_seq_length,
-            max_predictions_per_seq=config.max_predictions_per_seq)
+        encoder = record_encoder(task.config, task.dynamic_masking)
         records, record_lengths = CompactSerializer(encoder, masking_vocab)(compact)
         del compact
         data, lengths = features.frame_concatenated(records, record_lengths)

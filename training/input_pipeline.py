@@ -19,19 +19,8 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import features, fileio
+from training import dynamic_masking
 
-
-
-def pretraining_feature_lengths(max_seq_length, max_predictions_per_seq):
-    """Feature name -> fixed length of the pretraining record kind (data_prep.features)."""
-    return features.PRETRAINING.lengths(max_seq_length=max_seq_length,
-                                        max_predictions_per_seq=max_predictions_per_seq)
-
-
-def pretraining_parse_spec(max_seq_length, max_predictions_per_seq):
-    """The `tf.io.parse_example` spec of a pretraining record (int64 and float on disk)."""
-    return features.PRETRAINING.parse_spec(max_seq_length=max_seq_length,
-                                           max_predictions_per_seq=max_predictions_per_seq)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +36,8 @@ class PretrainingInputConfig:
       seed: shuffle seed; also makes the interleave deterministic (reproducible order).
       vocab_size, type_vocab_size: the model's tables; ids outside them fail with a
         message naming the feature and the bert_config key (None: not checked).
+      masking: for unmasked records (create_pretraining_data --dynamic_masking): how to
+        mask them on the fly (training/dynamic_masking.py); None for masked records.
     """
 
     input_patterns: Sequence[str]
@@ -58,6 +49,7 @@ class PretrainingInputConfig:
     seed: int | None = None
     vocab_size: int | None = None
     type_vocab_size: int | None = None
+    masking: dynamic_masking.DynamicMasking | None = None
 
 
 def split_patterns(value: str) -> tuple[str, ...]:
@@ -158,7 +150,10 @@ def compression_of(path: str, compression: str = "auto") -> str:
 
 def check_first_record(path: str, max_seq_length: int, max_predictions_per_seq: int,
                        compression: str = "auto"):
-    """Raises ValueError if the first record of `path` does not have the expected lengths."""
+    """The record kind of `path` from its first record's features: `features.PRETRAINING`
+    (masked) or `features.PRETRAINING_UNMASKED` (create_pretraining_data
+    --dynamic_masking); None for an empty file. Raises ValueError if the record is
+    neither or does not have the expected lengths."""
     dataset = tf.data.TFRecordDataset(path, compression_type=compression_of(path, compression))
     try:
         raw = next(iter(dataset.take(1)), None)
@@ -166,9 +161,12 @@ def check_first_record(path: str, max_seq_length: int, max_predictions_per_seq: 
         raise ValueError(f"{path}: not a readable TFRecord file "
                          f"(compression={compression_of(path, compression)!r}): {err}") from err
     if raw is None:
-        return  # An empty file contributes nothing; nothing to check.
+        return None  # An empty file contributes nothing; nothing to check.
     example = tf.train.Example.FromString(raw.numpy())
-    expected = pretraining_feature_lengths(max_seq_length, max_predictions_per_seq)
+    schema = features.PRETRAINING if "masked_lm_positions" in example.features.feature \
+        else features.PRETRAINING_UNMASKED
+    expected = schema.lengths(max_seq_length=max_seq_length,
+                              max_predictions_per_seq=max_predictions_per_seq)
     flags = {"input_ids": "max_seq_length", "input_mask": "max_seq_length",
              "segment_ids": "max_seq_length",
              "masked_lm_positions": "max_predictions_per_seq",
@@ -186,6 +184,20 @@ def check_first_record(path: str, max_seq_length: int, max_predictions_per_seq: 
                 f"{path}: feature {name!r} has length {found} in the first record but "
                 f"{flags[name]} expects {length}; pass the {flags[name]} the records were "
                 f"created with")
+    return schema
+
+
+def check_record_kind(schema, masking, path: str) -> None:
+    """Unmasked records need `masking`; masked ones must not get it (it would be ignored)."""
+    if schema is features.PRETRAINING_UNMASKED and masking is None:
+        raise dynamic_masking.DynamicMaskingError(
+            f"{path}: the records are unmasked (create_pretraining_data --dynamic_masking); "
+            "masking them on the fly needs --vocab_file (the vocab they were made with)")
+    if schema is features.PRETRAINING and masking is not None:
+        raise dynamic_masking.DynamicMaskingError(
+            f"{path}: the records are already masked; --vocab_file, --masked_lm_prob and "
+            "--do_whole_word_mask are for unmasked records (create_pretraining_data "
+            "--dynamic_masking) only")
 
 
 def _parse_batch(serialized, spec):
@@ -206,17 +218,22 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
       is_training: shuffle and repeat forever; otherwise read the files once, in order.
       input_context: from `strategy.distribute_datasets_from_function`; shards the files
         (or, with fewer files than pipelines, the records) across input pipelines.
-      check: check the first file's first record against the expected lengths.
+      check: check the first file's first record against the expected lengths and
+        kind (unmasked records need `config.masking`, masked ones must not get it).
 
     Returns:
       Dataset of dicts with int32 [batch, max_seq_length] `input_ids`, `input_mask`,
       `segment_ids`; int32 [batch, P] `masked_lm_positions`, `masked_lm_ids`; float32
-      [batch, P] `masked_lm_weights`; int32 [batch, 1] `next_sentence_labels`.
+      [batch, P] `masked_lm_weights`; int32 [batch, 1] `next_sentence_labels`. With
+      `config.masking` the records are unmasked pairs and the masked-LM features are
+      drawn for each batch (training/dynamic_masking.py).
     """
     files = list_files(config.input_patterns)
     if check:
-        check_first_record(files[0], config.max_seq_length, config.max_predictions_per_seq,
-                           config.compression)
+        schema = check_first_record(files[0], config.max_seq_length,
+                                    config.max_predictions_per_seq, config.compression)
+        if schema is not None:
+            check_record_kind(schema, config.masking, files[0])
     compression = {compression_of(f, config.compression) for f in files}
     if len(compression) > 1:
         raise ValueError(f"input files mix compressed and uncompressed records: {files[:4]}...")
@@ -248,9 +265,13 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
     if is_training:
         dataset = dataset.shuffle(config.shuffle_buffer, seed=config.seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
-    spec = pretraining_parse_spec(config.max_seq_length, config.max_predictions_per_seq)
+    schema = features.pretraining_schema(dynamic_masking=config.masking is not None)
+    spec = schema.parse_spec(max_seq_length=config.max_seq_length,
+                             max_predictions_per_seq=config.max_predictions_per_seq)
     dataset = dataset.map(lambda s: _check_ids(_parse_batch(s, spec), config),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if config.masking is not None:  # a fresh mask per batch (training/dynamic_masking.py)
+        dataset = dynamic_masking.apply(dataset, config.masking, shard_id, deterministic)
     options = tf.data.Options()
     options.deterministic = deterministic
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -1,0 +1,112 @@
+"""Benchmark: the Apache Beam pipeline (DirectRunner) against the local process pool.
+
+Same corpus, vocab and flags as bench_create_pretraining_data.py (whose corpus, vocab,
+measuring and counting helpers this reuses): Python standard-library docstrings repeated
+to each size, a 16k vocab learned from it, max_seq_length 128, max_predictions_per_seq
+20, dupe_factor 5, seed 12345. For each size and worker count it runs, as subprocesses,
+
+* `python -m data_prep.create_pretraining_data --num_workers=W` (the local pool), and
+* `python -m data_prep.beam_pretraining_data --runner=DirectRunner --direct_num_workers=W`
+  (the DirectRunner's in-process engine; with W > 1 in worker processes,
+  `--direct_running_mode=multi_processing`), once per `--pool_sizes_mb`,
+
+and reports wall time, MB/s, CPU seconds of all processes, peak memory (largest process
+and the whole tree) and the Beam run's wall-time ratio to the local pool with the same
+number of workers, measured in the same run.
+
+    .venv/bin/python bench/bench_beam_pretraining_data.py --sizes_mb=1,10
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+from bench_create_pretraining_data import (  # noqa: E402
+    count_records, learn_vocab, measure, stdlib_documents, write_corpus)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes_mb", default="1,10")
+    parser.add_argument("--workers", default=f"1,{len(os.sched_getaffinity(0))}")
+    parser.add_argument("--pool_sizes_mb", default="16,2",
+                        help="Beam --pool_size_mb values (16 is the default)")
+    parser.add_argument("--dupe_factor", type=int, default=5)
+    parser.add_argument("--work_dir", default=None)
+    args = parser.parse_args()
+
+    work = args.work_dir or tempfile.mkdtemp(prefix="bench_beam_")
+    os.makedirs(work, exist_ok=True)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               BERT_KERAS3_CACHE_DIR=os.path.join(work, "cache"))
+    common = ["--max_seq_length=128", "--max_predictions_per_seq=20",
+              f"--dupe_factor={args.dupe_factor}", "--masked_lm_prob=0.15",
+              "--random_seed=12345", "--do_lower_case=true"]
+    documents = stdlib_documents()
+    vocab = os.path.join(work, "vocab.txt")
+    rows = []
+    for size_mb in [float(s) for s in args.sizes_mb.split(",")]:
+        corpus = os.path.join(work, f"corpus_{size_mb:g}mb.txt")
+        mb = write_corpus(corpus, int(size_mb * 1e6), documents) / 1e6
+        if not os.path.exists(vocab):
+            learn_vocab(corpus, vocab)
+        data = [f"--input_file={corpus}", f"--vocab_file={vocab}", *common]
+        for workers in [int(w) for w in args.workers.split(",")]:
+            runs = [(f"local pool, {workers} worker(s)",
+                     ["-m", "data_prep.create_pretraining_data", *data,
+                      f"--num_workers={workers}"])]
+            for pool in args.pool_sizes_mb.split(","):
+                mode = ["--direct_running_mode=multi_processing"] if workers > 1 else []
+                runs.append((f"Beam DirectRunner, {workers} worker(s), pool {pool} MB",
+                             ["-m", "data_prep.beam_pretraining_data", *data,
+                              "--runner=DirectRunner", f"--direct_num_workers={workers}",
+                              f"--pool_size_mb={pool}", *mode]))
+            local = None
+            for name, cmd in runs:
+                out = os.path.join(work, "out.tfrecord")
+                load = os.getloadavg()[0]
+                seconds, cpu, max_rss, tree_rss = measure(
+                    [sys.executable, *cmd, f"--output_file={out}"], env=env)
+                instances = count_records([out])
+                local = seconds if local is None else local
+                rows.append(dict(size_mb=mb, run=name, seconds=seconds, mb_s=mb / seconds,
+                                 cpu_s=cpu, instances=instances, max_rss_mb=max_rss,
+                                 tree_rss_mb=tree_rss, load=load,
+                                 vs_local=local / seconds))
+                print(json.dumps(rows[-1]), flush=True)
+                for path in glob.glob(os.path.join(work, "*out.tfrecord*")):
+                    os.remove(path)
+    print(format_table(rows, args))
+
+
+def format_table(rows, args):
+    lines = [
+        f"Corpus: Python {sys.version.split()[0]} standard-library docstrings repeated to "
+        "size; vocab learned from it (16k); max_seq_length 128, max_predictions_per_seq 20, "
+        f"dupe_factor {args.dupe_factor}, seed 12345. {len(os.sched_getaffinity(0))} cores.",
+        "",
+        "| corpus | run | wall s | MB/s | CPU s (all processes) | instances "
+        "| peak RSS, largest process (MB) | peak RSS, all processes (MB) "
+        "| wall: local pool / this | load avg before |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.2f} | {r['mb_s']:.2f} "
+            f"| {r['cpu_s']:.2f} | {r['instances']} | {r['max_rss_mb']:.0f} "
+            f"| {r['tree_rss_mb']:.0f} | {r['vs_local']:.2f}x | {r['load']:.1f} |")
+    lines += ["", "Command: `.venv/bin/python bench/bench_beam_pretraining_data.py "
+              + " ".join(sys.argv[1:]) + "`"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

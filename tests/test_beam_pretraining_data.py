@@ -1,0 +1,200 @@
+"""The Apache Beam pipeline (data_prep/beam_pretraining_data.py) against Google's original:
+the same records for a corpus within one pool, the original's statistics with pools,
+determinism whatever the workers, random next sentences across files, and the CLI."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pretraining_reference as reference_runs
+from data_prep import pretraining_data as pd
+
+beam = pytest.importorskip("apache_beam")  # requirements-beam.txt (in requirements-dev.txt)
+
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+
+from data_prep import beam_pretraining_data as bpd  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The DirectRunner's in-process engine, named explicitly: nothing is downloaded.
+IN_PROCESS = ["--runner=FnApiRunner"]
+
+
+@pytest.fixture(scope="module")
+def prose():
+    return reference_runs.reference()
+
+
+def run_beam(tmp_path, files, vocab, config, *, name="out.tfrecord", shards=2,
+             pool_bytes=16 << 20, chunk_bytes=0, seed=reference_runs.SEED, **kwargs):
+    outputs = [str(tmp_path / f"{name}-{i:05d}-of-{shards:05d}") for i in range(shards)]
+    job = bpd.BeamJob(config=config, input_files=tuple(files), outputs=tuple(outputs),
+                      summary_path=str(tmp_path / f"_{name}.summary.json"), vocab_file=vocab,
+                      seed=seed, pool_bytes=pool_bytes, chunk_bytes=chunk_bytes, **kwargs)
+    summary = bpd.run_job(job, PipelineOptions(IN_PROCESS))
+    return outputs, summary
+
+
+def record_rows(parsed):
+    """[ids, segment_ids, positions, labels, is_random_next] of parsed padded records."""
+    rows = []
+    for i in range(len(parsed["input_ids"])):
+        n = int(parsed["input_mask"][i].sum())
+        k = int(parsed["masked_lm_weights"][i].sum())
+        rows.append([parsed["input_ids"][i][:n].tolist(), parsed["segment_ids"][i][:n].tolist(),
+                     parsed["masked_lm_positions"][i][:k].tolist(),
+                     parsed["masked_lm_ids"][i][:k].tolist(),
+                     int(parsed["next_sentence_labels"][i][0])])
+    return rows
+
+
+def test_one_pool_with_exact_draws_gives_the_originals_records(prose, tmp_path):
+    """A corpus within one pool, --exact_draws: exactly the original's records (as a set:
+    the order is the pipeline's hash order), every feature of every record."""
+    outputs, summary = run_beam(tmp_path, [prose["corpus"]], prose["vocab"],
+                                reference_runs.CONFIG, exact_draws=True)
+    assert summary["num_pools"] == 1
+    parsed, _ = reference_runs.read_records(outputs)
+    assert sorted(record_rows(parsed)) == sorted(prose["original_rows"])
+
+
+def test_pools_keep_the_originals_statistics(prose, tmp_path):
+    """Several pools (random next documents from a hash-partitioned pool), numpy masking:
+    every statistic within 4 standard errors of a difference from the original's on the
+    same corpus (pretraining_reference). The summary counts what the files hold."""
+    size = os.path.getsize(prose["corpus"])
+    outputs, summary = run_beam(tmp_path, [prose["corpus"]], prose["vocab"],
+                                reference_runs.CONFIG, shards=3, pool_bytes=size // 5,
+                                chunk_bytes=size // 7)
+    assert summary["num_pools"] >= 5 and summary["num_chunks"] >= 7
+    parsed, raw = reference_runs.read_records(outputs)
+    table = reference_runs.InstanceTable.from_records(parsed, prose["mask_id"])
+    ours = table.values(reference_runs.CONFIG.max_seq_length)
+    assert reference_runs.compare(ours, prose["original"], prose["se"]) == []
+    assert summary["instances"] == len(raw) == ours["instances"]
+    assert summary["tokens"] == int(table.tokens.sum())
+    assert summary["random_next"] == int(table.random_next.sum())
+    assert summary["masked"] == int(table.masked.sum())
+    # Files hold hash ranges: about a third each.
+    counts = [sum(1 for _ in reference_runs.read_records([f])[1]) for f in outputs]
+    assert min(counts) > 0.25 * len(raw)
+
+
+def test_dynamic_masking_writes_the_pairs_unmasked(prose, tmp_path):
+    """--dynamic_masking: the unmasked record kind, one copy of the pairs by default
+    (dupe_factor as the job gives it), with the original's pair statistics."""
+    from data_prep import features
+
+    config = reference_runs.CONFIG
+    size = os.path.getsize(prose["corpus"])
+    outputs, summary = run_beam(tmp_path, [prose["corpus"]], prose["vocab"], config,
+                                pool_bytes=size // 3, dynamic_masking=True)
+    parsed, raw = reference_runs.read_records(outputs)
+    assert set(parsed) == set(features.PRETRAINING_UNMASKED.names)
+    assert summary["dynamic_masking"] and summary["masked"] == 0
+    table = reference_runs.InstanceTable.from_records(parsed, prose["mask_id"])
+    ours = table.values(config.max_seq_length)
+    # No [MASK] anywhere: the ids are the text's.
+    assert not (parsed["input_ids"] == prose["mask_id"]).any()
+    assert reference_runs.compare(ours, prose["original"], prose["se"],
+                                  names=("instances", "short", "mean_tokens",
+                                         "random_next")) == []
+
+
+def test_random_next_sentences_come_from_other_files(tmp_path):
+    """Pools mix documents of all input files: a pair's random B comes from the other
+    file about as often as that file's share of the documents (here: half). The local
+    pipeline draws it from its chunk, i.e. mostly the same file."""
+    from conftest import write_vocab
+
+    words_a = ["alpha", "beta", "gamma", "delta"]
+    words_b = ["one", "two", "three", "four"]
+    vocab = write_vocab(tmp_path / "vocab.txt", ["[PAD]", "[UNK]", "[CLS]", "[SEP]",
+                                                 "[MASK]", ".", *words_a, *words_b])
+    rng = np.random.default_rng(0)
+    files = []
+    for name, words in (("a.txt", words_a), ("b.txt", words_b)):
+        docs = ["\n".join(" ".join(rng.choice(words, 6)) + " ." for _ in range(4))
+                for _ in range(150)]
+        (tmp_path / name).write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+        files.append(str(tmp_path / name))
+    config = pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=4,
+                                  dupe_factor=2)
+    outputs, _ = run_beam(tmp_path, files, vocab, config, pool_bytes=6000,
+                          dynamic_masking=True)
+    parsed, _ = reference_runs.read_records(outputs)
+    ids_a = {6, 7, 8, 9}  # the words of a.txt (b.txt's are 10-13)
+    crossing = total = 0
+    for ids, segments, label in zip(parsed["input_ids"], parsed["segment_ids"],
+                                    parsed["next_sentence_labels"][:, 0]):
+        if label:
+            a_from_a = bool(set(ids[segments == 0].tolist()) & ids_a)
+            b_from_a = bool(set(ids[(segments == 1) & (ids > 0)].tolist()) & ids_a)
+            total += 1
+            crossing += a_from_a != b_from_a
+    assert total > 300
+    # A pool of ~40 documents holds a share f of a.txt's: B crosses with probability
+    # 2f(1-f) on average, 1/2 - 2 Var(f) ~ 1/2 - 1/80; allowed: that spread plus 4
+    # binomial standard errors.
+    assert abs(crossing / total - 0.5) < 0.02 + 4 * np.sqrt(0.25 / total), (crossing, total)
+
+
+# ---------------------------------------------------------------------------------------
+# The CLI, as a subprocess.
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "data_prep.beam_pretraining_data", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+
+
+@pytest.mark.slow
+def test_cli_output_depends_on_the_seed_only(prose, tmp_path):
+    """DirectRunner with 1 worker and with 2 worker processes, other chunk sizes: the
+    same bytes in every shard (gzip too); another seed: other bytes."""
+    common = [f"--input_file={prose['corpus']}", f"--vocab_file={prose['vocab']}",
+              "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=2",
+              "--num_output_shards=3", "--gzip", "--pool_size_mb=0.05"]
+    runs = {}
+    for name, extra in [
+            ("one", ["--direct_num_workers=1"]),
+            ("two", ["--runner=DirectRunner", "--direct_num_workers=2",
+                     "--direct_running_mode=multi_processing", "--chunk_size_mb=0.02"]),
+            ("seed", ["--random_seed=7"])]:
+        os.makedirs(tmp_path / name)
+        done = run_cli(*common, f"--output_file={tmp_path / name / 'train.tfrecord'}", *extra)
+        assert done.returncode == 0, done.stderr[-3000:]
+        files = sorted(glob.glob(str(tmp_path / name / "train.tfrecord*")))
+        assert [os.path.basename(f) for f in files] == [
+            f"train.tfrecord-0000{i}-of-00003" for i in range(3)]
+        runs[name] = [open(f, "rb").read() for f in files]
+        summary = json.loads((tmp_path / name / "_train.tfrecord.summary.json").read_text())
+        assert summary["num_pools"] > 3
+        assert not [p for p in os.listdir(tmp_path / name) if p.startswith(".")]
+        _, raw = reference_runs.read_records(files, compression="GZIP")
+        assert len(raw) == summary["instances"] > 1000
+    assert runs["one"] == runs["two"]
+    assert runs["one"] != runs["seed"]
+
+
+@pytest.mark.slow
+def test_cli_refuses_what_it_would_ignore(prose, tmp_path):
+    """Flags of the local process pool, unknown flags and masking flags with
+    --dynamic_masking are errors naming the flag; nothing is written."""
+    out = str(tmp_path / "o.tfrecord")
+    common = [f"--input_file={prose['corpus']}", f"--vocab_file={prose['vocab']}",
+              f"--output_file={out}"]
+    for extra, message in [
+            (["--num_workers=2"], "--num_workers"),
+            (["--no_such_flag=1"], "--no_such_flag"),
+            (["--dynamic_masking", "--masked_lm_prob=0.2"], "--masked_lm_prob"),
+            (["--pool_size_mb=0"], "--pool_size_mb")]:
+        done = run_cli(*common, *extra)
+        assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
+        assert not os.listdir(tmp_path), os.listdir(tmp_path)
