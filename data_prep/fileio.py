@@ -13,8 +13,11 @@
   set is complete; on any exit path (an exception, Ctrl-C, SIGTERM turned into SystemExit
   by `data_prep.lifecycle.exit_cleanly_on_signals`) the temporaries are removed and the
   previous outputs, if any, stay as they were. The renames themselves are the only window
-  in which a crash leaves a mix of old and new files (they are listed in order, data first,
-  marker files last).
+  in which a crash (kill -9, power loss: the catchable signals are held while they run)
+  leaves a mix of old and new files (they are listed in order, data first, marker files
+  last). A directory that replaces an existing one (`replace_directories`)
+  is swapped in with one atomic exchange on local Linux filesystems, so the final name
+  always holds the old or the new directory, never neither.
 * `check_outputs` refuses, before any work, an output that is also an input, two outputs
   with the same name, and an output that is an existing directory.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import sys
 import uuid
 from typing import Iterable, Sequence
 
@@ -154,7 +158,8 @@ def basename(path: str) -> str:
 
 
 def same_path(a: str, b: str) -> bool:
-    """True when two paths name the same file (symlinks and relative paths resolved)."""
+    """True when two paths name the same file (symlinks and relative paths resolved; for
+    paths that do not exist, the resolved names are compared)."""
     if is_url(a) or is_url(b):
         return str(a).rstrip("/") == str(b).rstrip("/")
     try:
@@ -257,14 +262,13 @@ def check_outputs(outputs: Sequence[tuple[str, str]], inputs: Iterable[tuple[str
     inputs = [(flag, path) for flag, path in inputs if path]
     seen: list[tuple[str, str]] = []
     for flag, path in outputs:
+        # same_path also compares paths that do not exist yet (`out` and `./out`).
         for in_flag, in_path in inputs:
-            if str(path) == str(in_path) or (
-                    exists(in_path) and exists(path) and same_path(path, in_path)):
+            if same_path(path, in_path):
                 raise OutputError(f"{flag}={path} is also an input ({in_flag}={in_path}); "
                                   "refusing to overwrite an input")
         for other_flag, other in seen:
-            if str(other) == str(path) or (exists(path) and exists(other)
-                                           and same_path(path, other)):
+            if same_path(path, other):
                 raise OutputError(f"{flag}: {path} is named twice as an output "
                                   f"(also by {other_flag})")
         if not allow_directory and isdir(path):
@@ -325,17 +329,25 @@ class AtomicOutputs:
         return open_file(self.temp(path), mode, **kwargs)
 
     def commit(self) -> None:
-        """Renames every temporary into place (all must have been written)."""
+        """Renames every temporary into place (all must have been written).
+
+        Ctrl-C, SIGTERM and SIGHUP are held during the renames
+        (`lifecycle.signals_deferred`): they end the run before the set is committed or
+        after, never with part of it renamed.
+        """
+        from data_prep import lifecycle
+
         missing = [p for p in self.paths if not exists(self.temps[p])]
         if missing:
             raise RuntimeError(f"outputs were never written: {missing}")
-        for path in self.paths:
-            temp = self.temps[path]
-            if isdir(temp):
-                _replace_directory(temp, path, self.replace_directories)
-            else:
-                rename(temp, path, overwrite=True)
-        self.committed = True
+        with lifecycle.signals_deferred():
+            for path in self.paths:
+                temp = self.temps[path]
+                if isdir(temp):
+                    _replace_directory(temp, path, self.replace_directories)
+                else:
+                    rename(temp, path, overwrite=True)
+            self.committed = True
 
     def abort(self) -> None:
         """Removes every temporary (best effort: called while failing anyway)."""
@@ -352,6 +364,13 @@ def _replace_directory(temp: str, final: str, allowed: bool) -> None:
         return
     if not allowed:
         raise OutputError(f"{final} exists and is not replaced")
+    if _exchange(temp, final):
+        # One atomic step: `final` is the new directory, `temp` now holds the previous one
+        # (a kill before its removal leaves only a stale temporary, cleaned by the next run).
+        remove(temp)
+        return
+    # No atomic exchange here (object stores, non-Linux): a kill between the two renames
+    # leaves the previous directory under a temporary name.
     old = temporary_path(final)
     rename(final, old, overwrite=False)
     try:
@@ -360,6 +379,38 @@ def _replace_directory(temp: str, final: str, allowed: bool) -> None:
         rename(old, final, overwrite=False)
         raise
     remove(old)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swaps two local paths (Linux renameat2 RENAME_EXCHANGE); False when the
+    platform or filesystem cannot, so the caller falls back to two renames."""
+    if is_url(a) or is_url(b) or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):  # glibc < 2.28 or another libc
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def is_within(path: str, directory: str) -> bool:
+    """True when `path` is `directory` or lies inside it (symlinks and `..` resolved)."""
+    if is_url(path) or is_url(directory):
+        path, directory = str(path).rstrip("/"), str(directory).rstrip("/")
+        return path == directory or path.startswith(directory + "/")
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([path, directory]) == directory
 
 
 def write_text(path: str, text: str) -> None:
@@ -379,3 +430,27 @@ def write_bytes(path: str, data: bytes) -> None:
 def read_text(path: str) -> str:
     with open_file(path, "r") as f:
         return f.read()
+
+
+# ------------------------------------------------------------------ input identity
+
+
+def sha256(path: str) -> str:
+    """Hex SHA-256 of a file's bytes (local or URL), read in 1 MiB blocks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open_file(path, "rb") as reader:
+        for block in iter(lambda: reader.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprint(path: str) -> dict:
+    """A file's identity for cache keys: absolute path (or URL), size and mtime in ns."""
+    if is_url(path):
+        stat = _gfile().stat(path)
+        return {"path": str(path), "size": stat.length, "mtime_ns": stat.mtime_nsec}
+    stat = os.stat(path)
+    return {"path": os.path.abspath(path), "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns}

@@ -3,13 +3,17 @@
 A CLI that writes outputs calls `exit_cleanly_on_signals()` first: SIGTERM and SIGHUP then
 raise `SystemExit(128 + signal)` in the main thread, so `finally` blocks and
 `fileio.AtomicOutputs` remove temporaries exactly as for Ctrl-C (KeyboardInterrupt).
-Worker processes call `die_with_parent()` in their initializer: on Linux the kernel sends
+`signals_deferred()` holds those signals over a short critical section (the renames that
+commit a set of outputs), so they end a run before or after it, never inside.
+Worker processes call `die_with_parent()` in their initializer (`init_worker_process`
+does that and leaves Ctrl-C and SIGTERM handling to the parent): on Linux the kernel sends
 them SIGKILL when the parent dies, even by `kill -9`, so no orphan keeps running (and
 holding memory) after its parent is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -36,6 +40,40 @@ def exit_cleanly_on_signals() -> None:
     _INSTALLED = True
 
 
+@contextlib.contextmanager
+def signals_deferred():
+    """Holds SIGINT, SIGTERM and SIGHUP during a short critical section (main thread only).
+
+    A signal that arrives inside the block is acted on when the block ends, by the handler
+    that was in place (KeyboardInterrupt, `exit_cleanly_on_signals`' SystemExit, or the
+    default action), so a block such as the renames that commit a set of outputs is never
+    cut in the middle by these signals (kill -9 still can). Off the main thread, where
+    Python cannot change handlers, the block runs unprotected.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(sig)
+        if handler is None or handler == signal.SIG_IGN:
+            continue  # installed outside Python (cannot be restored), or ignored anyway
+        previous[sig] = handler
+        signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if pending:
+            handler = previous[pending[0]]
+            if callable(handler):
+                handler(pending[0], None)
+            else:  # SIG_DFL: take the default action now
+                os.kill(os.getpid(), pending[0])
+
+
 def die_with_parent(parent_pid: int | None = None) -> None:
     """Asks the kernel to SIGKILL this process when its parent exits (Linux; else a no-op).
 
@@ -55,3 +93,18 @@ def die_with_parent(parent_pid: int | None = None) -> None:
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
+
+
+def init_worker_process(parent_pid: int) -> None:
+    """Initializer of a worker process (e.g. of a `ProcessPoolExecutor`).
+
+    The worker dies with its parent (`die_with_parent`), ignores Ctrl-C (SIGINT reaches
+    the whole foreground process group; the parent handles it and stops its workers) and
+    takes SIGTERM/SIGHUP by default (it ends at once: a forked worker would otherwise
+    inherit the parent's `exit_cleanly_on_signals` handler and report the SystemExit to
+    the parent as a task's result instead of ending).
+    """
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)

@@ -159,6 +159,25 @@ def _logits_head(head, tf1_scope, hf_scope):
     ]
 
 
+def _feature_tagger_head(model) -> list:
+    """The feature-based tagger's head (no original counterpart): names of our own,
+    ``feature_tagger/...`` (TF1) and ``feature_tagger....`` (Hugging Face), no transposes."""
+    parts = []
+    if model.mix is not None:
+        parts += [("mix/mix_weights", model.mix.mix_weights), ("mix/gamma", model.mix.gamma)]
+    for i, bilstm in enumerate(model.bilstm_layers):
+        for direction, layer in (("forward", bilstm.forward_layer),
+                                 ("backward", bilstm.backward_layer)):
+            cell = layer.cell
+            for name in ("kernel", "recurrent_kernel", "bias"):
+                parts.append((f"bilstm_{i}/{direction}/{name}", getattr(cell, name)))
+    parts += [("dense/kernel", model.output_layer.dense.kernel),
+              ("dense/bias", model.output_layer.dense.bias)]
+    return [WeightEntry(var, f"feature_tagger/{name}",
+                        "feature_tagger." + name.replace("/", "."))
+            for name, var in parts]
+
+
 def weight_table(model) -> list:
     """Every weight of ``model`` with its TF1 and Hugging Face names.
 
@@ -166,7 +185,8 @@ def weight_table(model) -> list:
     names of the original scripts: ``cls/predictions/*`` and ``cls/seq_relationship/*``
     (run_pretraining), ``output_weights`` / ``output_bias`` (run_classifier; also used for
     token tagging), ``cls/squad/*`` (run_squad); Hugging Face: ``cls.*``, ``classifier.*``,
-    ``qa_outputs.*``.
+    ``qa_outputs.*``. The feature-based tagger's BiLSTM head has no original: it is
+    ``feature_tagger/*`` (``feature_tagger.*``).
     """
     from modeling import models
 
@@ -188,6 +208,8 @@ def weight_table(model) -> list:
         table += _logits_head(model.span, "cls/squad", "qa_outputs")
     elif isinstance(model, models.BertTokenTagger):
         table += _logits_head(model.tagger, "", "classifier")
+    elif isinstance(model, models.BertFeatureTagger):
+        table += _feature_tagger_head(model)
     else:
         raise TypeError(f"no checkpoint table for {type(model).__name__}")
     return table

@@ -1,4 +1,4 @@
-"""Owns the original BERT loss definitions (masked LM, NSP, classifier, span) as tensor math.
+"""Owns the original BERT loss definitions (masked LM, NSP, classifier, span) and token tagging as tensor math.
 
 Every function works on one replica's batch, exactly as the original computes on one TPU
 core. How these per-replica values combine across replicas is the training loop's business
@@ -238,3 +238,37 @@ def span_loss(start_logits, end_logits, start_positions, end_positions):
              "end_correct_sum": correct(end_logits, end_positions),
              "example_count": tf.cast(tf.shape(start_logits)[0], tf.float32)}
     return loss, stats
+
+
+# --- Token tagging (run_ner) -------------------------------------------------------------
+
+
+def tagging_loss(logits, label_ids, label_weights):
+    """Token-tagging loss: mean cross-entropy over the weighted positions, and its statistics.
+
+    The paper tags a word by its first WordPiece: `label_weights` is 1 there and 0 on later
+    pieces, [CLS]/[SEP], context and padding, so the loss is sum(w * nll) / sum(w)
+    (0 for a batch without a labelled position).
+
+    Args:
+      logits: float [batch, seq_length, num_labels] (computed in float32).
+      label_ids: int [batch, seq_length].
+      label_weights: [batch, seq_length] 1/0 (int or float).
+
+    Returns:
+      (scalar float32 loss, dict of float32 scalars): `loss` (the batch's loss), `loss_sum`
+      (sum of w * nll), `correct_sum` (sum of w * [argmax == label]) and `token_count`
+      (sum of w).
+    """
+    logits = tf.cast(logits, tf.float32)
+    labels = tf.cast(label_ids, tf.int32)
+    weights = tf.cast(label_weights, tf.float32)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    nll = -tf.gather(log_probs, labels, axis=-1, batch_dims=2)
+    predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    correct = tf.cast(tf.equal(predicted, labels), tf.float32)
+    count = tf.reduce_sum(weights)
+    loss_sum = tf.reduce_sum(weights * nll)
+    loss = loss_sum / tf.maximum(count, 1.0)
+    return loss, {"loss": loss, "loss_sum": loss_sum,
+                  "correct_sum": tf.reduce_sum(weights * correct), "token_count": count}

@@ -1,4 +1,4 @@
-"""Task models = BertEncoder + a head: pretraining, classification, span labelling, token tagging.
+"""Task models = BertEncoder + a head: pretraining, classification, span, token tagging (fine-tuned or feature-based).
 
 Each model has ``.encoder`` (a ``BertEncoder``), takes the encoder's input dict (plus
 ``masked_lm_positions`` for pretraining) and returns a dict of float32 logits under every
@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 
 import keras
+from keras import ops
 
 from modeling.config import LAYER_NORM_EPSILON, BertConfig
 from modeling.encoder import BertEncoder, as_config
 from modeling.heads import DenseLogitsHead, MaskedLMHead
+from modeling.transformer import Dropout
 
 
 class _TaskModel(keras.Model):
@@ -178,4 +180,173 @@ class BertTokenTagger(_TaskModel):
     def get_config(self):
         config = super().get_config()
         config.update(num_labels=self.num_labels, dropout_rate=self.dropout_rate)
+        return config
+
+
+# --- Feature-based tagging (the paper's Table 7) ------------------------------------------
+
+# The rows of the paper's Table 7: which of the frozen encoder's activations feed the BiLSTM.
+FEATURE_LAYERS = ("embeddings", "second_to_last_hidden", "last_hidden",
+                  "weighted_sum_last_four", "concat_last_four", "weighted_sum_all")
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class ScalarMix(keras.layers.Layer):
+    """A learned weighted sum of layers, ELMo's scalar mix: gamma * sum_j softmax(w)_j h_j.
+
+    The paper's "weighted sum" rows of Table 7 do not spell out the weighting; this is the
+    standard one of the feature-based approach it compares with (ELMo). w starts at 0
+    (an equal average), gamma at 1.
+
+    Args:
+      num_layers: how many [batch, seq, hidden] tensors are mixed.
+    """
+
+    def __init__(self, num_layers, **kwargs):
+        super().__init__(**kwargs)
+        self.num_layers = int(num_layers)
+
+    def build(self, input_shape=None):
+        self.mix_weights = self.add_weight(shape=(self.num_layers,), initializer="zeros",
+                                           name="mix_weights")
+        self.gamma = self.add_weight(shape=(), initializer="ones", name="gamma")
+        self.built = True
+
+    def call(self, layers):
+        """layers: list of num_layers tensors [batch, seq, hidden] -> [batch, seq, hidden]."""
+        weights = ops.cast(ops.softmax(self.mix_weights) * self.gamma, layers[0].dtype)
+        return sum(weights[j] * layer for j, layer in enumerate(layers))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_layers=self.num_layers)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertFeatureTagger(_TaskModel):
+    """The paper's feature-based tagger (Table 7): a FROZEN encoder's activations -> a
+    two-layer BiLSTM -> dense, per token.
+
+    The encoder runs in inference mode (no dropout), its outputs get no gradient and its
+    variables are not trainable (`model.trainable_variables` holds only the head), so
+    training leaves BERT's weights as loaded. `feature_layers` picks the activations:
+    "embeddings" (the embedding layer's output), "second_to_last_hidden", "last_hidden",
+    "weighted_sum_last_four" / "weighted_sum_all" (a `ScalarMix` of the last four / all
+    hidden layers), "concat_last_four" (the last four hidden layers concatenated, 4 x hidden
+    wide).
+
+    Args:
+      config: ``BertConfig``.
+      num_labels: tags.
+      feature_layers: one of ``FEATURE_LAYERS``.
+      lstm_units: units per direction of each BiLSTM layer (the paper: "a two-layer
+        768-dimensional BiLSTM"; we read 768 as per direction).
+      lstm_layers: stacked bidirectional LSTM layers (the paper: 2).
+      dropout_rate: dropout on the BiLSTM's input (the features) and on its output (before
+        the dense layer); None means ``hidden_dropout_prob``. The paper does not say.
+
+    Call outputs: ``logits`` float32 [batch, seq_length, num_labels].
+    """
+
+    def __init__(self, config, num_labels, feature_layers="concat_last_four", lstm_units=768,
+                 lstm_layers=2, dropout_rate=None, **kwargs):
+        super().__init__(config, **kwargs)
+        c = self.bert_config
+        if feature_layers not in FEATURE_LAYERS:
+            raise ValueError(f"feature_layers={feature_layers!r}; expected one of "
+                             f"{FEATURE_LAYERS}")
+        needed = {"second_to_last_hidden": 2, "weighted_sum_last_four": 4,
+                  "concat_last_four": 4}.get(feature_layers, 1)
+        if c.num_hidden_layers < needed:
+            raise ValueError(f"feature_layers={feature_layers} needs at least {needed} hidden "
+                             f"layers; the model has {c.num_hidden_layers}")
+        if int(lstm_units) < 1 or int(lstm_layers) < 1:
+            raise ValueError(f"lstm_units={lstm_units} and lstm_layers={lstm_layers} must be "
+                             "at least 1")
+        self.num_labels = int(num_labels)
+        self.feature_layers = feature_layers
+        self.lstm_units = int(lstm_units)
+        self.lstm_layers = int(lstm_layers)
+        self.dropout_rate = c.hidden_dropout_prob if dropout_rate is None else float(dropout_rate)
+        self.encoder.trainable = False
+        self.mixed_layers = {"weighted_sum_last_four": 4,
+                             "weighted_sum_all": c.num_hidden_layers}.get(feature_layers, 0)
+        self.mix = (ScalarMix(self.mixed_layers, dtype=self.dtype_policy, name="mix")
+                    if self.mixed_layers else None)
+        self.feature_dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy,
+                                       name="feature_dropout")
+        # One attribute per layer (checkpoints name them model/bilstm_<i>/...).
+        for i in range(self.lstm_layers):
+            setattr(self, f"bilstm_{i}", keras.layers.Bidirectional(
+                keras.layers.LSTM(self.lstm_units, return_sequences=True,
+                                  dtype=self.dtype_policy),
+                dtype=self.dtype_policy, name=f"bilstm_{i}"))
+        # Not named "tagger": a BertTokenTagger checkpoint's head (other shape) must not
+        # match it when such a checkpoint initialises the encoder.
+        self.output_layer = DenseLogitsHead(
+            self.num_labels, 2 * self.lstm_units, dropout_rate=self.dropout_rate,
+            initializer_range=c.initializer_range, dtype=self.dtype_policy,
+            name="output_layer")
+        self.build()
+
+    @property
+    def feature_width(self) -> int:
+        """Width of the features the BiLSTM reads."""
+        factor = 4 if self.feature_layers == "concat_last_four" else 1
+        return factor * self.bert_config.hidden_size
+
+    @property
+    def bilstm_layers(self) -> list:
+        return [getattr(self, f"bilstm_{i}") for i in range(self.lstm_layers)]
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        if self.mix is not None:
+            self.mix.build()
+        width = self.feature_width
+        for layer in self.bilstm_layers:
+            layer.build((None, None, width))
+            width = 2 * self.lstm_units
+        self.output_layer.build()
+        self.built = True
+
+    def features(self, inputs):
+        """The frozen encoder's activations that feed the BiLSTM, without gradient.
+
+        Returns:
+          [batch, seq_length, feature_width] in the compute dtype.
+        """
+        inputs = self._encoder_inputs(inputs)
+        if self.feature_layers == "embeddings":  # no need to run the transformer blocks
+            x = self.encoder.embeddings(ops.cast(inputs["input_ids"], "int32"),
+                                        ops.cast(inputs["segment_ids"], "int32"),
+                                        training=False)
+            return ops.stop_gradient(x)
+        layers = [ops.stop_gradient(x)
+                  for x in self.encoder(inputs, training=False)["encoder_outputs"]]
+        if self.feature_layers == "second_to_last_hidden":
+            return layers[-2]
+        if self.feature_layers == "last_hidden":
+            return layers[-1]
+        if self.feature_layers == "concat_last_four":
+            return ops.concatenate(layers[-4:], axis=-1)
+        return self.mix(layers[-self.mixed_layers:])
+
+    def call(self, inputs, training=None):
+        x = self.feature_dropout(self.features(inputs), training=training)
+        mask = ops.cast(inputs["input_mask"], "bool")
+        for layer in self.bilstm_layers:
+            x = layer(x, mask=mask, training=training)
+        # Zero the padding (a new tensor: Keras' attached mask stops here, the dense head
+        # does not take one).
+        x = ops.multiply(x, ops.cast(mask, x.dtype)[:, :, None])
+        return {"logits": self.output_layer(x, training=training)}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_labels=self.num_labels, feature_layers=self.feature_layers,
+                      lstm_units=self.lstm_units, lstm_layers=self.lstm_layers,
+                      dropout_rate=self.dropout_rate)
         return config

@@ -187,6 +187,12 @@ class TaskFamily:
         """
         raise NotImplementedError
 
+    def eval_output_files(self, split: Split, run_dir: str) -> list:
+        """Files the final `evaluate(..., write=True)` of `split` wrote into run_dir (e.g.
+        dev predictions): with `--seeds` the best seed's are copied to output_dir."""
+        del split, run_dir
+        return []
+
     def predict(self, trainer, split: Split, *, run_dir: str, write: bool) -> list:
         """Predicts a split; when `write`, writes the family's prediction files into
         run_dir (all-or-nothing) and returns their paths."""
@@ -387,6 +393,7 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
             path = os.path.join(directory, f"eval_results{split.suffix}.txt")
             loop.write_eval_results(path, metrics)
             result["outputs"].append(path)
+            result["outputs"].extend(family.eval_output_files(split, directory))
     for split in prepared.predict_splits:
         logging.info("Predicting %s (%d examples), batch %d", split.name, split.num_examples,
                      settings.predict_batch_size)

@@ -1,0 +1,638 @@
+"""Owns token-tagging data: the CoNLL reader, labels and tag schemes, WordPiece windows and their TFRecord cache.
+
+Three layers, each usable alone:
+
+1. Reading (`read_conll`): one word a line, the tag in the LAST column (CoNLL-2003 has
+   four: word POS chunk NER), blank lines between sentences, `-DOCSTART-` lines between
+   documents (kept: they bound `--document_context` and are written back in the
+   prediction files). Columns are separated by spaces or tabs. A file with one column
+   (words only: a test file without gold tags) reads with the tag "O". Errors name the
+   file and the 1-based line: a line whose column count differs from the file's first
+   word line, invalid UTF-8, an empty file.
+2. Features (`sentence_windows`): each word is WordPiece-tokenized (a word that
+   tokenizes to nothing becomes `[UNK]`, so every word has a first piece); its label sits
+   on its FIRST piece, later pieces get weight 0. A sentence longer than the window
+   (max_seq_length - 2 pieces) is never truncated: it is cut into windows `doc_stride`
+   pieces apart (`tasks.squad.data.doc_spans_for`), and at prediction each word is read
+   from the window where its first piece has the most context
+   (`tasks.squad.data.max_context_span_index`, SQuAD's rule). With `document_context`
+   the room a window has left is filled with the neighbouring pieces of the same
+   document, half before and half after (the other side takes what one side lacks);
+   those context pieces carry no label.
+3. `prepare_tagging_records`: a split's windows as TFRecords (schema `TAGGING_SCHEMA`)
+   plus a metadata JSON, reused while the input, the vocab, the casing, the window
+   settings and the labels are unchanged.
+
+Labels (`labels_from_sentences`): the tags of the training file, "O" first, the others
+sorted (byte order), unless the caller gives a list. `detect_tag_scheme` names the
+scheme: IOB1, IOB2, IOBES (or IOE), or "none" for tags that are not chunk tags (POS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import re
+from collections.abc import Iterable, Iterator, Sequence
+
+from absl import logging
+
+from data_prep import features as features_lib
+from data_prep import fileio
+from tasks.squad.data import doc_spans_for, max_context_span_index
+
+DOCSTART = "-DOCSTART-"
+OUTSIDE = "O"
+UNKNOWN_PIECE = "[UNK]"
+# Candidate file names per split, first match wins: ours, then CoNLL-2003's own names.
+SPLIT_FILES = {
+    "train": ("train.txt", "eng.train"),
+    "dev": ("dev.txt", "valid.txt", "eng.testa"),
+    "test": ("test.txt", "eng.testb"),
+}
+SCHEMES = ("IOB1", "IOB2", "IOBES", "IOE", "none")
+# Bump when records or metadata change meaning: old caches are then rebuilt.
+CACHE_FORMAT_VERSION = 1
+# Training windows are shuffled once, with this seed, before they are written (the
+# input pipeline's shuffle buffer of 100 alone would keep whole documents together).
+TRAIN_SHUFFLE_SEED = 12345
+_COLUMNS = re.compile(r"[ \t]+")
+
+
+class DataFormatError(ValueError):
+    """A tagging data file is missing or malformed; the message names file and line."""
+
+
+# --- 1. Reading ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Sentence:
+    """One sentence of a CoNLL file.
+
+    Attributes:
+      words: the first column of each line.
+      tags: the last column ("O" for every word of a file without tags).
+      document: 0-based document number (-DOCSTART- lines seen before the sentence).
+      line: 1-based line of the first word (word i is on line `line + i`).
+    """
+
+    words: tuple
+    tags: tuple
+    document: int
+    line: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentStart:
+    """A -DOCSTART- line (1-based `line`)."""
+
+    line: int
+
+
+@dataclasses.dataclass
+class ConllFile:
+    """A CoNLL file as read: sentences and document starts in file order.
+
+    Attributes:
+      path: the file.
+      items: `Sentence` and `DocumentStart` objects in file order.
+      num_columns: columns of a word line.
+      has_tags: False for a one-column file (tags read as "O").
+    """
+
+    path: str
+    items: list
+    num_columns: int
+    has_tags: bool
+
+    @property
+    def sentences(self) -> list:
+        return [item for item in self.items if isinstance(item, Sentence)]
+
+    @property
+    def num_words(self) -> int:
+        return sum(len(s.words) for s in self.sentences)
+
+
+def find_split_file(data_dir: str, split: str) -> str:
+    """The file of a split in data_dir (train.txt/eng.train, dev.txt/valid.txt/eng.testa,
+    test.txt/eng.testb: the first that exists); DataFormatError naming the candidates."""
+    candidates = [os.path.join(data_dir, name) for name in SPLIT_FILES[split]]
+    for path in candidates:
+        if fileio.isfile(path):
+            return path
+    raise DataFormatError(f"--data_dir={data_dir}: no {split} file; looked for "
+                          f"{', '.join(SPLIT_FILES[split])}")
+
+
+def _lines(path: str) -> Iterator[tuple[int, str]]:
+    """(1-based number, text without the line end) of each line; UTF-8, BOM dropped."""
+    with fileio.open_file(path, "rb") as reader:
+        for number, raw in enumerate(reader, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataFormatError(f"{path}:{number}: not valid UTF-8 ({err.reason} at "
+                                      f"byte {err.start}); convert the file to UTF-8 "
+                                      "(e.g. iconv -f latin1 -t utf-8)") from None
+            yield number, text.rstrip("\r\n")
+
+
+def read_conll(path: str, *, require_tags: bool = True) -> ConllFile:
+    """Reads a CoNLL-format file (see the module docstring).
+
+    Args:
+      path: the file.
+      require_tags: a one-column file (words only) is an error (training and dev files
+        need gold tags); otherwise it reads with the tag "O".
+
+    Raises:
+      DataFormatError naming the file and line.
+    """
+    items: list = []
+    words: list[str] = []
+    tags: list[str] = []
+    first_line = 0
+    document = 0
+    num_columns = None
+    column_line = 0
+
+    def close_sentence():
+        nonlocal words, tags
+        if words:
+            items.append(Sentence(tuple(words), tuple(tags), document, first_line))
+            words, tags = [], []
+
+    if not fileio.exists(path):
+        raise DataFormatError(f"{path}: no such file")
+    for number, text in _lines(path):
+        stripped = text.strip(" \t")
+        if not stripped:
+            close_sentence()
+            continue
+        columns = _COLUMNS.split(stripped)
+        if columns[0] == DOCSTART:
+            close_sentence()
+            items.append(DocumentStart(number))
+            document += 1
+            continue
+        if num_columns is None:
+            num_columns, column_line = len(columns), number
+            if num_columns == 1 and require_tags:
+                raise DataFormatError(
+                    f"{path}:{number}: one column (a word and no tag); this file needs "
+                    "the tag in the last column")
+        elif len(columns) != num_columns:
+            raise DataFormatError(
+                f"{path}:{number}: {len(columns)} columns, but the first word line "
+                f"({column_line}) has {num_columns}: {text!r}")
+        if not words:
+            first_line = number
+        words.append(columns[0])
+        tags.append(columns[-1] if num_columns > 1 else OUTSIDE)
+    close_sentence()
+    if num_columns is None:
+        raise DataFormatError(f"{path}: no sentences (the file is empty or holds only "
+                              "-DOCSTART- lines)")
+    return ConllFile(path, items, num_columns, num_columns > 1)
+
+
+# --- labels and tag schemes ------------------------------------------------------------------
+
+
+def order_labels(labels: Iterable[str]) -> list[str]:
+    """Label names in id order: "O" first (when present), then the others sorted."""
+    labels = set(labels)
+    rest = sorted(labels - {OUTSIDE})
+    return ([OUTSIDE] if OUTSIDE in labels else []) + rest
+
+
+def labels_from_sentences(conll: ConllFile) -> list[str]:
+    """The tags of a (training) file, in `order_labels` order."""
+    return order_labels(tag for s in conll.sentences for tag in s.tags)
+
+
+def parse_label_list(value: str | Sequence[str]) -> tuple[str, ...]:
+    """A --label_list value (comma-separated, or a sequence) as a tuple; ValueError on
+    blanks or repeats."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    labels = tuple(str(item).strip() for item in items)
+    if not labels or any(not label for label in labels):
+        raise ValueError(f"--label_list={value!r}: empty label names")
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ValueError(f"--label_list repeats {repeated}")
+    return labels
+
+
+def check_tags(conll: ConllFile, label_list: Sequence[str], source: str) -> None:
+    """Raises DataFormatError at the first tag of a tagged file not in `label_list`.
+
+    Args:
+      source: where the labels came from, for the message (e.g. "the training file").
+    """
+    if not conll.has_tags:
+        return
+    known = set(label_list)
+    for sentence in conll.sentences:
+        for offset, tag in enumerate(sentence.tags):
+            if tag not in known:
+                raise DataFormatError(
+                    f"{conll.path}:{sentence.line + offset}: tag {tag!r} is not in the label "
+                    f"list {list(label_list)} ({source}); give every tag with --label_list")
+
+
+_CHUNK_TAG = re.compile(r"^([BIES])-(.+)$")
+
+
+def detect_tag_scheme(label_list: Sequence[str], sentences: Sequence[Sentence] = ()) -> str:
+    """The tagging scheme of a label set (and, to tell IOB1 from IOB2, the training data).
+
+    Returns:
+      "none" when some label is neither "O" nor `P-TYPE` with P in B, I, E, S (plain tags:
+      POS, or anything conlleval's chunks do not describe); "IOBES" when S- or E- tags and
+      B- or S- tags occur, "IOE" for E- without B-/S-; otherwise "IOB1" when a chunk in
+      `sentences` starts with I- (or no data says otherwise and there is no B- tag),
+      "IOB2" when every chunk starts with B-.
+    """
+    prefixes = set()
+    for label in label_list:
+        if label == OUTSIDE:
+            continue
+        match = _CHUNK_TAG.match(label)
+        if match is None:
+            return "none"
+        prefixes.add(match.group(1))
+    if prefixes & {"E", "S"}:
+        return "IOBES" if prefixes & {"B", "S"} else "IOE"
+    if "B" not in prefixes:
+        return "IOB1"
+    for sentence in sentences:
+        previous = OUTSIDE
+        for tag in sentence.tags:
+            if tag.startswith("I-") and previous[2:] != tag[2:]:
+                return "IOB1"  # a chunk opened by I-
+            previous = tag
+    return "IOB2" if sentences else "IOB1"
+
+
+def is_chunk_scheme(scheme: str) -> bool:
+    """Whether conlleval's chunk precision/recall/F1 describe this scheme."""
+    return scheme != "none"
+
+
+# --- 2. Features ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowConfig:
+    """How sentences become model inputs.
+
+    Attributes:
+      max_seq_length: the padded length, [CLS] and [SEP] included (at least 3).
+      doc_stride: pieces between the starts of two windows of a long sentence; None: half
+        a window (max_seq_length - 2) // 2, so every piece but the first and last half
+        window appears twice.
+      document_context: fill each window's remaining room with the neighbouring pieces of
+        the same document (the paper's "maximal document context").
+    """
+
+    max_seq_length: int = 128
+    doc_stride: int | None = None
+    document_context: bool = False
+
+    def __post_init__(self):
+        if self.max_seq_length < 3:
+            raise ValueError(f"--max_seq_length={self.max_seq_length}: a window needs at "
+                             "least [CLS], one piece and [SEP] (3)")
+        if self.doc_stride is not None and self.doc_stride < 1:
+            raise ValueError(f"--doc_stride={self.doc_stride} must be at least 1")
+
+    @property
+    def room(self) -> int:
+        """Pieces a window holds."""
+        return self.max_seq_length - 2
+
+    @property
+    def stride(self) -> int:
+        return self.doc_stride if self.doc_stride is not None else max(1, self.room // 2)
+
+
+@dataclasses.dataclass
+class TaggingFeature:
+    """One window's model inputs; every list has max_seq_length entries.
+
+    `label_weights` is 1 on the first piece of each word labelled in this window: for
+    training every sentence word whose first piece is in the window; for evaluation and
+    prediction only the words this window scores (their max-context window), so every
+    word is scored exactly once. `word_index` is the word's position in its sentence
+    where `label_weights` is 1 (0 elsewhere).
+    """
+
+    sentence_index: int
+    input_ids: list
+    input_mask: list
+    segment_ids: list
+    label_ids: list
+    label_weights: list
+    word_index: list
+
+
+class _PieceCache:
+    """Word -> WordPiece ids (a word that tokenizes to nothing becomes [UNK])."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.cache: dict[str, list[int]] = {}
+        self.num_unknown_words = 0
+        try:
+            self.unk, self.cls, self.sep = tokenizer.convert_tokens_to_ids(
+                [UNKNOWN_PIECE, "[CLS]", "[SEP]"])
+        except KeyError as err:
+            raise DataFormatError(f"the vocab file lacks the special token {err}") from None
+
+    def ids(self, word: str) -> list[int]:
+        ids = self.cache.get(word)
+        if ids is None:
+            pieces = self.tokenizer.tokenize(word)
+            ids = self.tokenizer.convert_tokens_to_ids(pieces) if pieces else [self.unk]
+            self.cache[word] = ids
+        if ids == [self.unk]:
+            self.num_unknown_words += 1
+        return ids
+
+
+@dataclasses.dataclass
+class _Tokenized:
+    """A sentence's piece ids and where each word's first piece is."""
+
+    ids: list
+    first_piece: list
+
+
+def _tokenize(sentence: Sentence, pieces: _PieceCache) -> _Tokenized:
+    ids, first = [], []
+    for word in sentence.words:
+        first.append(len(ids))
+        ids.extend(pieces.ids(word))
+    return _Tokenized(ids, first)
+
+
+def _context_sizes(room: int, before: int, after: int) -> tuple[int, int]:
+    """(pieces taken before, after) to fill `room`: half each, the rest from the side that
+    has more."""
+    right = min(after, room - min(before, room // 2))
+    left = min(before, room - right)
+    return left, right
+
+
+def sentence_windows(conll: ConllFile, tokenizer, label_list: Sequence[str],
+                     config: WindowConfig, *, is_training: bool,
+                     stats: dict | None = None) -> Iterator[TaggingFeature]:
+    """The windows of every sentence of `conll`, in file order.
+
+    Args:
+      conll: the file (tags must be in `label_list` when it has tags).
+      tokenizer: a `data_prep.tokenization.FullTokenizer`.
+      label_list: label names in id order (a file without tags gets label id 0).
+      config: window settings.
+      is_training: label every word in every window holding its first piece; otherwise
+        only in its max-context window.
+      stats: if given, filled with counts (windows, long sentences, unknown words, ...).
+    """
+    label_map = {label: i for i, label in enumerate(label_list)}
+    pieces = _PieceCache(tokenizer)
+    sentences = conll.sentences
+    tokenized = [_tokenize(s, pieces) for s in sentences]
+    # Each document's pieces laid end to end, and where each sentence starts in them.
+    stream_of, offset_of = {}, []
+    for sentence, tok in zip(sentences, tokenized):
+        key = sentence.document if config.document_context else len(offset_of)
+        stream = stream_of.setdefault(key, [])
+        offset_of.append((key, len(stream)))
+        stream.extend(tok.ids)
+    counts = {"num_windows": 0, "num_long_sentences": 0, "max_sentence_pieces": 0,
+              "num_words": 0}
+    for index, (sentence, tok) in enumerate(zip(sentences, tokenized)):
+        key, start_in_stream = offset_of[index]
+        stream = stream_of[key]
+        spans = doc_spans_for(len(tok.ids), config.room, config.stride)
+        best = None if is_training else max_context_span_index(spans, len(tok.ids))
+        counts["num_long_sentences"] += len(spans) > 1
+        counts["max_sentence_pieces"] = max(counts["max_sentence_pieces"], len(tok.ids))
+        counts["num_words"] += len(sentence.words)
+        for span_index, (span_start, span_length) in enumerate(spans):
+            first = start_in_stream + span_start
+            last = first + span_length  # exclusive
+            before, after = _context_sizes(config.room - span_length, first,
+                                           len(stream) - last)
+            window = stream[first - before:last + after]
+            n = len(window) + 2
+            pad = config.max_seq_length - n
+            labels = [0] * config.max_seq_length
+            weights = [0] * config.max_seq_length
+            word_index = [0] * config.max_seq_length
+            for w, piece in enumerate(tok.first_piece):
+                if not span_start <= piece < span_start + span_length:
+                    continue
+                if best is not None and best[piece] != span_index:
+                    continue
+                position = 1 + before + piece - span_start
+                labels[position] = label_map[sentence.tags[w]] if conll.has_tags else 0
+                weights[position] = 1
+                word_index[position] = w
+            counts["num_windows"] += 1
+            yield TaggingFeature(
+                sentence_index=index,
+                input_ids=[pieces.cls] + window + [pieces.sep] + [0] * pad,
+                input_mask=[1] * n + [0] * pad,
+                segment_ids=[0] * config.max_seq_length,
+                label_ids=labels, label_weights=weights, word_index=word_index)
+    counts["num_unknown_words"] = pieces.num_unknown_words
+    if stats is not None:
+        stats.update(counts)
+
+
+# --- 3. Records -------------------------------------------------------------------------------
+
+_INT64 = features_lib.INT64
+TAGGING_SCHEMA = features_lib.RecordSchema(
+    kind="tagging",
+    features=(
+        features_lib.FeatureSpec("input_ids", _INT64, "max_seq_length"),
+        features_lib.FeatureSpec("input_mask", _INT64, "max_seq_length"),
+        features_lib.FeatureSpec("segment_ids", _INT64, "max_seq_length"),
+        features_lib.FeatureSpec("label_ids", _INT64, "max_seq_length"),
+        features_lib.FeatureSpec("label_weights", _INT64, "max_seq_length"),
+        features_lib.FeatureSpec("word_index", _INT64, "max_seq_length"),
+        features_lib.FeatureSpec("sentence_index", _INT64, 1),
+    ),
+)
+# The per-token features (cut to a batch's length bucket with the encoder's inputs).
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids", "label_ids", "label_weights",
+                     "word_index")
+
+
+def record_values(feature: TaggingFeature) -> dict:
+    """The int64 values of one record, keyed by `TAGGING_SCHEMA`'s names."""
+    values = {name: getattr(feature, name) for name in SEQUENCE_FEATURES}
+    values["sentence_index"] = [feature.sentence_index]
+    return values
+
+
+@dataclasses.dataclass
+class PreparedTagging:
+    """A split's records (written or reused) and the file they came from.
+
+    Attributes:
+      record_file, metadata_file: the TFRecords and their JSON metadata.
+      metadata: counts (num_sentences, num_words, num_windows, ...) and the cache key.
+      conll: the split's file as read (what predictions are written against).
+      reused: the records were already there.
+    """
+
+    record_file: str
+    metadata_file: str
+    metadata: dict
+    conll: ConllFile
+    reused: bool
+
+    @property
+    def num_sentences(self) -> int:
+        return self.metadata["num_sentences"]
+
+
+def record_file_names(output_dir: str, split: str) -> tuple[str, str]:
+    """(TFRecord path, metadata JSON path) of a split in output_dir."""
+    record = os.path.join(output_dir, f"{split}.tf_record")
+    return record, record + ".metadata.json"
+
+
+def _cache_key(conll: ConllFile, split, *, vocab_file, do_lower_case, config, label_list,
+               is_training) -> dict:
+    key = {"format_version": CACHE_FORMAT_VERSION, "split": split,
+           "source": fileio.fingerprint(conll.path), "vocab_sha256": fileio.sha256(vocab_file),
+           "do_lower_case": bool(do_lower_case), "window": dataclasses.asdict(config),
+           "label_list": list(label_list), "is_training": bool(is_training),
+           "shuffle_seed": TRAIN_SHUFFLE_SEED if is_training else None}
+    return json.loads(json.dumps(key))  # compares equal to the key read back from disk
+
+
+def _cached(record_file: str, metadata_file: str, key: dict) -> dict | None:
+    if not (fileio.exists(record_file) and fileio.exists(metadata_file)):
+        return None
+    try:
+        metadata = json.loads(fileio.read_text(metadata_file))
+    except (ValueError, OSError):
+        return None
+    if metadata.get("cache_key") != key:
+        return None
+    if fileio.getsize(record_file) != metadata.get("record_file_size"):
+        return None
+    return metadata
+
+
+def prepare_tagging_records(conll: ConllFile, split: str, output_dir: str, *,
+                            vocab_file: str, do_lower_case: bool, config: WindowConfig,
+                            label_list: Sequence[str], is_training: bool,
+                            tokenizer=None) -> PreparedTagging:
+    """Writes a split's windows as TFRecords in output_dir, or reuses the ones there.
+
+    `{split}.tf_record` and `{split}.tf_record.metadata.json` (written last) are reused
+    while the source file (path, size, mtime), the vocab (sha256), do_lower_case, the
+    window settings, the label list and is_training are unchanged. Training windows are
+    shuffled with `TRAIN_SHUFFLE_SEED` before they are written.
+
+    Args:
+      conll: the split's file, read and checked against `label_list`.
+      split: "train", "dev" or "test" (the file names).
+      tokenizer: an already built FullTokenizer for vocab_file/do_lower_case (optional).
+    """
+    import tensorflow as tf
+
+    from data_prep import tokenization
+
+    record_file, metadata_file = record_file_names(output_dir, split)
+    key = _cache_key(conll, split, vocab_file=vocab_file, do_lower_case=do_lower_case,
+                     config=config, label_list=label_list, is_training=is_training)
+    cached = _cached(record_file, metadata_file, key)
+    if cached is not None:
+        logging.info("Reusing cached %s records in %s", split, record_file)
+        return PreparedTagging(record_file, metadata_file, cached, conll, reused=True)
+    if tokenizer is None:
+        tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+    stats: dict = {}
+    windows = sentence_windows(conll, tokenizer, label_list, config,
+                               is_training=is_training, stats=stats)
+    if is_training:
+        windows = list(windows)
+        random.Random(TRAIN_SHUFFLE_SEED).shuffle(windows)
+    encoder = TAGGING_SCHEMA.encoder(max_seq_length=config.max_seq_length)
+    fileio.makedirs(output_dir)
+    if fileio.exists(metadata_file):  # never leave metadata that describes other records
+        fileio.remove(metadata_file)
+    with fileio.AtomicOutputs([record_file]) as out, \
+            tf.io.TFRecordWriter(out.temp(record_file)) as writer:
+        for feature in windows:
+            writer.write(encoder.encode(record_values(feature)))
+    sentences = conll.sentences
+    metadata = {
+        "split": split, "source_file": conll.path,
+        "record_file": os.path.basename(record_file),
+        "record_file_size": fileio.getsize(record_file),
+        "label_list": list(label_list), "has_tags": conll.has_tags,
+        "num_sentences": len(sentences),
+        "num_documents": sum(isinstance(i, DocumentStart) for i in conll.items),
+        **stats, "cache_key": key,
+    }
+    fileio.write_text(metadata_file, json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
+    logging.info("%s: %d sentences, %d words -> %d windows (%d sentences longer than one "
+                 "window, %d words as [UNK]) in %s", conll.path, len(sentences),
+                 stats["num_words"], stats["num_windows"], stats["num_long_sentences"],
+                 stats["num_unknown_words"], record_file)
+    return PreparedTagging(record_file, metadata_file, metadata, conll, reused=False)
+
+
+# --- prediction files -------------------------------------------------------------------------
+
+
+def predictions_text(conll: ConllFile, predicted: Sequence[Sequence[str]]) -> str:
+    """The prediction file: `word gold predicted` per word, a blank line after each sentence,
+    `-DOCSTART- O O` (and a blank line) where the input had a document start: conlleval's
+    input format. Gold is the file's tag ("O" for a file without tags).
+
+    Args:
+      predicted: per sentence of `conll.sentences`, the predicted tag of each word.
+    """
+    out = []
+    sentences = iter(zip(conll.sentences, predicted))
+    for item in conll.items:
+        if isinstance(item, DocumentStart):
+            out.append(f"{DOCSTART} {OUTSIDE} {OUTSIDE}\n\n")
+            continue
+        sentence, tags = next(sentences)
+        if len(tags) != len(sentence.words):
+            raise ValueError(f"{conll.path}:{sentence.line}: {len(tags)} predictions for "
+                             f"{len(sentence.words)} words")
+        out.extend(f"{w} {g} {p}\n" for w, g, p in zip(sentence.words, sentence.tags, tags))
+        out.append("\n")
+    return "".join(out)
+
+
+def evaluation_sequence(conll: ConllFile, predicted: Sequence[Sequence[str]]) -> list:
+    """What conlleval reads from `predictions_text`: per sentence (and per document start,
+    a one-token sentence O/O) the (gold, predicted) pairs."""
+    out = []
+    sentences = iter(zip(conll.sentences, predicted))
+    for item in conll.items:
+        if isinstance(item, DocumentStart):
+            out.append([(OUTSIDE, OUTSIDE)])
+        else:
+            sentence, tags = next(sentences)
+            out.append(list(zip(sentence.tags, tags)))
+    return out
