@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -851,25 +850,6 @@ class CachedSplit:
         return classifier_parse_spec(self.max_seq_length, self.is_regression)
 
 
-def _file_fingerprint(path: str) -> dict:
-    """Identity of an input file for the cache key: path, size and modification time."""
-    if fileio.is_url(path):
-        import tensorflow as tf
-
-        stat = tf.io.gfile.stat(path)
-        return {"path": path, "size": stat.length, "mtime_ns": stat.mtime_nsec}
-    stat = os.stat(path)
-    return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-
-
-def _sha256_of_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with fileio.open_file(path, "rb") as reader:
-        for block in iter(lambda: reader.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def record_file_names(output_dir: str, split: str) -> tuple[str, str]:
     """(TFRecord path, metadata JSON path) of a split in output_dir."""
     record = os.path.join(output_dir, f"{split}.tf_record")
@@ -898,8 +878,8 @@ def _cache_key(processor: TableProcessor, split: str, source: str, *, vocab_file
         "format_version": CACHE_FORMAT_VERSION,
         "processor": processor.signature(),
         "split": split,
-        "source": _file_fingerprint(source),
-        "vocab_sha256": _sha256_of_file(vocab_file),
+        "source": fileio.fingerprint(source),
+        "vocab_sha256": fileio.sha256(vocab_file),
         "do_lower_case": bool(do_lower_case),
         "max_seq_length": int(max_seq_length),
         "label_list": list(label_list),

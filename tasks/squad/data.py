@@ -629,24 +629,6 @@ class PreparedSquad:
         return self.metadata["num_features"]
 
 
-def _file_sha256(path: str) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    digest.update(_read_text(path).encode("utf-8"))
-    return digest.hexdigest()
-
-
-def _source_stamp(path: str) -> dict:
-    if "://" in path:
-        import tensorflow as tf
-
-        stat = tf.io.gfile.stat(path)
-        return {"path": path, "size": stat.length, "mtime_nsec": stat.mtime_nsec}
-    stat = os.stat(path)
-    return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_nsec": stat.st_mtime_ns}
-
-
 def prepare_squad_records(
     input_file: str,
     output_dir: str,
@@ -677,8 +659,8 @@ def prepare_squad_records(
     metadata_file = record_file + ".metadata.json"
     key = {
         "format": _CACHE_FORMAT,
-        "source": _source_stamp(input_file),
-        "vocab_sha256": _file_sha256(vocab_file),
+        "source": fileio.fingerprint(input_file),
+        "vocab_sha256": fileio.sha256(vocab_file),
         "do_lower_case": do_lower_case,
         "window": dataclasses.asdict(config),
         "is_training": is_training,
