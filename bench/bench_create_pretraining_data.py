@@ -15,9 +15,15 @@ CPU seconds of all its processes (robust on a shared,
 loaded machine, where wall time is not), instances/s and peak memory (the largest single
 process, from getrusage, and the whole process tree, sampled from /proc), plus the
 Python tokenizer's own speed on the same text, the ceiling of a tokenizer-bound pipeline.
+Our runs use a table cache of their own (`BERT_KERAS3_CACHE_DIR` in the work directory),
+filled before the first timed run, as any run after a user's first finds it. With
+--startup (default) it also times start-up alone: ours with all cores on a 2 KB corpus,
+with that cache and with caching off (the tokenizer's Unicode tables computed in the run).
 
     .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=1,10
     .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=1 --skip_original
+    .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=10 \
+        --compare_root=/tmp/before   # e.g. `git archive HEAD | tar -x -C /tmp/before`
 
 With --write_results the table replaces the create_pretraining_data section of
 bench/RESULTS.md.
@@ -151,17 +157,19 @@ def _tree_rss_bytes(root_pid):
     return total
 
 
-_MAXRSS_WRAPPER = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+# Wall time is taken inside the wrapper, around the command alone: this process's
+# memory-polling thread can hold its GIL and delay noticing the end by up to ~0.2 s.
+_MAXRSS_WRAPPER = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+                   "rc = subprocess.call(sys.argv[1:]); t = time.perf_counter() - t; "
                    "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
                    "print('MAXRSS_KB', u.ru_maxrss, 'CPU_S', u.ru_utime + u.ru_stime, "
-                   "file=sys.stderr); sys.exit(rc)")
+                   "'WALL_S', t, file=sys.stderr); sys.exit(rc)")
 
 
-def measure(cmd, env=None):
+def measure(cmd, env=None, cwd=ROOT):
     """Runs cmd; returns wall seconds, CPU seconds (all processes), largest single-process
     RSS (MB) and process-tree peak RSS (MB)."""
-    start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-c", _MAXRSS_WRAPPER, *cmd], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-c", _MAXRSS_WRAPPER, *cmd], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = [0]
 
@@ -173,12 +181,12 @@ def measure(cmd, env=None):
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
     _, err = proc.communicate()
-    seconds = time.monotonic() - start
     poller.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]}")
-    found = re.search(r"MAXRSS_KB (\d+) CPU_S ([\d.]+)", err)
-    return seconds, float(found.group(2)), int(found.group(1)) / 1024, peak[0] / 2**20
+    found = re.search(r"MAXRSS_KB (\d+) CPU_S ([\d.]+) WALL_S ([\d.]+)", err)
+    return float(found.group(3)), float(found.group(2)), int(found.group(1)) / 1024, \
+        peak[0] / 2**20
 
 
 def count_records(paths):
@@ -189,6 +197,7 @@ def count_records(paths):
 
 def tokenizer_speed(corpus_path, vocab_path):
     tokenizer = tokenization.FullTokenizer(vocab_path, do_lower_case=True)
+    tokenization.load_tables()  # start-up, not tokenizer speed
     with open(corpus_path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     start = time.perf_counter()
@@ -209,6 +218,13 @@ def main():
     parser.add_argument("--exact_draws_run", default=True,
                         action=argparse.BooleanOptionalAction,
                         help="also run ours with all cores and --exact_draws")
+    parser.add_argument("--ours_root", default=ROOT,
+                        help="checkout whose create_pretraining_data is timed")
+    parser.add_argument("--compare_root", default=None,
+                        help="another checkout (e.g. the code before a change) timed in the "
+                        "same run, right after ours, with the same flags")
+    parser.add_argument("--startup", default=True, action=argparse.BooleanOptionalAction,
+                        help="also time start-up alone (a 2 KB corpus)")
     parser.add_argument("--write_results", action="store_true")
     args = parser.parse_args()
 
@@ -219,7 +235,8 @@ def main():
               f"--max_predictions_per_seq={args.max_predictions_per_seq}",
               f"--dupe_factor={args.dupe_factor}", "--masked_lm_prob=0.15",
               "--random_seed=12345", "--do_lower_case=true"]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               BERT_KERAS3_CACHE_DIR=os.path.join(work, "cache"))
     rows = []
     vocab_path = os.path.join(work, "vocab.txt")
     for size_mb in [float(s) for s in args.sizes_mb.split(",")]:
@@ -237,22 +254,30 @@ def main():
             out = os.path.join(work, f"orig_{size_mb:g}.tfrecord")
             runs.append(("original (bert-tensorflow 1.0.4)", out,
                          ["-m", "bert.create_pretraining_data", f"--input_file={corpus}",
-                          f"--output_file={out}", f"--vocab_file={vocab_path}", *common]))
+                          f"--output_file={out}", f"--vocab_file={vocab_path}", *common],
+                         ROOT))
         all_cores = len(os.sched_getaffinity(0))
         variants = [(int(w), []) for w in args.workers.split(",")]
         if args.exact_draws_run:
             variants.append((all_cores, ["--exact_draws"]))
+        checkouts = [("ours", args.ours_root)] + (
+            [(f"ours from {args.compare_root}", args.compare_root)] if args.compare_root
+            else [])
         for workers, extra in variants:
-            out = os.path.join(work, f"ours_{size_mb:g}_{workers}_{len(extra)}.tfrecord")
-            runs.append((f"ours, {workers} worker(s){', --exact_draws' if extra else ''}",
-                         out,
-                         ["-m", "data_prep.create_pretraining_data", f"--input_file={corpus}",
-                          f"--output_file={out}", f"--vocab_file={vocab_path}",
-                          f"--num_workers={workers}", *extra, *common]))
+            for label, root in checkouts:
+                out = os.path.join(work, f"ours_{size_mb:g}_{workers}_{len(extra)}_"
+                                         f"{len(label)}.tfrecord")
+                runs.append((f"{label}, {workers} worker(s)"
+                             f"{', --exact_draws' if extra else ''}", out,
+                             ["-m", "data_prep.create_pretraining_data",
+                              f"--input_file={corpus}", f"--output_file={out}",
+                              f"--vocab_file={vocab_path}", f"--num_workers={workers}",
+                              *extra, *common], root))
         original_seconds = None
-        for name, out, cmd in runs:
+        for name, out, cmd, root in runs:
             load = os.getloadavg()[0]  # before the run: the load it competes with
-            seconds, cpu, max_rss, tree_rss = measure([sys.executable, *cmd], env=env)
+            seconds, cpu, max_rss, tree_rss = measure([sys.executable, *cmd], env=env,
+                                                      cwd=root)
             instances = count_records([out])
             if name.startswith("original"):
                 original_seconds = seconds
@@ -263,12 +288,48 @@ def main():
                              max_rss_mb=max_rss, tree_rss_mb=tree_rss))
             print(json.dumps(rows[-1]), flush=True)
             os.remove(out)
-            for extra in glob.glob(out + "*"):
+            summary = os.path.join(os.path.dirname(out), "_" + os.path.basename(out)
+                                   + ".summary.json")
+            for extra in glob.glob(out + "*") + glob.glob(summary):
                 os.remove(extra)
+    if args.startup:  # after the sizes: the vocab is learned from the first corpus
+        rows += startup_rows(work, documents, vocab_path, common, env, args.ours_root)
+        if args.compare_root:
+            rows += startup_rows(work, documents, vocab_path, common, env, args.compare_root,
+                                 label=f"ours from {args.compare_root}")
     table = format_table(rows, args)
     print(table)
     if args.write_results:
         write_results(table)
+
+
+def startup_rows(work, documents, vocab_path, common, env, ours_root, label="ours",
+                 repeats=5):
+    """Ours on a 2 KB corpus in two chunks (start-up dominates, workers included): with
+    the table cache, and with caching off."""
+    corpus = os.path.join(work, "corpus_startup.txt")
+    nbytes = write_corpus(corpus, 2000, documents)
+    out = os.path.join(work, "startup.tfrecord")
+    cmd = [sys.executable, "-m", "data_prep.create_pretraining_data", f"--input_file={corpus}",
+           f"--output_file={out}", f"--vocab_file={vocab_path}", "--chunk_size_mb=0.001",
+           *common]  # two chunks: two workers, as in a real run
+    measure(cmd, env=env, cwd=ours_root)  # fills the cache
+    rows = []
+    for name, run_env in ((f"{label}, start-up (2 KB corpus), table cache", env),
+                          (f"{label}, start-up (2 KB corpus), no table cache",
+                           dict(env, BERT_KERAS3_CACHE_DIR=""))):
+        load = os.getloadavg()[0]
+        best = min((measure(cmd, env=run_env, cwd=ours_root) for _ in range(repeats)),
+                   key=lambda m: m[0])
+        seconds, cpu, max_rss, tree_rss = best
+        instances = count_records([out])
+        rows.append(dict(size_mb=nbytes / 1e6, run=name + f", best of {repeats}",
+                         seconds=seconds, mb_s=nbytes / 1e6 / seconds, speedup=None,
+                         cpu_s=cpu, mb_per_cpu_s=nbytes / 1e6 / cpu, load=load,
+                         instances=instances, inst_s=instances / seconds,
+                         max_rss_mb=max_rss, tree_rss_mb=tree_rss))
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 def format_table(rows, args):
@@ -288,7 +349,7 @@ def format_table(rows, args):
         if "instances" in r:
             speedup = "" if r.get("speedup") is None else f"{r['speedup']:.1f}x"
             lines.append(
-                f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.2f} | {r['mb_s']:.2f} "
+                f"| {r['size_mb']:.3g} MB | {r['run']} | {r['seconds']:.2f} | {r['mb_s']:.2f} "
                 f"| {speedup} | {r['cpu_s']:.2f} | {r['mb_per_cpu_s']:.2f} | {r['instances']} "
                 f"| {r['inst_s']:.0f} | {r['max_rss_mb']:.0f} | {r['tree_rss_mb']:.0f} "
                 f"| {r['load']:.1f} |")

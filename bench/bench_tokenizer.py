@@ -9,6 +9,15 @@ is identical to the original's on every line). Times are CPU seconds of this pro
 (time.process_time), which the other load on a shared machine disturbs less than wall
 time (also shown); rounds interleave the tokenizers and the best round of each counts.
 TensorFlow is limited to one intra-op and one inter-op thread.
+
+Then the command-line tools as a user runs them, start-up included: our
+`python -m data_prep.tokenization` against the original's tokenizer in an equivalent
+stdin -> stdout script, on the same text (wall and CPU seconds of the process, best of
+the rounds; outputs compared byte for byte), and each one's start-up alone (empty
+input). Our start-up is measured with the tokenizer's Unicode table cache warm and with
+caching off (`BERT_KERAS3_CACHE_DIR=`, the tables computed in the run). `--compare_root`
+adds the CLI of another checkout of this project (e.g. the code before a change) to the
+same rounds.
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ import gc
 import os
 import pathlib
 import re
+import resource
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -74,11 +85,99 @@ def learn_vocab(lines: list[str], size: int = 30_000) -> list[str]:
     return list(dict.fromkeys(tokens))[:size]
 
 
+# The original has no tokenizer CLI: this is the loop a user would write around it, with
+# the same line handling as ours (split on "\n" only, UTF-8); `original_module` marks the
+# original's absl flags parsed, as its own scripts do when they start.
+ORIGINAL_CLI = r"""
+import sys
+from original_bert import original_module
+tokenization = original_module("tokenization")
+tokenizer = tokenization.FullTokenizer(sys.argv[1], do_lower_case=True)
+out = sys.stdout.buffer
+for raw in sys.stdin.buffer:
+    line = (raw[:-1] if raw.endswith(b"\n") else raw).decode("utf-8")
+    out.write((" ".join(tokenizer.tokenize(line)) + "\n").encode("utf-8"))
+"""
+
+
+def run_process(cmd, stdin_path, env, cwd):
+    """(wall s, CPU s, stdout bytes) of one subprocess fed `stdin_path`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    with open(stdin_path, "rb") as stdin:
+        done = subprocess.run(cmd, stdin=stdin, capture_output=True, env=env, cwd=cwd,
+                              check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"{cmd} failed:\n{done.stderr.decode()[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.stdout
+
+
+def cli_table(lines, vocab_file, workdir, repeats, ours_root, compare_root=None):
+    """Markdown table: the CLIs on the text and on empty input, best of `repeats` rounds."""
+    text_path = os.path.join(workdir, "text.txt")
+    with open(text_path, "wb") as f:
+        f.write("".join(line + "\n" for line in lines).encode("utf-8"))
+    empty_path = os.path.join(workdir, "empty.txt")
+    open(empty_path, "wb").close()
+    mb = os.path.getsize(text_path) / 1e6
+    cache_dir = os.path.join(workdir, "cache")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT / "tests"))
+    ours = [sys.executable, "-m", "data_prep.tokenization", f"--vocab_file={vocab_file}",
+            "--do_lower_case=true"]
+    original = [sys.executable, "-c", ORIGINAL_CLI, vocab_file]
+    warm = dict(env, BERT_KERAS3_CACHE_DIR=cache_dir)
+    cold = dict(env, BERT_KERAS3_CACHE_DIR="")
+    checkouts = [("ours", ours_root)] + (
+        [(f"ours from {compare_root}", compare_root)] if compare_root else [])
+    for _, root in checkouts:
+        run_process(ours, empty_path, warm, root)  # fills the cache, if this code has one
+    groups = []
+    for stdin_path, what in ((empty_path, "start-up only (empty input)"),
+                             (text_path, f"{mb:.2f} MB")):
+        group = {f"original, {what}": (original, stdin_path, env, ROOT)}
+        for label, root in checkouts:
+            group[f"{label}, {what}, table cache warm"] = (ours, stdin_path, warm, root)
+            group[f"{label}, {what}, no table cache"] = (ours, stdin_path, cold, root)
+        groups.append(group)
+    runs = {name: run for group in groups for name, run in group.items()}
+    wall = dict.fromkeys(runs, float("inf"))
+    cpu = dict.fromkeys(runs, float("inf"))
+    outputs = {}
+    for _ in range(repeats):
+        for name, (cmd, stdin_path, run_env, cwd) in runs.items():
+            seconds, cpu_seconds, outputs[name] = run_process(cmd, stdin_path, run_env, cwd)
+            wall[name] = min(wall[name], seconds)
+            cpu[name] = min(cpu[name], cpu_seconds)
+    rows = ["| run | wall s | CPU s | MB/s (wall) | vs original (wall) | vs original (CPU) "
+            "| output identical to original |", "|---|---:|---:|---:|---:|---:|---|"]
+    for group in groups:
+        base = next(iter(group))
+        for name in group:
+            speed = f"{mb / wall[name]:.2f}" if "MB" in name else ""
+            same = "yes" if outputs[name] == outputs[base] else "no"
+            rows.append(f"| {name} | {wall[name]:.2f} | {cpu[name]:.2f} | {speed} "
+                        f"| {wall[base] / wall[name]:.1f}x | {cpu[base] / cpu[name]:.1f}x "
+                        f"| {same} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=5.0, help="megabytes of prose")
     parser.add_argument("--repeats", type=int, default=3, help="rounds; the best counts")
     parser.add_argument("--batch", type=int, default=1024, help="lines per in-graph batch")
+    parser.add_argument("--cli", default=True, action=argparse.BooleanOptionalAction,
+                        help="also time the command-line tools, start-up included")
+    parser.add_argument("--in_process", default=True, action=argparse.BooleanOptionalAction,
+                        help="time the tokenizers in this process")
+    parser.add_argument("--ours_root", default=str(ROOT),
+                        help="checkout whose `python -m data_prep.tokenization` is timed")
+    parser.add_argument("--compare_root", default=None,
+                        help="another checkout (e.g. the code before a change) whose CLI is "
+                        "timed in the same rounds")
     args = parser.parse_args()
 
     lines = stdlib_prose(args.mb)
@@ -87,6 +186,14 @@ def main() -> None:
     vocab_file = os.path.join(workdir, "vocab.txt")
     with open(vocab_file, "w", encoding="utf-8") as f:
         f.write("\n".join(learn_vocab(lines)) + "\n")
+
+    if args.cli:
+        print(f"Command-line tools on {mb:.2f} MB, best of {args.repeats} rounds "
+              f"(ours from {args.ours_root}):\n")
+        print(cli_table(lines, vocab_file, workdir, args.repeats, args.ours_root,
+                        args.compare_root) + "\n", flush=True)
+    if not args.in_process:
+        return
 
     import tensorflow as tf
 
@@ -98,7 +205,7 @@ def main() -> None:
     from original_bert import original_module
 
     original = original_module("tokenization").FullTokenizer(vocab_file, do_lower_case=True)
-    tokenization._fast_basic()  # one-off table construction, not per tokenizer
+    tokenization._fast_basic().load_tables()  # once per process, not per tokenizer
 
     def ours(method):
         def run():  # a fresh tokenizer each time: the caches start cold

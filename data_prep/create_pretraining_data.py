@@ -6,11 +6,20 @@
 
 Every flag of Google's create_pretraining_data.py, same names, meanings and defaults,
 plus --num_workers, --num_output_shards, --gzip, --chunk_size_mb,
---shuffle_buffer_size, --exact_draws. The corpus is cut into chunks of documents that
-worker processes turn into framed TFRecord bytes (`pretraining_data.process_chunk`);
+--shuffle_buffer_size, --exact_draws, --dynamic_masking. The corpus is cut into chunks
+of documents that worker processes turn into framed TFRecord bytes (`pretraining_data.process_chunk`);
 this process writes them in chunk order, so the output depends on the seed and the
 input, never on the number of workers. No process imports TensorFlow. See
 docs/create_pretraining_data.md.
+
+Outputs are all-or-nothing as a set: the records and the summary
+(`DIR/_NAME.summary.json` beside the first output `DIR/NAME`, so that the glob
+`DIR/NAME*` matches records only) are written under hidden temporaries
+(`fileio.AtomicOutputs`) and renamed into place only when all are complete. On an
+error, Ctrl-C or SIGTERM the temporaries are removed, the workers stopped, and earlier
+outputs stay as they were; workers die with this process even on `kill -9`
+(`lifecycle.init_worker_process`), and the hidden temporaries such a kill leaves are
+removed by the next run with the same outputs.
 """
 
 from __future__ import annotations
@@ -18,19 +27,27 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
-import glob
 import itertools
 import json
 import multiprocessing
 import os
 import random
+import re
 import sys
 import time
 
+# By name: `concurrent.futures.process` is only loaded once a pool is created, so naming
+# it as an attribute in an `except` clause fails with AttributeError in a run without one.
+from concurrent.futures.process import BrokenProcessPool
+
 import numpy as np
+
+# Loaded now rather than by `np.random`'s lazy import inside the main loop: a Ctrl-C or
+# SIGTERM that arrives while an extension module initialises is lost.
+import numpy.random
 from absl import app, flags, logging
 
-from data_prep import pretraining_data, tokenization
+from data_prep import fileio, lifecycle, pretraining_data, tokenization
 
 FLAGS = flags.FLAGS
 
@@ -77,9 +94,22 @@ flags.DEFINE_bool("exact_draws", False,
                   "original's order), so that a corpus within one chunk gives exactly the "
                   "original's records; about 1.5x the CPU time. Otherwise masking is drawn with "
                   "numpy for a whole chunk at once: the same distribution, other draws.")
+flags.DEFINE_bool("dynamic_masking", False,
+                  "Write the next-sentence pairs unmasked (input_ids, input_mask, segment_ids, "
+                  "next_sentence_labels), for run_pretraining.py to mask on the fly with a "
+                  "fresh mask every epoch (RoBERTa's dynamic masking). One copy of the pairs "
+                  "unless --dupe_factor is given; the masking flags (--masked_lm_prob, "
+                  "--max_predictions_per_seq, --do_whole_word_mask) then belong to "
+                  "run_pretraining.py.")
 
 MIN_AUTO_CHUNK = 256 * 1024
 MAX_AUTO_CHUNK = 2 * 1024 * 1024
+# The summary beside the first output DIR/NAME is DIR/_NAME.summary.json (summary_path_for).
+SUMMARY_PREFIX = "_"
+SUMMARY_SUFFIX = ".summary.json"
+# Lines longer than this many bytes per position of an instance are warned about: a line
+# is one sentence, of which an instance keeps at most max_seq_length tokens.
+LONG_LINE_BYTES_PER_POSITION = 100
 
 
 class CliError(Exception):
@@ -99,18 +129,94 @@ _positive("chunk_size_mb", 0)
 
 
 def expand_inputs(patterns: str) -> list:
-    """Files matching each comma-separated glob, in order (each glob sorted)."""
+    """Files matching each comma-separated glob, in order (each glob sorted).
+
+    As with the original's `tf.gfile.Glob`, `*` also matches hidden names; `fileio`
+    temporaries (of a run in progress or killed) never match, and directories are not
+    read.
+    """
     files = []
     for pattern in (p.strip() for p in patterns.split(",")):
         if not pattern:
             continue
-        matches = sorted(m for m in glob.glob(pattern) if os.path.isfile(m))
+        if fileio.is_url(pattern):
+            raise CliError(f"--input_file: {pattern!r}: only local files are read (the "
+                           "workers do not use TensorFlow's file systems); copy the corpus "
+                           "to a local disk first")
+        found = fileio.glob(pattern)
+        matches = [m for m in found if fileio.isfile(m)]
         if not matches:
+            directories = [m.rstrip("/") for m in found if fileio.isdir(m)]
+            if directories:
+                raise CliError(
+                    f"--input_file: {pattern!r} is a directory ({directories[0]}), not a "
+                    "text file; to read the files in it, pass a glob such as "
+                    f"--input_file='{directories[0]}/*.txt'")
             raise CliError(f"--input_file: {pattern!r} matches no file")
         files.extend(matches)
     if not files:
         raise CliError("--input_file names no file")
     return files
+
+
+def find_long_lines(path: str, limit: int, block_bytes: int = 1 << 24) -> list:
+    """(line number, bytes) of every line of `path` longer than `limit` bytes.
+
+    Reads the file in blocks with C-level splitting (about 1 GB/s), so the check costs
+    little next to tokenizing the same text.
+    """
+    found, line, current = [], 1, 0  # current: bytes of the line being read so far
+    with fileio.open_file(path, "rb") as f:
+        while True:
+            block = f.read(block_bytes)
+            if not block:
+                break
+            parts = block.split(b"\n")
+            if len(parts) == 1:
+                current += len(block)
+                continue
+            if current + len(parts[0]) > limit:
+                found.append((line, current + len(parts[0])))
+            inner = parts[1:-1]
+            if inner and max(map(len, inner)) > limit:
+                found.extend((line + k, len(part))
+                             for k, part in enumerate(inner, start=1) if len(part) > limit)
+            line += len(parts) - 1
+            current = len(parts[-1])
+    if current > limit:
+        found.append((line, current))
+    return found
+
+
+def warn_long_lines(input_files, max_seq_length: int) -> int:
+    """Warns, per file, about lines far longer than one instance; returns their number.
+
+    As in the original, a line is one sentence, and an instance keeps at most
+    max_seq_length tokens of it (the pair is trimmed): the rest of such a line never
+    reaches the output. The records stay the original's; the warning tells the user that
+    the file is probably not one sentence per line.
+    """
+    limit = LONG_LINE_BYTES_PER_POSITION * max_seq_length
+    total = 0
+    for path in input_files:
+        long_lines = find_long_lines(path, limit)
+        if not long_lines:
+            continue
+        total += len(long_lines)
+        line, size = long_lines[0]
+        longest = max(long_lines, key=lambda item: item[1])
+        logging.warning(
+            "%s:%d: a line of %s; %d line(s) of this file exceed %d bytes (the longest: "
+            "line %d, %s). A line is one sentence, and an instance keeps at most "
+            "--max_seq_length=%d tokens of it: the rest of such a line is dropped, as in "
+            "the original. Is the file one sentence per line, with \\n line ends?",
+            path, line, _size_text(size), len(long_lines), limit, longest[0],
+            _size_text(longest[1]), max_seq_length)
+    return total
+
+
+def _size_text(size: int) -> str:
+    return f"{size / 1e6:.2f} MB" if size >= 10_000 else f"{size} bytes"
 
 
 def output_paths(output_file: str, num_shards: int) -> list:
@@ -125,73 +231,159 @@ def output_paths(output_file: str, num_shards: int) -> list:
             for shard in range(num_shards) for name in names]
 
 
-class AtomicRecordWriters:
-    """TFRecord files over temporary names, renamed into place only on `commit`.
+def summary_path_for(output_file: str) -> str:
+    """The summary of a run whose first output is `DIR/NAME`: `DIR/_NAME.summary.json`.
+
+    Beside the records but not extending their name, so the glob `DIR/NAME*` (the
+    original README's `--input_file=tf_examples.tfrecord*`) matches records only and the
+    original's `run_pretraining.py` reads what it matches. A leading `_` also marks a side
+    file for Hadoop-style readers (Spark, Beam); the `.summary.json` ending is what this
+    project's readers skip in wider globs such as `DIR/*`.
+    """
+    first = next(p.strip() for p in output_file.split(",") if p.strip())
+    directory, name = os.path.split(first)
+    return os.path.join(directory, SUMMARY_PREFIX + name + SUMMARY_SUFFIX)
+
+
+def check_output_names(outputs, summary_path, input_files, vocab_file) -> None:
+    """Refuses, before any work, outputs that would destroy data or mislead readers.
+
+    Refused: an output that is an input (also through a glob, a relative path or a link),
+    the same output twice, an output that is a directory, an output in a directory that
+    does not exist, a URL (this CLI writes local files), and output names whose glob
+    `NAME*` would match the summary file.
+    """
+    named = [("--output_file", p) for p in outputs] + [("--output_file (summary)",
+                                                        summary_path)]
+    for flag, path in named:
+        if fileio.is_url(path):
+            raise CliError(f"{flag}: {path!r}: only local files are written; write them "
+                           "locally and copy them to their destination")
+        directory = os.path.dirname(path) or "."
+        if not fileio.isdir(directory):
+            raise CliError(f"--output_file: cannot write {path!r}: the directory "
+                           f"{directory!r} does not exist")
+    try:
+        fileio.check_outputs(named, [("--input_file", f) for f in input_files]
+                             + [("--vocab_file", vocab_file)])
+    except fileio.OutputError as err:
+        raise CliError(str(err)) from None
+    summary_dir, summary_name = os.path.split(summary_path)
+    for path in outputs:
+        directory, name = os.path.split(path)
+        if summary_name.startswith(name) and fileio.same_path(directory or ".",
+                                                                summary_dir or "."):
+            raise CliError(f"--output_file: the glob {path}* would match the summary file "
+                           f"{summary_path}; choose output names that do not start with "
+                           f"{SUMMARY_PREFIX!r}")
+
+
+def clean_legacy_temporaries(paths) -> None:
+    """Removes `NAME.tmp-PID` files that earlier versions of this CLI left when killed.
+
+    They match the glob `NAME*`; this run owns NAME, and a file is removed only when its
+    process no longer runs. (Temporaries are now hidden: see `fileio.temporary_path`.)
+    """
+    for path in paths:
+        directory, name = os.path.split(path)
+        pattern = re.compile(re.escape(name) + r"(?:\.summary\.json)?\.tmp-(\d+)")
+        try:
+            entries = fileio.listdir(directory or ".")
+        except OSError:
+            continue
+        for entry in entries:
+            found = pattern.fullmatch(entry)
+            if found and not fileio.pid_alive(int(found.group(1))):
+                stale = os.path.join(directory, entry)
+                try:
+                    fileio.remove(stale)
+                except OSError:
+                    continue
+                logging.warning("Removed %s, left by an interrupted run", stale)
+
+
+class OutputWriteError(CliError):
+    """Writing an output failed (disk full, I/O error); the message names the output."""
+
+    def __init__(self, path: str, err: OSError):
+        super().__init__(f"--output_file: cannot write {path!r}: {err.strerror or err}; "
+                         "nothing was written under the final names (an earlier output "
+                         "there is unchanged)")
+
+
+class RecordWriters:
+    """TFRecord files written to the temporaries of a `fileio.AtomicOutputs` set.
 
     Records arrive already framed (`features.frame_records`, byte-identical to
     `tf.io.TFRecordWriter`'s output), so writing is plain file I/O: this process never
     imports TensorFlow. GZIP output is a standard gzip stream (level 6 as TensorFlow's
-    default; no name or time stamp in the header, so output is reproducible), which
-    `compression_type="GZIP"` reads.
+    default; no name or time stamp in the header), which `compression_type="GZIP"`
+    reads. An OSError (e.g. ENOSPC) becomes an `OutputWriteError` naming the output.
     """
 
-    def __init__(self, paths, gzip):
-        self.paths = paths
-        self.temps = [f"{p}.tmp-{os.getpid()}" for p in paths]
-        self.files = []
-        for temp in self.temps:  # Fail early, with the path, on unwritable outputs.
+    def __init__(self, atomic: fileio.AtomicOutputs, paths, gzip: bool):
+        self.paths = list(paths)
+        self.raw: list = []
+        self.files: list = []
+        for path in self.paths:  # Fail early, with the path, on unwritable outputs.
             try:
-                raw = open(temp, "wb")
+                self.raw.append(atomic.open(path, "wb"))
             except OSError as err:
-                self.abort()
-                raise CliError(f"--output_file: cannot write {temp!r}: {err.strerror}") from None
-            self.files.append(raw)
+                self.close_quietly()
+                raise CliError(f"--output_file: cannot write {path!r}: "
+                               f"{err.strerror or err}") from None
         if gzip:
             import gzip as gzip_module
 
             self.files = [gzip_module.GzipFile(filename="", mode="wb", fileobj=raw,
                                                compresslevel=6, mtime=0)
-                          for raw in self.files]
-        self.raw = list(self.files) if not gzip else [f.fileobj for f in self.files]
+                          for raw in self.raw]
+        else:
+            self.files = list(self.raw)
         self.count = 0
+
+    def _write(self, k: int, data) -> None:
+        try:
+            self.files[k].write(data)
+        except OSError as err:
+            raise OutputWriteError(self.paths[k], err) from None
 
     def write_records(self, records, batch=4096) -> None:
         """Framed records (bytes-like), spread round-robin over the files."""
-        files = self.files
-        n = len(files)
+        n = len(self.files)
         first = self.count % n
         for k in range(n):
             part = records[(k - first) % n::n] if n > 1 else records
             for lo in range(0, len(part), batch):
-                files[k].write(b"".join(part[lo:lo + batch]))
+                self._write(k, b"".join(part[lo:lo + batch]))
         self.count += len(records)
 
     def write_chunk(self, result) -> None:
         """A chunk's framed records, in order."""
         if len(self.files) == 1:
-            self.files[0].write(result.data)
+            self._write(0, result.data)
             self.count += len(result.lengths)
         else:
             self.write_records(result.records())
 
-    def commit(self) -> None:
-        for f in self.files:
-            f.close()
-        if self.files is not self.raw:
-            for f in self.raw:
-                f.close()
-        for temp, path in zip(self.temps, self.paths):
-            os.replace(temp, path)
-
-    def abort(self) -> None:
-        for f in list(getattr(self, "files", [])) + list(getattr(self, "raw", [])):
+    def close(self) -> None:
+        """Flushes and closes every file (gzip trailers included)."""
+        for k, f in enumerate(self.files):
             try:
                 f.close()
-            except Exception:  # noqa: BLE001 - best effort while failing anyway
+                if f is not self.raw[k]:
+                    self.raw[k].close()
+            except OSError as err:
+                self.close_quietly()
+                raise OutputWriteError(self.paths[k], err) from None
+
+    def close_quietly(self) -> None:
+        """Closes whatever is open, ignoring errors (the run is failing anyway)."""
+        for f in self.files + self.raw:
+            try:
+                f.close()
+            except Exception:  # noqa: BLE001, S110 - best effort while failing anyway
                 pass
-        for temp in self.temps:
-            if os.path.exists(temp):
-                os.remove(temp)
 
 
 class ShuffleBuffer:
@@ -228,18 +420,46 @@ def start_workers(num_workers, vocab_file, do_lower_case):
     """A process pool (executor) for `process_chunk`, or None to work in this process.
 
     On Linux the workers are forked after this process has built the tokenizer (and
-    imported numpy), so they inherit it (its tables take about 0.7 s to build);
-    elsewhere they are spawned clean.
+    imported numpy), so they inherit it, Unicode tables included; elsewhere they are
+    spawned clean. Each worker dies with this process, even on `kill -9`, and leaves
+    Ctrl-C and SIGTERM to it (`lifecycle.init_worker_process`).
     """
     if num_workers <= 1:
         return None
     fork = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
     if fork:
         pretraining_data.load_tokenizer(vocab_file, do_lower_case)
+        tokenization.load_tables()
     context = multiprocessing.get_context("fork" if fork else "spawn")
     # An executor, not multiprocessing.Pool: a worker killed (e.g. by the OOM killer)
     # fails the run with BrokenProcessPool instead of hanging it.
-    return concurrent.futures.ProcessPoolExecutor(num_workers, mp_context=context)
+    return concurrent.futures.ProcessPoolExecutor(
+        num_workers, mp_context=context, initializer=lifecycle.init_worker_process,
+        initargs=(os.getpid(),))
+
+
+def stop_workers(pool) -> None:
+    """Ends the workers now (the run failed or was interrupted): queued chunks are
+    cancelled and running ones killed, not waited for; they hold nothing worth saving."""
+    if pool is None:
+        return
+    # The executor's processes and result pipe, read before shutdown() drops them
+    # (private attributes: Python offers no public way before 3.14's terminate_workers).
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    result_queue = getattr(pool, "_result_queue", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+    for process in processes:
+        process.join(timeout=10)
+    # A worker killed while sending a chunk's records leaves the executor's manager thread
+    # waiting for the rest of that message, and Python waits for that thread at exit:
+    # forever, as this process holds the pipe's last write end. Closing it ends the wait
+    # (EOF), and the manager thread winds the executor down as broken.
+    writer = getattr(result_queue, "_writer", None)
+    if writer is not None and not any(p.is_alive() for p in processes):
+        writer.close()
 
 
 def ordered_results(tasks, pool, window):
@@ -249,9 +469,14 @@ def ordered_results(tasks, pool, window):
     if pool is None:
         return (pretraining_data.process_chunk(task) for task in tasks)
     task_iter = iter(tasks)
-    pending = collections.deque(
-        pool.submit(pretraining_data.process_chunk, task)
-        for task in itertools.islice(task_iter, window))
+    # The first submissions start the workers. Signals are held meanwhile: one arriving
+    # while a worker is being forked would hit it before `init_worker_process` (a stray
+    # KeyboardInterrupt in the child), or this process inside fork's hooks, which swallow
+    # exceptions.
+    with lifecycle.signals_deferred():
+        pending = collections.deque(
+            pool.submit(pretraining_data.process_chunk, task)
+            for task in itertools.islice(task_iter, window))
 
     def in_order():
         while pending:
@@ -286,13 +511,31 @@ class Progress:
               f"ETA {eta:.0f}s", file=sys.stderr, flush=True)
 
 
+# Flags that only decide the masking: with --dynamic_masking nothing is masked here
+# (run_pretraining.py masks, with its own flags of the first three names).
+MASKING_FLAGS = ("masked_lm_prob", "max_predictions_per_seq", "do_whole_word_mask",
+                 "exact_draws")
+
+
 def config_from_flags() -> pretraining_data.PretrainingConfig:
+    dupe_factor = FLAGS.dupe_factor
+    if FLAGS.dynamic_masking:
+        given = [f"--{name}" for name in MASKING_FLAGS if FLAGS[name].present]
+        if given:
+            raise CliError(
+                f"{', '.join(given)}: no effect with --dynamic_masking, which writes the "
+                "pairs unmasked; give the masking flags to run_pretraining.py, which masks "
+                "them on the fly")
+        # One copy: the mask varies from epoch to epoch instead (RoBERTa); more copies
+        # (other pairings and truncations) only when asked for.
+        if not FLAGS["dupe_factor"].present:
+            dupe_factor = 1
     config = pretraining_data.PretrainingConfig(
         max_seq_length=FLAGS.max_seq_length,
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         masked_lm_prob=FLAGS.masked_lm_prob,
         short_seq_prob=FLAGS.short_seq_prob,
-        dupe_factor=FLAGS.dupe_factor,
+        dupe_factor=dupe_factor,
         do_whole_word_mask=FLAGS.do_whole_word_mask)
     config.validate()
     if config.max_predictions_per_seq > config.max_seq_length - 3:
@@ -309,12 +552,17 @@ def auto_chunk_bytes(total_bytes: int) -> int:
 
 def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, num_workers,
              gzip, chunk_bytes, shuffle_buffer_size, progress_seconds,
-             exact_draws=False) -> dict:
-    """Runs the whole job; returns the summary. Raises CliError / InputError."""
+             exact_draws=False, summary_path=None, dynamic_masking=False) -> dict:
+    """Runs the whole job; returns the summary. Raises CliError / InputError.
+
+    The records (and the summary, at `summary_path` unless None) are one all-or-nothing
+    set: they appear under their final names only if the whole run succeeds.
+    """
     start = time.monotonic()
     total_bytes = sum(os.path.getsize(f) for f in input_files)
     if total_bytes == 0:
         raise CliError(f"--input_file: the input is empty ({', '.join(input_files)})")
+    long_lines = warn_long_lines(input_files, config.max_seq_length)
     chunk_bytes = chunk_bytes or auto_chunk_bytes(total_bytes)
     chunks, warnings = pretraining_data.plan_chunks(input_files, chunk_bytes)
     for warning in warnings:
@@ -325,72 +573,97 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
                  num_workers)
     tasks = (pretraining_data.ChunkTask(index=i, ranges=ranges, vocab_file=vocab_file,
                                         do_lower_case=do_lower_case, config=config, seed=seed,
-                                        exact_draws=exact_draws)
+                                        exact_draws=exact_draws,
+                                        dynamic_masking=dynamic_masking)
              for i, ranges in enumerate(chunks))
     stats = pretraining_data.Stats(split_documents=len(warnings))
+    finals = list(outputs) + ([summary_path] if summary_path else [])
+    clean_legacy_temporaries(finals)
     pool = start_workers(num_workers, vocab_file, do_lower_case)
+    atomic = None
     try:
-        results = ordered_results(tasks, pool, window=num_workers + 2)
-        writers = AtomicRecordWriters(outputs, gzip)
-    except BaseException:
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    # One chunk is already shuffled exactly as the original shuffles its instances.
-    buffer = ShuffleBuffer(shuffle_buffer_size, seed) \
-        if len(chunks) > 1 and shuffle_buffer_size > 0 else None
-    progress = Progress(total_bytes, progress_seconds, start)
-    try:
-        for result in results:
-            stats.add(result.stats)
-            if buffer is None:
-                writers.write_chunk(result)
-            else:
-                ready = buffer.push(result)
-                if ready:
-                    writers.write_records(ready)
-            del result
-            progress.update(stats.input_bytes, stats.instances)
-        if buffer is not None:
-            writers.write_records(buffer.drain())
-        if stats.instances == 0:
-            raise CliError(
-                f"--input_file: no instances: the {stats.lines} line(s) of input hold no "
-                f"text that tokenizes to anything ({', '.join(input_files)})")
-        writers.commit()
-    except BaseException:
-        writers.abort()
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        with fileio.AtomicOutputs(finals) as atomic:
+            results = ordered_results(tasks, pool, window=num_workers + 2)
+            writers = RecordWriters(atomic, outputs, gzip)
+            try:
+                write_all(results, writers, stats, len(chunks), shuffle_buffer_size, seed,
+                          Progress(total_bytes, progress_seconds, start))
+                if stats.instances == 0:
+                    raise CliError(
+                        f"--input_file: no instances: the {stats.lines} line(s) of input "
+                        f"hold no text that tokenizes to anything ({', '.join(input_files)})")
+                writers.close()
+            except BaseException:
+                writers.close_quietly()
+                raise
+            elapsed = time.monotonic() - start
+            summary = stats.summary()
+            summary.update(
+                seconds=round(elapsed, 3),
+                mb_per_second=round(total_bytes / 1e6 / elapsed, 4),
+                instances_per_second=round(stats.instances / elapsed, 1),
+                num_workers=num_workers,
+                num_chunks=len(chunks),
+                chunk_bytes=chunk_bytes,
+                long_lines=long_lines,
+                input_files=list(input_files),
+                output_files=list(outputs),
+                summary_file=summary_path,
+                gzip=gzip,
+                random_seed=seed,
+                exact_draws=exact_draws,
+                dynamic_masking=dynamic_masking,
+                config=dataclasses.asdict(config),
+            )
+            if summary_path:
+                write_summary(atomic, summary_path, summary)
+            lifecycle.check_signals()  # the last moment to keep the earlier outputs
+        # Here the records and the summary are in place together.
+    except BaseException as err:
+        stop_workers(pool)
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            done = atomic is not None and atomic.committed  # a signal held over the renames
+            print("create_pretraining_data: " + (
+                "interrupted after the outputs were complete; they are in place" if done else
+                "interrupted; no output written (earlier outputs are unchanged)"),
+                file=sys.stderr, flush=True)
         raise
     if pool is not None:
         pool.shutdown(wait=True)  # all work is done: reap the workers
-    progress.update(stats.input_bytes, stats.instances, force=True)
-    elapsed = time.monotonic() - start
-    summary = stats.summary()
-    summary.update(
-        seconds=round(elapsed, 3),
-        mb_per_second=round(total_bytes / 1e6 / elapsed, 4),
-        instances_per_second=round(stats.instances / elapsed, 1),
-        num_workers=num_workers,
-        num_chunks=len(chunks),
-        chunk_bytes=chunk_bytes,
-        input_files=list(input_files),
-        output_files=list(outputs),
-        gzip=gzip,
-        random_seed=seed,
-        exact_draws=exact_draws,
-        config=dataclasses.asdict(config),
-    )
     return summary
 
 
-def write_summary(path: str, summary: dict) -> None:
-    temp = f"{path}.tmp-{os.getpid()}"
-    with open(temp, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(temp, path)
+def write_all(results, writers, stats, num_chunks, shuffle_buffer_size, seed, progress):
+    """Writes the chunks' records as they arrive, mixed by the shuffle buffer."""
+    # One chunk is already shuffled exactly as the original shuffles its instances.
+    buffer = ShuffleBuffer(shuffle_buffer_size, seed) \
+        if num_chunks > 1 and shuffle_buffer_size > 0 else None
+    for result in results:
+        lifecycle.check_signals()  # a Ctrl-C or SIGTERM whose exception got lost
+        stats.add(result.stats)
+        if buffer is None:
+            writers.write_chunk(result)
+        else:
+            ready = buffer.push(result)
+            if ready:
+                writers.write_records(ready)
+        del result
+        progress.update(stats.input_bytes, stats.instances)
+    if buffer is not None:
+        writers.write_records(buffer.drain())
+    progress.update(stats.input_bytes, stats.instances, force=True)
+
+
+def write_summary(atomic: fileio.AtomicOutputs, path: str, summary: dict) -> None:
+    """Writes the summary JSON to its temporary in `atomic` (committed with the records)."""
+    text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    try:
+        with atomic.open(path, "w", newline="\n") as f:
+            f.write(text)
+    except OSError as err:
+        raise CliError(f"--output_file: cannot write the summary {path!r}: "
+                       f"{err.strerror or err}; nothing was written under the final names "
+                       "(an earlier output there is unchanged)") from None
 
 
 def log_summary(summary: dict) -> None:
@@ -422,6 +695,8 @@ def main(argv):
         except tokenization.VocabError as err:
             raise CliError(f"--vocab_file: {err}") from None
         outputs = output_paths(FLAGS.output_file, FLAGS.num_output_shards)
+        summary_path = summary_path_for(FLAGS.output_file)
+        check_output_names(outputs, summary_path, input_files, FLAGS.vocab_file)
         num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
         summary = generate(
             config, input_files, outputs, vocab_file=FLAGS.vocab_file,
@@ -430,24 +705,25 @@ def main(argv):
             chunk_bytes=int(FLAGS.chunk_size_mb * 1024 * 1024),
             shuffle_buffer_size=FLAGS.shuffle_buffer_size,
             progress_seconds=FLAGS.progress_seconds,
-            exact_draws=FLAGS.exact_draws)
+            exact_draws=FLAGS.exact_draws, summary_path=summary_path,
+            dynamic_masking=FLAGS.dynamic_masking)
     except (CliError, pretraining_data.ConfigError, pretraining_data.InputError) as err:
         print(f"create_pretraining_data: error: {err}", file=sys.stderr, flush=True)
         return 1
-    except concurrent.futures.process.BrokenProcessPool as err:
+    except BrokenProcessPool as err:
         print(f"create_pretraining_data: error: a worker process died ({err}); if it was "
               "killed for memory, use fewer --num_workers or a smaller --chunk_size_mb",
               file=sys.stderr, flush=True)
         return 1
-    summary_path = FLAGS.output_file.split(",")[0].strip() + ".summary.json"
-    summary["summary_file"] = summary_path
-    write_summary(summary_path, summary)
+    except KeyboardInterrupt:  # Ctrl-C; `generate` said what became of the outputs
+        return 130
     log_summary(summary)
     logging.info("Summary written to %s", summary_path)
     return 0
 
 
 def run():
+    lifecycle.exit_cleanly_on_signals()
     flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
     app.run(main)
 

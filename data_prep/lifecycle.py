@@ -20,6 +20,8 @@ import sys
 import threading
 
 _INSTALLED = False
+# Signals whose exception has been raised (see `check_signals`).
+_RECEIVED: list[int] = []
 
 
 def _raise_system_exit(signum, frame):
@@ -27,17 +29,45 @@ def _raise_system_exit(signum, frame):
     # Ignore further signals while unwinding: a second SIGTERM must not interrupt clean-up.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    _RECEIVED.append(signum)
     raise SystemExit(128 + signum)
 
 
+def _raise_keyboard_interrupt(signum, frame):
+    del frame
+    _RECEIVED.append(signum)
+    raise KeyboardInterrupt
+
+
 def exit_cleanly_on_signals() -> None:
-    """SIGTERM/SIGHUP -> SystemExit in the main thread (idempotent; no-op off the main thread)."""
+    """SIGTERM/SIGHUP -> SystemExit in the main thread (idempotent; no-op off the main thread).
+
+    Ctrl-C keeps raising KeyboardInterrupt (unless SIGINT is ignored, as in background
+    jobs); all three are also recorded for `check_signals`.
+    """
     global _INSTALLED
     if _INSTALLED or threading.current_thread() is not threading.main_thread():
         return
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_system_exit)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
     _INSTALLED = True
+
+
+def check_signals() -> None:
+    """Raises again the exception of a signal that was received but did not end the run.
+
+    Python runs a signal handler between two bytecodes of the main thread, wherever it
+    is; when that is inside an extension module's initialisation (a lazy import) or a
+    fork hook, the exception can be swallowed there and the run goes on. A long-running
+    loop calls this at safe points (e.g. once per unit of work), so such a signal still
+    ends the run, a moment later. Does nothing unless `exit_cleanly_on_signals` is active.
+    """
+    if _RECEIVED:
+        if _RECEIVED[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + _RECEIVED[0])
 
 
 @contextlib.contextmanager

@@ -179,9 +179,13 @@ class BertInGraphTokenizer(tf.Module):
 
     def tokenize(self, texts) -> tf.RaggedTensor:
         """WordPiece ids: [batch] UTF-8 strings -> int64 RaggedTensor [batch, (tokens)]."""
+        return self.tokenize_words(texts).merge_dims(1, 2)
+
+    def tokenize_words(self, texts) -> tf.RaggedTensor:
+        """WordPiece ids grouped by the basic tokenizer's words: [batch] UTF-8 strings ->
+        int64 RaggedTensor [batch, (words), (pieces)] (TF Hub's `tokenize` layout)."""
         texts = tf.convert_to_tensor(texts, dtype=tf.string)
-        pieces = self._wordpiece.tokenize(self.basic_tokenize(texts))
-        return pieces.merge_dims(1, 2)
+        return self._wordpiece.tokenize(self.basic_tokenize(texts))
 
     def ids_to_tokens(self, ids) -> list[list[str]]:
         """Python-side helper: a RaggedTensor of ids -> lists of token strings."""
@@ -196,13 +200,16 @@ class BertInGraphTokenizer(tf.Module):
         Args:
           first: int RaggedTensor [batch, (tokens)] of ids (from `tokenize`).
           second: optional RaggedTensor [batch, (tokens)] for pairs.
-          max_seq_length: output length, special tokens included.
+          max_seq_length: output length, special tokens included (an int, or a scalar int
+            tensor: TF Hub's `bert_pack_inputs` takes it at call time).
         Returns:
           dict of int32 [batch, max_seq_length]: input_ids, input_mask, segment_ids.
         """
         budget = max_seq_length - (3 if second is not None else 2)
-        if budget < 0:
+        if isinstance(budget, int) and budget < 0:
             raise ValueError(f"max_seq_length={max_seq_length} cannot hold the special tokens")
+        if not isinstance(budget, int):
+            budget = tf.maximum(tf.cast(budget, tf.int64), 0)
         first = tf.cast(first, tf.int64)
         if second is None:
             segments = [first[:, :budget]]

@@ -48,10 +48,15 @@ def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
     repeated token keeps its first id and does not use up an id (logged as a warning).
     """
     vocab: collections.OrderedDict[str, int] = collections.OrderedDict()
+    from data_prep import fileio
+
     try:
-        with open(vocab_file, "rb") as reader:
+        with fileio.open_file(vocab_file, "rb") as reader:  # local, gs://, ram://, ...
             raw = reader.read()
-    except OSError as err:
+    except Exception as err:  # noqa: BLE001 - OSError locally, tf.errors for URLs
+        if not isinstance(err, OSError) and type(err).__module__.split(".")[0] != \
+                "tensorflow":
+            raise
         raise VocabError(f"cannot read vocab file {vocab_file!r}: {err}") from err
     try:
         text = raw.decode("utf-8")
@@ -252,11 +257,232 @@ def _char_class(code_points) -> str:
     )
 
 
+# --- The fast path's character tables --------------------------------------------------
+# The fast path needs, for every code point, the classes the reference predicates define.
+# Classifying all 1.1M code points one Python call at a time took ~0.75 CPU-s, a large
+# part of a short run, so the classes are computed with C-level passes over whole strings
+# (`_compute_table_ranges`, ~0.25 s), kept as inclusive ranges in a small JSON cache file
+# (`_table_ranges`, a few ms), and only loaded when text that is not ASCII first arrives
+# (`_FastBasic.__getattr__`): ASCII needs only tables of 128 entries.
+
+_TABLES_FORMAT = 1
+_TABLE_CLASSES = ("delete", "space", "punctuation", "chinese", "nonspacing")
+# The blocks of `_is_chinese_char`, as ranges (a test checks they agree on every code point).
+_CJK_RANGES = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2A6DF),
+               (0x2A700, 0x2B73F), (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0x2F800, 0x2FA1F))
+_ASCII_PUNCTUATION_RANGES = ((33, 47), (58, 64), (91, 96), (123, 126))
+CACHE_DIR_ENV = "BERT_KERAS3_CACHE_DIR"
+
+
+def _to_ranges(code_points) -> list[list[int]]:
+    """Sorted code points -> inclusive [first, last] runs."""
+    runs: list[list[int]] = []
+    for cp in code_points:
+        if runs and cp == runs[-1][1] + 1:
+            runs[-1][1] = cp
+        else:
+            runs.append([cp, cp])
+    return runs
+
+
+def _every_code_point() -> str:
+    """A string of all 0x110000 code points in order (lone surrogates included)."""
+    import array
+
+    codes = array.array("I", range(0x110000))
+    if codes.itemsize != 4:
+        return "".join(map(chr, range(0x110000)))
+    codec = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
+    return codes.tobytes().decode(codec, "surrogatepass")
+
+
+def _compute_table_ranges() -> dict[str, list[list[int]]]:
+    """Every class `_FastBasic` needs, as inclusive code point ranges, for all code points.
+
+    The classes, as the reference path defines them (tests compare with a loop calling the
+    predicates on every code point):
+      delete: what `_clean_text` drops: U+0000, U+FFFD and `_is_control` (Cc, Cf minus
+        tab, newline, carriage return);
+      space: what cleaning turns into " " (`_is_whitespace`), plus the rest of Python's
+        whitespace (U+2028/U+2029: str.split() splits on them either way), minus " "
+        itself and anything deleted;
+      punctuation: `_is_punctuation` (ASCII symbol ranges and every P* category);
+      chinese: `_is_chinese_char`; nonspacing: category Mn (removed by accent stripping).
+    """
+    everything = _every_code_point()
+    # Two letters per code point, upper case then lower case, so a match of the patterns
+    # below can only start at an even offset, i.e. at a code point's first letter.
+    categories = "".join(map(unicodedata.category, everything))
+    if len(categories) != 2 * len(everything):
+        raise AssertionError("unicodedata.category returned a name that is not 2 letters")
+
+    def having(category_pattern: str) -> set[int]:
+        found: set[int] = set()
+        for match in re.finditer(f"(?:{category_pattern})+", categories):
+            found.update(range(match.start() // 2, match.end() // 2))
+        return found
+
+    # For str patterns `\s` is exactly str.isspace() (both are Py_UNICODE_ISSPACE).
+    python_space = {match.start() for match in re.finditer(r"\s", everything)}
+    delete = (having("C[cf]") - {0x09, 0x0A, 0x0D}) | {0x0000, 0xFFFD}
+    space = ({0x09, 0x0A, 0x0D, 0x20} | having("Zs") | python_space) - delete - {0x20}
+    punctuation = having("P[a-z]").union(
+        *(range(a, b + 1) for a, b in _ASCII_PUNCTUATION_RANGES))
+    return {
+        "delete": _to_ranges(sorted(delete)),
+        "space": _to_ranges(sorted(space)),
+        "punctuation": _to_ranges(sorted(punctuation)),
+        "chinese": [list(r) for r in _CJK_RANGES],
+        "nonspacing": _to_ranges(sorted(having("Mn"))),
+    }
+
+
+@functools.cache
+def _tables_cache_key() -> str:
+    """Names what the tables depend on: Python's Unicode database and this code.
+
+    The code part hashes the compiled code of the table builder and of every predicate it
+    stands for, so any change to them gives another cache file.
+    """
+    import hashlib
+
+    digest = hashlib.sha256()
+    digest.update(f"{_TABLES_FORMAT}|{sys.version}|{_CJK_RANGES}|"
+                  f"{_ASCII_PUNCTUATION_RANGES}".encode())
+    for function in (_compute_table_ranges, _every_code_point, _to_ranges, _is_whitespace,
+                     _is_control, _is_punctuation, _is_chinese_char):
+        _digest_code(function.__code__, digest)
+    return f"unicode-{unicodedata.unidata_version}-{digest.hexdigest()[:16]}"
+
+
+def _digest_code(code, digest) -> None:
+    """Feeds a code object's bytecode, names and constants (nested code included) to
+    `digest`; unlike marshal's output, this does not vary from run to run."""
+    digest.update(code.co_code)
+    digest.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            _digest_code(const, digest)
+        elif isinstance(const, frozenset):  # its repr's order varies with hash seeds
+            digest.update(repr(sorted(map(repr, const))).encode())
+        else:
+            digest.update(repr(const).encode())
+
+
+def tables_cache_file() -> str | None:
+    """Where the tables are cached, or None when caching is off.
+
+    `$BERT_KERAS3_CACHE_DIR` (empty: no cache), else `$XDG_CACHE_HOME/bert-keras3`, else
+    `~/.cache/bert-keras3`.
+    """
+    import os
+
+    directory = os.environ.get(CACHE_DIR_ENV)
+    if directory is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+            os.path.expanduser("~"), ".cache")
+        directory = os.path.join(base, "bert-keras3")
+    if not directory:
+        return None
+    return os.path.join(directory, f"tokenizer-tables-{_tables_cache_key()}.json")
+
+
+def _tables_payload_digest(ranges) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(ranges, sort_keys=True).encode()).hexdigest()
+
+
+def _parse_tables_cache(text: str, key: str):
+    """The ranges of a cache file's text, or None if it is not a valid cache for `key`.
+
+    Plain JSON, checked in full: the key, a SHA-256 of the ranges, and the shape of every
+    range (sorted, disjoint, within the code space). Nothing is ever evaluated.
+    """
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("key") != key:
+        return None
+    ranges = data.get("ranges")
+    if not isinstance(ranges, dict) or sorted(ranges) != sorted(_TABLE_CLASSES):
+        return None
+    if data.get("sha256") != _tables_payload_digest(ranges):
+        return None
+    for runs in ranges.values():
+        previous = -1
+        if not isinstance(runs, list):
+            return None
+        for run in runs:
+            if not (isinstance(run, list) and len(run) == 2
+                    and all(type(x) is int for x in run)
+                    and previous < run[0] <= run[1] < 0x110000):
+                return None
+            previous = run[1]
+    return ranges
+
+
+def _table_ranges() -> dict[str, list[list[int]]]:
+    """The classes of `_compute_table_ranges`, from the cache file when it is valid.
+
+    A missing, stale or corrupt cache file is (re)built and written all-or-nothing; a cache
+    directory that cannot be written only costs the computation.
+    """
+    path = tables_cache_file()
+    if path is None:
+        return _compute_table_ranges()
+    from data_prep import fileio
+
+    key = _tables_cache_key()
+    try:
+        ranges = _parse_tables_cache(fileio.read_text(path), key)
+    except (OSError, UnicodeDecodeError):
+        ranges = None
+    else:
+        if ranges is None:
+            logging.getLogger(__name__).warning(
+                "%s: not a valid tokenizer table cache; rebuilding it", path)
+    if ranges is not None:
+        return ranges
+    ranges = _compute_table_ranges()
+    import json
+
+    text = json.dumps({"key": key, "unidata_version": unicodedata.unidata_version,
+                       "sha256": _tables_payload_digest(ranges), "ranges": ranges},
+                      sort_keys=True)
+    try:
+        fileio.write_text(path, text + "\n")
+    except OSError as err:
+        logging.getLogger(__name__).info("tokenizer table cache not written (%s): %s",
+                                         path, err)
+    return ranges
+
+
+def _expand(ranges) -> list[int]:
+    return [cp for first, last in ranges for cp in range(first, last + 1)]
+
+
+def _clean_value(cp: int):
+    """What `_clean_text` (plus Python whitespace -> " ") makes of one code point:
+    None (deleted), " " (a space), or `...` (kept as it is)."""
+    char = chr(cp)
+    if cp == 0 or cp == 0xFFFD or _is_control(char):
+        return None
+    if (_is_whitespace(char) or char.isspace()) and char != " ":
+        return " "
+    return ...
+
+
 class _FastBasic:
     r"""BasicTokenizer on whole lines with C-level passes, identical to the reference.
 
-    Built once per process from the same predicates as the reference path. Why whole-line
-    operations give the reference's per-token result:
+    Built once per process from the same predicates as the reference path; the tables
+    for text beyond ASCII are loaded on first use (`__getattr__`, see `_table_ranges`).
+    Why whole-line operations give the reference's per-token result:
     - cleaning is per character: one translate table deletes what `_clean_text` drops and
       maps to " " what it turns into a space. U+2028/U+2029 (the only Python whitespace
       left after cleaning) are mapped to " " too: str.split() splits on them either way.
@@ -274,30 +500,34 @@ class _FastBasic:
     which is the reference's own structure, so caching per chunk is exact.
     """
 
+    # Attributes for text beyond ASCII, set by `load_tables` on first use.
+    _FULL_TABLES = ("clean_table", "strip_marks_table", "chinese_re", "split_re")
+
     def __init__(self):
-        clean: dict[int, str | None] = {}
-        punctuation, chinese, nonspacing = [], [], []
-        for cp in range(0x110000):
-            char = chr(cp)
-            if cp == 0 or cp == 0xFFFD or _is_control(char):
-                clean[cp] = None
-            elif _is_whitespace(char) or char.isspace():
-                if char != " ":
-                    clean[cp] = " "
-            if _is_punctuation(char):
-                punctuation.append(cp)
-            if _is_chinese_char(cp):
-                chinese.append(cp)
-            if unicodedata.category(char) == "Mn":
-                nonspacing.append(cp)
-        self.clean_table = clean
-        self.ascii_clean_table = {cp: v for cp, v in clean.items() if cp < 128}
-        self.strip_marks_table = dict.fromkeys(nonspacing)
-        self.chinese_re = re.compile(f"[{_char_class(chinese)}]")
-        punct = _char_class(punctuation)
-        self.split_re = re.compile(rf"[{punct}]|[^{punct}\s]+")
-        ascii_punct = _char_class(cp for cp in punctuation if cp < 128)
+        ascii_clean = {cp: _clean_value(cp) for cp in range(128)}
+        self.ascii_clean_table = {cp: v for cp, v in ascii_clean.items() if v is not ...}
+        ascii_punct = _char_class(cp for cp in range(128) if _is_punctuation(chr(cp)))
         self.ascii_split_re = re.compile(rf"[{ascii_punct}]|[^{ascii_punct}\s]+")
+
+    def __getattr__(self, name):
+        # Only called for attributes not set yet: the full tables, on their first use.
+        if name in _FastBasic._FULL_TABLES:
+            self.load_tables()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def load_tables(self, ranges=None) -> None:
+        """Sets the tables for all of Unicode (from `_table_ranges()` unless given)."""
+        if "split_re" in self.__dict__ and ranges is None:
+            return
+        ranges = _table_ranges() if ranges is None else ranges
+        clean: dict[int, str | None] = dict.fromkeys(_expand(ranges["delete"]))
+        clean.update(dict.fromkeys(_expand(ranges["space"]), " "))
+        self.clean_table = clean
+        self.strip_marks_table = dict.fromkeys(_expand(ranges["nonspacing"]))
+        self.chinese_re = re.compile(f"[{_char_class(_expand(ranges['chinese']))}]")
+        punct = _char_class(_expand(ranges["punctuation"]))
+        self.split_re = re.compile(rf"[{punct}]|[^{punct}\s]+")
 
     def clean(self, text: str) -> str:
         """`_clean_text` then `_tokenize_chinese_chars` of the reference, on a whole line."""
@@ -332,6 +562,12 @@ class _FastBasic:
 @functools.lru_cache(maxsize=1)
 def _fast_basic() -> _FastBasic:
     return _FastBasic()
+
+
+def load_tables() -> None:
+    """Loads the fast path's tables for all of Unicode now rather than on first use
+    (e.g. before forking workers, which then share them)."""
+    _fast_basic().load_tables()
 
 
 def basic_tokenize(text, do_lower_case: bool) -> list[str]:

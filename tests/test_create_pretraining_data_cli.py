@@ -34,10 +34,16 @@ def write_corpus(path, num_docs, seed):
     return str(path)
 
 
-def run_cli(*args, module="data_prep.create_pretraining_data"):
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT,
+def run_cli(*args, module="data_prep.create_pretraining_data", cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd,
                           check=False, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT))
+
+
+def summary_of(output):
+    """Where the CLI writes the summary of `output` (DIR/_NAME.summary.json)."""
+    directory, name = os.path.split(output)
+    return os.path.join(directory, "_" + name + ".summary.json")
 
 
 def read_records(paths, compression=""):
@@ -68,10 +74,10 @@ def test_shards_gzip_and_summary(tmp_path, vocab_file):
     assert done.returncode == 0, done.stderr
     files = sorted(glob.glob(str(tmp_path / "out" / "*")))
     names = [os.path.basename(f) for f in files]
-    assert names == ["a.tfrecord-00000-of-00002", "a.tfrecord-00001-of-00002",
-                     "a.tfrecord.summary.json", "b.tfrecord-00000-of-00002",
+    assert names == ["_a.tfrecord.summary.json", "a.tfrecord-00000-of-00002",
+                     "a.tfrecord-00001-of-00002", "b.tfrecord-00000-of-00002",
                      "b.tfrecord-00001-of-00002"]
-    summary = json.loads((tmp_path / "out" / "a.tfrecord.summary.json").read_text())
+    summary = json.loads((tmp_path / "out" / "_a.tfrecord.summary.json").read_text())
     shards = [f for f in files if not f.endswith(".json")]
     counts = [len(read_records([f], "GZIP")) for f in shards]
     assert sum(counts) == summary["instances"] > 100
@@ -103,6 +109,7 @@ def test_output_depends_on_seed_not_on_workers(tmp_path, vocab_file):
     assert outputs["w1"] == outputs["w2"]
     assert outputs["w1"] != outputs["seed6"]
     assert not glob.glob(str(tmp_path / "*.tmp-*"))
+    assert not glob.glob(str(tmp_path / ".*.tmp-*"))
 
 
 def test_one_chunk_gives_the_originals_records(tmp_path, vocab_file):
@@ -129,7 +136,7 @@ def test_one_chunk_gives_the_originals_records(tmp_path, vocab_file):
     fast_rows, original_rows = parse_all([fast]), parse_all(theirs)
     assert fast_rows != original_rows[:len(fast_rows)]
     assert abs(len(fast_rows) / len(original_rows) - 1) < 0.1
-    with open(fast + ".summary.json", encoding="utf-8") as f:
+    with open(summary_of(fast), encoding="utf-8") as f:
         summary = json.load(f)
     assert summary["exact_draws"] is False and summary["instances"] == len(fast_rows)
     assert 0.1 < summary["masked_fraction"] < 0.2
@@ -142,6 +149,7 @@ def _error(tmp_path, vocab_file, *args, corpus=None):
                    f"--vocab_file={vocab_file}", *SMALL, *args)
     assert done.returncode != 0
     assert not glob.glob(str(tmp_path / "o.tfrecord*")), "no output may be left behind"
+    assert not [n for n in os.listdir(tmp_path) if "o.tfrecord" in n], "nor a temporary"
     return done.stderr
 
 
@@ -198,13 +206,18 @@ def test_odd_but_valid_inputs_are_processed_and_logged(tmp_path, vocab_file):
     assert done.returncode == 0, done.stderr
     assert "no blank line" in done.stderr and "split into pieces" in done.stderr
     assert len(read_records([out])) > 100
+    # The 0.54 MB line (line 3001) is one sentence: an instance keeps 32 tokens of it.
+    assert "one_doc.txt:3001: a line of 0.54 MB; 1 line(s) of this file exceed" in done.stderr
+    assert "one sentence per line" in done.stderr
+    with open(summary_of(out), encoding="utf-8") as f:
+        assert json.load(f)["long_lines"] == 1
     one_sentence = tmp_path / "one_sentence.txt"
     one_sentence.write_text("\n\n".join(["the cat sat on the mat ."] * 40), encoding="utf-8")
     done = run_cli(f"--input_file={one_sentence}", f"--output_file={out}",
                    f"--vocab_file={vocab_file}", "--max_predictions_per_seq=31",
                    "--max_seq_length=32", "--dupe_factor=1")
     assert done.returncode == 0, done.stderr
-    summary = json.loads(open(out + ".summary.json").read())
+    summary = json.loads(open(summary_of(out)).read())
     assert summary["random_next_share"] == 1.0 and summary["instances"] == 40
     assert "at most 29 tokens" in done.stderr  # max_predictions_per_seq > max_seq_length - 3
 
@@ -233,3 +246,156 @@ def test_shuffle_buffer_mixes_whole_chunks_uniformly():
     first_block = [int(p.split(":")[0]) for p in payloads[:300]]
     assert set(first_block) == {0, 1, 2} and first_block[:100] != [0] * 100
     assert {int(p.split(":")[0]) for p in payloads[300:]} == {3, 4}
+
+
+# --- Outputs: refused before any work, summary naming, readers (issues 10 and 12) -----------
+
+
+def test_outputs_that_would_destroy_data_are_refused_before_any_work(tmp_path, vocab_file):
+    """An output that is an input (directly, via a glob, a relative path, a symlink, the
+    vocab), the same output twice, an output that is a directory: exit 1, nothing touched."""
+    corpus = write_corpus(tmp_path / "corpus.txt", 20, 11)
+    (tmp_path / "link.txt").symlink_to(corpus)
+    (tmp_path / "a_directory").mkdir()
+    before = {p: open(p, "rb").read() for p in (corpus, vocab_file)}
+    names = sorted(os.listdir(tmp_path))
+    small = ["--max_seq_length=32", "--max_predictions_per_seq=5", "--dupe_factor=1"]
+    cases = [
+        ([f"--input_file={corpus}", f"--output_file={corpus}"],
+         "is also an input (--input_file="),
+        ([f"--input_file={tmp_path}/corp*", f"--output_file={corpus}"], "is also an input"),
+        (["--input_file=corpus.txt", "--output_file=./corpus.txt"], "is also an input"),
+        ([f"--input_file={corpus}", f"--output_file={tmp_path / 'link.txt'}"],
+         "is also an input"),
+        ([f"--input_file={corpus}", f"--output_file={vocab_file}"],
+         "is also an input (--vocab_file="),
+        ([f"--input_file={corpus}", "--output_file=o.tfrecord,./o.tfrecord"],
+         "named twice"),
+        ([f"--input_file={corpus}", f"--output_file={tmp_path / 'a_directory'}"],
+         "a_directory is a directory; expected a file name"),
+    ]
+    for args, expected in cases:
+        done = run_cli(*args, f"--vocab_file={vocab_file}", *small, cwd=str(tmp_path))
+        assert done.returncode == 1, (args, done.stderr[-2000:])
+        assert "create_pretraining_data: error: --output_file" in done.stderr, args
+        assert expected in done.stderr, (args, done.stderr[-2000:])
+        assert {p: open(p, "rb").read() for p in before} == before, args
+        assert sorted(os.listdir(tmp_path)) == names, args
+        assert os.listdir(tmp_path / "a_directory") == []
+
+
+def test_a_directory_as_input_says_so(tmp_path, vocab_file):
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    write_corpus(texts / "part1.txt", 5, 12)
+    for pattern in (str(texts), str(texts) + "/"):
+        err = _error(tmp_path, vocab_file, corpus=pattern)
+        assert "--input_file" in err and "is a directory" in err, err
+        assert f"--input_file='{texts}/*.txt'" in err
+        assert "matches no file" not in err
+
+
+# The original README: `--input_file=/tmp/tf_examples.tfrecord*`. The original's
+# run_pretraining.py globs that pattern with tf.gfile.Glob and reads every file with its
+# `input_fn_builder`; bert.run_pretraining cannot be imported under TensorFlow 2
+# (tf.contrib, flags), so its two functions are compiled from its source, with
+# tf.contrib.data.map_and_batch replaced by what it does (map, then batch).
+_ORIGINAL_READER = r"""
+import ast, pathlib, sys, types
+sys.path.insert(0, sys.argv[3])
+import tensorflow.compat.v1 as tf1
+from original_bert import original_module
+
+
+class TF1WithContrib:
+    contrib = types.SimpleNamespace(data=types.SimpleNamespace(
+        map_and_batch=lambda map_func, batch_size, num_parallel_batches, drop_remainder:
+        (lambda d: d.map(map_func).batch(batch_size, drop_remainder=drop_remainder))))
+
+    def __getattr__(self, name):
+        return getattr(tf1, name)
+
+
+path = pathlib.Path(original_module("tokenization").__file__).with_name("run_pretraining.py")
+tree = ast.parse(path.read_text(encoding="utf-8"))
+body = [n for n in tree.body if isinstance(n, ast.FunctionDef)
+        and n.name in ("input_fn_builder", "_decode_record")]
+namespace = {"tf": TF1WithContrib()}
+exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), namespace)
+input_files = tf1.gfile.Glob(sys.argv[1])  # as the original's main() expands --input_file
+dataset = namespace["input_fn_builder"](input_files, 32, 5, is_training=False)(
+    {"batch_size": 1})
+count = 0
+for batch in dataset.take(int(sys.argv[2])):  # the eval input repeats: two full passes
+    count += 1
+print("FILES", ",".join(sorted(input_files)))
+print("READ", count, sorted(batch), batch["input_ids"].shape)
+"""
+
+
+def test_summary_is_not_matched_by_the_output_glob_and_the_original_reads_it(
+        tmp_path, vocab_file):
+    """Every file the glob `OUTPUT*` matches is records that the original's reader parses."""
+    corpus = write_corpus(tmp_path / "corpus.txt", 80, 13)
+    output = str(tmp_path / "tf_examples.tfrecord")
+    done = run_cli(f"--input_file={corpus}", f"--output_file={output}",
+                   f"--vocab_file={vocab_file}", "--num_output_shards=2", *SMALL)
+    assert done.returncode == 0, done.stderr
+    matched = sorted(glob.glob(output + "*"))
+    instances = len(read_records([p for p in matched if not p.endswith(".json")]))
+    assert instances > 50
+    reader = subprocess.run(
+        [sys.executable, "-c", _ORIGINAL_READER, output + "*", str(2 * instances),
+         os.path.join(ROOT, "tests")], capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), check=False)
+    assert reader.returncode == 0, reader.stderr[-3000:]  # before: "corrupted record at 0"
+    assert f"READ {2 * instances} " in reader.stdout, reader.stdout
+    assert "FILES " + ",".join(matched) in reader.stdout
+    assert [os.path.basename(p) for p in matched] == [
+        "tf_examples.tfrecord-00000-of-00002", "tf_examples.tfrecord-00001-of-00002"]
+    with open(summary_of(output), encoding="utf-8") as f:
+        summary = json.load(f)
+    assert summary["summary_file"] == summary_of(output)
+    assert summary["instances"] == instances
+    # This project's reader on the same glob, and on the whole directory (where the
+    # summary is skipped by its name), reads the same records.
+    from training import input_pipeline
+
+    assert input_pipeline.list_files([output + "*"]) == matched
+    assert input_pipeline.list_files([str(tmp_path / "*.tfrecord*")]) == matched
+
+
+def test_readers_skip_temporaries_and_old_style_summaries(tmp_path):
+    """A writer's temporaries (running or killed, today's hidden ones and the old
+    `NAME.tmp-PID`) and summaries are never taken as records."""
+    from data_prep import fileio
+    from training import input_pipeline
+
+    records = [tmp_path / "out.tfrecord", tmp_path / "out.tfrecord-00001-of-00002"]
+    others = [fileio.temporary_path(str(tmp_path / "out.tfrecord")),
+              str(tmp_path / "out.tfrecord.tmp-12345"),
+              str(tmp_path / "out.tfrecord.summary.json"),
+              str(tmp_path / "_out.tfrecord.summary.json")]
+    for path in [*map(str, records), *others]:
+        open(path, "wb").close()
+    expected = sorted(map(str, records))
+    assert input_pipeline.list_files([str(tmp_path / "out.tfrecord*")]) == expected
+    assert input_pipeline.list_files([str(tmp_path / "*")]) == expected
+
+
+def test_find_long_lines_across_block_boundaries(tmp_path):
+    """The line scan agrees with a plain split whatever the block size."""
+    import random as random_module
+
+    from data_prep import create_pretraining_data as cli
+
+    rng = random_module.Random(3)
+    lines = [b"x" * rng.choice([0, 1, 5, 40, 99, 100, 101, 350]) for _ in range(300)]
+    data = b"\n".join(lines) + rng.choice([b"", b"\n", b"y" * 200])
+    path = tmp_path / "lines.txt"
+    path.write_bytes(data)
+    expected = [(i + 1, len(line)) for i, line in enumerate(data.split(b"\n"))
+                if len(line) > 100]
+    for block in (1, 7, 64, 100, 101, 4096, 1 << 20):
+        assert cli.find_long_lines(str(path), 100, block_bytes=block) == expected, block
+    assert expected

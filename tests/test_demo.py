@@ -57,7 +57,7 @@ def test_stages_run_the_real_clis_with_real_flags(tmp_path):
         "export_saved_model.py", "predict_saved_model.py"]
     assert all(stage.is_available() for stage in stages)
     training = dict(stages[3].flags)
-    assert training["input_file"] == pretraining_output(stages) + "*"  # summary JSON skipped
+    assert training["input_file"] == pretraining_output(stages) + "*"  # records only
     for key in ("bert_config_file", "output_dir", "do_train", "do_eval", "num_train_steps",
                 "max_seq_length", "max_predictions_per_seq"):
         assert key in training

@@ -4,6 +4,8 @@ The adversarial corpus is generated here, deterministically, and is also used by
 test_tf_tokenization.py to measure where the in-graph tokenizer differs.
 """
 
+import os
+import pathlib
 import random
 import subprocess
 import sys
@@ -276,6 +278,124 @@ def test_basic_tokenizer_matches_original_on_every_code_point(original, do_lower
     assert mismatches == []
 
 
+# --- The fast path's Unicode tables: computed vectorised, cached, loaded lazily ---------------
+
+
+def _reference_table_sets():
+    """The classes the fast path needs, by calling the reference predicates on every code
+    point (the per-character construction the tables used to be built with)."""
+    sets = {name: set() for name in tokenization._TABLE_CLASSES}
+    for cp in range(0x110000):
+        char = chr(cp)
+        if cp == 0 or cp == 0xFFFD or tokenization._is_control(char):
+            sets["delete"].add(cp)
+        elif (tokenization._is_whitespace(char) or char.isspace()) and char != " ":
+            sets["space"].add(cp)
+        if tokenization._is_punctuation(char):
+            sets["punctuation"].add(cp)
+        if tokenization._is_chinese_char(cp):
+            sets["chinese"].add(cp)
+        if unicodedata.category(char) == "Mn":
+            sets["nonspacing"].add(cp)
+    return sets
+
+
+def test_vectorised_tables_equal_the_reference_predicates_on_every_code_point():
+    ranges = tokenization._compute_table_ranges()
+    reference = _reference_table_sets()
+    for name in tokenization._TABLE_CLASSES:
+        assert set(tokenization._expand(ranges[name])) == reference[name], name
+    assert len(reference["nonspacing"]) > 1000 and len(reference["space"]) > 10
+
+
+@pytest.fixture
+def table_cache(tmp_path, monkeypatch):
+    """The tokenizer's table cache in an empty directory of its own."""
+    monkeypatch.setenv(tokenization.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _tables_of(fast):
+    return (fast.clean_table, fast.strip_marks_table, fast.chinese_re.pattern,
+            fast.split_re.pattern)
+
+
+@pytest.fixture(scope="module")
+def computed_tables():
+    """The tables computed in this process, without any cache."""
+    fast = tokenization._FastBasic()
+    fast.load_tables(tokenization._compute_table_ranges())
+    return _tables_of(fast)
+
+
+def test_table_cache_is_written_once_and_then_read(table_cache, monkeypatch):
+    built = tokenization._FastBasic()
+    built.load_tables()
+    (path,) = table_cache.iterdir()
+    assert path == pathlib.Path(tokenization.tables_cache_file())
+    assert unicodedata.unidata_version in path.name  # versioned by the Unicode database
+    assert not [p for p in os.listdir(table_cache) if ".tmp-" in p]
+
+    def no_computing():
+        raise AssertionError("the tables must come from the cache")
+
+    monkeypatch.setattr(tokenization, "_compute_table_ranges", no_computing)
+    cached = tokenization._FastBasic()
+    cached.load_tables()
+    assert _tables_of(cached) == _tables_of(built)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not json", "edited range", "wrong key",
+                                    "pickle", "wrong shape"])
+def test_a_damaged_table_cache_is_ignored_and_rebuilt(table_cache, computed_tables, damage):
+    import json
+    import pickle
+
+    tokenization._FastBasic().load_tables()
+    path = pathlib.Path(tokenization.tables_cache_file())
+    good = path.read_text()
+    data = json.loads(good)
+    if damage == "truncated":
+        path.write_text(good[: len(good) // 2])
+    elif damage == "not json":
+        path.write_bytes(b"\xff\x00 garbage")
+    elif damage == "edited range":  # valid JSON, stale checksum
+        data["ranges"]["punctuation"][0][1] += 1
+        path.write_text(json.dumps(data))
+    elif damage == "wrong key":
+        data["key"] = "unicode-0.0.0-0000"
+        path.write_text(json.dumps(data))
+    elif damage == "pickle":  # never unpickled: not JSON, so rebuilt
+        path.write_bytes(pickle.dumps({"ranges": data["ranges"]}))
+    elif damage == "wrong shape":  # consistent checksum, impossible ranges
+        data["ranges"]["space"] = [[5, 3]]
+        data["sha256"] = tokenization._tables_payload_digest(data["ranges"])
+        path.write_text(json.dumps(data))
+    fast = tokenization._FastBasic()
+    fast.load_tables()
+    assert _tables_of(fast) == computed_tables
+    assert json.loads(path.read_text()) == json.loads(good)  # rewritten
+
+
+def test_tables_without_a_writable_cache(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv(tokenization.CACHE_DIR_ENV, str(blocker / "cache"))
+    assert tokenization._FastBasic().tokenize("naïve Ωmega", True) == ["naive", "ωmega"]
+    monkeypatch.setenv(tokenization.CACHE_DIR_ENV, "")  # caching off
+    assert tokenization.tables_cache_file() is None
+    assert tokenization._FastBasic().tokenize("naïve Ωmega", True) == ["naive", "ωmega"]
+
+
+def test_ascii_text_needs_no_unicode_tables(table_cache):
+    fast = tokenization._FastBasic()
+    assert fast.tokenize("Hello, World!\x07 it's\tme", True) == [
+        "hello", ",", "world", "!", "it", "'", "s", "me"]
+    assert "split_re" not in vars(fast) and not table_cache.exists()
+    assert fast.tokenize("Héllo", True) == ["hello"]  # loads them on first use
+    assert "split_re" in vars(fast) and table_cache.exists()
+
+
 def test_fast_equals_exact_on_random_strings(vocab_file):
     """Property test: random strings from all planes (lone surrogates included)."""
     rng = random.Random(SEED + 2)
@@ -363,21 +483,29 @@ def test_word_cache_is_bounded(tiny_vocab_file, monkeypatch):
 # --- CLI -------------------------------------------------------------------------------
 
 
-def _run_cli(args, stdin: bytes):
+def _run_cli(args, stdin: bytes, cache_dir=None):
+    env = dict(os.environ)
+    if cache_dir is not None:
+        env[tokenization.CACHE_DIR_ENV] = str(cache_dir)
     return subprocess.run([sys.executable, "-m", "data_prep.tokenization", *args],
                           input=stdin, check=False, capture_output=True, timeout=60,
-                          cwd=tokenization.__file__.rsplit("/data_prep/", 1)[0])
+                          cwd=tokenization.__file__.rsplit("/data_prep/", 1)[0], env=env)
 
 
 @pytest.mark.parametrize("do_lower_case", ["true", "false"])
-def test_cli_matches_original_line_by_line(corpus, vocab_file, original, do_lower_case):
+def test_cli_matches_original_line_by_line(corpus, vocab_file, original, do_lower_case,
+                                           tmp_path):
+    """Tables computed and cached (first run), read from the cache, and computed with
+    caching off: the same output, the original's."""
     lines = corpus[:600] + ["", "a\rb", "\r", "   "]
-    result = _run_cli([f"--vocab_file={vocab_file}", f"--do_lower_case={do_lower_case}"],
-                      "\n".join(lines).encode("utf-8") + b"\n")
-    assert result.returncode == 0, result.stderr.decode()
     reference = original.FullTokenizer(vocab_file, do_lower_case=do_lower_case == "true")
     expected = "".join(" ".join(reference.tokenize(line)) + "\n" for line in lines)
-    assert result.stdout.decode("utf-8") == expected
+    for cache_dir in (tmp_path / "cache", tmp_path / "cache", ""):
+        result = _run_cli([f"--vocab_file={vocab_file}", f"--do_lower_case={do_lower_case}"],
+                          "\n".join(lines).encode("utf-8") + b"\n", cache_dir=cache_dir)
+        assert result.returncode == 0, result.stderr.decode()
+        assert result.stdout.decode("utf-8") == expected, cache_dir
+    assert len(os.listdir(tmp_path / "cache")) == 1
 
 
 def test_cli_last_line_without_newline(tiny_vocab_file):
