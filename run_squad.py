@@ -55,6 +55,7 @@ _define(flags.DEFINE_float, "null_score_diff_threshold", 0.0,
 # The original's --max_seq_length default for SQuAD; the shared flag's default (128) is the
 # classifier's, so an absent --max_seq_length means this.
 SQUAD_MAX_SEQ_LENGTH = 384
+SQUAD_DOC_STRIDE = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +84,11 @@ def run_config_from_flags(values=FLAGS) -> SquadRun:
         common_flags.finetuning_run(values, max_seq_length=SQUAD_MAX_SEQ_LENGTH),
         SquadSettings(
             train_file=values.train_file, predict_file=values.predict_file,
-            doc_stride=values.doc_stride, max_query_length=values.max_query_length,
+            # --doc_stride may be defined by another runner in the same process (run_ner,
+            # default None): only a value given on the command line replaces SQuAD's 128.
+            doc_stride=(values.doc_stride if values["doc_stride"].present
+                        else SQUAD_DOC_STRIDE),
+            max_query_length=values.max_query_length,
             n_best_size=values.n_best_size, max_answer_length=values.max_answer_length,
             verbose_logging=values.verbose_logging,
             version_2_with_negative=values.version_2_with_negative,
