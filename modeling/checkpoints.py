@@ -202,7 +202,7 @@ def weight_table(model) -> list:
         table.append(WeightEntry(mlm.output_bias, "cls/predictions/output_bias",
                                  "cls.predictions.bias"))
         table += _logits_head(model.next_sentence, "cls/seq_relationship", "cls.seq_relationship")
-    elif isinstance(model, models.BertClassifier):
+    elif isinstance(model, (models.BertClassifier, models.BertMultipleChoice)):
         table += _logits_head(model.classifier, "", "classifier")
     elif isinstance(model, models.BertSpanLabeler):
         table += _logits_head(model.span, "cls/squad", "qa_outputs")

@@ -1,4 +1,4 @@
-"""Task models = BertEncoder + a head: pretraining, classification, span, token tagging (fine-tuned or feature-based).
+"""Task models = BertEncoder + a head: pretraining, classification, multiple choice, span, token tagging (fine-tuned or feature-based).
 
 Each model has ``.encoder`` (a ``BertEncoder``), takes the encoder's input dict (plus
 ``masked_lm_positions`` for pretraining) and returns a dict of float32 logits under every
@@ -115,6 +115,53 @@ class BertClassifier(_TaskModel):
     def get_config(self):
         config = super().get_config()
         config.update(num_labels=self.num_labels, dropout_rate=self.dropout_rate)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertMultipleChoice(_TaskModel):
+    """Multiple choice (SWAG): one logit per choice from its pooled output, compared across choices.
+
+    The choices of an example are encoded independently, [batch, choices, seq] ->
+    [batch * choices, seq]; dropout + dense(1) on each pooled output; back to [batch,
+    choices]: the softmax across a row's choices is the model's distribution (the paper's
+    SWAG set-up, §4.4).
+
+    Args:
+      config: ``BertConfig``.
+      dropout_rate: dropout before the dense layer; None means ``hidden_dropout_prob``.
+
+    Call inputs: int32 ``input_ids``, ``input_mask``, ``segment_ids`` [batch, choices, seq].
+
+    Call outputs: ``logits`` float32 [batch, choices].
+    """
+
+    def __init__(self, config, dropout_rate=None, **kwargs):
+        super().__init__(config, **kwargs)
+        c = self.bert_config
+        self.dropout_rate = c.hidden_dropout_prob if dropout_rate is None else float(dropout_rate)
+        self.classifier = DenseLogitsHead(
+            1, c.hidden_size, dropout_rate=self.dropout_rate,
+            initializer_range=c.initializer_range, dtype=self.dtype_policy, name="classifier")
+        self.build()
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        self.classifier.build()
+        self.built = True
+
+    def call(self, inputs, training=None):
+        shape = keras.ops.shape(inputs["input_ids"])  # [batch, choices, seq]
+        flat = {k: keras.ops.reshape(v, (-1, shape[-1]))
+                for k, v in self._encoder_inputs(inputs).items()}
+        pooled = self.encoder(flat, training=training)["pooled_output"]
+        logits = self.classifier(pooled, training=training)  # [batch * choices, 1]
+        return {"logits": keras.ops.reshape(logits, (shape[0], shape[1]))}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(dropout_rate=self.dropout_rate)
         return config
 
 

@@ -111,14 +111,16 @@ class SplitExamples:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Record:
+class Record:
+    """One delimited record of a data file, with where it starts (for error messages)."""
+
     index: int  # 0-based record number in the file, header included (the original's `i`)
     line: int  # 1-based line where the record starts
     fields: list[str]
     error: str | None = None
 
 
-def _iter_records(path: str, delimiter: str, quotechar: str | None) -> Iterator[_Record]:
+def iter_records(path: str, delimiter: str, quotechar: str | None) -> Iterator[Record]:
     """Yields the records of a delimited UTF-8 file with their line numbers.
 
     Lines end at "\\n" only (a stray "\\r" inside a line is data, as in the original's
@@ -156,7 +158,7 @@ def _iter_records(path: str, delimiter: str, quotechar: str | None) -> Iterator[
         previous_end = reader.line_num
         if error is None and any(start <= n <= previous_end for n in undecodable):
             error = "invalid UTF-8"
-        yield _Record(index=index, line=start, fields=fields, error=error)
+        yield Record(index=index, line=start, fields=fields, error=error)
         index += 1
 
 
@@ -381,7 +383,7 @@ class _RowReader:
         examples: list[InputExample] = []
         bad_rows: list[BadRow] = []
         header_pending = self.layout.has_header
-        for record in _iter_records(self.path, self.layout.delimiter, self.layout.quotechar):
+        for record in iter_records(self.path, self.layout.delimiter, self.layout.quotechar):
             if record.error is None and not record.fields:
                 continue  # blank line
             if header_pending:
@@ -411,7 +413,7 @@ class _RowReader:
             self.num_columns = len(header)
         self.columns = _Columns(self.layout, header, self.num_columns, self.path)
 
-    def _example(self, record: _Record) -> InputExample | None:
+    def _example(self, record: Record) -> InputExample | None:
         if record.error is not None:
             raise _BadRowError(record.error)
         fields = record.fields

@@ -1,0 +1,128 @@
+"""Fine-tunes BERT for multiple choice (SWAG, or your own CSV / JSON lines); evaluates and predicts.
+
+The flags of run_classifier.py wherever they mean the same, plus the shared distribution,
+precision and optimizer flags (training/flags.py), `--seeds`, `--keep_best_checkpoint`
+and the format flags of your own data; see docs/run_swag.md. The runner parses flags into
+a `SwagRun` and calls `run`; the run is `training.finetuning.run`, the task (reading,
+choices, metrics, output files) is `tasks.multiple_choice`:
+
+    python run_swag.py --data_dir=swagaf/data \\
+      --vocab_file=uncased_L-12_H-768_A-12/vocab.txt \\
+      --bert_config_file=uncased_L-12_H-768_A-12/bert_config.json \\
+      --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \\
+      --do_train --do_eval --do_predict --max_seq_length=128 --train_batch_size=16 \\
+      --learning_rate=2e-5 --num_train_epochs=3.0 --output_dir=/tmp/swag_output
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from absl import app, flags
+
+from training import finetuning
+from training import flags as common_flags
+
+FLAGS = flags.FLAGS
+
+common_flags.define_common_flags()
+common_flags.define_finetuning_flags()
+_define = common_flags.define_once
+_define(flags.DEFINE_string, "data_dir", None,
+        "The input data dir: SWAG's train.csv, val.csv, test.csv (or train/dev/test .csv or "
+        ".jsonl of your own data).")
+_define(flags.DEFINE_string, "task_name", "swag",
+        "swag: SWAG's regular CSV files; custom: your own CSV / JSON lines, fields named by "
+        "--context_column, --question_column, --ending_columns, --label_column.")
+_define(flags.DEFINE_string, "context_column", None,
+        "custom: the context field (sentence A of every choice).")
+_define(flags.DEFINE_string, "question_column", None,
+        "custom: a field prepended to every ending (empty: sentence B is the ending alone).")
+_define(flags.DEFINE_list, "ending_columns", [],
+        "custom: the ending fields in choice order, or (JSON lines) one field holding the list.")
+_define(flags.DEFINE_string, "label_column", None,
+        "custom: the label field: the right ending's index (or its text with "
+        "--label_is_text).")
+_define(flags.DEFINE_bool, "label_is_text", False,
+        "custom: the label is the text of the right ending, not its index.")
+
+_CUSTOM_FLAGS = ("context_column", "question_column", "ending_columns", "label_column",
+                 "label_is_text")
+
+
+@dataclasses.dataclass(frozen=True)
+class SwagRun:
+    """Everything one multiple-choice run needs, read from flags once (see the flag help)."""
+
+    finetuning: finetuning.FinetuningRun
+    task: "object"  # tasks.multiple_choice.task.MultipleChoiceSettings
+
+
+def make_run(**kwargs) -> SwagRun:
+    """A SwagRun from flat keyword arguments (the flag names; `format` a ChoiceFormat)."""
+    from tasks.multiple_choice.task import MultipleChoiceSettings
+
+    settings, rest = finetuning.settings_from(**kwargs)
+    return SwagRun(settings, MultipleChoiceSettings(**rest))
+
+
+def run_config_from_flags(values=FLAGS) -> SwagRun:
+    """Validates the flags and turns them into a `SwagRun` (reads no file)."""
+    from tasks.multiple_choice import data
+    from tasks.multiple_choice.task import MultipleChoiceSettings
+
+    for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
+        if not getattr(values, name):
+            raise ValueError(f"--{name} is required")
+    task = (values.task_name or "swag").strip().lower()
+    if task == "swag":
+        given = [name for name in _CUSTOM_FLAGS if values[name].present]
+        if given:
+            raise ValueError(f"--{given[0]} only applies to --task_name=custom")
+        fmt = data.SWAG
+    elif task == "custom":
+        if not values.context_column or not values.ending_columns:
+            raise ValueError("--task_name=custom needs --context_column and --ending_columns")
+        fmt = data.ChoiceFormat(
+            context=values.context_column, question=values.question_column or None,
+            endings=tuple(c.strip() for c in values.ending_columns if c.strip()),
+            label=values.label_column or None, label_is_text=values.label_is_text)
+    else:
+        raise ValueError(f"--task_name={values.task_name}: expected swag or custom")
+    return SwagRun(common_flags.finetuning_run(values),
+                   MultipleChoiceSettings(data_dir=values.data_dir, format=fmt,
+                                          task_name=task))
+
+
+def run(cfg: SwagRun) -> dict:
+    """Fine-tunes, evaluates and predicts as `cfg` asks, once per seed.
+
+    Returns:
+      `training.finetuning.run`'s result: {"runs": [per-seed dicts: seed, dir, eval (split
+      -> figures), outputs], "best_seed", "summary" (seed statistics; empty for one seed)}.
+    """
+    from tasks.multiple_choice.task import MultipleChoiceFamily
+
+    finetuning.validate(cfg.finetuning)
+    family = MultipleChoiceFamily(cfg.task, cfg.finetuning.max_seq_length)
+    return finetuning.run(cfg.finetuning, family)
+
+
+def main(argv):
+    del argv
+    from data_prep import fileio, lifecycle
+    from tasks.multiple_choice.data import MultipleChoiceFormatError
+    from training.checkpointing import CheckpointRestoreError
+    from training.run_dir import RunDirError
+
+    lifecycle.exit_cleanly_on_signals()
+    try:
+        run(run_config_from_flags(FLAGS))
+    except (ValueError, FileNotFoundError, MultipleChoiceFormatError, RunDirError,
+            fileio.OutputError, CheckpointRestoreError) as err:
+        sys.exit(f"run_swag.py: error: {err}")
+
+
+if __name__ == "__main__":
+    app.run(main)

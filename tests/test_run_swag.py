@@ -1,0 +1,149 @@
+"""run_swag.py end to end on a tiny model: SWAG-format CSV files a tiny BERT can learn (only
+the right ending says "home"), through the real CLI (train -> eval -> predict),
+eval_results.txt checked against figures recomputed from test_results.tsv (the test file is
+the dev file without labels), 2 mirrored replicas against one device, --seeds with the best
+checkpoint, your own JSON lines, and bad input refused before training."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests import test_loop_support as S
+from tests.conftest import TINY_VOCAB, write_vocab
+from tests.test_multiple_choice_data import swag_row, write_swag
+
+pytestmark = pytest.mark.slow
+
+NOUNS = ["cat", "dog", "mat"]
+WORDS = ["the", "a", "big", "red", "far", "away", "sat", "ran", "on", "in"]
+
+
+def _examples(rng, n):
+    """(index, sent1, sent2, 4 endings, label): the right ending alone ends at "home"."""
+    out = []
+    for i in range(n):
+        label = rng.randrange(4)
+        sent1 = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 6))) + " ."
+        sent2 = f"the {rng.choice(NOUNS)}"
+        endings = [f"{rng.choice(WORDS)} {'home' if k == label else rng.choice(NOUNS)} ."
+                   for k in range(4)]
+        out.append((i, sent1, sent2, endings, label))
+    return out
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("swag")
+    rng = random.Random(0)
+    data = root / "swag"
+    data.mkdir()
+    train, dev = _examples(rng, 96), _examples(rng, 18)
+    write_swag(data / "train.csv", [swag_row(*e) for e in train])
+    write_swag(data / "val.csv", [swag_row(*e) for e in dev])
+    write_swag(data / "test.csv", [swag_row(*e[:4]) for e in dev], labels=False)
+    return {"root": root, "data": str(data), "dev_labels": [e[4] for e in dev],
+            "vocab": write_vocab(root / "vocab.txt"),
+            "config": S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB))}
+
+
+def _cli(env, out, **overrides):
+    flags = dict(data_dir=env["data"], vocab_file=env["vocab"],
+                 bert_config_file=env["config"], output_dir=out, do_train="true",
+                 do_eval="true", do_predict="true", max_seq_length=16, train_batch_size=8,
+                 eval_batch_size=4, predict_batch_size=4, learning_rate=2e-3,
+                 num_train_epochs=20.0, save_checkpoints_steps=80, iterations_per_loop=40,
+                 seed=1, distribution_strategy="one_device")
+    flags.update(overrides)
+    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_swag.py")] + [
+        f"--{k}={v}" for k, v in flags.items()]
+    return subprocess.run(cmd, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
+                          text=True, timeout=400, check=False)
+
+
+def _results(path):
+    with open(path) as f:
+        return {line.split(" = ")[0]: float(line.split(" = ")[1]) for line in f}
+
+
+@pytest.fixture(scope="module")
+def trained(env):
+    out = env["root"] / "out"
+    proc = _cli(env, out)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return out
+
+
+def test_cli_learns_and_eval_results_equal_the_predictions(env, trained):
+    results = _results(trained / "eval_results.txt")
+    probabilities = np.loadtxt(trained / "test_results.tsv", delimiter="\t")
+    labels = np.array(env["dev_labels"])
+    assert probabilities.shape == (18, 4)  # every test example, in input order
+    np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
+    assert results["eval_accuracy"] == pytest.approx(
+        float(np.mean(probabilities.argmax(-1) == labels)))
+    nll = -np.log(probabilities[np.arange(18), labels])
+    assert results["eval_loss"] == pytest.approx(nll.mean(), rel=1e-3)
+    # Batches of 4 (the last one short): the original Estimator's mean of batch means.
+    assert results["loss"] == pytest.approx(
+        np.mean([nll[i:i + 4].mean() for i in range(0, 18, 4)]), rel=1e-3)
+    assert results["global_step"] == 240
+    assert results["eval_accuracy"] >= 0.75, results  # chance is 0.25
+
+
+def test_mirrored_predictions_equal_one_device(env, trained, tmp_path):
+    out = tmp_path / "mirrored"
+    proc = _cli(env, out, do_train="false", init_checkpoint=trained,
+                distribution_strategy="mirrored", num_cpu_devices=2)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "with 2 replica(s)" in proc.stdout + proc.stderr
+    np.testing.assert_allclose(np.loadtxt(out / "test_results.tsv", delimiter="\t"),
+                               np.loadtxt(trained / "test_results.tsv", delimiter="\t"),
+                               atol=1e-5)
+    assert _results(out / "eval_results.txt")["eval_accuracy"] == _results(
+        trained / "eval_results.txt")["eval_accuracy"]
+
+
+def test_seeds_keep_the_best_checkpoint_on_your_own_jsonl(env, tmp_path):
+    """--task_name=custom on JSON lines (endings as a list, the label as text), two seeds,
+    the best checkpoint: seed_results.txt and the best seed's files in output_dir."""
+    import run_swag
+    from tasks.multiple_choice import data
+    from training import flags as common_flags
+
+    rng = random.Random(5)
+    d = tmp_path / "own"
+    d.mkdir()
+    for split, n in (("train", 48), ("dev", 12)):
+        rows = [{"premise": s1, "q": s2, "options": e, "answer": e[label]}
+                for _, s1, s2, e, label in _examples(rng, n)]
+        (d / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    fmt = data.ChoiceFormat(context="premise", question="q", endings=("options",),
+                            label="answer", label_is_text=True)
+    out = tmp_path / "out"
+    result = run_swag.run(run_swag.make_run(
+        data_dir=str(d), format=fmt, task_name="custom", vocab_file=env["vocab"],
+        bert_config_file=env["config"], output_dir=str(out), max_seq_length=16,
+        do_train=True, do_eval=True, train_batch_size=8, eval_batch_size=4,
+        learning_rate=3e-3, num_train_epochs=2.0, save_checkpoints_steps=6, seeds=(1, 2),
+        keep_best_checkpoint=True, bucket_boundaries=(8, 16),
+        runtime=common_flags.RuntimeConfig("one_device", seed=1)))
+    summary = _results(out / "seed_results.txt")
+    assert summary["best_seed"] == result["best_seed"] and summary["num_seeds"] == 2
+    best = _results(out / f"seed_{result['best_seed']}" / "best" / "eval_results.txt")
+    assert _results(out / "eval_results.txt")["eval_accuracy"] == best["eval_accuracy"]
+
+
+def test_bad_input_is_refused_before_training(env, tmp_path):
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "train.csv").write_text("sent1,sent2,ending0,ending1\nx,y,a,b\n", encoding="utf-8")
+    proc = _cli(dict(env, data=str(d)), tmp_path / "out", do_eval="false",
+                do_predict="false")
+    assert proc.returncode != 0
+    assert "train.csv:1: no column 'ending2'" in proc.stderr, proc.stderr[-2000:]
+    assert not any(n.startswith("ckpt-") for n in os.listdir(tmp_path / "out"))
