@@ -14,7 +14,9 @@ every other row 3/4 real tokens):
   label on 70% of the real tokens (first pieces);
 * feature_based: `BertFeatureTagger` (run_ner.py --feature_based, concat_last_four, two
   BiLSTM layers of --lstm_units per direction) + `TaggingTask`;
-* multiple_choice: reserved for run_swag.py's step (see `build_multiple_choice`).
+* multiple_choice: `BertMultipleChoice` + the classifier's loss over the choices
+  (run_swag.py), batch // 4 examples of 4 choices: the same number of sequences per step,
+  so its examples/s are sequences/s.
 
 The same BertConfig, batch and sequence length for all; rounds alternate the heads
 (`time_rounds`), the first (tracing) call of each is excluded, the median round is
@@ -62,10 +64,9 @@ def encoder_batch(batch, seq, vocab, seed=0):
 def build_trainer_runner(model_fn, task, batch, steps, jit):
     """A callable running `steps` compiled training steps of the model built by model_fn."""
     strategy = distribution.get_strategy("")
-    seq = batch["input_ids"].shape[1]
     with strategy.scope():
         model = model_fn()
-        loop.build_encoder_model(model, seq)
+        model({k: batch[k][:1] for k in ("input_ids", "input_mask", "segment_ids")})
         optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=2e-5, num_train_steps=10**6, num_warmup_steps=100))
     cfg = loop.LoopConfig(output_dir=tempfile.mkdtemp(),
@@ -122,15 +123,29 @@ def build_feature_based(config, batch_size, seq, steps, jit, args):
 
 
 # --- multiple choice (run_swag.py) ---------------------------------------------------------
-# Reserved for the multiple-choice step: a `build_multiple_choice(config, batch_size, seq,
-# steps, jit, args)` returning `build_trainer_runner(...)` for run_swag's model and Task
-# (batch_size examples of `--num_choices` choices each), registered in HEADS below.
+
+
+def build_multiple_choice(config, batch_size, seq, steps, jit, args):
+    """`BertMultipleChoice` + the classifier's loss over the choices (run_swag.py):
+    batch_size // num_choices examples of num_choices choices, i.e. the classifier's number
+    of sequences per step (its examples/s below are sequences/s)."""
+    from modeling.models import BertMultipleChoice
+    from tasks.classification.task import ClassifierTask
+
+    examples = batch_size // args.num_choices
+    rng, flat = encoder_batch(examples * args.num_choices, seq, config.vocab_size)
+    batch = {k: v.reshape(examples, args.num_choices, seq) for k, v in flat.items()}
+    batch["label_ids"] = rng.integers(0, args.num_choices, (examples,)).astype(np.int32)
+    batch["is_real_example"] = np.ones((examples,), np.int32)
+    return build_trainer_runner(lambda: BertMultipleChoice(config),
+                                ClassifierTask(args.num_choices), batch, steps, jit)
 
 
 HEADS = {
     "classifier": build_classifier,
     "tagging": build_tagging,
     "feature_based": build_feature_based,
+    "multiple_choice": build_multiple_choice,
 }
 
 
@@ -147,6 +162,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lstm_units", type=int, default=768,
                         help="feature_based: BiLSTM units per direction (the paper's 768)")
+    parser.add_argument("--num_choices", type=int, default=4,
+                        help="multiple_choice: choices per example (SWAG's 4)")
     parser.add_argument("--jit_compile", action="store_true")
     args = parser.parse_args()
     heads = ["classifier"] + [h for h in args.heads.split(",") if h and h != "classifier"]
