@@ -191,3 +191,21 @@ def test_mirrored_bucketed_predictions_equal_one_device(classifier_env):
     one, two = _results(root / "one"), _results(root / "two")
     np.testing.assert_allclose(two[1], one[1], atol=2e-6)
     assert two[0] == pytest.approx(one[0], rel=1e-5)
+
+
+def test_evaluation_pads_a_buckets_last_batch_only_to_the_replicas(tmp_path):
+    """With pad_to_multiple (the replicas), a bucket's short last batch is not padded to a
+    whole batch: 53 examples in 3 buckets cost at most 53 + 3 rows, not 3 extra batches."""
+    rng = random.Random(0)
+    lengths = [rng.randint(3, SEQ) for _ in range(53)]
+    spec = _records(tmp_path / "r.tfrecord", lengths)
+    config = input_pipeline.RecordsConfig((str(tmp_path / "r.tfrecord"),), spec,
+                                          bucket_boundaries=(8, 16, SEQ))
+    rows, seen = 0, []
+    for batch in input_pipeline.finetuning_records(config, batch_size=16, is_training=False,
+                                                   pad_to_batch=True, pad_to_multiple=2):
+        n = batch["input_ids"].shape[0]
+        assert n % 2 == 0 and n <= 16
+        rows += n
+        seen += [i for i in batch[input_pipeline.EXAMPLE_INDEX].numpy().tolist() if i >= 0]
+    assert sorted(seen) == list(range(53)) and rows <= 53 + 3

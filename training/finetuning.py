@@ -146,10 +146,12 @@ class TaskFamily:
         raise NotImplementedError
 
     def dataset(self, split: Split, *, batch_size: int, is_training: bool,
-                input_context=None, seed: int | None = None):
+                input_context=None, seed: int | None = None, replicas: int | None = None):
         """Batched features of a split (training: per-replica batch, repeated, shuffled;
-        otherwise: the GLOBAL batch, read once, `example_index` per row, static batch
-        shape), length-bucketed as `input_options` say."""
+        otherwise: the GLOBAL batch, read once, `example_index` per row), length-bucketed
+        as `input_options` say. Without buckets every batch has the static batch size;
+        with them, evaluation pads each bucket's last batch only to a multiple of
+        `replicas` (when given)."""
         from training import input_pipeline
 
         options = self.input_options
@@ -159,7 +161,7 @@ class TaskFamily:
         return input_pipeline.finetuning_records(
             config, batch_size=batch_size, is_training=is_training,
             input_context=input_context, drop_remainder=is_training,
-            pad_to_batch=not is_training)
+            pad_to_batch=not is_training, pad_to_multiple=replicas)
 
     def predict_outputs(self, trainer, split: Split, batch_size: int, *, output_keys,
                         feature_keys=(), sequence_keys=()) -> dict:
@@ -168,7 +170,8 @@ class TaskFamily:
         from training import input_pipeline
 
         return trainer.predict(
-            self.dataset(split, batch_size=batch_size, is_training=False),
+            self.dataset(split, batch_size=batch_size, is_training=False,
+                         replicas=trainer.strategy.num_replicas_in_sync),
             output_keys=output_keys, feature_keys=feature_keys,
             order_key=input_pipeline.EXAMPLE_INDEX, sequence_keys=sequence_keys,
             sequence_length=self.input_options.max_seq_length)

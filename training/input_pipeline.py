@@ -361,8 +361,8 @@ def _check_ids(example, config):
 
 def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: bool,
                        input_context: tf.distribute.InputContext | None = None,
-                       drop_remainder: bool = True, pad_to_batch: bool = False
-                       ) -> tf.data.Dataset:
+                       drop_remainder: bool = True, pad_to_batch: bool = False,
+                       pad_to_multiple: int | None = None) -> tf.data.Dataset:
     """One record file set -> sharded, (shuffled, repeated,) batched, parsed dicts.
 
     Shared by the fine-tuning tasks: their files are small, so they are sharded by record
@@ -387,6 +387,9 @@ def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: b
       drop_remainder: drop a last short batch (static shapes).
       pad_to_batch: pad a last short batch (with bucketing: each bucket's last batch) with
         all-zero rows (`example_index` -1) to `batch_size` instead.
+      pad_to_multiple: with bucketing, when not training: pad each bucket's last batch only
+        to a multiple of this (e.g. the number of replicas) instead of `batch_size`, so a
+        small bucket does not cost a whole batch (shapes vary; off TPU only).
 
     Returns:
       Dataset of dicts of the schema's features (int64 on disk -> int32) plus, when not
@@ -408,6 +411,7 @@ def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: b
         dataset = _bucketed(dataset, config, batch_size, is_training,
                             drop_remainder=drop_remainder or is_training,
                             pad_to_batch=pad_to_batch and not is_training,
+                            pad_to_multiple=None if is_training else pad_to_multiple,
                             deterministic=deterministic)
     else:
         dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
@@ -443,7 +447,7 @@ def _example_length(example):
 
 
 def _bucketed(dataset, config, batch_size, is_training, *, drop_remainder, pad_to_batch,
-              deterministic):
+              deterministic, pad_to_multiple=None):
     boundaries = tf.constant(list(config.bucket_boundaries), tf.int32)
 
     def parse(*row):
@@ -463,7 +467,9 @@ def _bucketed(dataset, config, batch_size, is_training, *, drop_remainder, pad_t
 
     def batch_window(key, window):
         batched = window.batch(batch_size, drop_remainder=drop_remainder)
-        if pad_to_batch:
+        if pad_to_multiple:
+            batched = batched.map(lambda b: _pad_batch(b, batch_size, pad_to_multiple))
+        elif pad_to_batch:
             batched = batched.map(lambda b: _pad_batch(b, batch_size))
         return batched.map(lambda b: cut(key, b))
 
@@ -472,8 +478,9 @@ def _bucketed(dataset, config, batch_size, is_training, *, drop_remainder, pad_t
     return dataset.group_by_window(bucket, batch_window, window_size=batch_size)
 
 
-def _pad_batch(batch, batch_size):
-    """Pads a (last, short) batch to `batch_size` rows of zeros; static batch dimension.
+def _pad_batch(batch, batch_size, multiple=None):
+    """Pads a (last, short) batch with rows of zeros to `batch_size` (static batch
+    dimension), or with `multiple` to the next multiple of it (at most `batch_size`).
 
     Zero rows carry no example: `example_index` is -1 on them, and a task can also drop
     them by a feature no real row has zero (SQuAD's `unique_ids` start at 1000000000;
@@ -481,10 +488,12 @@ def _pad_batch(batch, batch_size):
     """
     out = {}
     for name, t in batch.items():
-        missing = batch_size - tf.shape(t)[0]
-        paddings = [[0, missing]] + [[0, 0]] * (t.shape.rank - 1)
+        rows = tf.shape(t)[0]
+        target = batch_size if multiple is None else (rows + multiple - 1) // multiple * multiple
+        paddings = [[0, target - rows]] + [[0, 0]] * (t.shape.rank - 1)
         padded = tf.pad(t, paddings, constant_values=-1 if name == EXAMPLE_INDEX else 0)
-        out[name] = tf.ensure_shape(padded, [batch_size] + t.shape.as_list()[1:])
+        static = batch_size if multiple is None else None
+        out[name] = tf.ensure_shape(padded, [static] + t.shape.as_list()[1:])
     return out
 
 
