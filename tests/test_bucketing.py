@@ -203,7 +203,8 @@ def test_evaluation_pads_a_buckets_last_batch_only_to_the_replicas(tmp_path):
                                           bucket_boundaries=(8, 16, SEQ))
     rows, seen = 0, []
     for batch in input_pipeline.finetuning_records(config, batch_size=16, is_training=False,
-                                                   pad_to_batch=True, pad_to_multiple=2):
+                                                   drop_remainder=False, pad_to_batch=True,
+                                                   pad_to_multiple=2):
         n = batch["input_ids"].shape[0]
         assert n % 2 == 0 and n <= 16
         rows += n
