@@ -1,5 +1,6 @@
 """export_saved_model.py: a fine-tuned classifier, a SQuAD model or the bare encoder as a
-serving SavedModel that takes raw strings and tokenizes in-graph (tensorflow-text).
+serving SavedModel that takes raw strings and tokenizes in-graph (tensorflow-text), or an
+encoder as a TF Hub encoder + preprocessor pair (--model_type=hub).
 
     python export_saved_model.py --model_type=classifier --init_checkpoint=runs/mrpc \
         --export_dir=export/mrpc
@@ -8,6 +9,9 @@ serving SavedModel that takes raw strings and tokenizes in-graph (tensorflow-tex
         --label_list=0,1 --text_pair --max_seq_length=128 --export_dir=export/mrpc
     python export_saved_model.py --model_type=encoder \
         --init_checkpoint=uncased_L-12_H-768_A-12 --export_dir=export/encoder
+    python export_saved_model.py --model_type=hub --init_checkpoint=uncased_L-12_H-768_A-12 \
+        --bert_config_file=bert_config.json --vocab_file=vocab.txt --do_lower_case=true \
+        --export_dir=export/hub          # -> export/hub/encoder, export/hub/preprocessor
 
 Settings come from explicit flags first, then from ``export_metadata.json`` beside the
 checkpoint (written by the fine-tuning runner; ``--metadata_file`` points elsewhere), then
@@ -26,9 +30,12 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-    flags.DEFINE_enum("model_type", "classifier", ["classifier", "squad", "encoder"],
-                      "What to export: a fine-tuned BertClassifier, a SQuAD BertSpanLabeler "
-                      "or the bare encoder.")
+    from modeling.export import MODEL_TYPES
+
+    flags.DEFINE_enum("model_type", "classifier", list(MODEL_TYPES),
+                      "What to export: a fine-tuned BertClassifier, a SQuAD BertSpanLabeler, "
+                      "the bare encoder, or a TF Hub encoder + preprocessor (hub); the "
+                      "families registered in modeling.export.SERVING_FAMILIES.")
     flags.DEFINE_string("init_checkpoint", None, "The trained model: our checkpoint (prefix or "
                         "output_dir), a TF1 checkpoint, or a Hugging Face directory.")
     flags.DEFINE_string("export_dir", None, "Directory of the SavedModel (written atomically).")
@@ -38,8 +45,9 @@ def define_flags():
                         "--init_checkpoint.")
     flags.DEFINE_bool("do_lower_case", None, "Tokenizer casing; default: the metadata's, "
                       "else true.")
-    flags.DEFINE_integer("max_seq_length", None, "Padded sequence length; default: the "
-                         "metadata's, else 128 (384 for squad).")
+    flags.DEFINE_integer("max_seq_length", None, "Padded sequence length (hub: the "
+                         "preprocessor's default seq_length); default: the metadata's, else "
+                         "128 (384 for squad).")
     flags.DEFINE_list("label_list", None, "Classifier label names in id order (comma "
                       "separated); default: the metadata's labels.")
     flags.DEFINE_integer("num_labels", None, "Classifier outputs; checked against the label "
@@ -57,11 +65,45 @@ def define_flags():
                          "original's filter before picking the best span).")
     flags.DEFINE_integer("doc_stride", 128, "squad: tokens between the starts of "
                          "consecutive context windows.")
-    flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.")
+    flags.DEFINE_integer("max_context_windows", 64, "squad: most doc_stride windows one "
+                         "example's context may need; a longer context is refused with an "
+                         "error (bounded memory per request).")
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --export_dir, only if it is an "
+                      "export this project wrote (never a directory with other content, "
+                      "never an input's directory).")
 
 
 class FlagError(ValueError):
     """A flag value that cannot work (the message names the flag)."""
+
+
+# Flags that set one family's ServingConfig field: given for another family, they would be
+# parsed and ignored, so they are refused.
+FAMILY_FLAGS = {"label_list": "labels", "num_labels": "labels",
+                "is_regression": "is_regression", "text_pair": "text_pair",
+                "max_query_length": "max_query_length",
+                "max_answer_length": "max_answer_length", "n_best_size": "n_best_size",
+                "doc_stride": "doc_stride", "max_context_windows": "max_context_windows"}
+
+
+def _check_family_flags(family) -> None:
+    for flag, field in FAMILY_FLAGS.items():
+        if FLAGS[flag].present and field not in family.fields:
+            users = sorted(t for t in _model_types() if field in _family(t).fields)
+            raise FlagError(f"--{flag} does not apply to --model_type={family.model_type} "
+                            f"(it is for: {', '.join(users) or 'no model type'})")
+
+
+def _model_types():
+    from modeling.export import MODEL_TYPES
+
+    return MODEL_TYPES
+
+
+def _family(model_type):
+    from modeling.export import get_family
+
+    return get_family(model_type)
 
 
 def _checkpoint_dir(path: str) -> str:
@@ -136,29 +178,29 @@ def build_serving_config(ckpt_dir: str):
         return meta_value if meta is not None else default
 
     default_len = 384 if FLAGS.model_type == "squad" else 128
+    if FLAGS.max_seq_length is not None:
+        max_seq_length = FLAGS.max_seq_length
+    elif meta is not None and FLAGS.model_type != "hub":
+        max_seq_length = meta.max_seq_length
+    else:
+        # A hub preprocessor's default seq_length is TF Hub's 128, not the fine-tuning
+        # run's: callers choose theirs per call (bert_pack_inputs(..., seq_length=...)).
+        max_seq_length = default_len
     serving = export.ServingConfig(
         model_type=FLAGS.model_type, vocab_file=vocab_file,
         do_lower_case=pick(FLAGS.do_lower_case, meta and meta.do_lower_case, True),
-        max_seq_length=pick(FLAGS.max_seq_length, meta and meta.max_seq_length, default_len),
+        max_seq_length=max_seq_length,
         labels=labels, is_regression=is_regression,
         text_pair=bool(pick(FLAGS.text_pair, meta and meta.text_pair, False)),
         max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length,
         doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size,
-        task=(meta.task if meta else ""))
+        max_context_windows=FLAGS.max_context_windows, task=(meta.task if meta else ""))
     return serving, config
 
 
 def build_model(serving, config, dtype: str):
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertClassifier, BertSpanLabeler
-
     policy = "mixed_bfloat16" if dtype == "bfloat16" else "float32"
-    if serving.model_type == "classifier":
-        num = 1 if serving.is_regression else len(serving.labels)
-        return BertClassifier(config, num, dtype=policy)
-    if serving.model_type == "squad":
-        return BertSpanLabeler(config, dtype=policy)
-    return BertEncoder(config, dtype=policy)
+    return _family(serving.model_type).build_model(serving, config, policy)
 
 
 def load_weights(model, path: str, model_type: str) -> None:
@@ -175,11 +217,19 @@ def load_weights(model, path: str, model_type: str) -> None:
                     "--num_labels / --is_regression against the fine-tuned task)")
         raise FlagError(f"--init_checkpoint={path}: {err}{hint}") from None
     if report.missing:
-        what = {"classifier": "a fine-tuned classifier (run_classifier.py output)",
-                "squad": "a fine-tuned SQuAD model (run_squad.py output)",
-                "encoder": "an encoder"}[model_type]
+        what = _family(model_type).weights_description
         raise FlagError(f"--init_checkpoint={path} lacks weights of {what}: "
                         f"{report.missing[:8]}{' ...' if len(report.missing) > 8 else ''}")
+
+
+def _inputs(location: str) -> list:
+    """(flag, path) of everything the export reads: never to be replaced by it."""
+    inputs = [("--init_checkpoint", FLAGS.init_checkpoint),
+              ("--init_checkpoint", location)]
+    for flag in ("vocab_file", "bert_config_file", "metadata_file"):
+        if FLAGS[flag].value:
+            inputs.append((f"--{flag}", FLAGS[flag].value))
+    return inputs
 
 
 def run() -> str:
@@ -190,15 +240,22 @@ def run() -> str:
         raise FlagError("--export_dir is required")
     from modeling import checkpoints, export
 
+    _check_family_flags(_family(FLAGS.model_type))
     try:
-        checkpoints.resolve(FLAGS.init_checkpoint)
+        _, location = checkpoints.resolve(FLAGS.init_checkpoint)
     except (checkpoints.CheckpointError, OSError) as err:
         raise FlagError(f"--init_checkpoint: {err}") from None
     ckpt_dir = _checkpoint_dir(FLAGS.init_checkpoint)
     serving, config = build_serving_config(ckpt_dir)
+    inputs = _inputs(location)
+    # Before any work: refuse an export_dir that would replace an input or foreign data.
+    export.check_export_dir(os.path.abspath(FLAGS.export_dir) if "://" not in FLAGS.export_dir
+                            else FLAGS.export_dir, overwrite=FLAGS.overwrite,
+                            inputs=[*inputs, ("--vocab_file", serving.vocab_file)])
     model = build_model(serving, config, FLAGS.dtype)
     load_weights(model, FLAGS.init_checkpoint, serving.model_type)
-    out = export.export_saved_model(model, serving, FLAGS.export_dir, overwrite=FLAGS.overwrite)
+    out = export.export_saved_model(model, serving, FLAGS.export_dir,
+                                    overwrite=FLAGS.overwrite, inputs=inputs)
     print(f"exported {serving.model_type} ({FLAGS.dtype}, max_seq_length="
           f"{serving.max_seq_length}, do_lower_case={serving.do_lower_case}"
           + (f", labels={list(serving.labels)}" if serving.labels else "")
@@ -208,6 +265,11 @@ def run() -> str:
 
 def main(argv):
     del argv
+    from data_prep import fileio, lifecycle
+
+    # SIGTERM/SIGHUP unwind like Ctrl-C: the temporary export is removed, the previous
+    # export (if any) stays.
+    lifecycle.exit_cleanly_on_signals()
     from data_prep.tokenization import VocabError
     from modeling import export
     from modeling.checkpoints import CheckpointError
@@ -215,7 +277,8 @@ def main(argv):
 
     try:
         run()
-    except (FlagError, export.ExportError, CheckpointError, ConfigError, VocabError) as err:
+    except (FlagError, export.ExportError, CheckpointError, ConfigError, VocabError,
+            fileio.OutputError) as err:
         print(f"export_saved_model.py: error: {err}", file=sys.stderr)
         sys.exit(2)
 

@@ -1,4 +1,4 @@
-"""Owns the serving SavedModel: raw strings in, in-graph tokenization, task outputs out.
+"""Owns the serving export machinery: the metadata contract, in-graph packing, the encoder signatures, the family registry and the all-or-nothing writer.
 
 ``export_saved_model(model, config, export_dir)`` writes a TensorFlow SavedModel that
 ``tf.saved_model.load`` serves in a process with only ``tensorflow`` and
@@ -6,53 +6,81 @@
 Tokenization is ``data_prep.tf_tokenization.BertInGraphTokenizer`` baked into the graph
 with the model's own vocab (also packaged as the asset ``assets/vocab.txt``) and casing.
 
-Signatures (all batch-first; strings are UTF-8 ``tf.string`` of shape [batch]):
+What each ``--model_type`` exports is a *serving family*, found through the registry
+``SERVING_FAMILIES`` (model_type -> module holding ``FAMILY``):
 
-* ``serving_default``: the task on raw strings.
-  - classifier: ``text`` (+ ``text_pair`` for pair tasks) -> ``probabilities`` float32
-    [batch, num_labels], ``label`` string [batch], ``logits``; regression -> ``score``
-    float32 [batch].
-  - squad: ``question``, ``context`` -> per example: ``answer_text`` string [batch],
-    ``score``, ``answer_start`` / ``answer_end`` (context WordPiece positions, -1 for an
-    empty context), ``null_score``; per window (the original's doc_stride windows, leading
-    dimension [windows]): ``window_example_index``, ``window_doc_start``,
-    ``window_answer_text``, ``window_score``, ``window_answer_start`` /
-    ``window_answer_end`` (positions in the window), ``window_null_score``,
-    ``window_start_logits`` / ``window_end_logits`` [windows, seq].
-  - encoder: ``text`` (+ ``text_pair``) -> ``pooled_output`` [batch, hidden],
-    ``sequence_output`` [batch, seq, hidden], ``encoder_outputs`` [batch, layers, seq, hidden].
+* ``classifier``: ``tasks.classification.export`` (text [+ text_pair] -> label
+  probabilities / regression score);
+* ``squad``: ``tasks.squad.export`` (question + context -> best answer span);
+* ``encoder``: this module (text [+ text_pair] -> the encoder's outputs);
+* ``hub``: ``modeling.hub_export`` (a TF Hub encoder + preprocessor pair, not one
+  SavedModel).
+
+Signatures every single-SavedModel family shares (batch-first; strings are UTF-8
+``tf.string`` [batch]):
+
+* ``serving_default``: the task on raw strings (see each family's module);
 * ``preprocess``: the same string inputs -> int32 ``input_ids``, ``input_mask``,
-  ``segment_ids`` [batch, seq].
-* ``encode``: int32 ``input_ids``/``input_mask``/``segment_ids`` -> the encoder outputs
-  above (the TF Hub BERT encoder interface).
-* ``serving_tokenized`` (classifier, squad): the three int32 tensors -> the task's logits
-  (and probabilities / score).
+  ``segment_ids`` [batch, seq] (plus a family's extras);
+* ``encode``: int32 ``input_ids``/``input_mask``/``segment_ids`` [batch, seq] (this
+  project's input names) -> ``pooled_output`` [batch, hidden], ``sequence_output``
+  [batch, seq, hidden], ``encoder_outputs`` [batch, layers, seq, hidden] (stacked:
+  signatures cannot return lists). This is NOT the TF Hub encoder interface (other input
+  names, stacked layers, no ``training`` argument): ``--model_type=hub`` exports that.
 
 All float outputs are float32, whatever the compute dtype (a ``mixed_bfloat16`` model
 computes in bfloat16 and casts its outputs).
 
-``export_metadata.json`` is the small contract between the fine-tuning runner and the
-exporter (labels, task settings); see ``ExportMetadata``.
+Adding a task family's export (the extension point)
+---------------------------------------------------
+1. Write ``tasks/<family>/export.py`` with a ``ServingFamily`` subclass and a module
+   attribute ``FAMILY = YourServing()``. It declares ``model_type``, the
+   ``ServingConfig`` fields it uses (``fields``: the CLI refuses flags of other
+   families), ``validate(config)``, ``build_model(config, bert_config, dtype_policy)``,
+   ``check_model(model, config)`` and ``signatures(module)``: concrete functions by name,
+   built on the ``ServingModule`` helpers (``module.pack`` for the classifier packing,
+   ``module.model_outputs``, ``text_signatures``). Override ``write`` only for a layout
+   other than one SavedModel (see ``modeling/hub_export.py``).
+2. Register it with one line in ``SERVING_FAMILIES``. ``export_saved_model.py``'s
+   ``--model_type`` choices, the weight checks, the overwrite rules and the atomic writer
+   then apply unchanged. A setting no existing ``ServingConfig`` field covers is added
+   there as a field with a default, plus its flag in ``export_saved_model.py``.
+
+Files: ``export_metadata.json`` is the small contract between the fine-tuning runner and
+the exporter (labels, task settings; see ``ExportMetadata``). Every export carries its own
+copy with ``"model_type"`` added in ``assets.extra/export_metadata.json``: that is also the
+marker by which ``--overwrite`` recognises an export this project wrote (``check_export_dir``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
-import shutil
-import uuid
 from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
 
+from data_prep import fileio
 from modeling.encoder import BertEncoder
 
-MODEL_TYPES = ("classifier", "squad", "encoder")
+# The registry: model_type -> module with a FAMILY. One line per task family.
+SERVING_FAMILIES = {
+    "classifier": "tasks.classification.export",
+    "squad": "tasks.squad.export",
+    "encoder": "modeling.export",
+    "hub": "modeling.hub_export",
+}
+MODEL_TYPES = tuple(SERVING_FAMILIES)
 DTYPES = ("float32", "bfloat16")
 METADATA_FILE = "export_metadata.json"
+# assets.extra/ is where SavedModel tooling keeps files that are not part of the graph.
+MARKER_PATH = ("assets.extra", METADATA_FILE)
+# The top-level entries of a SavedModel written by tf.saved_model.save, plus our marker.
+SAVED_MODEL_ENTRIES = frozenset({"saved_model.pb", "variables", "assets", "assets.extra",
+                                 "fingerprint.pb"})
 
 
 class ExportError(ValueError):
@@ -106,21 +134,19 @@ class ExportMetadata:
 
 def write_export_metadata(path: str, metadata: ExportMetadata) -> None:
     """Writes ``metadata`` as JSON (``path`` is a file, or a directory: then METADATA_FILE)."""
-    if tf.io.gfile.isdir(path):
+    if fileio.isdir(path):
         path = os.path.join(path, METADATA_FILE)
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write(metadata.to_json())
+    fileio.write_text(path, metadata.to_json())
 
 
 def read_export_metadata(path: str) -> ExportMetadata:
     """Reads ``export_metadata.json`` (a file, or a directory holding it)."""
-    if tf.io.gfile.isdir(path):
+    if fileio.isdir(path):
         path = os.path.join(path, METADATA_FILE)
-    with tf.io.gfile.GFile(path, "r") as f:
-        try:
-            data = json.loads(f.read())
-        except json.JSONDecodeError as err:
-            raise ExportError(f"{path}: not valid JSON ({err})") from None
+    try:
+        data = json.loads(fileio.read_text(path))
+    except json.JSONDecodeError as err:
+        raise ExportError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise ExportError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return ExportMetadata.from_dict(data, source=path)
@@ -131,10 +157,11 @@ class ServingConfig:
     """How the serving graph tokenizes and what it returns.
 
     Attributes:
-      model_type: "classifier", "squad" or "encoder".
+      model_type: a key of ``SERVING_FAMILIES``.
       vocab_file: the model's vocab.txt (baked into the graph and copied as an asset).
       do_lower_case: tokenizer casing.
-      max_seq_length: padded length of every window, special tokens included.
+      max_seq_length: padded length of every window, special tokens included (hub: the
+        preprocessor's default ``seq_length``).
       labels: classifier label names in id order (classification only).
       is_regression: classifier with one float output.
       text_pair: classifier/encoder inputs are pairs (``text`` + ``text_pair``).
@@ -143,6 +170,8 @@ class ServingConfig:
       doc_stride: squad: tokens between the starts of consecutive context windows.
       n_best_size: squad: a span's start and end must be among the window's n_best_size
         highest start / end logits (the original's candidate filter).
+      max_context_windows: squad: most windows one example's context may need; a longer
+        context is refused by the graph with an error instead of unbounded memory.
       task: informational, written to assets.extra/export_metadata.json.
     """
 
@@ -157,21 +186,22 @@ class ServingConfig:
     max_answer_length: int = 30
     doc_stride: int = 128
     n_best_size: int = 20
+    max_context_windows: int = 64
     task: str = ""
 
     def __post_init__(self):
         if self.model_type not in MODEL_TYPES:
             raise ExportError(f"model_type {self.model_type!r} is not one of {MODEL_TYPES}")
-        if self.model_type == "classifier" and not self.is_regression and len(self.labels) < 1:
-            raise ExportError("a classifier export needs its label names (or is_regression)")
-        if self.model_type == "squad" and self.max_seq_length < self.max_query_length + 4:
-            raise ExportError(f"max_seq_length={self.max_seq_length} leaves no room for the "
-                              f"context after max_query_length={self.max_query_length}")
-        if self.doc_stride < 1 or self.n_best_size < 1 or self.max_answer_length < 1:
-            raise ExportError(f"doc_stride={self.doc_stride}, n_best_size={self.n_best_size} "
-                              f"and max_answer_length={self.max_answer_length} must be positive")
         if self.max_seq_length < 3:
             raise ExportError(f"max_seq_length={self.max_seq_length} cannot hold [CLS] [SEP]")
+        get_family(self.model_type).validate(self)
+
+
+def get_family(model_type: str) -> "ServingFamily":
+    """The registered ``ServingFamily`` of ``model_type`` (imports its module)."""
+    if model_type not in SERVING_FAMILIES:
+        raise ExportError(f"model_type {model_type!r} is not one of {MODEL_TYPES}")
+    return importlib.import_module(SERVING_FAMILIES[model_type]).FAMILY
 
 
 # --------------------------------------------------------------------------- reference path
@@ -202,51 +232,25 @@ def python_features(tokenizer, texts: Sequence[str], text_pairs: Optional[Sequen
 # --------------------------------------------------------------------------- graph pieces
 
 
-def _string_spec(name):
+def string_spec(name):
+    """A [batch] tf.string input of a signature."""
     return tf.TensorSpec([None], tf.string, name=name)
 
 
-def _ids_specs():
+def ids_specs():
+    """The three int32 [batch, seq] model inputs of ``encode`` / ``serving_tokenized``."""
     return {k: tf.TensorSpec([None, None], tf.int32, name=k)
             for k in ("input_ids", "input_mask", "segment_ids")}
-
-
-def _in_top_k(logits, k):
-    """[batch, seq] bool: among the k highest of each row (ties: the lower index, like the
-    original's stable sort)."""
-    top = tf.math.top_k(logits, k=k).indices
-    hit = tf.equal(tf.range(tf.shape(logits)[1])[None, :, None], top[:, None, :])
-    return tf.reduce_any(hit, axis=-1)
-
-
-def _max_context(windows, pos):
-    """[windows, seq] bool: the window is the one where the token at each position has
-    the most context (``tasks.squad.data.max_context_span_index``: score min(left, right)
-    + 0.01 * window length, the earliest window on ties)."""
-    lengths = tf.RaggedTensor.from_row_lengths(windows["context_length"],
-                                               windows["num_windows"])
-    starts = tf.RaggedTensor.from_row_lengths(windows["doc_start"], windows["num_windows"])
-    example = windows["example"]
-    s = tf.gather(starts.to_tensor(default_value=-1), example)[:, None, :]   # [w, 1, k]
-    n = tf.gather(lengths.to_tensor(default_value=0), example)[:, None, :]
-    doc_pos = windows["doc_start"][:, None] + pos - windows["context_start"][:, None]
-    p = doc_pos[:, :, None]                                                  # [w, seq, 1]
-    contains = (p >= s) & (p < s + n)
-    score = (tf.cast(tf.minimum(p - s, s + n - 1 - p), tf.float64)
-             + 0.01 * tf.cast(n, tf.float64))
-    score = tf.where(contains, score, tf.constant(-np.inf, tf.float64))
-    k = tf.shape(score, out_type=tf.int64)[2]
-    is_best = contains & tf.equal(score, tf.reduce_max(score, axis=-1, keepdims=True))
-    first = tf.reduce_min(tf.where(is_best, tf.range(k)[None, None, :], k), axis=-1)
-    return tf.equal(first, windows["index"][:, None])
 
 
 class ServingModule(tf.Module):
     """The exported object: the Keras model, the in-graph tokenizer and the signatures.
 
     Args:
-      model: a built ``BertClassifier``, ``BertSpanLabeler`` or ``BertEncoder``.
+      model: the family's built model with its weights (``BertClassifier``,
+        ``BertSpanLabeler``, ``BertEncoder``, ...).
       config: a ``ServingConfig``.
+      tokenizer: an already built ``BertInGraphTokenizer`` (optional).
     """
 
     def __init__(self, model, config: ServingConfig, tokenizer=None):
@@ -265,10 +269,14 @@ class ServingModule(tf.Module):
         self.do_lower_case = tf.Variable(config.do_lower_case, trainable=False,
                                          name="do_lower_case")
 
-    # -- preprocessing ------------------------------------------------------------------
+    @property
+    def vocab_tokens(self) -> list:
+        """Token strings by id (index == id)."""
+        return self._vocab_tokens
 
-    def _pack(self, text, text_pair=None):
-        """Raw strings -> int32 model inputs, the classifier rules of the original."""
+    def pack(self, text, text_pair=None):
+        """Raw strings [batch] -> int32 model inputs [batch, seq], the classifier rules of
+        the original (``[CLS] a [SEP] (b [SEP])``, pair trimming, zero padding)."""
         tok = self.tokenizer
         seq = self.config.max_seq_length
         ids_a = tok.tokenize(text)
@@ -281,272 +289,246 @@ class ServingModule(tf.Module):
         is_pair = tf.expand_dims(ids_b.row_lengths() > 0, 1)
         return {k: tf.where(is_pair, pair[k], single[k]) for k in single}
 
-    def _pack_squad(self, question, context):
-        """The original's SQuAD windows: [CLS] question [SEP] context window [SEP].
+    def model_outputs(self, features):
+        """The task model in inference mode on int32 features."""
+        return self.model(features, training=False)
 
-        The question is cut to max_query_length tokens; the context is covered by windows
-        of max_seq_length - 3 - len(question) tokens, each starting doc_stride tokens after
-        the previous one, the last ending at the context's last token (``doc_spans_for``).
-        An empty context gives one window with no context tokens.
-
-        Returns:
-          (features, windows): features are int32 [windows, seq]; windows is a dict of
-          [windows] int tensors: example (row of the input batch), doc_start (first
-          context token of the window, in context sub-tokens), context_start (its position
-          in the window) and context_length.
-        """
-        c = self.config
-        tok = self.tokenizer
-        q = tok.tokenize(question)[:, :c.max_query_length]
-        ctx = tok.tokenize(context)
-        len_q, len_c = q.row_lengths(), ctx.row_lengths()
-        span = c.max_seq_length - 3 - len_q                       # context tokens per window
-        stride = tf.minimum(tf.cast(c.doc_stride, tf.int64), span)
-        extra = tf.maximum(len_c - span, 0)
-        num_windows = 1 + (extra + stride - 1) // stride
-        example = tf.repeat(tf.range(tf.shape(len_q, out_type=tf.int64)[0]), num_windows)
-        index = tf.ragged.range(num_windows).flat_values
-        doc_start = index * tf.gather(stride, example)
-        length = tf.minimum(tf.gather(len_c, example) - doc_start, tf.gather(span, example))
-        rows = tf.gather(ctx, example)
-        pos = tf.ragged.range(rows.row_lengths())
-        keep = (pos >= doc_start[:, None]) & (pos < (doc_start + length)[:, None])
-        window = tf.ragged.boolean_mask(rows, keep)
-        ids, segments = tf_text.combine_segments(
-            [tf.gather(q, example), window], start_of_sequence_id=tok.cls_id,
-            end_of_segment_id=tok.sep_id)
-        input_ids, input_mask = tf_text.pad_model_inputs(ids, c.max_seq_length)
-        segment_ids, _ = tf_text.pad_model_inputs(segments, c.max_seq_length)
-        features = {"input_ids": tf.cast(input_ids, tf.int32),
-                    "input_mask": tf.cast(input_mask, tf.int32),
-                    "segment_ids": tf.cast(segment_ids, tf.int32)}
-        windows = {"example": example, "doc_start": doc_start, "index": index,
-                   "num_windows": num_windows,
-                   "context_start": tf.gather(len_q, example) + 2, "context_length": length}
-        return features, windows
-
-    def _squad(self, question, context):
-        """Best span per window, then per example (the window with the best score)."""
-        features, windows = self._pack_squad(question, context)
-        best = self._best_span(features, windows)
-        batch = tf.shape(question)[0]
-        example = windows["example"]
-        # -inf (no context) as float32's lowest: unsorted_segment_max starts from it.
-        score = tf.maximum(best["score"], tf.float32.min)
-        top = tf.math.unsorted_segment_max(score, example, batch)
-        # The first window of each example reaching its best score.
-        is_top = tf.equal(score, tf.gather(top, example))
-        n = tf.shape(example, out_type=tf.int64)[0]
-        first = tf.math.unsorted_segment_min(
-            tf.where(is_top, tf.range(n), n), example, batch)
-        doc_start = tf.cast(tf.gather(windows["doc_start"], first), tf.int32)
-        shift = doc_start - tf.cast(tf.gather(windows["context_start"], first), tf.int32)
-        found = tf.gather(best["answer_start"], first) >= 0
-        out = {
-            "answer_text": tf.gather(best["answer_text"], first),
-            "score": tf.gather(best["score"], first),
-            "answer_start": tf.where(found, tf.gather(best["answer_start"], first) + shift, -1),
-            "answer_end": tf.where(found, tf.gather(best["answer_end"], first) + shift, -1),
-            "null_score": tf.math.unsorted_segment_min(best["null_score"], example, batch),
-            "window_example_index": tf.cast(example, tf.int32),
-            "window_doc_start": tf.cast(windows["doc_start"], tf.int32),
-        }
-        for key in ("answer_text", "score", "answer_start", "answer_end", "null_score",
-                    "start_logits", "end_logits"):
-            out[f"window_{key}"] = best[key]
-        return out
-
-    # -- heads ----------------------------------------------------------------------------
-
-    def _encode(self, features):
+    def encode(self, features):
+        """The encoder on int32 features -> float32 outputs, layers stacked batch-first."""
         out = self.encoder(features, training=False)
         return {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
                 "sequence_output": tf.cast(out["sequence_output"], tf.float32),
                 "encoder_outputs": tf.cast(tf.stack(out["encoder_outputs"], axis=1),
                                            tf.float32)}
 
-    def _classify(self, features):
-        logits = tf.cast(self.model(features, training=False)["logits"], tf.float32)
-        if self.config.is_regression:
-            return {"score": logits[:, 0], "logits": logits}
-        probabilities = tf.nn.softmax(logits, axis=-1)
-        labels = tf.constant(list(self.config.labels), tf.string)
-        return {"probabilities": probabilities, "logits": logits,
-                "label": tf.gather(labels, tf.argmax(probabilities, axis=-1))}
-
-    def _span_logits(self, features):
-        out = self.model(features, training=False)
-        return {"start_logits": tf.cast(out["start_logits"], tf.float32),
-                "end_logits": tf.cast(out["end_logits"], tf.float32)}
-
-    def _best_span(self, features, windows):
-        """The original's best prediction per window: (start, end) among the window's
-        n_best_size highest start and end logits, both on context tokens, the start in
-        its max-context window, end >= start, at most max_answer_length tokens; scored
-        start_logit + end_logit."""
-        out = self._span_logits(features)
-        start, end = out["start_logits"], out["end_logits"]
-        seq = tf.shape(start)[1]
-        pos = tf.range(seq, dtype=tf.int64)[tf.newaxis, :]
-        first, count = windows["context_start"], windows["context_length"]
-        in_context = (pos >= first[:, None]) & (pos < (first + count)[:, None])
-        top = tf.minimum(self.config.n_best_size, seq)
-        ok_start = in_context & _in_top_k(start, top) & _max_context(windows, pos)
-        ok_end = in_context & _in_top_k(end, top)
-        length = pos[:, tf.newaxis, :] - pos[:, :, tf.newaxis]  # [1, start, end]: end - start
-        valid = (ok_start[:, :, None] & ok_end[:, None, :] & (length >= 0)
-                 & (length < self.config.max_answer_length))
-        scores = start[:, :, None] + end[:, None, :]
-        neg = tf.fill(tf.shape(scores), tf.constant(-np.inf, tf.float32))
-        flat = tf.reshape(tf.where(valid, scores, neg), [tf.shape(start)[0], -1])
-        best = tf.argmax(flat, axis=-1, output_type=tf.int32)
-        has_answer = tf.reduce_any(valid, axis=[1, 2])
-        best_start = tf.where(has_answer, best // seq, -1)
-        best_end = tf.where(has_answer, best % seq, -1)
-        score = tf.where(has_answer, tf.reduce_max(flat, axis=-1), -np.inf)
-        out.update(answer_start=best_start, answer_end=best_end, score=score,
-                   null_score=start[:, 0] + end[:, 0],
-                   answer_text=self._span_text(features["input_ids"], best_start, best_end))
-        return out
-
-    def _span_text(self, input_ids, first, last):
-        """WordPieces first..last joined as the original's tok_text (" ##" and "##" removed)."""
-        pos = tf.range(tf.shape(input_ids)[1])[tf.newaxis, :]
-        keep = (pos >= first[:, None]) & (pos <= last[:, None])
-        vocab = tf.constant(self._vocab_tokens, tf.string)
-        tokens = tf.ragged.boolean_mask(tf.gather(vocab, input_ids), keep)
-        text = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
-        text = tf.strings.regex_replace(text, " ##", "")
-        text = tf.strings.regex_replace(text, "##", "")
-        return tf.strings.strip(tf.strings.regex_replace(text, " +", " "))
-
-    # -- signatures ------------------------------------------------------------------------
-
     def signatures(self) -> dict:
-        """Concrete functions by signature name (see the module docstring)."""
-        c = self.config
-        encode = tf.function(lambda **f: self._encode(f), input_signature=None)
-        sigs = {"encode": encode.get_concrete_function(**_ids_specs())}
-        if c.model_type == "squad":
-            def serve(question, context):
-                return self._squad(question, context)
-
-            def preprocess(question, context):
-                features, windows = self._pack_squad(question, context)
-                return {**features,
-                        "window_example_index": tf.cast(windows["example"], tf.int32),
-                        "window_doc_start": tf.cast(windows["doc_start"], tf.int32)}
-
-            strings = {"question": _string_spec("question"), "context": _string_spec("context")}
-            sigs["serving_tokenized"] = tf.function(
-                lambda **f: self._span_logits(f)).get_concrete_function(**_ids_specs())
-        else:
-            head = self._classify if c.model_type == "classifier" else self._encode
-
-            if c.text_pair:
-                def serve(text, text_pair):
-                    return head(self._pack(text, text_pair))
-
-                def preprocess(text, text_pair):
-                    return self._pack(text, text_pair)
-
-                strings = {"text": _string_spec("text"), "text_pair": _string_spec("text_pair")}
-            else:
-                def serve(text):
-                    return head(self._pack(text))
-
-                def preprocess(text):
-                    return self._pack(text)
-
-                strings = {"text": _string_spec("text")}
-            if c.model_type == "classifier":
-                sigs["serving_tokenized"] = tf.function(
-                    lambda **f: self._classify(f)).get_concrete_function(**_ids_specs())
-        sigs["serving_default"] = tf.function(serve).get_concrete_function(**strings)
-        sigs["preprocess"] = tf.function(preprocess).get_concrete_function(**strings)
+        """Concrete functions by signature name: ``encode`` plus the family's."""
+        encode = tf.function(lambda **f: self.encode(f))
+        sigs = {"encode": encode.get_concrete_function(**ids_specs())}
+        sigs.update(get_family(self.config.model_type).signatures(self))
         return sigs
+
+
+def text_signatures(module: ServingModule, head) -> dict:
+    """``serving_default`` and ``preprocess`` on ``text`` (+ ``text_pair`` when the config
+    says so): strings -> ``module.pack`` -> ``head(features)``."""
+    if module.config.text_pair:
+        def serve(text, text_pair):
+            return head(module.pack(text, text_pair))
+
+        def preprocess(text, text_pair):
+            return module.pack(text, text_pair)
+
+        strings = {"text": string_spec("text"), "text_pair": string_spec("text_pair")}
+    else:
+        def serve(text):
+            return head(module.pack(text))
+
+        def preprocess(text):
+            return module.pack(text)
+
+        strings = {"text": string_spec("text")}
+    return {"serving_default": tf.function(serve).get_concrete_function(**strings),
+            "preprocess": tf.function(preprocess).get_concrete_function(**strings)}
+
+
+# --------------------------------------------------------------------------- families
+
+
+class ServingFamily:
+    """What one ``--model_type`` exports (see the module docstring: the extension point).
+
+    Attributes:
+      model_type: the registry key.
+      weights_description: what a checkpoint must hold, for error messages.
+      fields: the ``ServingConfig`` fields beyond the common ones that the family uses.
+    """
+
+    model_type = ""
+    weights_description = ""
+    fields: tuple = ()
+
+    def validate(self, config: ServingConfig) -> None:
+        """Raises ExportError for settings this family cannot serve."""
+
+    def build_model(self, config: ServingConfig, bert_config, dtype_policy: str):
+        """The (untrained) model whose weights the checkpoint provides."""
+        raise NotImplementedError
+
+    def check_model(self, model, config: ServingConfig) -> None:
+        """Raises ExportError when ``model`` does not fit the family or ``config``."""
+        raise NotImplementedError
+
+    def signatures(self, module: ServingModule) -> dict:
+        """The family's concrete functions by signature name (``encode`` is added)."""
+        raise NotImplementedError
+
+    def write(self, model, config: ServingConfig, directory: str, tokenizer=None) -> None:
+        """Writes the export into the fresh ``directory`` (a temporary; see the writer)."""
+        module = ServingModule(model, config, tokenizer=tokenizer)
+        tf.saved_model.save(module, directory, signatures=module.signatures())
+        write_marker(directory, config.model_type, config)
+
+
+class EncoderServing(ServingFamily):
+    """``--model_type=encoder``: text (+ text_pair) -> the bare encoder's outputs."""
+
+    model_type = "encoder"
+    weights_description = "an encoder"
+    fields = ("text_pair",)
+
+    def build_model(self, config, bert_config, dtype_policy):
+        return BertEncoder(bert_config, dtype=dtype_policy)
+
+    def check_model(self, model, config):
+        _expect_model(model, BertEncoder, config)
+
+    def signatures(self, module):
+        return text_signatures(module, module.encode)
+
+
+FAMILY = EncoderServing()
+
+
+def _expect_model(model, expected, config: ServingConfig) -> None:
+    if not isinstance(model, expected):
+        raise ExportError(f"model_type {config.model_type!r} needs a {expected.__name__}, got "
+                          f"{type(model).__name__}")
+
+
+def encoder_of(model):
+    """The ``BertEncoder`` inside a task model (or the model itself)."""
+    return model if isinstance(model, BertEncoder) else model.encoder
 
 
 # --------------------------------------------------------------------------- export
 
 
-def export_saved_model(model, config: ServingConfig, export_dir: str, *,
-                       overwrite: bool = False, tokenizer=None) -> str:
-    """Writes the serving SavedModel of ``model`` to ``export_dir``, atomically.
+def write_marker(directory: str, model_type: str, config: Optional[ServingConfig]) -> None:
+    """``assets.extra/export_metadata.json``: the settings + ``model_type`` (our marker)."""
+    data = {}
+    if config is not None:
+        data = json.loads(ExportMetadata(
+            task=config.task, labels=tuple(config.labels), is_regression=config.is_regression,
+            do_lower_case=config.do_lower_case, max_seq_length=config.max_seq_length,
+            text_pair=config.text_pair).to_json())
+    data["model_type"] = model_type
+    extra = os.path.join(directory, *MARKER_PATH[:-1])
+    fileio.makedirs(extra)
+    with fileio.open_file(os.path.join(extra, METADATA_FILE), "w", newline="\n") as f:
+        f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
-    The SavedModel is written to a temporary sibling directory and renamed into place, so
-    ``export_dir`` is either absent, the previous export, or complete. With
-    ``overwrite=False`` an existing non-empty ``export_dir`` is an error.
+
+def export_kind(path: str) -> Optional[str]:
+    """The model_type of the export this project wrote at ``path``, else None.
+
+    An export is recognised by its marker (``assets.extra/export_metadata.json`` holding a
+    ``model_type``) and by holding nothing but what the exporter writes: a SavedModel's
+    entries, or for ``hub`` the ``encoder`` and ``preprocessor`` SavedModels. A directory
+    with anything else in it is not an export, whatever it also holds.
+    """
+    if not fileio.isdir(path):
+        return None
+    entries = {name.rstrip("/") for name in fileio.listdir(path)}
+    if entries and entries <= {"encoder", "preprocessor"}:
+        kinds = {export_kind(os.path.join(path, name)) for name in entries}
+        return "hub" if kinds <= {"hub_encoder", "hub_preprocessor"} else None
+    if "saved_model.pb" not in entries or not entries <= SAVED_MODEL_ENTRIES:
+        return None
+    try:
+        data = json.loads(fileio.read_text(os.path.join(path, *MARKER_PATH)))
+    except (OSError, ValueError, tf.errors.OpError):
+        return None
+    kind = data.get("model_type") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) and kind else None
+
+
+def check_export_dir(export_dir: str, *, overwrite: bool,
+                     inputs: Sequence[tuple[str, str]] = ()) -> None:
+    """Refuses, before any work, an ``export_dir`` whose replacement could destroy data.
+
+    Rules: the export never replaces (or lies around) an input: not the directory of any
+    input file, nor a parent of one; not the checkpoint's directory, a parent or a child of
+    it (a run's output_dir belongs to its run). An existing ``export_dir`` is replaced only
+    if it is empty, or is an export this project wrote (``export_kind``) and ``overwrite``
+    is set; a directory with other content is never replaced.
 
     Args:
-      model: a ``BertClassifier`` / ``BertSpanLabeler`` / ``BertEncoder`` with its weights.
+      export_dir: the destination.
+      overwrite: replacing a previous export is allowed.
+      inputs: (flag, path) of what the export reads; the flag ``--init_checkpoint`` (its
+        path: a checkpoint prefix or directory) also protects the checkpoint's children.
+
+    Raises:
+      ExportError naming the flags, the paths and why.
+    """
+    for flag, path in inputs:
+        if not path:
+            continue
+        directory = path if fileio.isdir(path) else fileio.parent_dir(path)
+        if fileio.is_within(directory, export_dir):
+            how = "is" if fileio.is_within(export_dir, directory) else "contains"
+            raise ExportError(
+                f"--export_dir={export_dir} {how} the directory of {flag}={path}: replacing "
+                "it would delete an input; export to a directory of its own")
+        if flag == "--init_checkpoint" and fileio.is_within(export_dir, directory):
+            raise ExportError(
+                f"--export_dir={export_dir} is inside the checkpoint directory {directory} "
+                f"({flag}={path}), which belongs to its training run; export beside it")
+    if not fileio.exists(export_dir):
+        return
+    if not fileio.isdir(export_dir):
+        raise ExportError(f"--export_dir={export_dir} is a file, not a directory; refusing "
+                          "to replace it")
+    entries = sorted(name.rstrip("/") for name in fileio.listdir(export_dir))
+    if not entries:
+        return
+    kind = export_kind(export_dir)
+    if kind is None:
+        shown = ", ".join(entries[:5]) + (" ..." if len(entries) > 5 else "")
+        raise ExportError(
+            f"--export_dir={export_dir} exists and is not empty, and is not an export written "
+            f"by this project (it holds: {shown}); refusing to replace it, even with "
+            "--overwrite. Choose a new directory.")
+    if not overwrite:
+        raise ExportError(f"--export_dir={export_dir} exists and is not empty: it holds a "
+                          f"previous {kind} export (pass overwrite=True / --overwrite to "
+                          "replace it)")
+
+
+def export_saved_model(model, config: ServingConfig, export_dir: str, *,
+                       overwrite: bool = False, tokenizer=None,
+                       inputs: Sequence[tuple[str, str]] = ()) -> str:
+    """Writes the export of ``model`` to ``export_dir``, all-or-nothing.
+
+    The export is written to a hidden temporary beside ``export_dir`` and swapped in only
+    when complete (``fileio.AtomicOutputs``), so ``export_dir`` is absent, the previous
+    export, or the complete new one; temporaries of a killed run are removed by the next.
+    ``check_export_dir`` decides first whether ``export_dir`` may be replaced.
+
+    Args:
+      model: the family's model with its weights (``BertClassifier`` / ``BertSpanLabeler``
+        / ``BertEncoder``).
       config: the ``ServingConfig``.
       export_dir: destination directory.
+      overwrite: replace a previous export of this project.
       tokenizer: an already built ``BertInGraphTokenizer`` (optional, saves ~2 s).
+      inputs: (flag, path) of the files the export was made from (checkpoint, config);
+        the vocab file is always one.
 
     Returns:
       ``export_dir``.
     """
-    _check_model(model, config)
-    export_dir = os.path.abspath(export_dir) if "://" not in export_dir else export_dir
-    if tf.io.gfile.exists(export_dir) and tf.io.gfile.listdir(export_dir) and not overwrite:
-        raise ExportError(f"{export_dir} exists and is not empty (pass overwrite=True / "
-                          "--overwrite to replace it)")
-    parent = os.path.dirname(export_dir.rstrip("/"))
-    tf.io.gfile.makedirs(parent)
-    name = os.path.basename(export_dir.rstrip("/"))
-    tmp = os.path.join(parent, f".{name}.tmp-{uuid.uuid4().hex}")
-    module = ServingModule(model, config, tokenizer=tokenizer)
-    try:
-        tf.saved_model.save(module, tmp, signatures=module.signatures())
-        extra = os.path.join(tmp, "assets.extra")
-        tf.io.gfile.makedirs(extra)
-        meta = ExportMetadata(task=config.task, labels=tuple(config.labels),
-                              is_regression=config.is_regression,
-                              do_lower_case=config.do_lower_case,
-                              max_seq_length=config.max_seq_length, text_pair=config.text_pair)
-        with tf.io.gfile.GFile(os.path.join(extra, METADATA_FILE), "w") as f:
-            data = json.loads(meta.to_json())
-            data["model_type"] = config.model_type
-            f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-        _replace_dir(tmp, export_dir)
-    except BaseException:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.rmtree(tmp)
-        raise
-    return export_dir
-
-
-def _replace_dir(src: str, dst: str) -> None:
-    """Renames ``src`` to ``dst``; an existing ``dst`` is moved aside first, then deleted."""
-    if not tf.io.gfile.exists(dst):
-        tf.io.gfile.rename(src, dst)
-        return
-    old = f"{dst.rstrip('/')}.old-{uuid.uuid4().hex}"
-    tf.io.gfile.rename(dst, old)
-    tf.io.gfile.rename(src, dst)
-    if "://" in old:
-        tf.io.gfile.rmtree(old)
-    else:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _check_model(model, config: ServingConfig) -> None:
-    from modeling.models import BertClassifier, BertSpanLabeler
-
-    expected = {"classifier": BertClassifier, "squad": BertSpanLabeler,
-                "encoder": BertEncoder}[config.model_type]
-    if not isinstance(model, expected):
-        raise ExportError(f"model_type {config.model_type!r} needs a {expected.__name__}, got "
-                          f"{type(model).__name__}")
-    if config.model_type == "classifier":
-        want = 1 if config.is_regression else len(config.labels)
-        if model.num_labels != want:
-            raise ExportError(
-                f"the classifier has {model.num_labels} outputs but "
-                + ("regression needs 1" if config.is_regression
-                   else f"{len(config.labels)} labels were given: {list(config.labels)}"))
-    max_pos = (model if isinstance(model, BertEncoder) else model.encoder).config
-    if config.max_seq_length > max_pos.max_position_embeddings:
+    family = get_family(config.model_type)
+    family.check_model(model, config)
+    max_pos = encoder_of(model).config.max_position_embeddings
+    if config.max_seq_length > max_pos:
         raise ExportError(f"max_seq_length={config.max_seq_length} exceeds the model's "
-                          f"max_position_embeddings={max_pos.max_position_embeddings}")
+                          f"max_position_embeddings={max_pos}")
+    export_dir = export_dir if fileio.is_url(export_dir) else os.path.abspath(export_dir)
+    export_dir = export_dir.rstrip("/")
+    check_export_dir(export_dir, overwrite=overwrite,
+                     inputs=[*inputs, ("--vocab_file", config.vocab_file)])
+    with fileio.AtomicOutputs([export_dir], replace_directories=True) as out:
+        family.write(model, config, out.temp(export_dir), tokenizer=tokenizer)
+    return export_dir

@@ -262,32 +262,74 @@ def test_squad_export_equals_python_postprocessing(served):
     np.testing.assert_allclose(out["squad/serving_default/null_score"], null, atol=1e-6)
 
 
-def test_max_context_rule_equals_data_prep_squad():
-    """The in-graph max-context mask against squad.max_context_span_index, two examples
-    with different window layouts in one batch."""
-    from tasks.squad.data import doc_spans_for, max_context_span_index
+def _windows_of(cases, offset):
+    """pack_squad's window dict for examples given as (tokens, window length, stride)."""
+    from tasks.squad.data import doc_spans_for
 
-    cases = [(50, 12, 5), (30, 10, 10), (9, 10, 4)]  # tokens, window length, stride
     spans = [doc_spans_for(n, span, stride) for n, span, stride in cases]
-    offset, seq = 3, 16
+
+    def per_window(values):
+        return tf.constant([v for v, s in zip(values, spans) for _ in s], tf.int64)
+
     windows = {
-        "example": tf.constant([i for i, s in enumerate(spans) for _ in s], tf.int64),
+        "example": per_window(range(len(cases))),
         "index": tf.constant([k for s in spans for k in range(len(s))], tf.int64),
-        "num_windows": tf.constant([len(s) for s in spans], tf.int64),
         "doc_start": tf.constant([w.start for s in spans for w in s], tf.int64),
         "context_length": tf.constant([w.length for s in spans for w in s], tf.int64),
+        "stride": per_window([min(stride, span) for _, span, stride in cases]),
+        "span": per_window([span for _, span, _ in cases]),
+        "doc_length": per_window([n for n, _, _ in cases]),
+        "num_windows": per_window([len(s) for s in spans]),
     }
-    windows["context_start"] = tf.fill(tf.shape(windows["example"]), tf.constant(offset,
-                                                                                 tf.int64))
-    got = export._max_context(windows, tf.range(seq, dtype=tf.int64)[None, :]).numpy()
+    windows["context_start"] = tf.fill(tf.shape(windows["example"]),
+                                       tf.constant(offset, tf.int64))
+    return spans, windows
+
+
+def test_max_context_rule_equals_data_prep_squad():
+    """The in-graph max-context mask against squad.max_context_span_index, examples with
+    different window layouts in one batch: ties, a short last window, stride 1, strides
+    that do not divide the window, one window, windows as long as the stride."""
+    from tasks.squad import export as squad_export
+    from tasks.squad.data import max_context_span_index
+
+    cases = [(50, 12, 5), (30, 10, 10), (9, 10, 4), (40, 13, 1), (61, 16, 7), (33, 8, 3),
+             (100, 14, 6), (17, 17, 5), (18, 17, 20), (1, 5, 2), (64, 11, 11), (57, 12, 12),
+             (80, 9, 4)]
+    offset, seq = 3, 24
+    spans, windows = _windows_of(cases, offset)
+    got = squad_export.max_context(windows, tf.range(seq, dtype=tf.int64)[None, :]).numpy()
     row = 0
     for (n, _, _), s in zip(cases, spans):
         best = max_context_span_index(s, n)
         for k, w in enumerate(s):
             expected = [best[w.start + i] == k for i in range(w.length)]
             assert got[row, offset:offset + w.length].tolist() == expected, (n, k)
+            # Positions outside the window's context are never its max-context tokens.
+            assert not got[row, :offset].any() and not got[row, offset + w.length:].any()
             row += 1
-    assert not got.all()  # the rule does exclude positions
+    assert row > 60 and not got.all()  # the rule does exclude positions
+
+
+def test_max_context_rule_random_layouts():
+    """A seeded sweep of window layouts (incl. every stride up to the window length)."""
+    from tasks.squad import export as squad_export
+    from tasks.squad.data import max_context_span_index
+
+    rng = np.random.default_rng(5)
+    cases = []
+    for _ in range(60):
+        span = int(rng.integers(1, 20))
+        cases.append((int(rng.integers(1, 90)), span, int(rng.integers(1, span + 3))))
+    spans, windows = _windows_of(cases, 2)
+    got = squad_export.max_context(windows, tf.range(24, dtype=tf.int64)[None, :]).numpy()
+    row = 0
+    for (n, _, _), s in zip(cases, spans):
+        best = max_context_span_index(s, n)
+        for k, w in enumerate(s):
+            assert got[row, 2:2 + w.length].tolist() == [
+                best[w.start + i] == k for i in range(w.length)], (n, s, k)
+            row += 1
 
 
 def test_bfloat16_model_exports_float32_outputs(tmp_path):
@@ -362,3 +404,192 @@ def test_cli_bad_flags_exit_non_zero(run_dir, tmp_path, flags, message):
     assert message in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- --overwrite
+
+
+def _fake_export(path, model_type="classifier", extra=()):
+    """A directory laid out like one of our exports (the marker is what is checked)."""
+    (path / "variables").mkdir(parents=True)
+    (path / "saved_model.pb").write_bytes(b"pb")
+    (path / "assets.extra").mkdir()
+    (path / "assets.extra" / "export_metadata.json").write_text(
+        json.dumps({"model_type": model_type}))
+    for name in extra:
+        (path / name).write_text("user data")
+    return str(path)
+
+
+def test_overwrite_replaces_only_our_exports_never_inputs(tmp_path):
+    """Issue 10: --overwrite deleted whatever --export_dir named, the checkpoint included."""
+    run = tmp_path / "runs" / "mrpc"
+    run.mkdir(parents=True)
+    (run / "ckpt-3.index").write_text("checkpoint")
+    (tmp_path / "vocabs").mkdir()
+    (tmp_path / "vocabs" / "vocab.txt").write_text("[PAD]\n")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("mine")
+    (tmp_path / "a_file").write_text("mine")
+    other_saved_model = tmp_path / "other_sm"
+    other_saved_model.mkdir()
+    (other_saved_model / "saved_model.pb").write_bytes(b"pb")
+    ours = _fake_export(tmp_path / "ours")
+    ours_plus = _fake_export(tmp_path / "ours_plus", extra=["notes.txt"])
+    (tmp_path / "empty").mkdir()
+    inputs = [("--init_checkpoint", str(run / "ckpt-3")),
+              ("--vocab_file", str(tmp_path / "vocabs" / "vocab.txt"))]
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+    refused = {
+        str(run): "is the directory of --init_checkpoint",
+        str(run.parent): "contains the directory of --init_checkpoint",
+        str(tmp_path): "contains the directory of --init_checkpoint",
+        str(run / "export"): "inside the checkpoint directory",
+        str(tmp_path / "vocabs"): "is the directory of --vocab_file",
+        str(tmp_path / "foreign"): "not an export written by this project",
+        str(tmp_path / "a_file"): "is a file",
+        str(other_saved_model): "not an export written by this project",
+        ours_plus: "not an export written by this project",
+    }
+    for target, message in refused.items():
+        with pytest.raises(export.ExportError, match=message) as err:
+            export.check_export_dir(target, overwrite=True, inputs=inputs)
+        assert "--export_dir=" in str(err.value), target
+    with pytest.raises(export.ExportError, match="previous classifier export.*--overwrite"):
+        export.check_export_dir(ours, overwrite=False, inputs=inputs)
+    for target in (ours, str(tmp_path / "empty"), str(tmp_path / "new" / "dir")):
+        export.check_export_dir(target, overwrite=True, inputs=inputs)
+    assert export.export_kind(ours) == "classifier" and export.export_kind(ours_plus) is None
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+def test_overwrite_swaps_in_the_new_export_and_cleans_stale_temporaries(tmp_path):
+    from data_prep import fileio
+
+    vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
+    serving = export.ServingConfig("classifier", vocab, True, SEQ, labels=("a", "b"))
+    target = tmp_path / "exp"
+    keras.utils.set_random_seed(21)
+    first, second = BertClassifier(_config(), 2), BertClassifier(_config(), 2)
+    export.export_saved_model(first, serving, str(target))
+    # A temporary left by a killed export (its process is gone): removed by the next run.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".exp{fileio.TEMP_MARK}{fileio._HOST}-{dead.pid}-0badcafe"
+    stale.mkdir()
+    (stale / "saved_model.pb").write_bytes(b"half")
+    export.export_saved_model(second, serving, str(target), overwrite=True)
+    assert sorted(os.listdir(tmp_path)) == ["exp", "vocab.txt"]
+    got = tf.saved_model.load(str(target)).signatures["serving_default"](
+        text=tf.constant(TEXTS))["probabilities"].numpy()
+    _, want = _python_probabilities(second, vocab, TEXTS, None)
+    _, old = _python_probabilities(first, vocab, TEXTS, None)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    assert np.abs(want - old).max() > 1e-3  # the two exports are told apart
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where,message", [
+    ("run", "is the directory of --init_checkpoint"),
+    ("parent", "contains the directory of --init_checkpoint"),
+    ("child", "inside the checkpoint directory"),
+])
+def test_cli_overwrite_never_touches_the_checkpoint(run_dir, where, message):
+    """The issue's reproduction: --overwrite=true with --export_dir at the checkpoint."""
+    d, _ = run_dir
+    target = {"run": d, "parent": d.parent, "child": d / "export"}[where]
+    before = sorted(os.listdir(d))
+    result = _cli(f"--init_checkpoint={d}", f"--export_dir={target}", "--overwrite=true")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert sorted(os.listdir(d)) == before
+
+
+# --------------------------------------------------------------------------- SQuAD limits
+
+LONG_CONTEXT_WINDOWS = 800
+MEMORY_SCRIPT = textwrap.dedent("""
+    import json, resource, sys
+    import tensorflow_text  # noqa: F401
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+    def peak_mb():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    serve(question=tf.constant(["who sat?"]), context=tf.constant(["the cat sat."]))
+    base, growth = peak_mb(), {}
+    for repeats in map(int, sys.argv[2:]):
+        context = " ".join(["the cat sat on the mat far away"] * repeats)
+        out = serve(question=tf.constant(["who sat?"]), context=tf.constant([context]))
+        growth[int(out["window_example_index"].shape[0])] = peak_mb() - base
+    print(json.dumps(growth))
+""")
+
+
+@pytest.fixture(scope="module")
+def long_squad(run_dir, tmp_path_factory):
+    d, _ = run_dir
+    keras.utils.set_random_seed(8)
+    model = BertSpanLabeler(_config())
+    out = tmp_path_factory.mktemp("squad_long") / "squad"
+    export.export_saved_model(model, export.ServingConfig(
+        "squad", str(d / "vocab.txt"), True, SEQ, max_query_length=8, max_answer_length=5,
+        doc_stride=DOC_STRIDE, n_best_size=N_BEST, max_context_windows=LONG_CONTEXT_WINDOWS),
+        str(out))
+    return model, str(out), str(d / "vocab.txt")
+
+
+@pytest.mark.slow
+def test_squad_long_context_equals_python_and_limit_is_enforced(long_squad):
+    from tasks.squad import data as squad
+    from tasks.squad import export as squad_export
+    from tasks.squad import postprocess
+
+    model, directory, vocab = long_squad
+    serve = tf.saved_model.load(directory).signatures["serving_default"]
+    context = " ".join(f"the {w} dog ran far away home" for w in ["big", "red"] * 125)
+    out = serve(question=tf.constant(["who ran?"]), context=tf.constant([context]))
+    tokenizer = FullTokenizer(vocab)
+    examples = [squad.SquadExample("0", "who ran?", squad.split_context(context)[0])]
+    features = list(squad.iter_features(examples, tokenizer, squad.WindowConfig(
+        max_seq_length=SEQ, doc_stride=DOC_STRIDE, max_query_length=8), is_training=False))
+    assert len(features) == out["window_example_index"].shape[0] >= 100
+    start = out["window_start_logits"].numpy()
+    predictions = postprocess.compute_predictions(
+        examples, features, ([f.unique_id for f in features], start,
+                             out["window_end_logits"].numpy()),
+        postprocess.PostprocessConfig(n_best_size=N_BEST, max_answer_length=5))
+    best = predictions.nbest["0"][0]
+    np.testing.assert_allclose(out["score"].numpy()[0], best["start_logit"] + best["end_logit"],
+                               atol=1e-5)
+    text = out["answer_text"].numpy()[0].decode()
+    assert text.replace(" ", "") == best["text"].lower().replace(" ", "")
+    # One window more than the export's maximum: a clear error, no unbounded memory.
+    too_long = " ".join(["the cat sat on the mat far away"] * 2000)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=squad_export.TOO_MANY_WINDOWS):
+        serve(question=tf.constant(["who sat?", "x"]), context=tf.constant([too_long, "a"]))
+
+
+@pytest.mark.slow
+def test_squad_request_memory_grows_linearly_with_the_context(long_squad, tmp_path):
+    """Peak RSS growth of one request, in a fresh process, for ~200 and ~800 windows.
+
+    The quadratic version held [windows, seq, windows] float64 tensors (and a copy of the
+    whole context per window): with this script and export it grew +47 MB at 200 windows
+    and +644 MB at 800 (x14 for x4 windows); the linear one +10 MB and +38 MB (x3.7). The
+    bounds (300 MB, and x2.5 the linear extrapolation) leave room for allocator noise and
+    fail for the quadratic version on both counts."""
+    _, directory, _ = long_squad
+    script = tmp_path / "memory.py"
+    script.write_text(MEMORY_SCRIPT, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, "-I", str(script), directory, "400", "1600"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    growth = {int(k): v for k, v in json.loads(result.stdout.strip().splitlines()[-1]).items()}
+    (small, g_small), (large, g_large) = sorted(growth.items())
+    assert 150 <= small <= 250 and large >= 4 * small - 10 and large <= LONG_CONTEXT_WINDOWS
+    assert g_large < 300, growth
+    assert g_large < 2.5 * (large / small) * max(g_small, 10), growth

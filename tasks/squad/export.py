@@ -1,0 +1,285 @@
+"""Owns the SQuAD serving signatures: question + context -> the original's best answer span, with a bounded, linear cost per request.
+
+The ``squad`` family of ``modeling.export`` (see its docstring for the registry and the
+signatures every family shares). Signatures:
+
+* ``serving_default``: ``question``, ``context`` [batch] -> per example: ``answer_text``
+  string [batch], ``score``, ``answer_start`` / ``answer_end`` (context WordPiece
+  positions, -1 when no span is valid), ``null_score``; per window (the original's
+  doc_stride windows, leading dimension [windows]): ``window_example_index``,
+  ``window_doc_start``, ``window_answer_text``, ``window_score``,
+  ``window_answer_start`` / ``window_answer_end`` (positions in the window),
+  ``window_null_score``, ``window_start_logits`` / ``window_end_logits`` [windows, seq];
+* ``preprocess``: the same inputs -> int32 ``input_ids``, ``input_mask``, ``segment_ids``
+  [windows, seq] + ``window_example_index``, ``window_doc_start`` [windows];
+* ``serving_tokenized``: the three int32 tensors -> ``start_logits``, ``end_logits``.
+
+Cost of a request: every intermediate is at most [windows, seq, k] with k one of 3 (the
+max-context candidates), ``max_answer_length`` or the model's own sizes, and the context is
+tokenized once (windows index into it, never copy it): memory and time grow linearly with
+the context's length. An example whose context needs more than
+``ServingConfig.max_context_windows`` windows is refused with InvalidArgumentError.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from modeling import export
+
+# The message of the InvalidArgumentError for too long a context (kept for tests and docs).
+TOO_MANY_WINDOWS = "needs more context windows than max_context_windows"
+
+
+class SquadServing(export.ServingFamily):
+    """``--model_type=squad``: a fine-tuned ``BertSpanLabeler``."""
+
+    model_type = "squad"
+    weights_description = "a fine-tuned SQuAD model (run_squad.py output)"
+    fields = ("max_query_length", "max_answer_length", "doc_stride", "n_best_size",
+              "max_context_windows")
+
+    def validate(self, config):
+        if config.max_seq_length < config.max_query_length + 4:
+            raise export.ExportError(
+                f"max_seq_length={config.max_seq_length} leaves no room for the context "
+                f"after max_query_length={config.max_query_length}")
+        if min(config.doc_stride, config.n_best_size, config.max_answer_length,
+               config.max_context_windows) < 1:
+            raise export.ExportError(
+                f"doc_stride={config.doc_stride}, n_best_size={config.n_best_size}, "
+                f"max_answer_length={config.max_answer_length} and max_context_windows="
+                f"{config.max_context_windows} must be positive")
+
+    def build_model(self, config, bert_config, dtype_policy):
+        from modeling.models import BertSpanLabeler
+
+        return BertSpanLabeler(bert_config, dtype=dtype_policy)
+
+    def check_model(self, model, config):
+        from modeling.models import BertSpanLabeler
+
+        export._expect_model(model, BertSpanLabeler, config)
+
+    def signatures(self, module):
+        def serve(question, context):
+            return _squad(module, question, context)
+
+        def preprocess(question, context):
+            features, windows = pack_squad(module, question, context)
+            return {**features,
+                    "window_example_index": tf.cast(windows["example"], tf.int32),
+                    "window_doc_start": tf.cast(windows["doc_start"], tf.int32)}
+
+        strings = {"question": export.string_spec("question"),
+                   "context": export.string_spec("context")}
+        return {
+            "serving_default": tf.function(serve).get_concrete_function(**strings),
+            "preprocess": tf.function(preprocess).get_concrete_function(**strings),
+            "serving_tokenized": tf.function(
+                lambda **f: _span_logits(module, f)).get_concrete_function(
+                    **export.ids_specs()),
+        }
+
+
+FAMILY = SquadServing()
+
+
+def pack_squad(module, question, context):
+    """The original's SQuAD windows: [CLS] question [SEP] context window [SEP].
+
+    The question is cut to max_query_length tokens; the context is covered by windows
+    of max_seq_length - 3 - len(question) tokens, each starting doc_stride tokens after
+    the previous one, the last ending at the context's last token
+    (``tasks.squad.data.doc_spans_for``). An empty context gives one window with no
+    context tokens. Each window's tokens are gathered from the one tokenized context by
+    index, so the cost is linear in the context's length.
+
+    Args:
+      module: the ``ServingModule``.
+      question, context: [batch] strings.
+
+    Returns:
+      (features, windows): features are int32 [windows, seq]; windows is a dict of
+      [windows] int64 tensors: example (row of the input batch), index (of the window
+      within its example), doc_start (first context token of the window, in context
+      sub-tokens), context_start (its position in the window), context_length, and the
+      example's stride, span (tokens of a full window), doc_length (context sub-tokens)
+      and num_windows.
+
+    Raises (when run):
+      InvalidArgumentError if an example needs more than max_context_windows windows.
+    """
+    c = module.config
+    tok = module.tokenizer
+    q = tok.tokenize(question)[:, :c.max_query_length]
+    ctx = tok.tokenize(context)
+    len_q, len_c = q.row_lengths(), ctx.row_lengths()
+    span = c.max_seq_length - 3 - len_q                       # context tokens per window
+    stride = tf.minimum(tf.cast(c.doc_stride, tf.int64), span)
+    extra = tf.maximum(len_c - span, 0)
+    num_windows = 1 + (extra + stride - 1) // stride
+    check = tf.debugging.assert_less_equal(
+        num_windows, tf.constant(c.max_context_windows, tf.int64),
+        message=f"a context {TOO_MANY_WINDOWS}={c.max_context_windows} (doc_stride="
+                f"{c.doc_stride}, max_seq_length={c.max_seq_length}); split the context or "
+                "export with a larger --max_context_windows")
+    with tf.control_dependencies([check]):
+        num_windows = tf.identity(num_windows)
+    example = tf.repeat(tf.range(tf.shape(len_q, out_type=tf.int64)[0]), num_windows)
+    index = tf.ragged.range(num_windows).flat_values
+    doc_start = index * tf.gather(stride, example)
+    length = tf.minimum(tf.gather(len_c, example) - doc_start, tf.gather(span, example))
+    first = tf.gather(ctx.row_splits[:-1], example) + doc_start
+    window = tf.RaggedTensor.from_row_lengths(
+        tf.gather(ctx.flat_values, tf.ragged.range(first, first + length).flat_values),
+        length)
+    ids, segments = tf_text.combine_segments(
+        [tf.gather(q, example), window], start_of_sequence_id=tok.cls_id,
+        end_of_segment_id=tok.sep_id)
+    input_ids, input_mask = tf_text.pad_model_inputs(ids, c.max_seq_length)
+    segment_ids, _ = tf_text.pad_model_inputs(segments, c.max_seq_length)
+    features = {"input_ids": tf.cast(input_ids, tf.int32),
+                "input_mask": tf.cast(input_mask, tf.int32),
+                "segment_ids": tf.cast(segment_ids, tf.int32)}
+    windows = {"example": example, "doc_start": doc_start, "index": index,
+               "context_start": tf.gather(len_q, example) + 2, "context_length": length,
+               "stride": tf.gather(stride, example), "span": tf.gather(span, example),
+               "doc_length": tf.gather(len_c, example),
+               "num_windows": tf.gather(num_windows, example)}
+    return features, windows
+
+
+def max_context(windows, pos):
+    """[windows, seq] bool: the window is the one where the token at each position has
+    the most context (``tasks.squad.data.max_context_span_index``: score min(left, right)
+    + 0.01 * window length, the earliest window on ties).
+
+    Without comparing every window with every other: all windows but the last are full
+    (``span`` tokens) and start ``stride`` apart, so among them the score of a token at
+    context position p is a tent in the window start that peaks at p - (span - 1) / 2;
+    its maximum (and any tie) is at one of the two full windows whose starts are nearest
+    that peak. Those two and the last window are the only candidates: [windows, seq, 3].
+
+    Args:
+      windows: the dict of ``pack_squad`` ([windows] int64 tensors).
+      pos: int64 [1, seq] positions in the window.
+    """
+    p = windows["doc_start"][:, None] + pos - windows["context_start"][:, None]  # [w, seq]
+    stride, span = windows["stride"][:, None], windows["span"][:, None]
+    doc_length = windows["doc_length"][:, None]
+    last = windows["num_windows"][:, None] - 1
+    last_full = tf.maximum(last - 1, 0)
+    nearest = (2 * p - span + 1) // (2 * stride)  # floor((p - (span - 1) / 2) / stride)
+    candidates = tf.stack([tf.clip_by_value(nearest, 0, last_full),
+                           tf.clip_by_value(nearest + 1, 0, last_full),
+                           tf.broadcast_to(last, tf.shape(p))], axis=-1)    # [w, seq, 3]
+    s = candidates * stride[..., None]
+    n = tf.minimum(span[..., None], doc_length[..., None] - s)
+    q = p[..., None]
+    contains = (q >= s) & (q < s + n)
+    # The original's float arithmetic, so that ties break exactly as in Python.
+    score = (tf.cast(tf.minimum(q - s, s + n - 1 - q), tf.float64)
+             + 0.01 * tf.cast(n, tf.float64))
+    score = tf.where(contains, score, tf.constant(-np.inf, tf.float64))
+    is_best = contains & tf.equal(score, tf.reduce_max(score, axis=-1, keepdims=True))
+    big = tf.reduce_max(candidates) + 1
+    first = tf.reduce_min(tf.where(is_best, candidates, big), axis=-1)
+    return tf.equal(first, windows["index"][:, None]) & tf.reduce_any(contains, axis=-1)
+
+
+def _in_top_k(logits, k):
+    """[batch, seq] bool: among the k highest of each row (ties: the lower index, like the
+    original's stable sort)."""
+    top = tf.math.top_k(logits, k=k).indices
+    hit = tf.equal(tf.range(tf.shape(logits)[1])[None, :, None], top[:, None, :])
+    return tf.reduce_any(hit, axis=-1)
+
+
+def _span_logits(module, features):
+    out = module.model_outputs(features)
+    return {"start_logits": tf.cast(out["start_logits"], tf.float32),
+            "end_logits": tf.cast(out["end_logits"], tf.float32)}
+
+
+def best_span(module, features, windows):
+    """The original's best prediction per window: (start, end) among the window's
+    n_best_size highest start and end logits, both on context tokens, the start in
+    its max-context window, end >= start, at most max_answer_length tokens; scored
+    start_logit + end_logit. Candidates are laid out [windows, start, end - start], only
+    the max_answer_length ends that can be valid for each start."""
+    c = module.config
+    out = _span_logits(module, features)
+    start, end = out["start_logits"], out["end_logits"]
+    seq = tf.shape(start)[1]
+    pos = tf.range(seq, dtype=tf.int64)[tf.newaxis, :]
+    first, count = windows["context_start"], windows["context_length"]
+    in_context = (pos >= first[:, None]) & (pos < (first + count)[:, None])
+    top = tf.minimum(c.n_best_size, seq)
+    ok_start = in_context & _in_top_k(start, top) & max_context(windows, pos)
+    ok_end = in_context & _in_top_k(end, top)
+    offsets = min(c.max_answer_length, c.max_seq_length)
+    end_pos = tf.range(seq)[:, None] + tf.range(offsets)[None, :]      # [start, offset]
+    inside = end_pos < seq
+    end_pos = tf.minimum(end_pos, seq - 1)
+    valid = (ok_start[:, :, None] & tf.gather(ok_end, end_pos, axis=1)
+             & inside[None, :, :])
+    scores = start[:, :, None] + tf.gather(end, end_pos, axis=1)
+    neg = tf.fill(tf.shape(scores), tf.constant(-np.inf, tf.float32))
+    flat = tf.reshape(tf.where(valid, scores, neg), [tf.shape(start)[0], -1])
+    # Row-major over (start, offset) is (start, end) order: ties break as before.
+    best = tf.argmax(flat, axis=-1, output_type=tf.int32)
+    has_answer = tf.reduce_any(valid, axis=[1, 2])
+    best_start = tf.where(has_answer, best // offsets, -1)
+    best_end = tf.where(has_answer, best // offsets + best % offsets, -1)
+    score = tf.where(has_answer, tf.reduce_max(flat, axis=-1), -np.inf)
+    out.update(answer_start=best_start, answer_end=best_end, score=score,
+               null_score=start[:, 0] + end[:, 0],
+               answer_text=_span_text(module, features["input_ids"], best_start, best_end))
+    return out
+
+
+def _span_text(module, input_ids, first, last):
+    """WordPieces first..last joined as the original's tok_text (" ##" and "##" removed)."""
+    pos = tf.range(tf.shape(input_ids)[1])[tf.newaxis, :]
+    keep = (pos >= first[:, None]) & (pos <= last[:, None])
+    vocab = tf.constant(module.vocab_tokens, tf.string)
+    tokens = tf.ragged.boolean_mask(tf.gather(vocab, input_ids), keep)
+    text = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
+    text = tf.strings.regex_replace(text, " ##", "")
+    text = tf.strings.regex_replace(text, "##", "")
+    return tf.strings.strip(tf.strings.regex_replace(text, " +", " "))
+
+
+def _squad(module, question, context):
+    """Best span per window, then per example (the window with the best score)."""
+    features, windows = pack_squad(module, question, context)
+    best = best_span(module, features, windows)
+    batch = tf.shape(question)[0]
+    example = windows["example"]
+    # -inf (no context) as float32's lowest: unsorted_segment_max starts from it.
+    score = tf.maximum(best["score"], tf.float32.min)
+    top = tf.math.unsorted_segment_max(score, example, batch)
+    # The first window of each example reaching its best score.
+    is_top = tf.equal(score, tf.gather(top, example))
+    n = tf.shape(example, out_type=tf.int64)[0]
+    first = tf.math.unsorted_segment_min(
+        tf.where(is_top, tf.range(n), n), example, batch)
+    doc_start = tf.cast(tf.gather(windows["doc_start"], first), tf.int32)
+    shift = doc_start - tf.cast(tf.gather(windows["context_start"], first), tf.int32)
+    found = tf.gather(best["answer_start"], first) >= 0
+    out = {
+        "answer_text": tf.gather(best["answer_text"], first),
+        "score": tf.gather(best["score"], first),
+        "answer_start": tf.where(found, tf.gather(best["answer_start"], first) + shift, -1),
+        "answer_end": tf.where(found, tf.gather(best["answer_end"], first) + shift, -1),
+        "null_score": tf.math.unsorted_segment_min(best["null_score"], example, batch),
+        "window_example_index": tf.cast(example, tf.int32),
+        "window_doc_start": tf.cast(windows["doc_start"], tf.int32),
+    }
+    for key in ("answer_text", "score", "answer_start", "answer_end", "null_score",
+                "start_logits", "end_logits"):
+        out[f"window_{key}"] = best[key]
+    return out

@@ -1,0 +1,160 @@
+"""Fault injection for export_saved_model.py (issue 10's proof, the export part).
+
+The real CLI is killed (SIGKILL, SIGTERM) at seeded random moments while it replaces an
+export with --overwrite; the runs alternate between two checkpoints, so the previous
+export and the new one give different outputs. After every kill, the final name holds a
+complete export (loadable, serving exactly the previous checkpoint's or the new one's
+outputs), nothing visible was left beside it, a SIGTERM'd run removed its own temporary,
+and no process is left. A last run then succeeds and removes every stale temporary.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the ops the exported graph uses)
+
+from conftest import REPO_ROOT, write_vocab
+from data_prep import fileio
+from data_prep.tokenization import FullTokenizer
+from modeling import export
+from modeling.models import BertClassifier
+from test_export import LABELS, SEQ, TEXTS, VOCAB, _config, _save_like_training
+
+pytestmark = pytest.mark.slow
+
+# (signal, when): "anytime" over a whole run (imports, checkpoint loading, writing),
+# "writing" once the run's temporary export has appeared (saving, the swap, clean-up).
+KILLS = [(signal.SIGKILL, "anytime"), (signal.SIGTERM, "anytime"),
+         (signal.SIGKILL, "writing"), (signal.SIGTERM, "writing"),
+         (signal.SIGKILL, "writing"), (signal.SIGTERM, "writing")]
+
+
+def _run_dir(root, name, seed):
+    keras.utils.set_random_seed(seed)
+    directory = root / name
+    directory.mkdir()
+    write_vocab(directory / "vocab.txt", VOCAB)
+    _config().to_json_file(str(directory / "bert_config.json"))
+    model = BertClassifier(_config(), len(LABELS))
+    _save_like_training(model, directory)
+    export.write_export_metadata(str(directory), export.ExportMetadata(
+        labels=tuple(LABELS), max_seq_length=SEQ))
+    features = export.python_features(FullTokenizer(str(directory / "vocab.txt")), TEXTS,
+                                      None, SEQ)
+    logits = model({k: tf.constant(v) for k, v in features.items()})["logits"]
+    return directory, tf.nn.softmax(logits).numpy()
+
+
+def _start(run_dir, target):
+    return subprocess.Popen(
+        [sys.executable, os.path.join(REPO_ROOT, "export_saved_model.py"),
+         f"--init_checkpoint={run_dir}", f"--export_dir={target}", "--overwrite=true"],
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+def _children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _wait_for_temporary(out, process, present=True, timeout=120):
+    """Polls until `process`'s temporary export exists (present=True) or no longer exists
+    (present=False); False if the process exited first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        found = any(f"-{process.pid}-" in name for name in os.listdir(out)
+                    if fileio.is_temporary(name))
+        if found == present:
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def _served(target):
+    serve = tf.saved_model.load(str(target)).signatures["serving_default"]
+    return serve(text=tf.constant(TEXTS))["probabilities"].numpy()
+
+
+def _which(got, references):
+    names = [name for name, want in references.items()
+             if np.abs(got - want).max() < 1e-5]
+    assert len(names) == 1, {n: float(np.abs(got - w).max()) for n, w in references.items()}
+    return names[0]
+
+
+def test_kill_at_random_moments_leaves_the_old_or_the_new_export(tmp_path):
+    rng = np.random.default_rng(20240610)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    run_a, probs_a = _run_dir(runs, "a", 1)
+    run_b, probs_b = _run_dir(runs, "b", 2)
+    references = {"a": probs_a, "b": probs_b}
+    assert np.abs(probs_a - probs_b).max() > 1e-3
+    out = tmp_path / "out"
+    target = out / "export"
+
+    out.mkdir()
+    started = time.monotonic()
+    first = _start(run_a, target)
+    assert _wait_for_temporary(out, first)
+    writing_started = time.monotonic()
+    assert _wait_for_temporary(out, first, present=False)
+    writing = time.monotonic() - writing_started  # the temporary's life: save and swap
+    assert first.wait(timeout=300) == 0, first.stderr.read()[-3000:]
+    full = time.monotonic() - started  # one whole run
+    current = _which(_served(target), references)
+    assert current == "a"
+
+    outcomes = []
+    for i, (sig, when) in enumerate(KILLS):
+        new = "b" if current == "a" else "a"
+        process = _start(run_a if new == "a" else run_b, target)
+        if when == "writing":
+            _wait_for_temporary(out, process)
+            time.sleep(float(rng.uniform(0.0, 1.2)) * writing)
+        else:
+            time.sleep(float(rng.uniform(0.2, 0.9)) * full)
+        children = _children(process.pid)
+        process.send_signal(sig)
+        code = process.wait(timeout=120)
+        stderr = process.stderr.read()
+        assert not [child for child in children if fileio.pid_alive(child)], children
+        # Under the final name: a complete export, the previous one or the new one.
+        assert export.export_kind(str(target)) == "classifier", (i, sig, code)
+        found = _which(_served(target), references)
+        assert found in (current, new)
+        leftovers = [name for name in os.listdir(out) if name != "export"]
+        assert all(fileio.is_temporary(name) for name in leftovers), leftovers
+        if code == 128 + signal.SIGTERM:  # the handler ran: it removed its own temporary
+            assert not [n for n in leftovers if f"-{process.pid}-" in n], (leftovers, stderr)
+        outcomes.append((sig.name, when, code, found == new, len(leftovers)))
+        current = found
+
+    # Every kind of kill happened, and the final rerun succeeds and cleans up.
+    print(f"full run {full:.1f}s, writing {writing:.2f}s; kills (signal, when, exit code, "
+          "new export in place, temporaries left):",
+          outcomes)
+    assert {outcome[0] for outcome in outcomes} == {"SIGKILL", "SIGTERM"}
+    new = "b" if current == "a" else "a"
+    last = _start(run_a if new == "a" else run_b, target)
+    assert last.wait(timeout=300) == 0, last.stderr.read()[-3000:]
+    assert _which(_served(target), references) == new
+    assert os.listdir(out) == ["export"], outcomes
+    assert sorted(os.listdir(runs / "a")) == sorted(os.listdir(runs / "b"))  # inputs intact
