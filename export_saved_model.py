@@ -112,7 +112,7 @@ def _checkpoint_dir(path: str) -> str:
     return path if tf.io.gfile.isdir(path) else os.path.dirname(path)
 
 
-def _metadata(ckpt_dir: str):
+def _metadata(ckpt_dir: str, family):
     import tensorflow as tf
 
     from modeling import export
@@ -120,13 +120,32 @@ def _metadata(ckpt_dir: str):
     path = FLAGS.metadata_file or os.path.join(ckpt_dir, export.METADATA_FILE)
     if FLAGS.metadata_file and not tf.io.gfile.exists(path):
         raise FlagError(f"--metadata_file={path}: no such file")
-    return export.read_export_metadata(path) if tf.io.gfile.exists(path) else None
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        return export.read_export_metadata(path, family.metadata_class)
+    except export.ExportError as err:
+        raise FlagError(f"{err} (is --model_type={family.model_type} the kind of run that "
+                        "wrote it?)") from None
 
 
-def _labels(meta, model_type: str):
+def _labels(meta, family):
     """(labels, is_regression) from flags, then metadata; checks --num_labels."""
-    if model_type != "classifier":
+    model_type = family.model_type
+    if "labels" not in family.fields:
         return (), False
+    if model_type != "classifier":
+        labels = tuple(FLAGS.label_list) if FLAGS.label_list else tuple(
+            meta.labels if meta else ())
+        if not labels:
+            raise FlagError(f"a {model_type} export needs --label_list (or an "
+                            "export_metadata.json beside --init_checkpoint)")
+        if FLAGS.num_labels is not None and FLAGS.num_labels != len(labels):
+            raise FlagError(f"label count mismatch: --num_labels={FLAGS.num_labels} but the "
+                            f"label list has {len(labels)} labels: {list(labels)}")
+        if len(set(labels)) != len(labels):
+            raise FlagError(f"--label_list has repeated names: {list(labels)}")
+        return labels, False
     is_regression = FLAGS.is_regression
     if is_regression is None:
         is_regression = bool(meta and meta.is_regression)
@@ -156,8 +175,9 @@ def build_serving_config(ckpt_dir: str):
     from modeling import checkpoints, export
     from modeling.config import BertConfig
 
-    meta = _metadata(ckpt_dir)
-    labels, is_regression = _labels(meta, FLAGS.model_type)
+    family = _family(FLAGS.model_type)
+    meta = _metadata(ckpt_dir, family)
+    labels, is_regression = _labels(meta, family)
     vocab_file = FLAGS.vocab_file or os.path.join(ckpt_dir, "vocab.txt")
     if not tf.io.gfile.exists(vocab_file):
         raise FlagError(f"--vocab_file: {vocab_file} does not exist"
@@ -186,15 +206,24 @@ def build_serving_config(ckpt_dir: str):
         # A hub preprocessor's default seq_length is TF Hub's 128, not the fine-tuning
         # run's: callers choose theirs per call (bert_pack_inputs(..., seq_length=...)).
         max_seq_length = default_len
-    serving = export.ServingConfig(
-        model_type=FLAGS.model_type, vocab_file=vocab_file,
-        do_lower_case=pick(FLAGS.do_lower_case, meta and meta.do_lower_case, True),
-        max_seq_length=max_seq_length,
-        labels=labels, is_regression=is_regression,
-        text_pair=bool(pick(FLAGS.text_pair, meta and meta.text_pair, False)),
+    fields = dict(
         max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length,
         doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size,
-        max_context_windows=FLAGS.max_context_windows, task=(meta.task if meta else ""))
+        max_context_windows=FLAGS.max_context_windows)
+    # What the run's metadata says about the family's own settings, then explicit flags.
+    fields.update(family.config_fields(meta) if meta is not None else {})
+    fields.update({name: FLAGS[name].value for name in fields
+                   if name in FLAGS and FLAGS[name].present})
+    try:
+        serving = export.ServingConfig(
+            model_type=FLAGS.model_type, vocab_file=vocab_file,
+            do_lower_case=pick(FLAGS.do_lower_case, meta and meta.do_lower_case, True),
+            max_seq_length=max_seq_length,
+            labels=labels, is_regression=is_regression,
+            text_pair=bool(pick(FLAGS.text_pair, meta and meta.text_pair, False)),
+            task=(meta.task if meta else ""), **fields)
+    except export.ExportError as err:
+        raise FlagError(str(err)) from None
     return serving, config
 
 

@@ -6,6 +6,9 @@
         --text="The cat sat." --text_pair="A cat sat down."
     python predict_saved_model.py --export_dir=export/squad \
         --question="Who sat?" --context="The cat sat on the mat."
+    python predict_saved_model.py --export_dir=export/swag \
+        --context="Someone opens the door." --question="He" \
+        --ending="walks in." --ending="eats the door." --ending="is a door." --ending="sings."
 
 It imports only `tensorflow` and `tensorflow_text` (no code of this repository), so it is
 also a check that an export (`export_saved_model.py`, docs/export.md) serves on its own:
@@ -33,9 +36,13 @@ def _parse(argv):
                         help="an input text (repeat the flag for a batch)")
     parser.add_argument("--text_pair", action="append", default=[],
                         help="pair tasks: the second text of each --text, in order")
-    parser.add_argument("--question", action="append", default=[], help="SQuAD: a question")
+    parser.add_argument("--question", action="append", default=[],
+                        help="SQuAD: a question; multiple choice: the start of the endings")
     parser.add_argument("--context", action="append", default=[],
                         help="SQuAD: the context of each --question, in order")
+    parser.add_argument("--ending", action="append", default=[],
+                        help="multiple choice: an ending; the endings of all --context "
+                        "values in order, the same number for each (--question optional)")
     parser.add_argument("--signature", default="serving_default",
                         help="signature to call (default: serving_default)")
     parser.add_argument("--output_json", default="",
@@ -48,6 +55,14 @@ def _inputs(parser, args) -> dict:
              if getattr(args, name)}
     if not given:
         parser.error("give at least one --text (or --question and --context)")
+    if args.ending:
+        contexts = given.get("context", [])
+        if not contexts or len(args.ending) % len(contexts):
+            parser.error(f"--ending x{len(args.ending)} must be a multiple of --context "
+                         f"x{len(contexts)}: each context gets the same number of endings")
+        per = len(args.ending) // len(contexts)
+        given.setdefault("question", [""] * len(contexts))
+        given["endings"] = [args.ending[i:i + per] for i in range(0, len(args.ending), per)]
     sizes = {len(values) for values in given.values()}
     if len(sizes) != 1:
         parser.error("--text/--text_pair (or --question/--context) must be repeated the "

@@ -46,7 +46,7 @@ def env(tmp_path_factory):
     write_swag(data / "train.csv", [swag_row(*e) for e in train])
     write_swag(data / "val.csv", [swag_row(*e) for e in dev])
     write_swag(data / "test.csv", [swag_row(*e[:4]) for e in dev], labels=False)
-    return {"root": root, "data": str(data), "dev_labels": [e[4] for e in dev],
+    return {"root": root, "data": str(data), "dev_labels": [e[4] for e in dev], "dev": dev,
             "vocab": write_vocab(root / "vocab.txt"),
             "config": S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB))}
 
@@ -93,6 +93,40 @@ def test_cli_learns_and_eval_results_equal_the_predictions(env, trained):
         np.mean([nll[i:i + 4].mean() for i in range(0, 18, 4)]), rel=1e-3)
     assert results["global_step"] == 240
     assert results["eval_accuracy"] >= 0.75, results  # chance is 0.25
+
+
+def test_exported_model_serves_the_runner_predictions_from_raw_strings(env, trained, tmp_path):
+    """export_saved_model.py --model_type=multiple_choice on the run dir (config, vocab and
+    metadata found beside the checkpoint), served by predict_saved_model.py (tensorflow +
+    tensorflow_text only) on the test file's raw strings: the runner's test_results.tsv."""
+    export_dir = tmp_path / "export"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(S.REPO_ROOT, "export_saved_model.py"),
+         "--model_type=multiple_choice", f"--init_checkpoint={trained}",
+         f"--export_dir={export_dir}"],
+        env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    marker = json.loads((export_dir / "assets.extra" / "export_metadata.json").read_text())
+    assert marker["model_type"] == "multiple_choice" and marker["max_seq_length"] == 16
+    flags = []
+    for _, sent1, sent2, endings, _ in env["dev"]:
+        flags += [f"--context={sent1}", f"--question={sent2}"] + [f"--ending={e}" for e in endings]
+    out_json = tmp_path / "served.json"
+    proc = subprocess.run(
+        [sys.executable, "-I", os.path.join(S.REPO_ROOT, "predict_saved_model.py"),
+         f"--export_dir={export_dir}", f"--output_json={out_json}", *flags],
+        env=S.runner_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    served = json.loads(out_json.read_text())["predictions"]
+    expected = np.loadtxt(trained / "test_results.tsv", delimiter="\t")
+    got = np.array([row["probabilities"] for row in served])
+    assert got.shape == expected.shape == (18, 4)
+    # Same weights and inputs; the runner pads to its length bucket, the export to 16:
+    # float32 round-off only.
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert [row["label"] for row in served] == list(expected.argmax(-1))
+    # The printed lines: the chosen index and the four probabilities.
+    assert len(proc.stdout.strip().splitlines()) == 18
 
 
 def test_mirrored_predictions_equal_one_device(env, trained, tmp_path):
