@@ -12,6 +12,8 @@ What each ``--model_type`` exports is a *serving family*, found through the regi
 * ``classifier``: ``tasks.classification.export`` (text [+ text_pair] -> label
   probabilities / regression score);
 * ``squad``: ``tasks.squad.export`` (question + context -> best answer span);
+* ``multiple_choice``: ``tasks.multiple_choice.export`` (context + question + endings ->
+  choice probabilities);
 * ``encoder``: this module (text [+ text_pair] -> the encoder's outputs);
 * ``hub``: ``modeling.hub_export`` (a TF Hub encoder + preprocessor pair, not one
   SavedModel).
@@ -36,7 +38,9 @@ Adding a task family's export (the extension point)
 1. Write ``tasks/<family>/export.py`` with a ``ServingFamily`` subclass and a module
    attribute ``FAMILY = YourServing()``. It declares ``model_type``, the
    ``ServingConfig`` fields it uses (``fields``: the CLI refuses flags of other
-   families), ``validate(config)``, ``build_model(config, bert_config, dtype_policy)``,
+   families), the ``ExportMetadata`` subclass its runner writes (``metadata_class``) and
+   what the exporter takes from it (``config_fields(metadata)``), ``validate(config)``,
+   ``build_model(config, bert_config, dtype_policy)``,
    ``check_model(model, config)`` and ``signatures(module)``: concrete functions by name,
    built on the ``ServingModule`` helpers (``module.pack`` for the classifier packing,
    ``module.model_outputs``, ``text_signatures``). Override ``write`` only for a layout
@@ -70,6 +74,7 @@ from modeling.encoder import BertEncoder
 SERVING_FAMILIES = {
     "classifier": "tasks.classification.export",
     "squad": "tasks.squad.export",
+    "multiple_choice": "tasks.multiple_choice.export",
     "encoder": "modeling.export",
     "hub": "modeling.hub_export",
 }
@@ -139,8 +144,9 @@ def write_export_metadata(path: str, metadata: ExportMetadata) -> None:
     fileio.write_text(path, metadata.to_json())
 
 
-def read_export_metadata(path: str) -> ExportMetadata:
-    """Reads ``export_metadata.json`` (a file, or a directory holding it)."""
+def read_export_metadata(path: str, cls: type = ExportMetadata) -> ExportMetadata:
+    """Reads ``export_metadata.json`` (a file, or a directory holding it) as ``cls`` (a
+    family's subclass of ``ExportMetadata``, e.g. the tagger's, with its extra keys)."""
     if fileio.isdir(path):
         path = os.path.join(path, METADATA_FILE)
     try:
@@ -149,7 +155,7 @@ def read_export_metadata(path: str) -> ExportMetadata:
         raise ExportError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise ExportError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return ExportMetadata.from_dict(data, source=path)
+    return cls.from_dict(data, source=path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,8 +176,12 @@ class ServingConfig:
       doc_stride: squad: tokens between the starts of consecutive context windows.
       n_best_size: squad: a span's start and end must be among the window's n_best_size
         highest start / end logits (the original's candidate filter).
-      max_context_windows: squad: most windows one example's context may need; a longer
-        context is refused by the graph with an error instead of unbounded memory.
+      max_context_windows: squad, tagger: most windows one example's context may need;
+        a longer context is refused by the graph with an error instead of unbounded memory.
+      tag_scheme: tagger: the tag scheme entities are decoded with (IOB1, IOB2, IOBES, IOE,
+        or "none").
+      feature_based, feature_layers, lstm_units: tagger: the feature-based model (frozen
+        encoder + BiLSTM) and its settings, as the run trained it.
       task: informational, written to assets.extra/export_metadata.json.
     """
 
@@ -187,6 +197,10 @@ class ServingConfig:
     doc_stride: int = 128
     n_best_size: int = 20
     max_context_windows: int = 64
+    tag_scheme: str = ""
+    feature_based: bool = False
+    feature_layers: str = ""
+    lstm_units: int = 0
     task: str = ""
 
     def __post_init__(self):
@@ -342,11 +356,18 @@ class ServingFamily:
       model_type: the registry key.
       weights_description: what a checkpoint must hold, for error messages.
       fields: the ``ServingConfig`` fields beyond the common ones that the family uses.
+      metadata_class: the ``ExportMetadata`` (sub)class its fine-tuning runner writes.
     """
 
     model_type = ""
     weights_description = ""
     fields: tuple = ()
+    metadata_class: type = ExportMetadata
+
+    def config_fields(self, metadata) -> dict:
+        """``ServingConfig`` fields (of ``fields``) that the run's ``export_metadata.json``
+        (an instance of ``metadata_class``) sets; explicit flags override them."""
+        return {}
 
     def validate(self, config: ServingConfig) -> None:
         """Raises ExportError for settings this family cannot serve."""
@@ -412,6 +433,9 @@ def write_marker(directory: str, model_type: str, config: Optional[ServingConfig
             task=config.task, labels=tuple(config.labels), is_regression=config.is_regression,
             do_lower_case=config.do_lower_case, max_seq_length=config.max_seq_length,
             text_pair=config.text_pair).to_json())
+        family = get_family(config.model_type)
+        data.update({name: getattr(config, name) for name in family.fields
+                     if name not in data})
     data["model_type"] = model_type
     extra = os.path.join(directory, *MARKER_PATH[:-1])
     fileio.makedirs(extra)
