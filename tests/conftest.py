@@ -1,6 +1,8 @@
 """Shared test set-up: quiet TensorFlow logs, tiny vocab fixtures, the repo root on sys.path."""
 
+import json
 import os
+import subprocess
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -33,3 +35,21 @@ def write_vocab(path, tokens=TINY_VOCAB):
 def tiny_vocab_file(tmp_path):
     """A small English WordPiece vocab written to tmp_path."""
     return write_vocab(tmp_path / "vocab.txt")
+
+
+def run_isolated(work, script: str, args) -> dict:
+    """Runs `script` (Python source) in a fresh `python -I` process in the folder `work`,
+    with no PYTHONPATH, so it sees none of this repository's modules: the way a serving
+    process uses an export. `args` goes to it as JSON (argv[1]); the script writes an
+    .npz (argv[2]), returned as a dict of numpy arrays."""
+    import numpy as np
+
+    (work / "args.json").write_text(json.dumps(args, ensure_ascii=False), encoding="utf-8")
+    (work / "script.py").write_text(script, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, "-I", "script.py", "args.json", "out.npz"],
+                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with np.load(work / "out.npz", allow_pickle=True) as data:
+        return dict(data)

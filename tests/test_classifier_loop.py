@@ -130,6 +130,33 @@ def test_predict_keeps_input_order_and_the_padded_last_batch(tmp_path):
     np.testing.assert_allclose(out["logits"][:10], direct, atol=1e-5)
 
 
+def test_predict_traces_once_for_any_bucket_length_and_batch_size(tmp_path):
+    """Batches of other lengths (buckets) and sizes (a short last batch) reuse one trace:
+    a retrace per shape costs seconds per bucket in every evaluation."""
+    model, trainer = _model_and_trainer(tmp_path, num_labels=3, seed=1)
+    data = _features(10, seed=2)
+
+    def batches():  # [4, seq], [4, seq // 2], [2, seq // 4]: three shapes, one signature
+        for rows, length in ((slice(0, 4), None), (slice(4, 8), -8), (slice(8, 10), -12)):
+            yield {k: (v[rows, :length] if v.ndim == 2 and k != "label_ids" else v[rows])
+                   for k, v in data.items()}
+
+    spec = {k: tf.TensorSpec([None, None] if v.ndim == 2 and k != "label_ids"
+                             else [None, *v.shape[1:]], tf.as_dtype(v.dtype))
+            for k, v in data.items()}
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=spec)
+    out = trainer.predict(dataset, output_keys=("logits",))
+    assert out["logits"].shape == (10, 3)
+    (function,) = trainer._predict_fns.values()
+    assert function.experimental_get_tracing_count() == 1
+    trainer.predict(dataset, output_keys=("logits",))  # a second pass: no new trace
+    assert function.experimental_get_tracing_count() == 1
+    first = {k: v[:4] for k, v in data.items()}
+    direct = model({k: first[k] for k in ("input_ids", "input_mask", "segment_ids")},
+                   training=False)["logits"].numpy()
+    np.testing.assert_allclose(out["logits"][:4], direct, atol=1e-5)
+
+
 def test_eval_results_drop_padding_and_use_the_task_metrics():
     task = classification_task.ClassifierTask(2)
     logits = np.array([[2.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 3.0], [9.0, -9.0]])

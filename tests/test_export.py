@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, TINY_VOCAB, write_vocab
+from conftest import REPO_ROOT, TINY_VOCAB, run_isolated, write_vocab
 from data_prep.tokenization import FullTokenizer
 from modeling import export
 from modeling.config import BertConfig
@@ -136,16 +136,7 @@ def served(run_dir, tmp_path_factory):
             "serving_default": {"question": questions, "context": contexts},
             "preprocess": {"question": questions, "context": contexts}}},
     }
-    work = tmp_path_factory.mktemp("elsewhere")
-    (work / "args.json").write_text(json.dumps(calls, ensure_ascii=False), encoding="utf-8")
-    (work / "serve.py").write_text(SERVE_SCRIPT, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-I", "serve.py", "args.json", "out.npz"],
-                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    with np.load(work / "out.npz", allow_pickle=True) as data:
-        outputs = dict(data)
+    outputs = run_isolated(tmp_path_factory.mktemp("elsewhere"), SERVE_SCRIPT, calls)
     return dict(outputs=outputs, encoder=encoder, squad=squad, vocab=str(d / "vocab.txt"),
                 dirs=out, texts=texts, pairs=pairs, contexts=contexts)
 

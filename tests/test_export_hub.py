@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, write_vocab
+from conftest import REPO_ROOT, run_isolated, write_vocab
 from data_prep.tokenization import FullTokenizer
 from modeling import export
 from modeling.config import BertConfig
@@ -140,19 +140,9 @@ def hub_export(tmp_path_factory):
     assert sorted(os.listdir(out)) == ["encoder", "preprocessor"]
     assert export.export_kind(str(out)) == "hub"
 
-    work = tmp_path_factory.mktemp("elsewhere")
-    (work / "args.json").write_text(json.dumps({
+    outputs = run_isolated(tmp_path_factory.mktemp("elsewhere"), USE_SCRIPT, {
         "texts": TEXTS, "pairs": PAIRS, "pair_seq": PAIR_SEQ,
-        "encoder": str(out / "encoder"), "preprocessor": str(out / "preprocessor")},
-        ensure_ascii=False), encoding="utf-8")
-    (work / "use.py").write_text(USE_SCRIPT, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-I", "use.py", "args.json", "out.npz"],
-                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    with np.load(work / "out.npz", allow_pickle=True) as data:
-        outputs = dict(data)
+        "encoder": str(out / "encoder"), "preprocessor": str(out / "preprocessor")})
     return dict(outputs=outputs, model=model, vocab=vocab, dir=out)
 
 

@@ -258,7 +258,9 @@ class TrainingLoop:
                          if config.jit_compile else self._loss_and_grads)
         self._train_fn = tf.function(self._train_steps)
         self._eval_fn = tf.function(self._eval_steps)
-        self._predict_fn = tf.function(self._predict_batch)
+        # Prediction functions by (input spec, outputs): traced once per spec, whatever
+        # the batch sizes and bucket lengths (see `predict`).
+        self._predict_fns: dict = {}
         self.history: list[dict] = []
 
     # ----------------------------------------------------------------- restore
@@ -477,6 +479,17 @@ class TrainingLoop:
     def _predict_batch(self, batch, output_keys, feature_keys):
         return self.strategy.run(self._predict_replica, args=(batch, output_keys, feature_keys))
 
+    def _predict_function(self, element_spec, output_keys, feature_keys):
+        """The compiled prediction of one batch, traced once for the dataset's spec: its
+        batch and sequence dimensions stay unknown, so length buckets and short last
+        batches do not retrace it (one trace instead of one per shape)."""
+        key = (repr(element_spec), output_keys, feature_keys)
+        if key not in self._predict_fns:
+            self._predict_fns[key] = tf.function(
+                lambda batch: self._predict_batch(batch, output_keys, feature_keys),
+                input_signature=[element_spec])
+        return self._predict_fns[key]
+
     def predict(self, dataset: tf.data.Dataset, *, output_keys: Sequence[str] | None = None,
                 feature_keys: Sequence[str] = (), order_key: str | None = None,
                 sequence_keys: Sequence[str] = (), sequence_length: int | None = None) -> dict:
@@ -513,9 +526,11 @@ class TrainingLoop:
             tf.data.experimental.AutoShardPolicy.OFF
         distributed = self.strategy.experimental_distribute_dataset(
             dataset.with_options(options))
+        predict_fn = self._predict_function(distributed.element_spec, output_keys,
+                                            feature_keys)
         chunks: dict = {}
         for batch in distributed:
-            per_replica = self._predict_fn(batch, output_keys, feature_keys)
+            per_replica = predict_fn(batch)
             for key, value in per_replica.items():
                 parts = self.strategy.experimental_local_results(value)
                 chunks.setdefault(key, []).extend(np.asarray(p) for p in parts)
