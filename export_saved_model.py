@@ -305,7 +305,8 @@ def main(argv):
     from modeling.config import ConfigError
 
     try:
-        run()
+        with lifecycle.signal_decides_exit_status():
+            run()
     except (FlagError, export.ExportError, CheckpointError, ConfigError, VocabError,
             fileio.OutputError) as err:
         print(f"export_saved_model.py: error: {err}", file=sys.stderr)

@@ -227,7 +227,8 @@ def main(argv):
 
     lifecycle.exit_cleanly_on_signals()
     try:
-        run(run_config_from_flags(FLAGS))
+        with lifecycle.signal_decides_exit_status():
+            run(run_config_from_flags(FLAGS))
     except (RunDirError, CheckpointRestoreError, FileNotFoundError,
             input_pipeline.RecordFileError, DynamicMaskingError) as err:
         sys.exit(f"run_pretraining.py: error: {err}")

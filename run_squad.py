@@ -129,7 +129,8 @@ def main(argv):
 
     lifecycle.exit_cleanly_on_signals()
     try:
-        run(run_config_from_flags(FLAGS))
+        with lifecycle.signal_decides_exit_status():
+            run(run_config_from_flags(FLAGS))
     except (ValueError, FileNotFoundError, squad.SquadFormatError, RunDirError,
             fileio.OutputError, CheckpointRestoreError) as err:
         sys.exit(f"run_squad.py: error: {err}")

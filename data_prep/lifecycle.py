@@ -4,7 +4,10 @@ A CLI that writes outputs calls `exit_cleanly_on_signals()` first: SIGTERM and S
 raise `SystemExit(128 + signal)` in the main thread, so `finally` blocks and
 `fileio.AtomicOutputs` remove temporaries exactly as for Ctrl-C (KeyboardInterrupt).
 `signals_deferred()` holds those signals over a short critical section (the renames that
-commit a set of outputs), so they end a run before or after it, never inside.
+commit a set of outputs, a checkpoint being written), so they end a run before or after it,
+never inside. `signal_decides_exit_status()` wraps a runner's work so that a run stopped by
+SIGTERM/SIGHUP exits 128 + signal even when library code, cut by the signal's SystemExit,
+raises an error of its own while unwinding (TensorFlow's scope checks do).
 Worker processes call `die_with_parent()` in their initializer (`init_worker_process`
 does that and leaves Ctrl-C and SIGTERM handling to the parent): on Linux the kernel sends
 them SIGKILL when the parent dies, even by `kill -9`, so no orphan keeps running (and
@@ -68,6 +71,29 @@ def check_signals() -> None:
         if _RECEIVED[0] == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + _RECEIVED[0])
+
+
+@contextlib.contextmanager
+def signal_decides_exit_status():
+    """A run that received SIGTERM/SIGHUP exits 128 + signal, whatever error its unwinding raised.
+
+    Python raises the handler's SystemExit between any two bytecodes, also inside a
+    library's context manager; some (TensorFlow's device scopes) then raise an error of
+    their own on the way out, which would replace the SystemExit and make a requested
+    stop look like a crash (exit 1). Here such an error is reported in one line and the
+    exit status is the signal's. Errors of a run that received no signal pass unchanged.
+    """
+    try:
+        yield
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as err:
+        stopping = [s for s in _RECEIVED if s != signal.SIGINT]
+        if not stopping:
+            raise
+        print(f"stopping on signal {stopping[0]} ({type(err).__name__} while unwinding: {err})",
+              file=sys.stderr, flush=True)
+        raise SystemExit(128 + stopping[0]) from err
 
 
 @contextlib.contextmanager

@@ -11,6 +11,10 @@ import os
 import pathlib
 import pickle
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
 import zipfile
 
 import numpy as np
@@ -22,6 +26,8 @@ from modeling.checkpoints import CheckpointError, load_pretrained
 from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from test_modeling_reference import tiny_config_dict, tiny_inputs
+
+ROOT = str(pathlib.Path(__file__).resolve().parent.parent)
 
 
 def _model(seed=0):
@@ -330,3 +336,37 @@ def test_damaged_checkpoint_state_file_is_named(tf_checkpoints, tmp_path):
     (directory / "checkpoint").write_text("garbage {{{\n")
     with pytest.raises(CheckpointError, match="checkpoint state file names no readable"):
         checkpoints.resolve(str(directory))
+
+
+def test_a_sigterm_during_a_checkpoint_save_ends_the_run_after_the_save_is_complete(tmp_path):
+    """The signal arrives as the save starts (deterministically: sent from inside it); the
+    checkpoint is still written whole and the run then exits 128 + SIGTERM."""
+    code = textwrap.dedent(f"""
+        import os, signal
+        import tensorflow as tf
+        from data_prep import lifecycle
+        from training.checkpointing import CheckpointSaver
+
+        lifecycle.exit_cleanly_on_signals()
+        checkpoint = tf.train.Checkpoint(v=tf.Variable(tf.ones([64, 64])), step=tf.Variable(7))
+        saver = CheckpointSaver(checkpoint, {str(tmp_path)!r})
+        original = saver.manager.save
+
+        def save_after_signal(**kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return original(**kwargs)
+
+        saver.manager.save = save_after_signal
+        with lifecycle.signal_decides_exit_status():
+            saver.save(7)
+        print("not reached")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-3000:]
+    assert "not reached" not in done.stdout
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-7")
+    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt-7"))
+    np.testing.assert_array_equal(reader.get_tensor("v/.ATTRIBUTES/VARIABLE_VALUE"),
+                                  np.ones([64, 64], np.float32))

@@ -298,3 +298,34 @@ def test_lifecycle_calls_off_the_main_thread_change_nothing():
     thread.start()
     thread.join()
     assert errors == [] and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_stop_signal_sets_the_exit_status_even_if_unwinding_raises_another_error():
+    """TensorFlow's device scopes raise RuntimeError when a signal's SystemExit cuts them;
+    the run must still exit 128 + SIGTERM, as asked, not 1 like a crash."""
+    code = """
+        import contextlib, os, signal, time
+        from data_prep import lifecycle
+
+        @contextlib.contextmanager
+        def strict_scope():  # like tf's device scope: breaks if left by an exception
+            try:
+                yield
+            except BaseException:
+                raise RuntimeError("Exiting device scope without proper scope nesting")
+
+        lifecycle.exit_cleanly_on_signals()
+        with lifecycle.signal_decides_exit_status():
+            with strict_scope():
+                if WRAPPED_ERROR_ONLY:
+                    raise ValueError("a real bug")
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(10)
+    """
+    done = _python(code.replace("WRAPPED_ERROR_ONLY", "False"))
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert "stopping on signal 15 (RuntimeError while unwinding" in done.stderr
+    # Without a signal, errors pass unchanged (traceback, exit 1).
+    done = _python(code.replace("WRAPPED_ERROR_ONLY", "True"))
+    assert done.returncode == 1
+    assert "RuntimeError: Exiting device scope" in done.stderr

@@ -22,6 +22,8 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from data_prep import lifecycle
+
 
 def make_checkpoint(model, optimizer, step, loss_scale_optimizer=None) -> tf.train.Checkpoint:
     """The checkpoint object graph used by every runner (see module docstring)."""
@@ -54,8 +56,14 @@ class CheckpointSaver:
             checkpoint, self._write_dir, max_to_keep=max_to_keep if is_chief else 1)
 
     def save(self, step: int) -> str | None:
-        """Saves at `step`; returns the chief's checkpoint path (None on other workers)."""
-        path = self.manager.save(checkpoint_number=step)
+        """Saves at `step`; returns the chief's checkpoint path (None on other workers).
+
+        Ctrl-C, SIGTERM and SIGHUP are held while the checkpoint is written: the run stops
+        right after it, with the checkpoint complete, never in the middle of TensorFlow's
+        save (which, cut there, fails with an unrelated error instead of a clean exit).
+        """
+        with lifecycle.signals_deferred():
+            path = self.manager.save(checkpoint_number=step)
         if not self.is_chief:
             tf.io.gfile.rmtree(self._write_dir)
             return None
