@@ -6,6 +6,8 @@
         --text="The cat sat." --text_pair="A cat sat down."
     python predict_saved_model.py --export_dir=export/squad \
         --question="Who sat?" --context="The cat sat on the mat."
+    python predict_saved_model.py --export_dir=export/ner \
+        --text="Angela Merkel met Emmanuel Macron in Paris."
     python predict_saved_model.py --export_dir=export/swag \
         --context="Someone opens the door." --question="He" \
         --ending="walks in." --ending="eats the door." --ending="is a door." --ending="sings."
@@ -14,8 +16,10 @@ It imports only `tensorflow` and `tensorflow_text` (no code of this repository),
 also a check that an export (`export_saved_model.py`, docs/export.md) serves on its own:
 `tf.saved_model.load`, then the `serving_default` signature (or `--signature`) on the
 given strings. It prints one line per input: for a classifier the predicted label, its
-probability and every label's probability; otherwise each output's value (vectors
-summarised by their shape). `--output_json=FILE` also writes
+probability and every label's probability; for a tagger the entities and each word's
+tag; otherwise each output's value (vectors summarised by their shape). Outputs
+flattened over the batch with a ``<prefix>example_index`` (a tagger's entities and
+words, SQuAD's windows) are gathered per input. `--output_json=FILE` also writes
 `{"export_dir", "signature", "inputs", "predictions": [{output: value, ...}, ...]}`.
 """
 
@@ -92,7 +96,34 @@ def _labels(export_dir: str) -> list:
     return [str(label) for label in labels]
 
 
+def _rows(outputs: dict, count: int) -> list:
+    """Per input: the outputs whose leading dimension is the batch, and the outputs
+    flattened over the batch with a ``<prefix>example_index`` beside them (a tagger's
+    ``entity_*`` and ``word_*``, SQuAD's ``window_*``) gathered into lists by it."""
+    rows = [{} for _ in range(count)]
+    prefixes = [key[:-len("example_index")] for key in outputs
+                if key.endswith("example_index")]
+    for key, value in outputs.items():
+        prefix = next((p for p in prefixes if key.startswith(p)), None)
+        if prefix is not None:
+            index = outputs[prefix + "example_index"]
+            if key != prefix + "example_index":
+                for i, row in enumerate(rows):
+                    row[key] = [v for e, v in zip(index, value, strict=True) if e == i]
+        elif isinstance(value, list) and len(value) == count:
+            for i, row in enumerate(rows):
+                row[key] = value[i]
+    return rows
+
+
 def _describe(row: dict, labels: list) -> str:
+    if "entity_type" in row and "word_tag" in row:
+        entities = ", ".join(f"{text!r} {kind} [{start}:{end}]" for text, kind, start, end in
+                             zip(row["entity_text"], row["entity_type"], row["entity_start"],
+                                 row["entity_end"], strict=True))
+        tags = " ".join(f"{word}/{tag}" for word, tag in zip(row["word_text"], row["word_tag"],
+                                                            strict=True))
+        return f"entities: {entities or 'none'}; tags: {tags}"
     if "probabilities" in row and "label" in row:
         probabilities = row["probabilities"]
         names = labels if len(labels) == len(probabilities) else [
@@ -143,8 +174,7 @@ def main(argv=None) -> int:
                           for name, values in inputs.items()})
     outputs = {key: _to_python(value.numpy()) for key, value in outputs.items()}
     count = len(next(iter(inputs.values())))
-    rows = [{key: value[i] for key, value in outputs.items()
-             if isinstance(value, list) and len(value) == count} for i in range(count)]
+    rows = _rows(outputs, count)
     labels = _labels(args.export_dir)
     for i, row in enumerate(rows):
         shown = " | ".join(repr(values[i]) for values in inputs.values())

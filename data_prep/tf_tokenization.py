@@ -161,6 +161,51 @@ class BertInGraphTokenizer(tf.Module):
         # A too-long word becomes the literal [UNK], which WordPiece maps to its id.
         return words.with_flat_values(tf.where(too_long, "[UNK]", words.flat_values))
 
+    def split_words_with_offsets(self, texts):
+        """The basic tokenizer's word boundaries, drawn on the raw text, with offsets.
+
+        Splits at the original's whitespace and makes every punctuation character and
+        every CJK character a word of its own, on the ORIGINAL strings: words are
+        substrings of the input (not cleaned, cased or normalized), so a caller can map
+        them back. Feeding a word to ``tokenize`` gives the pieces the original gives it;
+        a word the original would drop entirely (only control characters, or with
+        do_lower_case only combining marks) tokenizes to no pieces.
+
+        Args:
+          texts: [batch] UTF-8 strings.
+        Returns:
+          (words, starts, ends): RaggedTensors [batch, (words)]: the words (tf.string) and
+          their int64 offsets in code points (what Python's str indexes), end exclusive.
+        """
+        p = self._patterns
+        texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        # Cleaning maps every whitespace character but " " to " " (to_space); the capture
+        # groups of the other classes are dropped (regex_split takes bare classes).
+        whitespace = f"[ {p.to_space[1:-1]}]"
+        single = f"{p.punctuation[1:-1]}|{p.chinese[1:-1]}"
+        # regex_split_with_offsets stops at a NUL byte: split a copy where NUL is \x01
+        # (both are dropped by cleaning, neither is a boundary), cut words from the input.
+        _, begin, end = tf_text.regex_split_with_offsets(
+            tf.strings.regex_replace(texts, "\\x00", "\x01"), f"{whitespace}|{single}",
+            single)
+        rows = begin.value_rowids()
+        # Byte offsets -> code points: the number of characters starting before each
+        # offset, by one search over every row's character starts laid end to end.
+        _, char_starts = tf.strings.unicode_decode_with_offsets(texts, "UTF-8")
+        base = tf.concat([[0], tf.cumsum(tf.cast(tf.strings.length(texts), tf.int64))], 0)
+        sorted_starts = char_starts.flat_values + tf.gather(base, char_starts.value_rowids())
+        first_char = tf.gather(char_starts.row_splits, rows)
+        word_base = tf.gather(base, rows)
+
+        def to_chars(offsets):
+            chars = tf.searchsorted(sorted_starts, offsets.flat_values + word_base,
+                                    side="left", out_type=tf.int64) - first_char
+            return offsets.with_flat_values(chars)
+
+        starts, ends = to_chars(begin), to_chars(end)
+        words = substrings(texts, rows, starts.flat_values, ends.flat_values)
+        return begin.with_flat_values(words), starts, ends
+
     def _lower(self, texts: tf.Tensor) -> tf.Tensor:
         """Python's str.lower: tf.strings.lower (which handles final sigma and U+0130 like
         Python) after mapping the characters its older Unicode tables do not lower."""
@@ -225,6 +270,25 @@ class BertInGraphTokenizer(tf.Module):
         return {"input_ids": tf.cast(input_ids, tf.int32),
                 "input_mask": tf.cast(input_mask, tf.int32),
                 "segment_ids": tf.cast(segment_ids, tf.int32)}
+
+
+def substrings(texts, rows, starts, ends):
+    """``texts[rows[i]][starts[i]:ends[i]]`` in code points (Python's slicing), in time
+    and memory linear in the texts and the results: the characters are gathered from the
+    decoded batch (``tf.strings.substr`` would need a copy of the whole text per slice).
+
+    Args:
+      texts: [batch] UTF-8 strings.
+      rows, starts, ends: int64 [n]; 0 <= starts <= ends <= the row's length.
+    Returns:
+      [n] strings.
+    """
+    chars = tf.strings.unicode_decode(texts, "UTF-8")
+    first = tf.gather(chars.row_splits, rows) + starts
+    last = tf.gather(chars.row_splits, rows) + ends
+    picked = tf.RaggedTensor.from_row_lengths(
+        tf.gather(chars.flat_values, tf.ragged.range(first, last).flat_values), last - first)
+    return tf.strings.unicode_encode(picked, "UTF-8")
 
 
 def _truncated_pair_lengths(len_a, len_b, budget):

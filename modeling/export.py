@@ -12,6 +12,8 @@ What each ``--model_type`` exports is a *serving family*, found through the regi
 * ``classifier``: ``tasks.classification.export`` (text [+ text_pair] -> label
   probabilities / regression score);
 * ``squad``: ``tasks.squad.export`` (question + context -> best answer span);
+* ``tagger``: ``tasks.tagging.export`` (raw text or pre-split words -> per-word tags and
+  the entities decoded from them, with character offsets);
 * ``multiple_choice``: ``tasks.multiple_choice.export`` (context + question + endings ->
   choice probabilities);
 * ``encoder``: this module (text [+ text_pair] -> the encoder's outputs);
@@ -75,6 +77,7 @@ SERVING_FAMILIES = {
     "classifier": "tasks.classification.export",
     "squad": "tasks.squad.export",
     "multiple_choice": "tasks.multiple_choice.export",
+    "tagger": "tasks.tagging.export",
     "encoder": "modeling.export",
     "hub": "modeling.hub_export",
 }
@@ -84,6 +87,9 @@ METADATA_FILE = "export_metadata.json"
 # assets.extra/ is where SavedModel tooling keeps files that are not part of the graph.
 MARKER_PATH = ("assets.extra", METADATA_FILE)
 # The top-level entries of a SavedModel written by tf.saved_model.save, plus our marker.
+# The message of the InvalidArgumentError for an input needing too many windows (kept for
+# tests and docs).
+TOO_MANY_WINDOWS = "needs more context windows than max_context_windows"
 SAVED_MODEL_ENTRIES = frozenset({"saved_model.pb", "variables", "assets", "assets.extra",
                                  "fingerprint.pb"})
 
@@ -344,6 +350,104 @@ def text_signatures(module: ServingModule, head) -> dict:
         strings = {"text": string_spec("text")}
     return {"serving_default": tf.function(serve).get_concrete_function(**strings),
             "preprocess": tf.function(preprocess).get_concrete_function(**strings)}
+
+
+def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings: str,
+                  advice: str, fill_before: bool = False):
+    """The original's doc-stride windows over each row of ``tokens``, built by index.
+
+    A row of n tokens is covered by windows of at most ``span`` tokens, each starting
+    ``stride`` tokens after the previous one, the last ending at the row's last token
+    (``tasks.squad.data.doc_spans_for``); an empty row gets one empty window. Each
+    window's tokens are gathered from the row by index (never a copy of the row per
+    window), so the cost is linear in the rows' lengths.
+
+    Args:
+      tokens: RaggedTensor [batch, (tokens)] (e.g. int64 WordPiece ids).
+      span: int64 [batch] tokens of a full window (at least 1).
+      stride: int64 [batch] tokens between window starts (1 <= stride <= span).
+      max_windows: the most windows one row may need.
+      what, settings, advice: the error message's subject ("a context"), the settings
+        that fixed the windows ("doc_stride=128, max_seq_length=384") and what to do.
+      fill_before: a window shorter than ``span`` (a row's last) also holds the tokens
+        before it, up to ``span`` tokens in all, as context (the tagging path's windows,
+        ``tasks.tagging.data.sentence_windows``); the window itself is unchanged.
+
+    Returns:
+      (window tokens RaggedTensor [windows, (tokens)], windows): a dict of int64
+      [windows] tensors: example (row of ``tokens``), index (of the window within its
+      row), doc_start (its first token, in the row), length (its tokens), before (tokens
+      of context before doc_start in the window tokens: 0 unless ``fill_before``), and
+      its row's stride, span, doc_length (tokens) and num_windows. Windows are in row
+      order, then in index order.
+
+    Raises (when run):
+      InvalidArgumentError (its message holds ``TOO_MANY_WINDOWS``) if a row needs more
+      than ``max_windows`` windows: bounded memory per request.
+    """
+    lengths = tokens.row_lengths()
+    extra = tf.maximum(lengths - span, 0)
+    num_windows = 1 + (extra + stride - 1) // stride
+    check = tf.debugging.assert_less_equal(
+        num_windows, tf.constant(max_windows, tf.int64),
+        message=f"{what} {TOO_MANY_WINDOWS}={max_windows} ({settings}); {advice}")
+    with tf.control_dependencies([check]):
+        num_windows = tf.identity(num_windows)
+    example = tf.repeat(tf.range(tf.shape(lengths, out_type=tf.int64)[0]), num_windows)
+    index = tf.ragged.range(num_windows).flat_values
+    doc_start = index * tf.gather(stride, example)
+    length = tf.minimum(tf.gather(lengths, example) - doc_start, tf.gather(span, example))
+    before = (tf.minimum(doc_start, tf.gather(span, example) - length) if fill_before
+              else tf.zeros_like(length))
+    first = tf.gather(tokens.row_splits[:-1], example) + doc_start - before
+    window = tf.RaggedTensor.from_row_lengths(
+        tf.gather(tokens.flat_values,
+                  tf.ragged.range(first, first + before + length).flat_values),
+        before + length)
+    windows = {"example": example, "index": index, "doc_start": doc_start,
+               "length": length, "before": before, "stride": tf.gather(stride, example),
+               "span": tf.gather(span, example), "doc_length": tf.gather(lengths, example),
+               "num_windows": tf.gather(num_windows, example)}
+    return window, windows
+
+def max_context(windows, pos):
+    """[windows, seq] bool: the window is the one where the token at each position has
+    the most context (``tasks.squad.data.max_context_span_index``: score min(left, right)
+    + 0.01 * window length, the earliest window on ties).
+
+    Without comparing every window with every other: all windows but the last are full
+    (``span`` tokens) and start ``stride`` apart, so among them the score of a token at
+    context position p is a tent in the window start that peaks at p - (span - 1) / 2;
+    its maximum (and any tie) is at one of the two full windows whose starts are nearest
+    that peak. Those two and the last window are the only candidates: [windows, seq, 3].
+
+    Args:
+      windows: the dict of ``token_windows`` plus ``context_start``: [windows] int64,
+        where the window's first token sits in the model input (after [CLS] and, for
+        SQuAD, the question).
+      pos: int64 [1, seq] positions in the model input.
+    """
+    p = windows["doc_start"][:, None] + pos - windows["context_start"][:, None]  # [w, seq]
+    stride, span = windows["stride"][:, None], windows["span"][:, None]
+    doc_length = windows["doc_length"][:, None]
+    last = windows["num_windows"][:, None] - 1
+    last_full = tf.maximum(last - 1, 0)
+    nearest = (2 * p - span + 1) // (2 * stride)  # floor((p - (span - 1) / 2) / stride)
+    candidates = tf.stack([tf.clip_by_value(nearest, 0, last_full),
+                           tf.clip_by_value(nearest + 1, 0, last_full),
+                           tf.broadcast_to(last, tf.shape(p))], axis=-1)    # [w, seq, 3]
+    s = candidates * stride[..., None]
+    n = tf.minimum(span[..., None], doc_length[..., None] - s)
+    q = p[..., None]
+    contains = (q >= s) & (q < s + n)
+    # The original's float arithmetic, so that ties break exactly as in Python.
+    score = (tf.cast(tf.minimum(q - s, s + n - 1 - q), tf.float64)
+             + 0.01 * tf.cast(n, tf.float64))
+    score = tf.where(contains, score, tf.constant(-np.inf, tf.float64))
+    is_best = contains & tf.equal(score, tf.reduce_max(score, axis=-1, keepdims=True))
+    big = tf.reduce_max(candidates) + 1
+    first = tf.reduce_min(tf.where(is_best, candidates, big), axis=-1)
+    return tf.equal(first, windows["index"][:, None]) & tf.reduce_any(contains, axis=-1)
 
 
 # --------------------------------------------------------------------------- families

@@ -51,12 +51,12 @@ SERVE_SCRIPT = textwrap.dedent("""
         loaded = tf.saved_model.load(spec["dir"])
         for sig, inputs in spec["calls"].items():
             fn = loaded.signatures[sig]
-            feed = {k: tf.constant(v, tf.string if isinstance(v[0], str) else tf.int32)
-                    for k, v in inputs.items()}
+            feed = {k: tf.constant(v, tf.string if np.asarray(v).dtype.kind in "UO"
+                                   else tf.int32) for k, v in inputs.items()}
             for key, value in fn(**feed).items():
                 out[f"{name}/{sig}/{key}"] = value.numpy()
     leaked = sorted(m for m in sys.modules if m.split(".")[0] in
-                    ("modeling", "data_prep", "training"))
+                    ("modeling", "data_prep", "training", "tasks"))
     out["leaked"] = np.array(leaked, dtype=object)
     np.savez(sys.argv[2], **out)
 """)
@@ -281,7 +281,6 @@ def test_max_context_rule_equals_data_prep_squad():
     """The in-graph max-context mask against squad.max_context_span_index, examples with
     different window layouts in one batch: ties, a short last window, stride 1, strides
     that do not divide the window, one window, windows as long as the stride."""
-    from tasks.squad import export as squad_export
     from tasks.squad.data import max_context_span_index
 
     cases = [(50, 12, 5), (30, 10, 10), (9, 10, 4), (40, 13, 1), (61, 16, 7), (33, 8, 3),
@@ -289,7 +288,7 @@ def test_max_context_rule_equals_data_prep_squad():
              (80, 9, 4)]
     offset, seq = 3, 24
     spans, windows = _windows_of(cases, offset)
-    got = squad_export.max_context(windows, tf.range(seq, dtype=tf.int64)[None, :]).numpy()
+    got = export.max_context(windows, tf.range(seq, dtype=tf.int64)[None, :]).numpy()
     row = 0
     for (n, _, _), s in zip(cases, spans):
         best = max_context_span_index(s, n)
@@ -304,7 +303,6 @@ def test_max_context_rule_equals_data_prep_squad():
 
 def test_max_context_rule_random_layouts():
     """A seeded sweep of window layouts (incl. every stride up to the window length)."""
-    from tasks.squad import export as squad_export
     from tasks.squad.data import max_context_span_index
 
     rng = np.random.default_rng(5)
@@ -313,7 +311,7 @@ def test_max_context_rule_random_layouts():
         span = int(rng.integers(1, 20))
         cases.append((int(rng.integers(1, 90)), span, int(rng.integers(1, span + 3))))
     spans, windows = _windows_of(cases, 2)
-    got = squad_export.max_context(windows, tf.range(24, dtype=tf.int64)[None, :]).numpy()
+    got = export.max_context(windows, tf.range(24, dtype=tf.int64)[None, :]).numpy()
     row = 0
     for (n, _, _), s in zip(cases, spans):
         best = max_context_span_index(s, n)
@@ -534,7 +532,6 @@ def long_squad(run_dir, tmp_path_factory):
 @pytest.mark.slow
 def test_squad_long_context_equals_python_and_limit_is_enforced(long_squad):
     from tasks.squad import data as squad
-    from tasks.squad import export as squad_export
     from tasks.squad import postprocess
 
     model, directory, vocab = long_squad
@@ -558,7 +555,7 @@ def test_squad_long_context_equals_python_and_limit_is_enforced(long_squad):
     assert text.replace(" ", "") == best["text"].lower().replace(" ", "")
     # One window more than the export's maximum: a clear error, no unbounded memory.
     too_long = " ".join(["the cat sat on the mat far away"] * 2000)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=squad_export.TOO_MANY_WINDOWS):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=export.TOO_MANY_WINDOWS):
         serve(question=tf.constant(["who sat?", "x"]), context=tf.constant([too_long, "a"]))
 
 

@@ -105,6 +105,29 @@ def run_runner(timeout=240, env=None, **flags):
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def export_and_serve(model_type, run_dir, work_dir, serve_flags):
+    """export_saved_model.py on a runner's output directory, then predict_saved_model.py
+    (isolated: tensorflow + tensorflow_text only) with `serve_flags`, as a user runs them;
+    returns (the --output_json document, the printed lines)."""
+    import json
+
+    export_dir = os.path.join(work_dir, "export")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "export_saved_model.py"),
+         f"--model_type={model_type}", f"--init_checkpoint={run_dir}",
+         f"--export_dir={export_dir}"],
+        env=runner_env(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out_json = os.path.join(work_dir, "served.json")
+    proc = subprocess.run(
+        [sys.executable, "-I", os.path.join(REPO_ROOT, "predict_saved_model.py"),
+         f"--export_dir={export_dir}", f"--output_json={out_json}", *serve_flags],
+        env=runner_env(), cwd=work_dir, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out_json, encoding="utf-8") as f:
+        return json.load(f), proc.stdout.strip().splitlines()
+
+
 LOG_LINE = re.compile(r"step (\d+)/(\d+) loss ([-\d.e+naif]+) mlm_acc ([\d.]+) nsp_acc ([\d.]+)")
 
 

@@ -510,3 +510,36 @@ def test_feature_tagger_trains_only_its_head_and_round_trips(tmp_path):
     restored = BertFeatureTagger.from_config(model.get_config())
     assert restored.get_config() == model.get_config()
     assert not restored.encoder.trainable
+
+
+@pytest.mark.slow
+def test_exported_run_serves_the_runners_tags_from_raw_text(env, finetuned, tmp_path):
+    """export_saved_model.py --model_type=tagger on the CLI run's directory (config, vocab,
+    labels and windows from beside the checkpoint), served by predict_saved_model.py
+    (tensorflow + tensorflow_text only) on each dev sentence as raw text: every word's tag
+    equals the runner's prediction from the same checkpoint, the 32-word sentence (three
+    windows) included; the entities are conlleval's chunks of those tags. The runner
+    predicts sentence by sentence here (no --document_context), as the export serves
+    one text at a time."""
+    import run_ner
+    from tasks.tagging import metrics
+
+    reference = tmp_path / "reference"
+    run_ner.run(make(env, reference, do_train=False, do_eval=True,
+                     init_checkpoint=finetuned["dir"], document_context=False))
+    sentences = [s for s in read_predictions(reference / "dev_predictions.txt")
+                 if s[0][0] != "-DOCSTART-"]
+    assert max(len(s) for s in sentences) == 32
+    document, lines = S.export_and_serve(
+        "tagger", finetuned["dir"], tmp_path,
+        [f"--text={' '.join(w for w, _, _ in s)}" for s in sentences])
+    served = document["predictions"]
+    assert len(served) == len(sentences) == len(lines)
+    for row, sentence in zip(served, sentences, strict=True):
+        assert row["word_text"] == [w for w, _, _ in sentence]
+        assert row["word_tag"] == [p for _, _, p in sentence]
+        chunks = metrics.chunks([p for _, _, p in sentence])
+        assert [(t, s, e) for t, s, e in zip(row["entity_type"], row["entity_word_start"],
+                                             row["entity_word_end"], strict=True)] == [
+            (kind, first, last + 1) for kind, first, last in chunks]  # end exclusive
+    assert any(row["entity_type"] for row in served)  # the trained model finds names

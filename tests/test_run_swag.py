@@ -99,25 +99,14 @@ def test_exported_model_serves_the_runner_predictions_from_raw_strings(env, trai
     """export_saved_model.py --model_type=multiple_choice on the run dir (config, vocab and
     metadata found beside the checkpoint), served by predict_saved_model.py (tensorflow +
     tensorflow_text only) on the test file's raw strings: the runner's test_results.tsv."""
-    export_dir = tmp_path / "export"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(S.REPO_ROOT, "export_saved_model.py"),
-         "--model_type=multiple_choice", f"--init_checkpoint={trained}",
-         f"--export_dir={export_dir}"],
-        env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    marker = json.loads((export_dir / "assets.extra" / "export_metadata.json").read_text())
-    assert marker["model_type"] == "multiple_choice" and marker["max_seq_length"] == 16
     flags = []
     for _, sent1, sent2, endings, _ in env["dev"]:
         flags += [f"--context={sent1}", f"--question={sent2}"] + [f"--ending={e}" for e in endings]
-    out_json = tmp_path / "served.json"
-    proc = subprocess.run(
-        [sys.executable, "-I", os.path.join(S.REPO_ROOT, "predict_saved_model.py"),
-         f"--export_dir={export_dir}", f"--output_json={out_json}", *flags],
-        env=S.runner_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    served = json.loads(out_json.read_text())["predictions"]
+    document, lines = S.export_and_serve("multiple_choice", trained, tmp_path, flags)
+    marker = json.loads((tmp_path / "export" / "assets.extra" / "export_metadata.json")
+                        .read_text())
+    assert marker["model_type"] == "multiple_choice" and marker["max_seq_length"] == 16
+    served = document["predictions"]
     expected = np.loadtxt(trained / "test_results.tsv", delimiter="\t")
     got = np.array([row["probabilities"] for row in served])
     assert got.shape == expected.shape == (18, 4)
@@ -126,7 +115,7 @@ def test_exported_model_serves_the_runner_predictions_from_raw_strings(env, trai
     np.testing.assert_allclose(got, expected, atol=1e-5)
     assert [row["label"] for row in served] == list(expected.argmax(-1))
     # The printed lines: the chosen index and the four probabilities.
-    assert len(proc.stdout.strip().splitlines()) == 18
+    assert len(lines) == 18
 
 
 def test_mirrored_predictions_equal_one_device(env, trained, tmp_path):

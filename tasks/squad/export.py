@@ -28,9 +28,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from modeling import export
-
-# The message of the InvalidArgumentError for too long a context (kept for tests and docs).
-TOO_MANY_WINDOWS = "needs more context windows than max_context_windows"
+from modeling.export import max_context
 
 
 class SquadServing(export.ServingFamily):
@@ -116,26 +114,14 @@ def pack_squad(module, question, context):
     tok = module.tokenizer
     q = tok.tokenize(question)[:, :c.max_query_length]
     ctx = tok.tokenize(context)
-    len_q, len_c = q.row_lengths(), ctx.row_lengths()
+    len_q = q.row_lengths()
     span = c.max_seq_length - 3 - len_q                       # context tokens per window
     stride = tf.minimum(tf.cast(c.doc_stride, tf.int64), span)
-    extra = tf.maximum(len_c - span, 0)
-    num_windows = 1 + (extra + stride - 1) // stride
-    check = tf.debugging.assert_less_equal(
-        num_windows, tf.constant(c.max_context_windows, tf.int64),
-        message=f"a context {TOO_MANY_WINDOWS}={c.max_context_windows} (doc_stride="
-                f"{c.doc_stride}, max_seq_length={c.max_seq_length}); split the context or "
-                "export with a larger --max_context_windows")
-    with tf.control_dependencies([check]):
-        num_windows = tf.identity(num_windows)
-    example = tf.repeat(tf.range(tf.shape(len_q, out_type=tf.int64)[0]), num_windows)
-    index = tf.ragged.range(num_windows).flat_values
-    doc_start = index * tf.gather(stride, example)
-    length = tf.minimum(tf.gather(len_c, example) - doc_start, tf.gather(span, example))
-    first = tf.gather(ctx.row_splits[:-1], example) + doc_start
-    window = tf.RaggedTensor.from_row_lengths(
-        tf.gather(ctx.flat_values, tf.ragged.range(first, first + length).flat_values),
-        length)
+    window, windows = export.token_windows(
+        ctx, span, stride, c.max_context_windows, what="a context",
+        settings=f"doc_stride={c.doc_stride}, max_seq_length={c.max_seq_length}",
+        advice="split the context or export with a larger --max_context_windows")
+    example = windows["example"]
     ids, segments = tf_text.combine_segments(
         [tf.gather(q, example), window], start_of_sequence_id=tok.cls_id,
         end_of_segment_id=tok.sep_id)
@@ -144,50 +130,10 @@ def pack_squad(module, question, context):
     features = {"input_ids": tf.cast(input_ids, tf.int32),
                 "input_mask": tf.cast(input_mask, tf.int32),
                 "segment_ids": tf.cast(segment_ids, tf.int32)}
-    windows = {"example": example, "doc_start": doc_start, "index": index,
-               "context_start": tf.gather(len_q, example) + 2, "context_length": length,
-               "stride": tf.gather(stride, example), "span": tf.gather(span, example),
-               "doc_length": tf.gather(len_c, example),
-               "num_windows": tf.gather(num_windows, example)}
+    windows.update(context_start=tf.gather(len_q, example) + 2,
+                   context_length=windows["length"])
     return features, windows
 
-
-def max_context(windows, pos):
-    """[windows, seq] bool: the window is the one where the token at each position has
-    the most context (``tasks.squad.data.max_context_span_index``: score min(left, right)
-    + 0.01 * window length, the earliest window on ties).
-
-    Without comparing every window with every other: all windows but the last are full
-    (``span`` tokens) and start ``stride`` apart, so among them the score of a token at
-    context position p is a tent in the window start that peaks at p - (span - 1) / 2;
-    its maximum (and any tie) is at one of the two full windows whose starts are nearest
-    that peak. Those two and the last window are the only candidates: [windows, seq, 3].
-
-    Args:
-      windows: the dict of ``pack_squad`` ([windows] int64 tensors).
-      pos: int64 [1, seq] positions in the window.
-    """
-    p = windows["doc_start"][:, None] + pos - windows["context_start"][:, None]  # [w, seq]
-    stride, span = windows["stride"][:, None], windows["span"][:, None]
-    doc_length = windows["doc_length"][:, None]
-    last = windows["num_windows"][:, None] - 1
-    last_full = tf.maximum(last - 1, 0)
-    nearest = (2 * p - span + 1) // (2 * stride)  # floor((p - (span - 1) / 2) / stride)
-    candidates = tf.stack([tf.clip_by_value(nearest, 0, last_full),
-                           tf.clip_by_value(nearest + 1, 0, last_full),
-                           tf.broadcast_to(last, tf.shape(p))], axis=-1)    # [w, seq, 3]
-    s = candidates * stride[..., None]
-    n = tf.minimum(span[..., None], doc_length[..., None] - s)
-    q = p[..., None]
-    contains = (q >= s) & (q < s + n)
-    # The original's float arithmetic, so that ties break exactly as in Python.
-    score = (tf.cast(tf.minimum(q - s, s + n - 1 - q), tf.float64)
-             + 0.01 * tf.cast(n, tf.float64))
-    score = tf.where(contains, score, tf.constant(-np.inf, tf.float64))
-    is_best = contains & tf.equal(score, tf.reduce_max(score, axis=-1, keepdims=True))
-    big = tf.reduce_max(candidates) + 1
-    first = tf.reduce_min(tf.where(is_best, candidates, big), axis=-1)
-    return tf.equal(first, windows["index"][:, None]) & tf.reduce_any(contains, axis=-1)
 
 
 def _in_top_k(logits, k):

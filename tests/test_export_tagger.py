@@ -1,0 +1,418 @@
+"""The tagger export (`export_saved_model.py --model_type=tagger`): run_ner.py output
+directories exported with the CLI, served from a fresh process with only tensorflow +
+tensorflow-text, equal to the tagging family's Python path (`tasks.tagging.data`'s windows,
+the Keras model, `tasks.tagging.task.stitch_predictions`) on the words the graph found; the
+in-graph entity decoding equal to `tasks.tagging.metrics.chunks`; the word split equal to
+the original BasicTokenizer's with offsets into the raw text."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO_ROOT, run_isolated, write_vocab
+from original_bert import original_module
+from test_export import SERVE_SCRIPT, VOCAB, _cli, _save_like_training
+
+from data_prep.tokenization import FullTokenizer
+from modeling import export
+from modeling.config import BertConfig
+from tasks.tagging import data, metrics
+from tasks.tagging import export as tagger_export
+from tasks.tagging.task import TaggingExportMetadata, build_tagging_model, stitch_predictions
+
+SEQ = 16          # 14 pieces a window: the long text needs many
+DOC_STRIDE = 5
+IOB2 = ("O", "B-LOC", "B-PER", "I-LOC", "I-PER")
+IOBES = ("O", "B-PER", "E-PER", "I-PER", "S-LOC", "S-PER")
+LONG = "the big red dog ran far away home , and the cat sat on a mat . " * 4  # 72 words
+TEXTS = [
+    "Angela Merkel met Emmanuel Macron in Paris.",
+    "Café  Zürich\tand the   dog, ran!  e\u0301cole",       # accents, 2 spaces, tab, NFD
+    "你好，世界 the cat 😀 sat 😀x!",                        # CJK, full-width comma, emoji
+    "",
+    LONG,
+    "x\u200by \x00 a\u0085b",                               # dropped and control characters
+    "   ",
+]
+
+
+def _config(layers=2):
+    return BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=layers,
+                      num_attention_heads=2, intermediate_size=64,
+                      max_position_embeddings=64)
+
+
+def _sharpen(model):
+    """Scales the random head: logits far apart, so the argmax of the served model and of
+    the Python path cannot differ by float noise (and the tags vary with the words)."""
+    head = model.output_layer if hasattr(model, "output_layer") else model.tagger
+    for variable in head.weights:
+        variable.assign(variable * 60.0)
+
+
+def _tagger(labels, seed, **kwargs):
+    keras.utils.set_random_seed(seed)
+    model = build_tagging_model(_config(), len(labels), **kwargs)
+    _sharpen(model)
+    return model
+
+
+def _run_dir(directory, model, labels, scheme, **settings):
+    """A run_ner.py output_dir: checkpoint, config, vocab, export_metadata.json."""
+    directory.mkdir()
+    write_vocab(directory / "vocab.txt", VOCAB)
+    _config().to_json_file(str(directory / "bert_config.json"))
+    _save_like_training(model, directory)
+    export.write_export_metadata(str(directory), TaggingExportMetadata(
+        task="tagging", labels=tuple(labels), do_lower_case=True, max_seq_length=SEQ,
+        tag_scheme=scheme, doc_stride=DOC_STRIDE, **settings))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """Two run directories (fine-tuned IOB2; feature-based IOBES with a weighted sum of
+    all layers) exported with the CLI, served from one fresh isolated process."""
+    root = tmp_path_factory.mktemp("tagger")
+    fine = _tagger(IOB2, 1)
+    feature = _tagger(IOBES, 2, feature_based=True, feature_layers="weighted_sum_all",
+                      lstm_units=8)
+    runs = {"fine": _run_dir(root / "fine", fine, IOB2, "IOB2"),
+            "feature": _run_dir(root / "feature", feature, IOBES, "IOBES",
+                                feature_based=True, feature_layers="weighted_sum_all",
+                                lstm_units=8)}
+    # tag_words gets the original BasicTokenizer's (cased) words of each text, with ""
+    # padding between and after them.
+    basic = original_module("tokenization").BasicTokenizer(do_lower_case=False)
+    split = [basic.tokenize(text) for text in TEXTS]
+    width = 2 * max(len(words) for words in split) + 1
+    padded = [[x for w in words for x in (w, "")] for words in split]
+    padded = [row + [""] * (width - len(row)) for row in padded]
+    calls = {}
+    for name, run in runs.items():
+        result = _cli("--model_type=tagger", f"--init_checkpoint={run}",
+                      f"--export_dir={root / ('export_' + name)}")
+        assert result.returncode == 0, result.stderr[-3000:]
+        calls[name] = {"dir": str(root / f"export_{name}"), "calls": {
+            "serving_default": {"text": TEXTS}, "preprocess": {"text": TEXTS},
+            "tag_words": {"words": padded}}}
+    outputs = run_isolated(tmp_path_factory.mktemp("elsewhere"), SERVE_SCRIPT, calls)
+    return {"outputs": outputs, "models": {"fine": fine, "feature": feature},
+            "labels": {"fine": IOB2, "feature": IOBES}, "padded": padded, "split": split,
+            "vocab": str(runs["fine"] / "vocab.txt"),
+            "dirs": {name: calls[name]["dir"] for name in runs}}
+
+
+def _decode(values):
+    return [v.decode("utf-8") if isinstance(v, bytes) else v for v in values]
+
+
+def _words_by_example(outputs, name, key="word_text"):
+    example = outputs[f"{name}/serving_default/word_example_index"]
+    values = outputs[f"{name}/serving_default/{key}"]
+    values = _decode(values) if values.dtype == object else values
+    return [[v for e, v in zip(example, values) if e == i] for i in range(len(TEXTS))]
+
+
+def _python_path(model, labels, vocab, words_by_example, tmp_path):
+    """The tagging family's prediction for the same words: a CoNLL test file with one
+    sentence per (non-empty) example, its windows (tasks.tagging.data), the Keras model,
+    stitch_predictions. Returns (tags per example, the windows' features)."""
+    path = tmp_path / "test.txt"
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for words in words_by_example:
+            if words:
+                f.write("".join(f"{w}\n" for w in words) + "\n")
+    conll = data.read_conll(str(path), require_tags=False)
+    features = list(data.sentence_windows(
+        conll, FullTokenizer(vocab, do_lower_case=True), labels,
+        data.WindowConfig(max_seq_length=SEQ, doc_stride=DOC_STRIDE), is_training=False))
+    inputs = {k: tf.constant([getattr(f, k) for f in features], tf.int32)
+              for k in ("input_ids", "input_mask", "segment_ids")}
+    out = {"logits": model(inputs, training=False)["logits"].numpy(),
+           "sentence_index": np.array([[f.sentence_index] for f in features])}
+    for key in ("word_index", "label_weights", "label_ids"):
+        out[key] = np.array([getattr(f, key) for f in features])
+    predicted, _ = stitch_predictions(conll, out, labels)
+    tags = iter(predicted)
+    return [next(tags) if words else [] for words in words_by_example], features
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["fine", "feature"])
+def test_served_tags_equal_the_python_path(served, name, tmp_path):
+    out = served["outputs"]
+    assert list(out["leaked"]) == []
+    words = _words_by_example(out, name)
+    tags, features = _python_path(served["models"][name], served["labels"][name],
+                                  served["vocab"], words, tmp_path)
+    assert _words_by_example(out, name, "word_tag") == tags
+    assert len({t for ts in tags for t in ts}) >= 3  # the tags do depend on the words
+    # The windows are the Python path's (the empty text: one empty window here, none there).
+    example = out[f"{name}/preprocess/window_example_index"]
+    rows = [w for w in range(len(example)) if words[example[w]]]
+    sentence_of = [i for i, ws in enumerate(words) if ws]  # sentence -> example
+    assert example[rows].tolist() == [sentence_of[f.sentence_index] for f in features]
+    assert sum(example == TEXTS.index(LONG)) >= 10  # the long text spans many windows
+    for key in ("input_ids", "input_mask", "segment_ids"):
+        np.testing.assert_array_equal(out[f"{name}/preprocess/{key}"][rows],
+                                      [getattr(f, key) for f in features], key)
+    # Every word's scoring window and position are the ones the Python path labels.
+    scored = {(f.sentence_index, f.word_index[p]): (r, p) for r, f in zip(rows, features)
+              for p in range(SEQ) if f.label_weights[p]}
+    word_example = out[f"{name}/preprocess/word_example_index"]
+    got = list(zip(out[f"{name}/preprocess/word_window"],
+                   out[f"{name}/preprocess/word_window_position"]))
+    position = [sum(word_example[:i] == e) for i, e in enumerate(word_example)]
+    sentence = [sentence_of.index(e) for e in word_example]
+    assert [scored[(s, p)] for s, p in zip(sentence, position)] == [tuple(g) for g in got]
+    # Probabilities: float32, the Keras model's softmax at each word's scoring position,
+    # the tag's is the largest.
+    probabilities = out[f"{name}/serving_default/word_probabilities"]
+    probability = out[f"{name}/serving_default/word_probability"]
+    assert probabilities.dtype == probability.dtype == np.float32
+    logits = served["models"][name]({k: tf.constant(out[f"{name}/preprocess/{k}"]) for k in
+                                     ("input_ids", "input_mask", "segment_ids")},
+                                    training=False)["logits"]
+    expected = tf.nn.softmax(tf.gather_nd(logits, np.array(got))).numpy()
+    np.testing.assert_allclose(probabilities, expected, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(probabilities.max(-1), probability)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["fine", "feature"])
+def test_served_entities_and_offsets(served, name):
+    """Entities are metrics.chunks of the served tags; text[start:end] is the word or the
+    entity text (code points: accents, CJK, emoji); words are the original's split."""
+    out = served["outputs"]
+    prefix = f"{name}/serving_default/"
+    words = _words_by_example(out, name)
+    starts = _words_by_example(out, name, "word_start")
+    ends = _words_by_example(out, name, "word_end")
+    for i, text in enumerate(TEXTS):
+        assert [text[a:b] for a, b in zip(starts[i], ends[i])] == words[i]
+    # The original's (cased) BasicTokenizer: each word is one of its tokens, and together
+    # they are its tokens of the text.
+    basic = original_module("tokenization").BasicTokenizer(do_lower_case=False)
+    assert [basic.tokenize(" ".join(w)) for w in words] == [basic.tokenize(t) for t in TEXTS]
+    assert all(len(basic.tokenize(w)) == 1 for ws in words for w in ws)
+    tags = _words_by_example(out, name, "word_tag")
+    expected = [(i, kind, first, last) for i in range(len(TEXTS))
+                for kind, first, last in metrics.chunks(tags[i])]
+    example = out[prefix + "entity_example_index"].tolist()
+    got = list(zip(example, _decode(out[prefix + "entity_type"]),
+                   out[prefix + "entity_word_start"].tolist(),
+                   (out[prefix + "entity_word_end"] - 1).tolist()))
+    assert got == expected and len(got) >= 5
+    for (i, _, first, last), text, start, end in zip(
+            got, _decode(out[prefix + "entity_text"]), out[prefix + "entity_start"],
+            out[prefix + "entity_end"]):
+        assert TEXTS[i][start:end] == text
+        assert (start, end) == (starts[i][first], ends[i][last])
+    # tag_words on the original's words (with "" padding between them): the same tags.
+    padded = served["padded"]
+    word_tag = out[f"{name}/tag_words/word_tag"]
+    for row, ws, ts in zip(padded, word_tag, tags):
+        row_tags = _decode(ws)
+        assert [t for w, t in zip(row, row_tags) if w] == ts
+        assert all(t == "" for w, t in zip(row, row_tags) if not w)
+    prefix = f"{name}/tag_words/"
+    got_words = list(zip(out[prefix + "entity_example_index"].tolist(),
+                         _decode(out[prefix + "entity_type"]),
+                         (out[prefix + "entity_word_start"] // 2).tolist(),
+                         ((out[prefix + "entity_word_end"] - 1) // 2).tolist()))
+    assert got_words == expected
+    assert _decode(out[prefix + "entity_text"]) == [
+        " ".join(served["split"][i][first:last + 1]) for i, _, first, last in expected]
+
+
+@pytest.fixture(scope="module")
+def vocab_file(tmp_path_factory):
+    return write_vocab(tmp_path_factory.mktemp("vocab") / "vocab.txt", VOCAB)
+
+
+def _serving_module(vocab_file, labels, scheme="IOB2", dtype=None, **config):
+    """The ServingModule and chunk tables of a random tagger (signatures run eagerly)."""
+    keras.utils.set_random_seed(4)
+    model = build_tagging_model(_config(), len(labels), dtype=dtype)
+    serving = export.ServingConfig("tagger", vocab_file, True, SEQ, labels=tuple(labels),
+                                   tag_scheme=scheme, doc_stride=DOC_STRIDE, **config)
+    module = export.ServingModule(model, serving)
+    return module, tagger_export.ChunkTables(serving)
+
+
+# Label sets of each scheme, plus tags conlleval splits oddly (no type, "0" type, a hyphen
+# in the type, bracket chunks, a bare prefix).
+SCHEME_LABELS = {
+    "IOB1": ("O", "B-LOC", "B-PER", "I-LOC", "I-PER"),
+    "IOB2": ("O", "B-ORG", "B-PER", "I-ORG", "I-PER"),
+    "IOBES": ("O", "B-PER", "E-PER", "I-PER", "S-LOC", "S-PER", "B-LOC", "E-LOC"),
+    "IOE": ("O", "E-PER", "I-PER", "I-LOC", "E-LOC"),
+    "odd": ("O", "B", "I", "B-0", "I-ORG-X", "B-ORG-X", "[", "]", "E-", "S-A", ".", "X"),
+}
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEME_LABELS))
+def test_entity_decoding_equals_metrics_chunks(vocab_file, scheme):
+    """decode_entities (the graph) == metrics.chunks on random tag sequences of every
+    scheme, several sequences (with empty ones) in one batch."""
+    labels = SCHEME_LABELS[scheme]
+    if scheme == "odd":  # not chunk tags for the exporter's checks: the tables directly
+        tables = tagger_export.ChunkTables(types.SimpleNamespace(labels=labels,
+                                                                 tag_scheme="IOB2"))
+    else:
+        tables = tagger_export.ChunkTables(export.ServingConfig(
+            "tagger", vocab_file, True, SEQ, labels=labels, tag_scheme=scheme))
+    rng = np.random.default_rng(len(scheme))
+    sequences = [rng.integers(0, len(labels), int(rng.integers(0, 12))).tolist()
+                 for _ in range(300)] + [[], [0, 0]]
+    got = tagger_export.decode_entities(
+        tables, tf.ragged.constant(sequences, tf.int32, ragged_rank=1))
+    expected = [(i, kind, first, last) for i, seq in enumerate(sequences)
+                for kind, first, last in metrics.chunks([labels[t] for t in seq])]
+    found = list(zip(got["example"].numpy().tolist(), _decode(got["type"].numpy()),
+                     got["first"].numpy().tolist(), got["last"].numpy().tolist()))
+    assert found == expected and len(expected) > 100
+
+
+def test_tag_scheme_none_returns_no_entities(vocab_file):
+    labels = ("NN", "VB", "DT")
+    serving = export.ServingConfig("tagger", vocab_file, True, SEQ, labels=labels,
+                                   tag_scheme="none")
+    got = tagger_export.decode_entities(tagger_export.ChunkTables(serving),
+                                        tf.ragged.constant([[0, 1, 2, 0]], tf.int32))
+    assert got["example"].shape == (0,)
+    with pytest.raises(export.ExportError, match="not all chunk tags"):
+        export.ServingConfig("tagger", vocab_file, True, SEQ, labels=labels,
+                             tag_scheme="IOB2")
+
+
+def test_bfloat16_tagger_outputs_float32_and_too_many_windows(vocab_file):
+    module, tables = _serving_module(vocab_file, IOB2, dtype="mixed_bfloat16",
+                                     max_context_windows=3)
+    out = tagger_export._serve_text(module, tables, tf.constant(["the cat sat", ""]))
+    assert out["word_probability"].dtype == tf.float32
+    assert out["word_probabilities"].dtype == tf.float32
+    assert _decode(out["word_text"].numpy()) == ["the", "cat", "sat"]
+    # 14 pieces fit one window; each 5 more need another: 24 pieces fit 3, 25 need 4.
+    tagger_export._serve_text(module, tables, tf.constant([" ".join(["the"] * 24)]))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=f"a text {export.TOO_MANY_WINDOWS}=3"):
+        tagger_export._serve_text(module, tables, tf.constant(["a", " ".join(["the"] * 25)]))
+
+
+def test_tag_words_unknown_and_empty_words(vocab_file):
+    """A pre-split word that tokenizes to nothing is [UNK] (the training path); rows of
+    padding only give no tags."""
+    module, tables = _serving_module(vocab_file, IOB2)
+    out = tagger_export._serve_words(module, tables, tf.constant(
+        [["\x01", "", "cat"], ["", "", ""]]))
+    tags = [_decode(row) for row in out["word_tag"].numpy()]
+    assert tags[1] == ["", "", ""] and tags[0][1] == ""
+    np.testing.assert_array_equal(out["word_probability"].numpy()[1], 0.0)
+    label, probability, _, _ = tagger_export._tag(module, {"pieces": tf.ragged.constant(
+        [[[VOCAB.index("[UNK]")], [VOCAB.index("cat")]]], tf.int64, ragged_rank=2)})
+    assert [tags[0][0], tags[0][2]] == [IOB2[i] for i in label.numpy()]
+    np.testing.assert_array_equal(out["word_probability"].numpy()[0][[0, 2]],
+                                  probability.numpy())
+
+
+@pytest.mark.slow
+def test_cli_refuses_metadata_of_another_run(tmp_path):
+    """A classifier run's export_metadata.json is not a tagging run's: a clear error, exit
+    status 2, nothing written."""
+    from modeling.models import BertClassifier
+
+    keras.utils.set_random_seed(5)
+    run = tmp_path / "classifier_run"
+    run.mkdir()
+    write_vocab(run / "vocab.txt", VOCAB)
+    _config().to_json_file(str(run / "bert_config.json"))
+    _save_like_training(BertClassifier(_config(), 2), run)
+    export.write_export_metadata(str(run), export.ExportMetadata(
+        task="mrpc", labels=("0", "1"), max_seq_length=SEQ, text_pair=True))
+    result = _cli("--model_type=tagger", f"--init_checkpoint={run}",
+                  f"--export_dir={tmp_path / 'out'}")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "task='mrpc'" in result.stderr and "run_ner.py" in result.stderr
+    assert not (tmp_path / "out").exists()
+    assert json.loads((run / "export_metadata.json").read_text())["task"] == "mrpc"
+
+
+@pytest.mark.slow
+def test_predict_saved_model_shows_entities_per_input(served, tmp_path):
+    """predict_saved_model.py (tensorflow + tensorflow_text only) gathers the flattened
+    entity_* / word_* outputs per input by their example index."""
+    texts = [TEXTS[0], "", TEXTS[2]]
+    out_json = tmp_path / "predictions.json"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run(
+        [sys.executable, "-I", os.path.join(REPO_ROOT, "predict_saved_model.py"),
+         f"--export_dir={served['dirs']['fine']}", f"--output_json={out_json}",
+         *[f"--text={t}" for t in texts]],
+        check=False, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(out_json.read_text(encoding="utf-8"))["predictions"]
+    out = served["outputs"]
+    words, tags = _words_by_example(out, "fine"), _words_by_example(out, "fine", "word_tag")
+    prefix = "fine/serving_default/"
+    example = out[prefix + "entity_example_index"]
+    for row, i in zip(rows, [0, 3, 2], strict=True):
+        assert row["word_text"] == words[i] and row["word_tag"] == tags[i]
+        assert row["entity_text"] == [t for e, t in zip(example, _decode(
+            out[prefix + "entity_text"])) if e == i]
+    assert rows[0]["entity_text"] and rows[1]["entity_text"] == []
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 3 and lines[1].endswith("entities: none; tags: ")
+    assert f"{rows[0]['entity_text'][0]!r} {rows[0]['entity_type'][0]}" in lines[0]
+
+
+MEMORY_SCRIPT = textwrap.dedent("""
+    import json, resource, sys
+    import tensorflow_text  # noqa: F401
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+    def peak_mb():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    serve(text=tf.constant(["the cat sat."]))
+    base, growth = peak_mb(), {}
+    for words in map(int, sys.argv[2:]):
+        out = serve(text=tf.constant([" ".join(["the cat sat on the mat ."] * (words // 7))]))
+        growth[int(out["word_tag"].shape[0])] = peak_mb() - base
+    print(json.dumps(growth))
+""")
+
+
+@pytest.mark.slow
+def test_request_memory_grows_linearly_with_the_text(served, tmp_path):
+    """Peak RSS growth of one request, in a fresh process, for ~4k and ~16k words (~800
+    and ~3200 windows). A version that sliced word and entity texts with
+    tf.strings.substr on a copy of the whole text per slice grew +60 MB and +930 MB (x15
+    for x4 words); the linear one +15 MB and +67 MB. The bounds (300 MB, and x2.5 the
+    linear extrapolation) leave room for allocator noise and fail for the quadratic one."""
+    directory = tmp_path / "export"
+    export.export_saved_model(served["models"]["fine"], export.ServingConfig(
+        "tagger", served["vocab"], True, SEQ, labels=IOB2, tag_scheme="IOB2",
+        doc_stride=DOC_STRIDE, max_context_windows=4000), str(directory))
+    script = tmp_path / "memory.py"
+    script.write_text(MEMORY_SCRIPT, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, "-I", str(script), str(directory), "4000",
+                             "16000"], check=False, capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    growth = {int(k): v for k, v in json.loads(result.stdout.strip().splitlines()[-1]).items()}
+    (small, g_small), (large, g_large) = sorted(growth.items())
+    assert 3900 <= small <= 4000 and large >= 4 * small - 10
+    assert g_large < 300, growth
+    assert g_large < 2.5 * (large / small) * max(g_small, 10), growth
