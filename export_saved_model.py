@@ -63,11 +63,21 @@ def define_flags():
     flags.DEFINE_integer("max_answer_length", 30, "squad: longest answer in tokens.")
     flags.DEFINE_integer("n_best_size", 20, "squad: candidate starts / ends per window (the "
                          "original's filter before picking the best span).")
-    flags.DEFINE_integer("doc_stride", 128, "squad: tokens between the starts of "
-                         "consecutive context windows.")
-    flags.DEFINE_integer("max_context_windows", 64, "squad: most doc_stride windows one "
-                         "example's context may need; a longer context is refused with an "
-                         "error (bounded memory per request).")
+    flags.DEFINE_integer("doc_stride", 128, "squad, tagger: tokens between the starts of "
+                         "consecutive windows of a long context / text; default: the run's "
+                         "metadata, else 128 (tagger: half a window, as run_ner.py).")
+    flags.DEFINE_integer("max_context_windows", 64, "squad, tagger: most doc_stride windows "
+                         "one input may need; a longer one is refused with an error (bounded "
+                         "memory per request).")
+    flags.DEFINE_string("tag_scheme", "", "tagger: how entities are decoded from the tags: "
+                        "IOB1, IOB2, IOBES, IOE or none; default: the run's metadata, else "
+                        "detected from the labels.")
+    flags.DEFINE_bool("feature_based", False, "tagger: the run_ner.py --feature_based model "
+                      "(frozen encoder + BiLSTM); default: the run's metadata.")
+    flags.DEFINE_string("feature_layers", "", "tagger, feature-based: the run's "
+                        "--feature_layers; default: the run's metadata.")
+    flags.DEFINE_integer("lstm_units", 0, "tagger, feature-based: the run's --lstm_units "
+                         "(0: 768); default: the run's metadata.")
     flags.DEFINE_bool("overwrite", False, "Replace an existing --export_dir, only if it is an "
                       "export this project wrote (never a directory with other content, "
                       "never an input's directory).")
@@ -83,7 +93,14 @@ FAMILY_FLAGS = {"label_list": "labels", "num_labels": "labels",
                 "is_regression": "is_regression", "text_pair": "text_pair",
                 "max_query_length": "max_query_length",
                 "max_answer_length": "max_answer_length", "n_best_size": "n_best_size",
-                "doc_stride": "doc_stride", "max_context_windows": "max_context_windows"}
+                "doc_stride": "doc_stride", "max_context_windows": "max_context_windows",
+                "tag_scheme": "tag_scheme", "feature_based": "feature_based",
+                "feature_layers": "feature_layers", "lstm_units": "lstm_units"}
+# Of those, the family settings given to ServingConfig under their own name: the run's
+# metadata sets them, a flag given explicitly overrides it.
+SETTING_FLAGS = ("max_query_length", "max_answer_length", "n_best_size", "doc_stride",
+                 "max_context_windows", "tag_scheme", "feature_based", "feature_layers",
+                 "lstm_units")
 
 
 def _check_family_flags(family) -> None:
@@ -206,14 +223,11 @@ def build_serving_config(ckpt_dir: str):
         # A hub preprocessor's default seq_length is TF Hub's 128, not the fine-tuning
         # run's: callers choose theirs per call (bert_pack_inputs(..., seq_length=...)).
         max_seq_length = default_len
-    fields = dict(
-        max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length,
-        doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size,
-        max_context_windows=FLAGS.max_context_windows)
-    # What the run's metadata says about the family's own settings, then explicit flags.
+    fields = {name: FLAGS[name].value for name in SETTING_FLAGS}
+    # The family's own defaults, what the run's metadata says, then explicit flags.
+    fields.update(family.default_fields(max_seq_length))
     fields.update(family.config_fields(meta) if meta is not None else {})
-    fields.update({name: FLAGS[name].value for name in fields
-                   if name in FLAGS and FLAGS[name].present})
+    fields.update({name: FLAGS[name].value for name in SETTING_FLAGS if FLAGS[name].present})
     try:
         serving = export.ServingConfig(
             model_type=FLAGS.model_type, vocab_file=vocab_file,

@@ -41,7 +41,8 @@ Adding a task family's export (the extension point)
    attribute ``FAMILY = YourServing()``. It declares ``model_type``, the
    ``ServingConfig`` fields it uses (``fields``: the CLI refuses flags of other
    families), the ``ExportMetadata`` subclass its runner writes (``metadata_class``) and
-   what the exporter takes from it (``config_fields(metadata)``), ``validate(config)``,
+   what the exporter takes from it (``config_fields(metadata)``; defaults that differ from
+   the flags' in ``default_fields(max_seq_length)``), ``validate(config)``,
    ``build_model(config, bert_config, dtype_policy)``,
    ``check_model(model, config)`` and ``signatures(module)``: concrete functions by name,
    built on the ``ServingModule`` helpers (``module.pack`` for the classifier packing,
@@ -50,7 +51,8 @@ Adding a task family's export (the extension point)
 2. Register it with one line in ``SERVING_FAMILIES``. ``export_saved_model.py``'s
    ``--model_type`` choices, the weight checks, the overwrite rules and the atomic writer
    then apply unchanged. A setting no existing ``ServingConfig`` field covers is added
-   there as a field with a default, plus its flag in ``export_saved_model.py``.
+   there as a field with a default, plus its flag in ``export_saved_model.py`` (listed in
+   its ``FAMILY_FLAGS``).
 
 Files: ``export_metadata.json`` is the small contract between the fine-tuning runner and
 the exporter (labels, task settings; see ``ExportMetadata``). Every export carries its own
@@ -467,6 +469,11 @@ class ServingFamily:
     weights_description = ""
     fields: tuple = ()
     metadata_class: type = ExportMetadata
+
+    def default_fields(self, max_seq_length: int) -> dict:
+        """``ServingConfig`` fields (of ``fields``) whose default for this family differs
+        from the flag's, used when neither the metadata nor a flag sets them."""
+        return {}
 
     def config_fields(self, metadata) -> dict:
         """``ServingConfig`` fields (of ``fields``) that the run's ``export_metadata.json``

@@ -346,6 +346,49 @@ def test_cli_refuses_metadata_of_another_run(tmp_path):
     assert json.loads((run / "export_metadata.json").read_text())["task"] == "mrpc"
 
 
+def test_cli_everything_explicit_without_metadata(served, tmp_path):
+    """A checkpoint without export_metadata.json (e.g. trained elsewhere): the flags give
+    labels, casing, length, tag scheme and the feature-based model; the export equals the
+    one made from the run's metadata. Without --doc_stride the windows are run_ner.py's
+    default (half a window apart), not the SQuAD flag's 128; a setting of another family
+    is refused."""
+    run = _run_dir(tmp_path / "run", _tagger(IOBES, 2, feature_based=True,
+                                             feature_layers="weighted_sum_all",
+                                             lstm_units=8),
+                   IOBES, "IOBES", feature_based=True, feature_layers="weighted_sum_all",
+                   lstm_units=8)
+    (run / export.METADATA_FILE).unlink()
+    explicit = ["--model_type=tagger", f"--init_checkpoint={run}",
+                f"--label_list={','.join(IOBES)}", "--do_lower_case=true",
+                f"--max_seq_length={SEQ}", "--tag_scheme=IOBES", "--feature_based",
+                "--feature_layers=weighted_sum_all", "--lstm_units=8"]
+    result = _cli(*explicit, f"--doc_stride={DOC_STRIDE}", f"--export_dir={tmp_path / 'e'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = tf.saved_model.load(str(tmp_path / "e"))
+    got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
+    expected = {k.split("/")[-1]: v for k, v in served["outputs"].items()
+                if k.startswith("feature/serving_default/")}
+    assert set(got) == set(expected)
+    for key, value in got.items():
+        if value.dtype.is_floating:
+            np.testing.assert_allclose(value.numpy(), expected[key], atol=1e-6, err_msg=key)
+        else:
+            np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
+
+    result = _cli(*explicit, f"--export_dir={tmp_path / 'default_stride'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    marker = json.loads((tmp_path / "default_stride" / "assets.extra" /
+                         export.METADATA_FILE).read_text())
+    assert marker["doc_stride"] == (SEQ - 2) // 2 and marker["tag_scheme"] == "IOBES"
+    assert marker["feature_based"] and marker["lstm_units"] == 8
+
+    result = _cli(*explicit, "--n_best_size=5", f"--export_dir={tmp_path / 'no'}")
+    assert result.returncode == 2
+    assert "--n_best_size does not apply to --model_type=tagger (it is for: squad)" in \
+        result.stderr
+    assert not (tmp_path / "no").exists()
+
+
 @pytest.mark.slow
 def test_predict_saved_model_shows_entities_per_input(served, tmp_path):
     """predict_saved_model.py (tensorflow + tensorflow_text only) gathers the flattened

@@ -85,6 +85,10 @@ class TaggerServing(export.ServingFamily):
               "feature_layers", "lstm_units")
     metadata_class = TaggingExportMetadata
 
+    def default_fields(self, max_seq_length):
+        # run_ner.py's default: windows half a window apart (data.WindowConfig.stride).
+        return {"doc_stride": data.WindowConfig(max_seq_length=max(3, max_seq_length)).stride}
+
     def config_fields(self, metadata):
         if metadata.task != TAGGING_TASK or metadata.is_regression or metadata.text_pair:
             raise export.ExportError(
