@@ -96,11 +96,6 @@ FAMILY_FLAGS = {"label_list": "labels", "num_labels": "labels",
                 "doc_stride": "doc_stride", "max_context_windows": "max_context_windows",
                 "tag_scheme": "tag_scheme", "feature_based": "feature_based",
                 "feature_layers": "feature_layers", "lstm_units": "lstm_units"}
-# Of those, the family settings given to ServingConfig under their own name: the run's
-# metadata sets them, a flag given explicitly overrides it.
-SETTING_FLAGS = ("max_query_length", "max_answer_length", "n_best_size", "doc_stride",
-                 "max_context_windows", "tag_scheme", "feature_based", "feature_layers",
-                 "lstm_units")
 
 
 def _check_family_flags(family) -> None:
@@ -223,11 +218,18 @@ def build_serving_config(ckpt_dir: str):
         # A hub preprocessor's default seq_length is TF Hub's 128, not the fine-tuning
         # run's: callers choose theirs per call (bert_pack_inputs(..., seq_length=...)).
         max_seq_length = default_len
-    fields = {name: FLAGS[name].value for name in SETTING_FLAGS}
-    # The family's own defaults, what the run's metadata says, then explicit flags.
+    # Family settings (ServingConfig fields named as their flags): the flag's default, the
+    # family's own default, what the run's metadata says, then a flag given explicitly.
+    fields = dict(
+        max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length,
+        doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size,
+        max_context_windows=FLAGS.max_context_windows, tag_scheme=FLAGS.tag_scheme,
+        feature_based=FLAGS.feature_based, feature_layers=FLAGS.feature_layers,
+        lstm_units=FLAGS.lstm_units)
+    given = {name: value for name, value in fields.items() if FLAGS[name].present}
     fields.update(family.default_fields(max_seq_length))
     fields.update(family.config_fields(meta) if meta is not None else {})
-    fields.update({name: FLAGS[name].value for name in SETTING_FLAGS if FLAGS[name].present})
+    fields.update(given)
     try:
         serving = export.ServingConfig(
             model_type=FLAGS.model_type, vocab_file=vocab_file,
