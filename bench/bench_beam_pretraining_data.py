@@ -10,9 +10,10 @@ to each size, a 16k vocab learned from it, max_seq_length 128, max_predictions_p
   (the DirectRunner's in-process engine; with W > 1 in worker processes,
   `--direct_running_mode=multi_processing`), once per `--pool_sizes_mb`,
 
-and reports wall time, MB/s, CPU seconds of all processes, peak memory (largest process
-and the whole tree) and the Beam run's wall-time ratio to the local pool with the same
-number of workers, measured in the same run.
+and reports wall time, MB/s, CPU seconds of all processes, peak memory (largest process,
+the whole tree, the tool's main process and its largest worker process) and the Beam
+run's wall-time ratio to the local pool with the same number of workers, measured in the
+same run.
 
     .venv/bin/python bench/bench_beam_pretraining_data.py --sizes_mb=1,10
 """
@@ -73,13 +74,18 @@ def main():
             for name, cmd in runs:
                 out = os.path.join(work, "out.tfrecord")
                 load = os.getloadavg()[0]
+                peaks = {}
                 seconds, cpu, max_rss, tree_rss = measure(
-                    [sys.executable, *cmd, f"--output_file={out}"], env=env)
+                    [sys.executable, *cmd, f"--output_file={out}"], env=env,
+                    process_peaks=peaks)
+                main_rss = max((r for d, r in peaks.values() if d == 1), default=0) / 2**20
+                worker_rss = max((r for d, r in peaks.values() if d >= 2), default=0) / 2**20
                 instances = count_records([out])
                 local = seconds if local is None else local
                 rows.append(dict(size_mb=mb, run=name, seconds=seconds, mb_s=mb / seconds,
                                  cpu_s=cpu, instances=instances, max_rss_mb=max_rss,
-                                 tree_rss_mb=tree_rss, load=load,
+                                 tree_rss_mb=tree_rss, main_rss_mb=main_rss,
+                                 worker_rss_mb=worker_rss, load=load,
                                  vs_local=local / seconds))
                 print(json.dumps(rows[-1]), flush=True)
                 for path in glob.glob(os.path.join(work, "*out.tfrecord*")):
@@ -95,14 +101,16 @@ def format_table(rows, args):
         "",
         "| corpus | run | wall s | MB/s | CPU s (all processes) | instances "
         "| peak RSS, largest process (MB) | peak RSS, all processes (MB) "
+        "| peak RSS, main process (MB) | peak RSS, largest worker process (MB) "
         "| wall: local pool / this | load avg before |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.2f} | {r['mb_s']:.2f} "
             f"| {r['cpu_s']:.2f} | {r['instances']} | {r['max_rss_mb']:.0f} "
-            f"| {r['tree_rss_mb']:.0f} | {r['vs_local']:.2f}x | {r['load']:.1f} |")
+            f"| {r['tree_rss_mb']:.0f} | {r['main_rss_mb']:.0f} | {r['worker_rss_mb']:.0f} "
+            f"| {r['vs_local']:.2f}x | {r['load']:.1f} |")
     lines += ["", "Command: `.venv/bin/python bench/bench_beam_pretraining_data.py "
               + " ".join(sys.argv[1:]) + "`"]
     return "\n".join(lines)

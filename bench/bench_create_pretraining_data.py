@@ -133,8 +133,8 @@ def learn_vocab(corpus_path, vocab_path, size=16000, sample_bytes=2_000_000):
 # --- Measuring ---------------------------------------------------------------------------
 
 
-def _tree_rss_bytes(root_pid):
-    """Sum of the RSS of root_pid and all its descendants (from /proc)."""
+def _tree_rss(root_pid):
+    """{pid: (depth below root_pid, RSS bytes)} of root_pid and all its descendants."""
     children = collections.defaultdict(list)
     rss = {}
     page = os.sysconf("SC_PAGE_SIZE")
@@ -149,12 +149,17 @@ def _tree_rss_bytes(root_pid):
         except OSError:
             continue
         children[int(fields[1])].append(int(entry))
-    total, stack = 0, [root_pid]
+    tree, stack = {}, [(root_pid, 0)]
     while stack:
-        pid = stack.pop()
-        total += rss.get(pid, 0)
-        stack.extend(children.get(pid, []))
-    return total
+        pid, depth = stack.pop()
+        tree[pid] = (depth, rss.get(pid, 0))
+        stack.extend((child, depth + 1) for child in children.get(pid, []))
+    return tree
+
+
+def _tree_rss_bytes(root_pid):
+    """Sum of the RSS of root_pid and all its descendants (from /proc)."""
+    return sum(r for _, r in _tree_rss(root_pid).values())
 
 
 # Wall time is taken inside the wrapper, around the command alone: this process's
@@ -166,16 +171,22 @@ _MAXRSS_WRAPPER = ("import resource, subprocess, sys, time; t = time.perf_counte
                    "'WALL_S', t, file=sys.stderr); sys.exit(rc)")
 
 
-def measure(cmd, env=None, cwd=ROOT):
+def measure(cmd, env=None, cwd=ROOT, process_peaks=None):
     """Runs cmd; returns wall seconds, CPU seconds (all processes), largest single-process
-    RSS (MB) and process-tree peak RSS (MB)."""
+    RSS (MB) and process-tree peak RSS (MB). With a dict `process_peaks`, also fills it
+    with {pid: (depth, peak RSS bytes)} of every process of the tree (depth 1 is cmd's
+    own process, below the measuring wrapper; 2 its children, e.g. workers)."""
     proc = subprocess.Popen([sys.executable, "-c", _MAXRSS_WRAPPER, *cmd], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = [0]
 
     def poll():
         while proc.poll() is None:
-            peak[0] = max(peak[0], _tree_rss_bytes(proc.pid))
+            tree = _tree_rss(proc.pid)
+            peak[0] = max(peak[0], sum(r for _, r in tree.values()))
+            if process_peaks is not None:
+                for pid, (depth, rss) in tree.items():
+                    process_peaks[pid] = (depth, max(rss, process_peaks.get(pid, (0, 0))[1]))
             time.sleep(0.2)
 
     poller = threading.Thread(target=poll, daemon=True)
