@@ -51,8 +51,8 @@ Adding a task family's export (the extension point)
 2. Register it with one line in ``SERVING_FAMILIES``. ``export_saved_model.py``'s
    ``--model_type`` choices, the weight checks, the overwrite rules and the atomic writer
    then apply unchanged. A setting no existing ``ServingConfig`` field covers is added
-   there as a field with a default, plus its flag in ``export_saved_model.py`` (listed in
-   its ``FAMILY_FLAGS``).
+   there as a field with a default, plus its flag in ``export_saved_model.py`` (in its
+   table of family flags, which refuses the flag for other families).
 
 Files: ``export_metadata.json`` is the small contract between the fine-tuning runner and
 the exporter (labels, task settings; see ``ExportMetadata``). Every export carries its own
