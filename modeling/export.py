@@ -88,10 +88,10 @@ DTYPES = ("float32", "bfloat16")
 METADATA_FILE = "export_metadata.json"
 # assets.extra/ is where SavedModel tooling keeps files that are not part of the graph.
 MARKER_PATH = ("assets.extra", METADATA_FILE)
-# The top-level entries of a SavedModel written by tf.saved_model.save, plus our marker.
 # The message of the InvalidArgumentError for an input needing too many windows (kept for
 # tests and docs).
 TOO_MANY_WINDOWS = "needs more context windows than max_context_windows"
+# The top-level entries of a SavedModel written by tf.saved_model.save, plus our marker.
 SAVED_MODEL_ENTRIES = frozenset({"saved_model.pb", "variables", "assets", "assets.extra",
                                  "fingerprint.pb"})
 
@@ -411,6 +411,7 @@ def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings
                "span": tf.gather(span, example), "doc_length": tf.gather(lengths, example),
                "num_windows": tf.gather(num_windows, example)}
     return window, windows
+
 
 def max_context(windows, pos):
     """[windows, seq] bool: the window is the one where the token at each position has
