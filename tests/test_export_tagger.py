@@ -294,6 +294,22 @@ def test_tag_scheme_none_returns_no_entities(vocab_file):
                              tag_scheme="IOB2")
 
 
+@pytest.mark.parametrize("settings, message", [
+    (dict(labels=()), "needs its label names"),
+    (dict(labels=("O", "B-PER", "O")), "repeat a name"),
+    (dict(tag_scheme="BIO"), "tag_scheme='BIO' is not one of"),
+    (dict(doc_stride=0), "doc_stride=0 and max_context_windows=64 must be positive"),
+    (dict(max_context_windows=0), "must be positive"),
+    (dict(feature_based=True, feature_layers="last_two"), "feature_layers='last_two'"),
+    (dict(feature_based=True, lstm_units=-1), "lstm_units=-1 must not be negative"),
+])
+def test_tagger_settings_that_cannot_work_are_refused(vocab_file, settings, message):
+    config = dict(labels=IOB2)
+    config.update(settings)
+    with pytest.raises(export.ExportError, match=message):
+        export.ServingConfig("tagger", vocab_file, True, SEQ, **config)
+
+
 def test_bfloat16_tagger_outputs_float32_and_too_many_windows(vocab_file):
     module, tables = _serving_module(vocab_file, IOB2, dtype="mixed_bfloat16",
                                      max_context_windows=3)
@@ -382,6 +398,9 @@ def test_cli_everything_explicit_without_metadata(served, tmp_path):
     assert marker["doc_stride"] == (SEQ - 2) // 2 and marker["tag_scheme"] == "IOBES"
     assert marker["feature_based"] and marker["lstm_units"] == 8
 
+    result = _cli(*explicit, "--tag_scheme=BIO", f"--export_dir={tmp_path / 'no'}")
+    assert result.returncode == 2 and "tag_scheme='BIO' is not one of" in result.stderr
+    assert not (tmp_path / "no").exists()
     result = _cli(*explicit, "--n_best_size=5", f"--export_dir={tmp_path / 'no'}")
     assert result.returncode == 2
     assert "--n_best_size does not apply to --model_type=tagger (it is for: squad)" in \
