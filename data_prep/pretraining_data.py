@@ -969,14 +969,8 @@ def load_tokenizer(vocab_file: str, do_lower_case: bool):
     if key not in _TOKENIZERS:
         tokenizer = tokenization.FullTokenizer(vocab_file=vocab_file,
                                                do_lower_case=do_lower_case)
-        tokenize_ids = getattr(tokenizer, "tokenize_to_ids", None)
-        if tokenize_ids is None:
-            vocab = tokenizer.vocab
-
-            def tokenize_ids(text, _tokenize=tokenizer.tokenize, _vocab=vocab):
-                return [_vocab[t] for t in _tokenize(text)]
-
-        _TOKENIZERS[key] = (tokenize_ids, MaskingVocab.from_vocab(tokenizer.vocab))
+        _TOKENIZERS[key] = (tokenizer.tokenize_to_ids,
+                            MaskingVocab.from_vocab(tokenizer.vocab))
     return _TOKENIZERS[key]
 
 

@@ -579,7 +579,8 @@ class FullTokenizer:
     """Basic tokenization followed by WordPiece; the original's public API.
 
     `tokenize` is the fast path (whole-line string passes plus bounded caches of
-    whitespace chunk -> WordPieces and word -> WordPieces); `tokenize_exact` is the
+    whitespace chunk -> WordPieces and word -> WordPieces; `tokenize_to_ids` adds chunk ->
+    ids); `tokenize_exact` is the
     character-by-character reference. Both give the original's output. The caches assume
     the vocab is not mutated after construction.
     """
@@ -598,6 +599,7 @@ class FullTokenizer:
         # Whitespace-separated chunk of cleaned text -> its WordPieces, and word -> pieces.
         self._chunk_cache: dict[str, tuple[str, ...]] = {}
         self._word_cache: dict[str, tuple[str, ...]] = {}
+        self._chunk_id_cache: dict[str, tuple[int, ...]] = {}
 
     def tokenize(self, text) -> list[str]:
         """WordPiece tokens of `text` (str or UTF-8 bytes), fast path.
@@ -606,19 +608,44 @@ class FullTokenizer:
         own (lower-casing, accents, punctuation, WordPiece), so a chunk's tokens depend on
         the chunk alone and can be cached (keyed after lower-casing the whole line).
         """
-        if type(text) is not str:
-            text = convert_to_unicode(text)
-        if not (text.isascii() and text.isprintable()):
-            text = self._fast.clean(text)
-        if self.do_lower_case:
-            text = text.lower()  # equal to lowering each chunk (see _FastBasic)
-        chunks = text.split()
+        chunks = self._chunks(text)
         found = list(map(self._chunk_cache.get, chunks))
         if None in found:
             for index, pieces in enumerate(found):
                 if pieces is None:
                     found[index] = self._chunk_pieces(chunks[index])
         return list(itertools.chain.from_iterable(found))
+
+    def tokenize_to_ids(self, text) -> list[int]:
+        """`convert_tokens_to_ids(tokenize(text))`, without building the token list: a
+        third bounded cache maps a chunk straight to its ids (the pretraining data
+        tools need only ids)."""
+        chunks = self._chunks(text)
+        found = list(map(self._chunk_id_cache.get, chunks))
+        if None in found:
+            vocab, id_cache = self.vocab, self._chunk_id_cache
+            for index, ids in enumerate(found):
+                if ids is None:
+                    chunk = chunks[index]
+                    pieces = self._chunk_cache.get(chunk)
+                    if pieces is None:
+                        pieces = self._chunk_pieces(chunk)
+                    ids = found[index] = tuple([vocab[piece] for piece in pieces])
+                    if len(id_cache) >= self.MAX_CACHED_WORDS:
+                        id_cache.clear()
+                    id_cache[chunk] = ids
+        return list(itertools.chain.from_iterable(found))
+
+    def _chunks(self, text) -> list[str]:
+        """The whitespace-separated chunks of cleaned (and lower-cased) text: the cache
+        keys of `tokenize` and `tokenize_to_ids`."""
+        if type(text) is not str:
+            text = convert_to_unicode(text)
+        if not (text.isascii() and text.isprintable()):
+            text = self._fast.clean(text)
+        if self.do_lower_case:
+            text = text.lower()  # equal to lowering each chunk (see _FastBasic)
+        return text.split()
 
     def _chunk_pieces(self, chunk: str) -> tuple[str, ...]:
         if (chunk.isascii() and chunk.isalnum() and chunk in self.vocab

@@ -144,6 +144,59 @@ def test_random_next_sentences_come_from_other_files(tmp_path):
     assert abs(crossing / total - 0.5) < 0.02 + 4 * np.sqrt(0.25 / total), (crossing, total)
 
 
+def test_what_a_step_holds_does_not_grow_with_the_corpus(prose, tmp_path, monkeypatch):
+    """The pipeline's own bound on memory: a pool holds about --pool_size_mb of text and a
+    sorting bucket at most about BUCKET_RECORDS records, whatever the corpus size. The
+    same text once and four times over (other byte offsets: other documents): four times
+    the pools and buckets, each within the sampling spread of its bound. (The DirectRunner
+    engine itself holds whole collections: bench/RESULTS.md.)"""
+    text = open(prose["corpus"], encoding="utf-8").read().rstrip("\n") + "\n\n"
+    config = pd.PretrainingConfig(max_seq_length=64, max_predictions_per_seq=10,
+                                  dupe_factor=1)
+    bucket_records = 400
+    monkeypatch.setattr(bpd, "BUCKET_RECORDS", bucket_records)
+    seen = {"pools": [], "keys": []}
+    build = bpd.BuildPool.process
+
+    def build_and_record(self, element):  # the class is pickled by reference: runs here
+        seen["pools"].append([sum(map(len, document)) for _, document in element[1]])
+        for output in build(self, element):
+            if isinstance(output, tuple):  # (sort key, record); not a tagged output
+                seen["keys"].append(output[0])
+            yield output
+
+    monkeypatch.setattr(bpd.BuildPool, "process", build_and_record)
+    pool_bytes = len(text.encode("utf-8")) // 4
+    results = {}
+    for copies in (1, 4):
+        seen["pools"], seen["keys"] = [], []
+        corpus = tmp_path / f"x{copies}.txt"
+        corpus.write_text(text * copies, encoding="utf-8")
+        _, summary = run_beam(tmp_path, [str(corpus)], prose["vocab"], config,
+                              name=f"x{copies}", shards=2, pool_bytes=pool_bytes,
+                              dynamic_masking=True)
+        pools, keys = seen["pools"], seen["keys"]
+        assert len(pools) == summary["num_pools"] == 4 * copies
+        assert len(keys) == summary["instances"]
+        # The buckets GroupBuckets forms (the pipeline's own bucket_of on each key).
+        per_file = bpd.buckets_per_file(len(keys), 2)
+        buckets = np.bincount([bpd.bucket_of(key, 2, per_file) for key in keys])
+        # Documents are dealt to pools by a hash: a pool's tokens are a sum over all
+        # documents d of t_d * Bernoulli(1/P), mean T/P, variance sum(t_d^2)(1/P)(1-1/P).
+        tokens = np.array([t for pool in pools for t in pool], dtype=np.float64)
+        p = 1 / len(pools)
+        mean, sd = tokens.sum() * p, np.sqrt((tokens ** 2).sum() * p * (1 - p))
+        assert max(sum(pool) for pool in pools) < mean + 5 * sd
+        # Records are dealt to buckets by a hash too: at most BUCKET_RECORDS on average.
+        assert len(buckets) >= summary["instances"] / bucket_records
+        assert max(buckets) < bucket_records + 5 * np.sqrt(bucket_records)
+        results[copies] = (mean, len(buckets), summary["instances"])
+    # Four times the text: as many tokens per pool (within 5%: only the
+    # rounding of the pool count differs), about four times the buckets.
+    assert abs(results[4][0] / results[1][0] - 1) < 0.05
+    assert results[4][1] >= 3 * results[1][1] and results[4][2] > 3.5 * results[1][2]
+
+
 # ---------------------------------------------------------------------------------------
 # The CLI, as a subprocess.
 

@@ -251,9 +251,13 @@ def test_fast_and_exact_paths_match_original(corpus, vocab_file, original, do_lo
     assert _differing(expected, exact, corpus) == []
     # The cache must not change anything: a second pass over the corpus agrees too.
     assert [ours.tokenize(line) for line in corpus] == expected
-    # Same ids through the same vocab.
-    assert ([ours.convert_tokens_to_ids(t) for t in fast[:200]]
-            == [reference.convert_tokens_to_ids(t) for t in expected[:200]])
+    # Same ids through the same vocab, and straight to ids (cold, then cached chunks).
+    expected_ids = [reference.convert_tokens_to_ids(t) for t in expected]
+    assert [ours.convert_tokens_to_ids(t) for t in fast[:200]] == expected_ids[:200]
+    for _ in range(2):
+        assert [ours.tokenize_to_ids(line) for line in corpus] == expected_ids
+    fresh = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+    assert [fresh.tokenize_to_ids(line) for line in corpus] == expected_ids
 
 
 @pytest.mark.parametrize("do_lower_case", [True, False])
@@ -406,6 +410,8 @@ def test_fast_equals_exact_on_random_strings(vocab_file):
                 _random_code_point(rng, surrogates=True) if rng.random() < 0.5 else _atom(rng)
                 for _ in range(rng.randint(0, 30)))
             assert tokenizer.tokenize(text) == tokenizer.tokenize_exact(text), repr(text)
+            assert tokenizer.tokenize_to_ids(text) == tokenizer.convert_tokens_to_ids(
+                tokenizer.tokenize_exact(text)), repr(text)
 
 
 @pytest.mark.parametrize("text, lower, expected", [
@@ -477,7 +483,10 @@ def test_word_cache_is_bounded(tiny_vocab_file, monkeypatch):
     monkeypatch.setattr(tokenizer, "MAX_CACHED_WORDS", 10)
     for i in range(100):
         assert tokenizer.tokenize(f"cat{i} dog") == tokenizer.tokenize_exact(f"cat{i} dog")
+        assert tokenizer.tokenize_to_ids(f"dog cat{i}") == tokenizer.convert_tokens_to_ids(
+            tokenizer.tokenize_exact(f"dog cat{i}"))
     assert len(tokenizer._word_cache) <= 10 and len(tokenizer._chunk_cache) <= 10
+    assert len(tokenizer._chunk_id_cache) <= 10
 
 
 # --- CLI -------------------------------------------------------------------------------
