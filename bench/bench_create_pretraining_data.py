@@ -22,6 +22,8 @@ with that cache and with caching off (the tokenizer's Unicode tables computed in
 
     .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=1,10
     .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=1 --skip_original
+    .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=10 --workers=2 \
+        --no-exact_draws_run --repeats=7   # medians of 7 interleaved runs of ours
     .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=10 \
         --compare_root=/tmp/before   # e.g. `git archive HEAD | tar -x -C /tmp/before`
 
@@ -40,6 +42,7 @@ import io
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -236,6 +239,8 @@ def main():
                         "same run, right after ours, with the same flags")
     parser.add_argument("--startup", default=True, action=argparse.BooleanOptionalAction,
                         help="also time start-up alone (a 2 KB corpus)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of ours (each checkout, interleaved); medians reported")
     parser.add_argument("--write_results", action="store_true")
     args = parser.parse_args()
 
@@ -284,25 +289,44 @@ def main():
                               f"--input_file={corpus}", f"--output_file={out}",
                               f"--vocab_file={vocab_path}", f"--num_workers={workers}",
                               *extra, *common], root))
+        # The original runs once (~35 s: its spread is small against its length); ours
+        # `--repeats` times, the checkouts interleaved round by round, and the median of
+        # each measure is reported (single 2-s runs swing by +-20% on this shared VM).
+        measured = {}
+        for round_index in range(args.repeats):
+            for name, out, cmd, root in runs:
+                if name.startswith("original") and round_index:
+                    continue
+                load = os.getloadavg()[0]  # before the run: the load it competes with
+                figures = measure([sys.executable, *cmd], env=env, cwd=root)
+                measured.setdefault(name, []).append((*figures, load, count_records([out])))
+                print(json.dumps(dict(run=name, round=round_index, seconds=figures[0],
+                                      cpu_s=figures[1])), flush=True)
+                os.remove(out)
+                summary = os.path.join(os.path.dirname(out), "_" + os.path.basename(out)
+                                       + ".summary.json")
+                for extra in glob.glob(out + "*") + glob.glob(summary):
+                    os.remove(extra)
         original_seconds = None
-        for name, out, cmd, root in runs:
-            load = os.getloadavg()[0]  # before the run: the load it competes with
-            seconds, cpu, max_rss, tree_rss = measure([sys.executable, *cmd], env=env,
-                                                      cwd=root)
-            instances = count_records([out])
+        for name, _, _, _ in runs:
+            results = measured[name]
+            seconds = statistics.median(r[0] for r in results)
+            cpu = statistics.median(r[1] for r in results)
+            instances = results[0][5]
             if name.startswith("original"):
                 original_seconds = seconds
+            elif args.repeats > 1:
+                name += f", median of {len(results)}"
             rows.append(dict(size_mb=mb, run=name, seconds=seconds, mb_s=mb / seconds,
                              speedup=original_seconds / seconds if original_seconds else None,
-                             cpu_s=cpu, mb_per_cpu_s=mb / cpu, load=load,
+                             cpu_s=cpu, mb_per_cpu_s=mb / cpu,
+                             load=statistics.median(r[4] for r in results),
                              instances=instances, inst_s=instances / seconds,
-                             max_rss_mb=max_rss, tree_rss_mb=tree_rss))
+                             max_rss_mb=max(r[2] for r in results),
+                             tree_rss_mb=max(r[3] for r in results),
+                             wall_range=(min(r[0] for r in results),
+                                         max(r[0] for r in results))))
             print(json.dumps(rows[-1]), flush=True)
-            os.remove(out)
-            summary = os.path.join(os.path.dirname(out), "_" + os.path.basename(out)
-                                   + ".summary.json")
-            for extra in glob.glob(out + "*") + glob.glob(summary):
-                os.remove(extra)
     if args.startup:  # after the sizes: the vocab is learned from the first corpus
         rows += startup_rows(work, documents, vocab_path, common, env, args.ours_root)
         if args.compare_root:
@@ -343,6 +367,12 @@ def startup_rows(work, documents, vocab_path, common, env, ours_root, label="our
     return rows
 
 
+def spread(row):
+    """' (min-max)' of a median over several runs, else ''."""
+    low, high = row.get("wall_range") or (None, None)
+    return f" ({low:.2f}-{high:.2f})" if low is not None and high > low else ""
+
+
 def format_table(rows, args):
     lines = [
         f"Corpus: Python {sys.version.split()[0]} standard-library docstrings, one sentence "
@@ -360,7 +390,8 @@ def format_table(rows, args):
         if "instances" in r:
             speedup = "" if r.get("speedup") is None else f"{r['speedup']:.1f}x"
             lines.append(
-                f"| {r['size_mb']:.3g} MB | {r['run']} | {r['seconds']:.2f} | {r['mb_s']:.2f} "
+                f"| {r['size_mb']:.3g} MB | {r['run']} | {r['seconds']:.2f}{spread(r)} "
+                f"| {r['mb_s']:.2f} "
                 f"| {speedup} | {r['cpu_s']:.2f} | {r['mb_per_cpu_s']:.2f} | {r['instances']} "
                 f"| {r['inst_s']:.0f} | {r['max_rss_mb']:.0f} | {r['tree_rss_mb']:.0f} "
                 f"| {r['load']:.1f} |")

@@ -707,25 +707,32 @@ def mask_vectorized(out: CompactInstances, config: PretrainingConfig, vocab: Mas
     replacements = np.array(vocab.replacement_ids, dtype=np.int64)
     col = np.arange(seq)
     slot = np.arange(preds)
+    # A key is one uint64: 63 - index_bits random bits (ties as rare as float64's), then
+    # the column in the low bits (so sorting keys sorts columns by key, no argsort);
+    # the top bit marks a column that is not a candidate, which sorts last.
+    index_bits = max(1, (seq - 1).bit_length())
+    index_mask = np.uint64((1 << index_bits) - 1)
+    not_candidate = np.uint64(1 << 63)
     positions, values, counts = [], [], []
     as_mask = kept = 0
     for lo in range(0, len(n_all), block):
         la = la_all[lo:lo + block, None]
         n = n_all[lo:lo + block, None]
         rows = len(n)
-        keys = gen.random((rows, seq))
+        keys = gen.bit_generator.random_raw(rows * seq).reshape(rows, seq)
+        keys >>= np.uint64(index_bits + 1)
+        keys <<= np.uint64(index_bits)
+        keys |= col.astype(np.uint64)
         candidate = (col >= 1) & (col < n - 1) & (col != la + 1)
-        keys[~candidate] = 2.0
+        keys[~candidate] |= not_candidate
         if preds < seq:
-            smallest = np.argpartition(keys, preds - 1, axis=1)[:, :preds]
+            smallest = np.partition(keys, preds - 1, axis=1)[:, :preds]
+            smallest.sort(axis=1)
         else:
-            smallest = np.broadcast_to(col, (rows, seq)).copy()
-        smallest_keys = np.take_along_axis(keys, smallest, axis=1)
-        by_key = np.argsort(smallest_keys, axis=1)
-        smallest = np.take_along_axis(smallest, by_key, axis=1)
-        smallest_keys = np.take_along_axis(smallest_keys, by_key, axis=1)
+            smallest = np.sort(keys, axis=1)
         # The first `num` by key, if they are tokens (fewer when the sequence is short).
-        chosen = (slot < num_all[lo:lo + block, None]) & (smallest_keys < 2.0)
+        chosen = (slot < num_all[lo:lo + block, None]) & (smallest < not_candidate)
+        smallest = (smallest & index_mask).astype(np.int64)
         ascending = np.sort(np.where(chosen, smallest, seq), axis=1)
         k = chosen.sum(axis=1)
         real = slot < k[:, None]
@@ -1027,6 +1034,19 @@ def _varints(values, np):
     of them are used [..., w] bool, number used [...]), w the widest varint present."""
     top = int(values.max()) if values.size else 0
     width = max(1, (top.bit_length() + 6) // 7)
+    if width == 1:
+        return (values.astype(np.uint8)[..., None], np.ones(values.shape + (1,), bool),
+                np.ones(values.shape, dtype=np.int64))
+    if width == 2:  # (vocab ids below 16,384) both bytes at once, as one uint16
+        values = values.astype(np.uint16)
+        more = values >= 128
+        pair = (values & np.uint16(0x7F)) | (values >> np.uint16(7) << np.uint16(8))
+        pair |= more.view(np.uint8).astype(np.uint16) << np.uint16(7)
+        used = np.empty(values.shape + (2,), dtype=bool)
+        used[..., 0] = True
+        used[..., 1] = more
+        return (pair.astype("<u2", copy=False).view(np.uint8).reshape(values.shape + (2,)),
+                used, more.astype(np.int64) + 1)
     values = values.astype(np.uint64 if width > 4 else np.uint32)
     out = np.empty(values.shape + (width,), dtype=np.uint8)
     used = np.empty(values.shape + (width,), dtype=bool)
@@ -1104,7 +1124,11 @@ class CompactSerializer:
         tokens = np.fromiter(compact.tokens, dtype=np.int64, count=len(compact.tokens))
         if len(tokens) < 2**31 and (not len(tokens) or int(tokens.max()) < 2**31):
             tokens = tokens.astype(np.int32)
-        tokens = np.append(tokens, 0)  # index -1 and padding read this
+        # Windows of `seq` tokens starting anywhere from -seq to len(tokens) (zeros
+        # outside): row t of an instance's A (or B) part is one window, copied whole.
+        pad = np.zeros(self.seq, dtype=tokens.dtype)
+        windows = np.lib.stride_tricks.sliding_window_view(
+            np.concatenate([pad, tokens, pad]), self.seq)
         columns = dict(
             a_start=np.array(compact.a_start, dtype=np.int64),
             a_len=np.array(compact.a_len, dtype=np.int64),
@@ -1124,9 +1148,9 @@ class CompactSerializer:
         for lo in range(0, len(order), self.BLOCK):
             rows = order[lo:lo + self.BLOCK]
             yield self._block({k: v[rows] for k, v in columns.items()}, num_masked[rows],
-                              mask_start[rows], positions, values, tokens)
+                              mask_start[rows], positions, values, windows)
 
-    def _block(self, cols, num_masked, mask_start, positions, values, tokens):
+    def _block(self, cols, num_masked, mask_start, positions, values, windows):
         np = self.np
         seq, preds, vocab = self.seq, self.preds, self.vocab
         rows = len(num_masked)
@@ -1134,11 +1158,11 @@ class CompactSerializer:
         la = cols["a_len"][:, None]
         n = (cols["a_len"] + cols["b_len"] + 3)[:, None]
         col = np.arange(seq)
-        in_a = (col >= 1) & (col <= la)
-        in_b = (col >= la + 2) & (col < n - 1)
-        source = np.where(in_a, cols["a_start"][:, None] + col - 1,
-                          cols["b_start"][:, None] + col - la - 2)
-        ids = np.where(in_a | in_b, tokens[np.where(in_a | in_b, source, -1)], 0)
+        # Column c holds A's token a_start + c - 1 for c in 1..la, B's token
+        # b_start + c - la - 2 for c in la+2..n-2: B's window, A's copied over it.
+        ids = windows[cols["b_start"] - cols["a_len"] - 2 + seq]
+        np.copyto(ids, windows[cols["a_start"] - 1 + seq], where=(col >= 1) & (col <= la))
+        ids[col >= n - 1] = 0
         ids[:, 0] = vocab.cls_id
         ids[row_index, cols["a_len"] + 1] = vocab.sep_id
         ids[row_index, n[:, 0] - 1] = vocab.sep_id
@@ -1213,7 +1237,7 @@ class CompactSerializer:
                 if mask is not None:
                     used[:, start:end] = mask.reshape(rows, width)
             start = end
-        return matrix[used], record_lengths
+        return np.compress(used.ravel(), matrix.ravel()), record_lengths
 
 
 def unit_instances(documents: list, config: PretrainingConfig, masking_vocab: MaskingVocab,

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from data_prep import features
@@ -151,9 +152,18 @@ def test_crc32c_reference_values():
     assert features.crc32c(b"\x00" * 32) == 0x8A9136AA  # RFC 3720 B.4
 
 
-def test_framing_is_byte_identical_to_tf_record_writer(tmp_path):
-    """frame_records / frame_concatenated (numpy CRC32C, many records at once) write
-    exactly what tf.io.TFRecordWriter writes, for empty, tiny, odd and long records."""
+def test_the_c_crc32c_is_installed():
+    """google-crc32c (a runtime requirement) is here with its C extension, so framing
+    takes the fast path; without it, it would fall back to numpy silently."""
+    assert features.native_crc32c() is not None
+    assert features.native_crc32c()(b"123456789") == 0xE3069283
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["google_crc32c", "numpy"])
+def test_framing_is_byte_identical_to_tf_record_writer(tmp_path, native):
+    """frame_records / frame_concatenated (CRC32C by google-crc32c's C extension, or by
+    numpy over many records at once where it is missing) write exactly what
+    tf.io.TFRecordWriter writes, for empty, tiny, odd and long records."""
     rng = random.Random(1)
     records = [bytes(rng.randrange(256) for _ in range(rng.choice(
         [0, 1, 3, 4, 5, 7, 8, 100, 777, 5000, rng.randrange(3000)]))) for _ in range(2500)]
@@ -164,9 +174,11 @@ def test_framing_is_byte_identical_to_tf_record_writer(tmp_path):
             writer.write(record)
     with open(path, "rb") as f:
         expected = f.read()
-    data, lengths = features.frame_records(records)
+    lengths = np.array([len(r) for r in records], dtype=np.int64)
+    data, framed = features.frame_concatenated(b"".join(records), lengths, native=native)
     assert data == expected
-    assert lengths == [len(r) + 16 for r in records]
+    assert framed == [len(r) + 16 for r in records]
+    assert features.frame_records(records) == (data, framed)
     assert features.frame_records([]) == (b"", [])
     # The masked CRC of each record agrees with the pure-Python reference.
     pos = 0

@@ -533,6 +533,24 @@ def test_vectorised_serialisation_equals_the_per_instance_one(reference, fast):
         _check_compact_serialisation(compact, config, masking_vocab)
 
 
+def test_vectorised_varints_equal_the_encoder_s_for_every_width():
+    """`_varints` (the serialiser's varints of a whole matrix, with a one-byte and a
+    two-byte fast path) gives, read in row order, exactly `features.encode_varint`'s bytes,
+    for values of every width from 1 to 10 bytes and matrices of each widest width."""
+    from data_prep import features
+
+    rng = np.random.default_rng(7)
+    for bits in (1, 7, 8, 14, 15, 21, 28, 35, 63, 64):
+        values = rng.integers(0, 2**min(bits, 63), (37, 11), dtype=np.uint64)
+        values[0, 0] = 2**bits - 1  # the widest value of this width
+        values[1, :3] = (0, 127, 128)
+        payload, used, nbytes = pd._varints(values, np)
+        expected = [features.encode_varint(int(v)) for v in values.ravel()]
+        assert payload[used].tobytes() == b"".join(expected), bits
+        assert nbytes.ravel().tolist() == [len(e) for e in expected], bits
+        assert payload.shape[-1] == max(len(e) for e in expected), bits
+
+
 def test_vectorised_serialisation_of_large_ids():
     """Ids needing 3- and 4-byte varints (vocabularies beyond 16k and 2M entries)."""
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 2**21 + 7,
