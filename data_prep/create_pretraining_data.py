@@ -562,7 +562,6 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
     total_bytes = sum(os.path.getsize(f) for f in input_files)
     if total_bytes == 0:
         raise CliError(f"--input_file: the input is empty ({', '.join(input_files)})")
-    long_lines = warn_long_lines(input_files, config.max_seq_length)
     chunk_bytes = chunk_bytes or auto_chunk_bytes(total_bytes)
     chunks, warnings = pretraining_data.plan_chunks(input_files, chunk_bytes)
     for warning in warnings:
@@ -584,6 +583,8 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
     try:
         with fileio.AtomicOutputs(finals) as atomic:
             results = ordered_results(tasks, pool, window=num_workers + 2)
+            # Scanned while the workers start on the first chunks (a warning only).
+            long_lines = warn_long_lines(input_files, config.max_seq_length)
             writers = RecordWriters(atomic, outputs, gzip)
             try:
                 write_all(results, writers, stats, len(chunks), shuffle_buffer_size, seed,

@@ -147,20 +147,34 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-_VARINTS = ([bytes((v,)) for v in range(1 << 7)]
+_VARINTS: list = []  # varints of 0.._VARINT_TABLE_SIZE-1, once `_varint_table` built it
+
+
+def _varint_table() -> list:
+    """The varint bytes of every value below `_VARINT_TABLE_SIZE`, for the per-value
+    encoders. Built on first use (~12 ms), not at import: every CLI start would pay it,
+    and the vectorised record writers never need it."""
+    if not _VARINTS:
+        _VARINTS.extend(
+            [bytes((v,)) for v in range(1 << 7)]
             + [bytes((v & 0x7F | 0x80, v >> 7)) for v in range(1 << 7, 1 << 14)]
             + [bytes((v & 0x7F | 0x80, v >> 7 & 0x7F | 0x80, v >> 14))
                for v in range(1 << 14, _VARINT_TABLE_SIZE)])
+    return _VARINTS
+
+
+def _size_varint(size: int) -> bytes:
+    """The varint of a length: from the table if it is built, else computed."""
+    return _VARINTS[size] if size < len(_VARINTS) else encode_varint(size)
 
 
 def _length_delimited(field: int, payload: bytes) -> bytes:
-    return _LEN_TAG[field] + (_VARINTS[len(payload)] if len(payload) < _VARINT_TABLE_SIZE
-                              else encode_varint(len(payload))) + payload
+    return _LEN_TAG[field] + _size_varint(len(payload)) + payload
 
 
 def packed_int64(values: Sequence[int]) -> bytes:
     """The packed varint payload of an Int64List's values."""
-    table = _VARINTS
+    table = _varint_table()
     if values and min(values) >= 0:  # (a negative index would wrap around the table)
         try:
             return b"".join([table[v] for v in values])
@@ -171,8 +185,9 @@ def packed_int64(values: Sequence[int]) -> bytes:
 
 def packed_uint(values: Sequence[int]) -> bytes:
     """`packed_int64` for values known to be non-negative (ids, positions): no sign check."""
+    table = _varint_table()
     try:
-        return b"".join([_VARINTS[v] for v in values])
+        return b"".join([table[v] for v in values])
     except IndexError:
         return b"".join([encode_varint(v) for v in values])
 
@@ -234,15 +249,14 @@ class ExampleEncoder:
             payload += (b"\x00" if dtype == INT64 else b"\x00\x00\x00\x00") * pad
         # Nested length-delimited fields, innermost first: the value list, the Feature,
         # the map entry (key + value).
-        varints, table_size = _VARINTS, _VARINT_TABLE_SIZE
         size = len(payload)
-        v_list = varints[size] if size < table_size else encode_varint(size)
+        v_list = _size_varint(size)
         size += 1 + len(v_list)
-        v_feature = varints[size] if size < table_size else encode_varint(size)
+        v_feature = _size_varint(size)
         size += 1 + len(v_feature)
-        v_value = varints[size] if size < table_size else encode_varint(size)
+        v_value = _size_varint(size)
         size += len(key_field) + 1 + len(v_value)
-        v_entry = varints[size] if size < table_size else encode_varint(size)
+        v_entry = _size_varint(size)
         return b"".join((b"\x0a", v_entry, key_field, b"\x12", v_value, oneof, v_feature,
                          b"\x0a", v_list, payload))
 
@@ -251,8 +265,7 @@ class ExampleEncoder:
         """The Example of the map entries of all features, given in schema order."""
         body = b"".join(entries)
         size = len(body)
-        return b"".join((b"\x0a", _VARINTS[size] if size < _VARINT_TABLE_SIZE
-                         else encode_varint(size), body))
+        return b"".join((b"\x0a", _size_varint(size), body))
 
 
 # ---------------------------------------------------------------------------------------
