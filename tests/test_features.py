@@ -159,6 +159,19 @@ def test_the_c_crc32c_is_installed():
     assert features.native_crc32c()(b"123456789") == 0xE3069283
 
 
+def test_framing_without_the_c_crc32c(monkeypatch):
+    """Where google-crc32c's C extension is missing, framing falls back to numpy with the
+    same bytes; asking for the C path then fails with a message naming the package."""
+    records = [b"", b"a", b"hello world" * 50]
+    lengths = np.array([len(r) for r in records], dtype=np.int64)
+    with_c = features.frame_concatenated(b"".join(records), lengths)
+    monkeypatch.setattr(features, "_NATIVE_CRC", None)  # as if the lookup found nothing
+    assert features.native_crc32c() is None
+    assert features.frame_concatenated(b"".join(records), lengths) == with_c
+    with pytest.raises(RuntimeError, match="google-crc32c"):
+        features.frame_concatenated(b"".join(records), lengths, native=True)
+
+
 @pytest.mark.parametrize("native", [True, False], ids=["google_crc32c", "numpy"])
 def test_framing_is_byte_identical_to_tf_record_writer(tmp_path, native):
     """frame_records / frame_concatenated (CRC32C by google-crc32c's C extension, or by
