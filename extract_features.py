@@ -128,12 +128,15 @@ def compute_layers(encoder, features: list, layer_indexes: list, batch_size: int
 
     `length` is the padded length of the feature's batch: max_seq_length, or with
     `bucket_boundaries` the smallest boundary that holds it (attention masks make the
-    padding inert, so the vectors of the real tokens are the same). Bucketing works on
-    windows of `window_batches` batches, so memory stays bounded and lines stream out in
-    input order.
+    padding inert, so the vectors of the real tokens are the same); a bucket's batches
+    hold `input_pipeline.bucket_batch_size` rows (as many tokens as a padded batch).
+    Bucketing works on windows of `window_batches` batches, so memory stays bounded and
+    lines stream out in input order.
     """
     import numpy as np
     import tensorflow as tf
+
+    from training import input_pipeline
 
     strategy = strategy or tf.distribute.get_strategy()
     seq_length = len(features[0].input_ids) if features else 0
@@ -149,26 +152,26 @@ def compute_layers(encoder, features: list, layer_indexes: list, batch_size: int
     def step(batch):
         return strategy.gather(strategy.run(forward_fn, args=(batch,)), axis=0)
 
-    def run_batch(rows, length):
+    def run_batch(rows, length, size):
         arrays = {
             "input_ids": [f.input_ids[:length] for f in rows],
             "input_mask": [f.input_mask[:length] for f in rows],
             "segment_ids": [f.input_type_ids[:length] for f in rows],
         }
-        # Pad a short batch to batch_size rows (one static shape per bucket).
-        batch = {k: np.zeros([batch_size, length], np.int32) for k in arrays}
+        # Pad a short batch to the bucket's `size` rows (one static shape per bucket).
+        batch = {k: np.zeros([size, length], np.int32) for k in arrays}
         for key, values in arrays.items():
             batch[key][:len(rows)] = values
-        return step(distribute(batch)).numpy()[:len(rows)]
+        return step(distribute(batch, size)).numpy()[:len(rows)]
 
     replicas = strategy.num_replicas_in_sync
     if batch_size % replicas:
         raise ValueError(f"--batch_size={batch_size} must be a multiple of the {replicas} "
                          "replicas")
 
-    def distribute(batch):
+    def distribute(batch, size):
         """Replica r gets rows [r * per, (r + 1) * per): gather puts them back in order."""
-        per = batch_size // replicas
+        per = size // replicas
 
         def rows_of(context):
             r = context.replica_id_in_sync_group
@@ -186,9 +189,10 @@ def compute_layers(encoder, features: list, layer_indexes: list, batch_size: int
             bucket = next(b for b in boundaries if b >= length)
             by_bucket.setdefault(bucket, []).append(i)
         for length, positions in sorted(by_bucket.items()):
-            for lo in range(0, len(positions), batch_size):
-                part = positions[lo:lo + batch_size]
-                picked = run_batch([chunk[i] for i in part], length)
+            size = input_pipeline.bucket_batch_size(batch_size, length, seq_length)
+            for lo in range(0, len(positions), size):
+                part = positions[lo:lo + size]
+                picked = run_batch([chunk[i] for i in part], length, size)
                 for i, row in zip(part, picked):
                     results[i] = row
         yield from zip(chunk, results)

@@ -47,9 +47,11 @@ def test_eval_batches_hold_every_example_once_cut_to_its_bucket(tmp_path):
     seen = {}
     for batch in input_pipeline.finetuning_records(config, batch_size=4, is_training=False,
                                                    drop_remainder=False, pad_to_batch=True):
-        width = batch["input_ids"].shape[1]
-        assert batch["input_ids"].shape[0] == 4 and width in (8, 16, SEQ)
-        for row in range(4):
+        width, rows = batch["input_ids"].shape[1], batch["input_ids"].shape[0]
+        # As many tokens as a padded batch of 4: 16, 8 and 4 rows of 8, 16 and 32.
+        assert width in (8, 16, SEQ) and rows == 4 * SEQ // width
+        assert rows == input_pipeline.bucket_batch_size(4, width, SEQ)
+        for row in range(rows):
             index = int(batch[input_pipeline.EXAMPLE_INDEX][row])
             if index < 0:
                 assert int(tf.reduce_sum(batch["input_mask"][row])) == 0  # a padding row
@@ -205,8 +207,8 @@ def test_evaluation_pads_a_buckets_last_batch_only_to_the_replicas(tmp_path):
     for batch in input_pipeline.finetuning_records(config, batch_size=16, is_training=False,
                                                    drop_remainder=False, pad_to_batch=True,
                                                    pad_to_multiple=2):
-        n = batch["input_ids"].shape[0]
-        assert n % 2 == 0 and n <= 16
+        n, width = batch["input_ids"].shape[:2]
+        assert n % 2 == 0 and n <= 16 * SEQ // width
         rows += n
         seen += [i for i in batch[input_pipeline.EXAMPLE_INDEX].numpy().tolist() if i >= 0]
     assert sorted(seen) == list(range(53)) and rows <= 53 + 3

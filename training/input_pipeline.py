@@ -327,6 +327,20 @@ def default_bucket_boundaries(max_seq_length: int) -> tuple[int, ...]:
     return tuple(out) + (int(max_seq_length),)
 
 
+def bucket_batch_size(batch_size: int, length: int, max_seq_length: int) -> int:
+    """Rows of an evaluation or prediction batch of length bucket `length`.
+
+    As many tokens as a batch padded to max_seq_length holds, in whole multiples of
+    `batch_size`: batch_size x (max_seq_length // length), so (16, 32, 64, 128) at 128 get
+    8x, 4x, 2x and 1x the rows. Short batches of a small model leave the matmuls too
+    small to run at full speed (bench/RESULTS.md, length bucketing); per token, this
+    memory equals the padded batch's and attention's, quadratic in the length, is
+    smaller. Each example's outputs do not depend on the rows beside it. Training keeps
+    `batch_size` rows in every bucket: its batch size is an optimisation setting.
+    """
+    return int(batch_size) * max(1, int(max_seq_length) // int(length))
+
+
 def check_bucket_boundaries(boundaries: Sequence[int], max_seq_length: int) -> tuple:
     """Sorted, unique boundaries ending at max_seq_length; ValueError naming the flag."""
     values = sorted({int(b) for b in boundaries})
@@ -376,7 +390,8 @@ def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: b
     shuffle: examples are shuffled first, then each bucket fills its batch in that order,
     so buckets mix across the epoch. Evaluation and prediction batches come bucket by
     bucket, out of input order: `TrainingLoop.predict(..., order_key=EXAMPLE_INDEX)` puts
-    the rows back.
+    the rows back; a bucket's batches there hold `bucket_batch_size` rows (as many tokens
+    as a padded batch), `batch_size` in the longest bucket.
 
     Args:
       config: files, schema, shuffling, bucketing.
@@ -386,7 +401,8 @@ def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: b
       input_context: shards the records across input pipelines (training).
       drop_remainder: drop a last short batch (static shapes).
       pad_to_batch: pad a last short batch (with bucketing: each bucket's last batch) with
-        all-zero rows (`example_index` -1) to `batch_size` instead.
+        all-zero rows (`example_index` -1) to `batch_size` (with bucketing: the bucket's
+        `bucket_batch_size`) instead.
       pad_to_multiple: with bucketing, when not training: pad each bucket's last batch only
         to a multiple of this (e.g. the number of replicas) instead of `batch_size`, so a
         small bucket does not cost a whole batch (shapes vary; off TPU only).
@@ -453,6 +469,12 @@ PARSE_BLOCK = 256
 def _bucketed(dataset, config, batch_size, is_training, *, drop_remainder, pad_to_batch,
               deterministic, pad_to_multiple=None):
     boundaries = tf.constant(list(config.bucket_boundaries), tf.int32)
+    if is_training:
+        rows = [batch_size] * len(config.bucket_boundaries)
+    else:
+        rows = [bucket_batch_size(batch_size, length, config.bucket_boundaries[-1])
+                for length in config.bucket_boundaries]
+    bucket_rows = tf.constant(rows, tf.int64)
 
     def parse_block(*rows):
         return _parse_rows(rows, config.parse_spec, config, is_training)
@@ -470,11 +492,12 @@ def _bucketed(dataset, config, batch_size, is_training, *, drop_remainder, pad_t
         return out
 
     def batch_window(key, window):
-        batched = window.batch(batch_size, drop_remainder=drop_remainder)
+        size = batch_size if is_training else tf.gather(bucket_rows, key)
+        batched = window.batch(size, drop_remainder=drop_remainder)
         if pad_to_multiple:
-            batched = batched.map(lambda b: _pad_batch(b, batch_size, pad_to_multiple))
+            batched = batched.map(lambda b: _pad_batch(b, size, pad_to_multiple))
         elif pad_to_batch:
-            batched = batched.map(lambda b: _pad_batch(b, batch_size))
+            batched = batched.map(lambda b: _pad_batch(b, size))
         return batched.map(lambda b: cut(key, b))
 
     # Parsed a block of records at a time (one vectorised parse_example instead of one
@@ -482,12 +505,14 @@ def _bucketed(dataset, config, batch_size, is_training, *, drop_remainder, pad_t
     dataset = dataset.batch(PARSE_BLOCK).map(
         parse_block, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     dataset = dataset.unbatch()
-    return dataset.group_by_window(bucket, batch_window, window_size=batch_size)
+    return dataset.group_by_window(bucket, batch_window,
+                                   window_size_func=lambda key: tf.gather(bucket_rows, key))
 
 
 def _pad_batch(batch, batch_size, multiple=None):
-    """Pads a (last, short) batch with rows of zeros to `batch_size` (static batch
-    dimension), or with `multiple` to the next multiple of it (at most `batch_size`).
+    """Pads a (last, short) batch with rows of zeros to `batch_size` (a static batch
+    dimension when it is an int, not a tensor), or with `multiple` to the next multiple of
+    it (at most `batch_size`).
 
     Zero rows carry no example: `example_index` is -1 on them, and a task can also drop
     them by a feature no real row has zero (SQuAD's `unique_ids` start at 1000000000;
@@ -495,11 +520,11 @@ def _pad_batch(batch, batch_size, multiple=None):
     """
     out = {}
     for name, t in batch.items():
-        rows = tf.shape(t)[0]
+        rows = tf.shape(t, out_type=tf.int64)[0]
         target = batch_size if multiple is None else (rows + multiple - 1) // multiple * multiple
         paddings = [[0, target - rows]] + [[0, 0]] * (t.shape.rank - 1)
         padded = tf.pad(t, paddings, constant_values=-1 if name == EXAMPLE_INDEX else 0)
-        static = batch_size if multiple is None else None
+        static = batch_size if multiple is None and isinstance(batch_size, int) else None
         out[name] = tf.ensure_shape(padded, [static] + t.shape.as_list()[1:])
     return out
 
