@@ -333,9 +333,8 @@ def bucket_batch_size(batch_size: int, length: int, max_seq_length: int) -> int:
     As many tokens as a batch padded to max_seq_length holds, in whole multiples of
     `batch_size`: batch_size x (max_seq_length // length), so (16, 32, 64, 128) at 128 get
     8x, 4x, 2x and 1x the rows. Short batches of a small model leave the matmuls too
-    small to run at full speed (bench/RESULTS.md, length bucketing); per token, this
-    memory equals the padded batch's and attention's, quadratic in the length, is
-    smaller. Each example's outputs do not depend on the rows beside it. Training keeps
+    small to run at full speed (bench/RESULTS.md, length bucketing); attention, quadratic
+    in the length, costs less than in the padded batch. Each example's outputs do not depend on the rows beside it. Training keeps
     `batch_size` rows in every bucket: its batch size is an optimisation setting.
     """
     return int(batch_size) * max(1, int(max_seq_length) // int(length))
@@ -470,11 +469,11 @@ def _bucketed(dataset, config, batch_size, is_training, *, drop_remainder, pad_t
               deterministic, pad_to_multiple=None):
     boundaries = tf.constant(list(config.bucket_boundaries), tf.int32)
     if is_training:
-        rows = [batch_size] * len(config.bucket_boundaries)
+        rows_per_bucket = [batch_size] * len(config.bucket_boundaries)
     else:
-        rows = [bucket_batch_size(batch_size, length, config.bucket_boundaries[-1])
-                for length in config.bucket_boundaries]
-    bucket_rows = tf.constant(rows, tf.int64)
+        rows_per_bucket = [bucket_batch_size(batch_size, length, config.bucket_boundaries[-1])
+                           for length in config.bucket_boundaries]
+    bucket_rows = tf.constant(rows_per_bucket, tf.int64)
 
     def parse_block(*rows):
         return _parse_rows(rows, config.parse_spec, config, is_training)
@@ -492,6 +491,7 @@ def _bucketed(dataset, config, batch_size, is_training, *, drop_remainder, pad_t
         return out
 
     def batch_window(key, window):
+        # Training: the int, so that drop_remainder gives a static batch dimension.
         size = batch_size if is_training else tf.gather(bucket_rows, key)
         batched = window.batch(size, drop_remainder=drop_remainder)
         if pad_to_multiple:
