@@ -47,7 +47,7 @@ import numpy as np
 import numpy.random
 from absl import app, flags, logging
 
-from data_prep import fileio, lifecycle, pretraining_data, tokenization
+from data_prep import fileio, lifecycle, pretraining_data, shared_results, tokenization
 
 FLAGS = flags.FLAGS
 
@@ -418,25 +418,30 @@ class ShuffleBuffer:
 
 
 def start_workers(num_workers, vocab_file, do_lower_case):
-    """A process pool (executor) for `process_chunk`, or None to work in this process.
+    """A process pool (executor) for `process_chunk`, or None to work in this process;
+    with it, the `shared_results.SharedResults` its results come through (None: through
+    the executor's pipe).
 
     On Linux the workers are forked after this process has built the tokenizer (and
-    imported numpy), so they inherit it, Unicode tables included; elsewhere they are
-    spawned clean. Each worker dies with this process, even on `kill -9`, and leaves
-    Ctrl-C and SIGTERM to it (`lifecycle.init_worker_process`).
+    imported numpy), so they inherit it, Unicode tables included, and the shared results
+    file; elsewhere they are spawned clean. Each worker dies with this process, even on
+    `kill -9`, and leaves Ctrl-C and SIGTERM to it (`lifecycle.init_worker_process`).
     """
     if num_workers <= 1:
-        return None
+        return None, None
     fork = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+    shared = None
     if fork:
         pretraining_data.load_tokenizer(vocab_file, do_lower_case)
         tokenization.load_tables()
+        shared = shared_results.SharedResults.create()
     context = multiprocessing.get_context("fork" if fork else "spawn")
     # An executor, not multiprocessing.Pool: a worker killed (e.g. by the OOM killer)
     # fails the run with BrokenProcessPool instead of hanging it.
-    return concurrent.futures.ProcessPoolExecutor(
+    pool = concurrent.futures.ProcessPoolExecutor(
         num_workers, mp_context=context, initializer=lifecycle.init_worker_process,
         initargs=(os.getpid(),))
+    return pool, shared
 
 
 def stop_workers(pool) -> None:
@@ -463,28 +468,38 @@ def stop_workers(pool) -> None:
         writer.close()
 
 
-def ordered_results(tasks, pool, window):
+def ordered_results(tasks, pool, window, shared=None):
     """`process_chunk` over the tasks, yielded in task order, with at most `window` chunks
     in flight so memory stays flat however far workers run ahead. The first window is
-    submitted now, so workers start while this process goes on."""
+    submitted now, so workers start while this process goes on. With `shared`, the
+    records come through its slots (a result's data is then a read-only memoryview)."""
     if pool is None:
         return (pretraining_data.process_chunk(task) for task in tasks)
     task_iter = iter(tasks)
+
+    def submit(task):
+        if shared is None:
+            return pool.submit(pretraining_data.process_chunk, task), None
+        slot = shared.acquire()
+        return pool.submit(shared_results.process_chunk, task, slot), slot
+
     # The first submissions start the workers. Signals are held meanwhile: one arriving
     # while a worker is being forked would hit it before `init_worker_process` (a stray
     # KeyboardInterrupt in the child), or this process inside fork's hooks, which swallow
     # exceptions.
     with lifecycle.signals_deferred():
         pending = collections.deque(
-            pool.submit(pretraining_data.process_chunk, task)
-            for task in itertools.islice(task_iter, window))
+            submit(task) for task in itertools.islice(task_iter, window))
 
     def in_order():
         while pending:
-            result = pending.popleft().result()
+            future, slot = pending.popleft()
+            result = future.result()
+            if shared is not None:
+                result = shared.receive(result[0], slot, result[1])
             task = next(task_iter, None)
             if task is not None:
-                pending.append(pool.submit(pretraining_data.process_chunk, task))
+                pending.append(submit(task))
             yield result
 
     return in_order()
@@ -579,11 +594,11 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
     stats = pretraining_data.Stats(split_documents=len(warnings))
     finals = list(outputs) + ([summary_path] if summary_path else [])
     clean_legacy_temporaries(finals)
-    pool = start_workers(num_workers, vocab_file, do_lower_case)
+    pool, shared = start_workers(num_workers, vocab_file, do_lower_case)
     atomic = None
     try:
         with fileio.AtomicOutputs(finals) as atomic:
-            results = ordered_results(tasks, pool, window=num_workers + 2)
+            results = ordered_results(tasks, pool, window=num_workers + 2, shared=shared)
             # Scanned while the workers start on the first chunks (a warning only).
             long_lines = warn_long_lines(input_files, config.max_seq_length)
             writers = RecordWriters(atomic, outputs, gzip)
@@ -623,6 +638,8 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
         # Here the records and the summary are in place together.
     except BaseException as err:
         stop_workers(pool)
+        if shared is not None:
+            shared.close()
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             done = atomic is not None and atomic.committed  # a signal held over the renames
             print("create_pretraining_data: " + (
@@ -632,6 +649,8 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
         raise
     if pool is not None:
         pool.shutdown(wait=True)  # all work is done: reap the workers
+    if shared is not None:
+        shared.close()
     return summary
 
 
