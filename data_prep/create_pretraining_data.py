@@ -394,7 +394,8 @@ class ShuffleBuffer:
     are written in a uniformly random order (numpy permutation) and the buffer starts
     again. A block of whole chunks, each shuffled, put in a random order, is a uniform
     shuffle of the block; records are only referenced (memoryview slices of the chunks'
-    strings), never copied, until they are written.
+    data: strings, or slots mapped by `shared_results`), never copied, until they are
+    written.
     """
 
     def __init__(self, size: int, seed: int):
