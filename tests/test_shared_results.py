@@ -132,3 +132,35 @@ def test_the_output_is_the_same_through_shared_memory_the_pipe_or_the_fallback(t
     chunks = int(done.stderr.split(" chunk(s)")[0].rsplit(",", 1)[-1])
     assert chunks >= 12
     assert 4 <= slots["shared"] <= chunks // 2
+
+
+def test_a_failed_write_sends_the_records_in_the_result(task, shared, monkeypatch):
+    direct = pretraining_data.process_chunk(task)
+
+    def no_memory(*args):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(shared_results.os, "pwrite", no_memory)
+    slot = shared.acquire()
+    sent, nbytes = shared_results.process_chunk(task, slot)
+    assert nbytes is None and sent.data == direct.data
+    assert shared.receive(sent, slot, nbytes).data == direct.data
+    assert shared.acquire() == slot
+
+
+def test_no_shared_file_without_memfd_or_under_a_file_size_limit(monkeypatch):
+    monkeypatch.delattr(shared_results.os, "memfd_create")
+    assert shared_results.SharedResults.create() is None
+    monkeypatch.undo()
+    # A `ulimit -f` would kill a worker writing past it (SIGXFSZ): results use the pipe.
+    # Checked in a child process, whose limit can be lowered without touching this one.
+    script = ("import resource; from data_prep import shared_results as s; "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, resource.RLIM_INFINITY)); "
+              "print(s.SharedResults.create() is None)")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+    made = shared_results.SharedResults.create()  # unlimited here
+    assert made is not None
+    made.close()
