@@ -470,11 +470,27 @@ def stop_workers(pool) -> None:
         writer.close()
 
 
+def release_workers(pool) -> None:
+    """Lets the workers exit now that all their chunks are done, without waiting: the
+    executor's own thread reaps them (and Python waits for it at exit).
+
+    Why now rather than after the output is written: the writes need ~100 MB of page
+    cache per 10 MB of text, and pages the workers have just freed are quick to reuse,
+    while pages never touched before cost a fault in the hypervisor on a virtual machine
+    (3-5x slower to write: bench/RESULTS.md, "Workers let go before the tail").
+    """
+    pool.shutdown(wait=False)
+
+
 def ordered_results(tasks, pool, window, shared=None):
     """`process_chunk` over the tasks, yielded in task order, with at most `window` chunks
     in flight so memory stays flat however far workers run ahead. The first window is
     submitted now, so workers start while this process goes on. With `shared`, the
-    records come through its slots (a result's data is then a read-only memoryview)."""
+    records come through its slots (a result's data is then a read-only memoryview).
+
+    Once the last result is in, the workers are let go (`release_workers`): they exit
+    while this process shuffles and writes the records, and the memory they free is
+    what the output's pages are then made of."""
     if pool is None:
         return (pretraining_data.process_chunk(task) for task in tasks)
     task_iter = iter(tasks)
@@ -502,6 +518,8 @@ def ordered_results(tasks, pool, window, shared=None):
             task = next(task_iter, None)
             if task is not None:
                 pending.append(submit(task))
+            elif not pending:
+                release_workers(pool)
             yield result
 
     return in_order()
@@ -650,7 +668,7 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
                 file=sys.stderr, flush=True)
         raise
     if pool is not None:
-        pool.shutdown(wait=True)  # all work is done: reap the workers
+        pool.shutdown(wait=True)  # reaps the workers if they were not let go already
     if shared is not None:
         shared.close()
     return summary
@@ -746,9 +764,16 @@ def main(argv):
 
 
 def run():
+    """The command: exits with `main`'s status; a successful run ends without Python's
+    teardown (`lifecycle.exit_without_teardown`: its outputs are committed by then)."""
     lifecycle.exit_cleanly_on_signals()
     flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
-    app.run(main)
+    try:
+        app.run(main)
+    except SystemExit as done:
+        if done.code in (0, None):
+            lifecycle.exit_without_teardown(0)
+        raise
 
 
 if __name__ == "__main__":

@@ -164,3 +164,28 @@ def init_worker_process(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+
+
+def exit_without_teardown(status: int = 0, children_timeout: float = 10.0):
+    """Ends a CLI whose work is done at once, skipping Python's teardown of its modules
+    and objects (~25 ms with numpy, absl and a tokenizer loaded: 2% of a 10 MB
+    create_pretraining_data run, bench/RESULTS.md), as mypy does for the same reason.
+
+    Only for a command's very last step, with its outputs committed: handlers registered
+    with `atexit` do not run. What they would have done that matters is done here: child
+    processes (workers let go) are waited for (up to `children_timeout` seconds each;
+    `die_with_parent` ends any left), logging handlers are flushed and closed, and the
+    standard streams flushed.
+    """
+    import logging
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.join(children_timeout)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or broken pipe: nothing more to save
+            pass
+    os._exit(status)

@@ -94,6 +94,28 @@ def test_shards_gzip_and_summary(tmp_path, vocab_file):
     assert "MB/s" in done.stderr and "ETA" in done.stderr
 
 
+def test_a_successful_run_ends_with_its_logs_flushed_and_no_worker_left(tmp_path, vocab_file):
+    # It ends without Python's teardown (lifecycle.exit_without_teardown): what that would
+    # have flushed or waited for must be done before.
+    from tests.test_fault_injection_runners import _no_process_left
+
+    corpus = write_corpus(tmp_path / "corpus.txt", 200, 5)
+    out = str(tmp_path / "out.tfrecord")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "data_prep.create_pretraining_data", f"--input_file={corpus}",
+         f"--output_file={out}", f"--vocab_file={vocab_file}", "--num_workers=2",
+         "--chunk_size_mb=0.005", *SMALL], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT))
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    _no_process_left(proc)
+    assert stderr.rstrip().splitlines()[-1].endswith(f"Summary written to {summary_of(out)}")
+    summary = json.loads(open(summary_of(out)).read())
+    assert summary["num_workers"] == 2 and summary["num_chunks"] > 3
+    assert len(read_records([out])) == summary["instances"] > 100
+
+
 def test_output_depends_on_seed_not_on_workers(tmp_path, vocab_file):
     corpus = write_corpus(tmp_path / "corpus.txt", 150, 2)
     outputs = {}
