@@ -476,8 +476,9 @@ def release_workers(pool) -> None:
 
     Why now rather than after the output is written: the writes need ~100 MB of page
     cache per 10 MB of text, and pages the workers have just freed are quick to reuse,
-    while pages never touched before cost a fault in the hypervisor on a virtual machine
-    (3-5x slower to write: bench/RESULTS.md, "Workers let go before the tail").
+    while on a virtual machine pages not touched lately may first have to be backed by
+    the host (writing 100 MB took 140-195 ms into such pages, 21-24 ms into just-freed
+    ones: bench/RESULTS.md, "Workers let go before the tail").
     """
     pool.shutdown(wait=False)
 
