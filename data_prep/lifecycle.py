@@ -11,7 +11,9 @@ raises an error of its own while unwinding (TensorFlow's scope checks do).
 Worker processes call `die_with_parent()` in their initializer (`init_worker_process`
 does that and leaves Ctrl-C and SIGTERM handling to the parent): on Linux the kernel sends
 them SIGKILL when the parent dies, even by `kill -9`, so no orphan keeps running (and
-holding memory) after its parent is gone.
+holding memory) after its parent is gone. `exit_without_teardown()` ends a command whose
+outputs are committed without Python's interpreter teardown (children reaped and output
+flushed first).
 """
 
 from __future__ import annotations
