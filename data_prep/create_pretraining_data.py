@@ -668,8 +668,8 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
                 "interrupted; no output written (earlier outputs are unchanged)"),
                 file=sys.stderr, flush=True)
         raise
-    if pool is not None:
-        pool.shutdown(wait=True)  # reaps the workers if they were not let go already
+    # The workers were let go with the last result (`ordered_results`); the executor's
+    # thread reaps them.
     if shared is not None:
         shared.close()
     return summary
