@@ -8,6 +8,8 @@
   never matches it, and recognisable (`is_temporary`), so readers skip it in a glob like
   `DIR/*` and the next run that owns the output removes the ones a killed run left behind
   (`clean_stale_temporaries`: only those of a process of this host that no longer runs).
+  A run's scratch folder (`work_directory`, e.g. the Beam pipeline's
+  `.NAME.beam-work.tmp-*`) is a temporary of a name of its own, cleaned the same way.
 * `AtomicOutputs` writes a SET of outputs (records + summary, predictions + results, a
   SavedModel directory) under temporaries and renames them into place only when the whole
   set is complete; on any exit path (an exception, Ctrl-C, SIGTERM turned into SystemExit
@@ -40,6 +42,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -257,6 +260,24 @@ def clean_stale_temporaries(final_path: str) -> list[str]:
         logging.warning("Removed %d temporary file(s) left by an interrupted run: %s",
                         len(removed), ", ".join(removed[:3]))
     return removed
+
+
+@contextlib.contextmanager
+def work_directory(name: str):
+    """A fresh hidden work folder beside `name` for the block: `temporary_path(name)`.
+
+    Scratch space of a run (the Beam pipeline's sorting buckets), not an output: never
+    synced, removed when the block ends, whatever the exit. A `kill -9` leaves it behind,
+    so the folders of dead processes of this host under the same `name` are removed first
+    (`clean_stale_temporaries`): leftovers do not pile up run after run.
+    """
+    clean_stale_temporaries(name)
+    path = temporary_path(name)
+    makedirs(path)
+    try:
+        yield path
+    finally:
+        remove(path)
 
 
 # ----------------------------------------------------------------------- output checks

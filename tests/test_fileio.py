@@ -62,6 +62,22 @@ def test_clean_stale_temporaries_removes_only_those_of_dead_local_processes(tmp_
     assert fileio.clean_stale_temporaries(str(tmp_path / "out.more")) == [other_output]
 
 
+def test_a_work_directory_is_removed_after_its_block_and_a_dead_runs_by_the_next(tmp_path):
+    name = str(tmp_path / "out.beam-work")
+    dead = _temporary_of_a_dead_process(name)
+    alive = fileio.temporary_path(name)  # a concurrent run of this process: kept
+    for path in (dead, alive):
+        os.makedirs(os.path.join(path, "sub"))
+        open(os.path.join(path, "sub", "bucket-0"), "w").close()
+    with pytest.raises(KeyboardInterrupt):
+        with fileio.work_directory(name) as work:
+            assert fileio.is_temporary(work) and os.path.isdir(work)
+            assert not os.path.exists(dead)
+            open(os.path.join(work, "bucket-1"), "w").close()
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == [os.path.basename(alive)]
+
+
 # ----------------------------------------------------------------------- output checks
 
 
