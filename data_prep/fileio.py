@@ -27,7 +27,7 @@
   an operating-system crash; before, a crash leaves the previous outputs (or, inside the
   renames' window above, data files renamed beside previous marker files), never an empty
   or partial file under a final name, as a rename of unsynced data can on ext4, XFS or
-  btrfs (the rename can reach the disk before the data). This is what SQLite and TFDS do.
+  btrfs (the rename can reach the disk before the data). SQLite syncs the same way.
   An `fsync` that fails (EIO, ENOSPC on some file systems) fails the commit before any
   rename: the temporaries are removed and the previous outputs stay. A file system that
   cannot sync a directory (EINVAL) gives its entries the durability it has.
@@ -438,6 +438,7 @@ def sync_directory(path: str) -> None:
 
 
 def _fsync(path: str, directory: bool) -> None:
+    """`fsync` of one local file or directory, opened read-only by path."""
     if directory and os.name == "nt":  # Windows cannot open a directory to sync it
         return
     flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
