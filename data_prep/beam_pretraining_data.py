@@ -33,7 +33,9 @@ differs.
 Output therefore depends on the flags and the input only: not on the runner, the number
 of workers, bundles or chunks. Files are written under hidden temporary names and renamed
 into place, with the summary (`DIR/_NAME.summary.json`), only when the pipeline
-succeeded (`fileio.AtomicOutputs`).
+succeeded (`fileio.AtomicOutputs`, synced on a local disk). The sorting buckets live in a
+hidden work folder (`fileio.work_directory`), removed at the end; one that a killed run
+left is removed by the next run with the same first output.
 """
 
 from __future__ import annotations
@@ -327,11 +329,10 @@ def run_job(job: BeamJob, options: PipelineOptions) -> dict:
                  len(job.input_files), the_plan.total_bytes / 1e6, len(the_plan.chunks),
                  the_plan.num_pools, the_plan.total_bytes / the_plan.num_pools / 1e6)
     finals = list(job.outputs) + [job.summary_path]
-    work_dir = fileio.temporary_path(job.outputs[0] + ".beam-work")
     with fileio.AtomicOutputs(finals) as atomic:
         temps = tuple(atomic.temp(path) for path in job.outputs)
-        fileio.makedirs(work_dir)
-        try:
+        # DIR/.NAME.beam-work.tmp-HOST-PID-HEX; a killed run's is removed here.
+        with fileio.work_directory(job.outputs[0] + ".beam-work") as work_dir:
             pipeline = beam.Pipeline(options=options)
             build_pipeline(pipeline, job, the_plan, work_dir, temps)
             result = pipeline.run()
@@ -340,8 +341,6 @@ def run_job(job: BeamJob, options: PipelineOptions) -> dict:
                 raise cpd.CliError(f"the pipeline ended in state {state}")
             with fileio.open_file(f"{work_dir}/stats.json", "r") as f:
                 stats = pretraining_data.Stats(**json.load(f))
-        finally:
-            fileio.remove(work_dir)
         stats.split_documents += the_plan.split_documents
         if stats.instances == 0:
             raise cpd.CliError(

@@ -470,28 +470,11 @@ def stop_workers(pool) -> None:
         writer.close()
 
 
-def release_workers(pool) -> None:
-    """Lets the workers exit now that all their chunks are done, without waiting: the
-    executor's own thread reaps them (and Python waits for it at exit).
-
-    Why now rather than after the output is written: the writes need ~100 MB of page
-    cache per 10 MB of text, and pages the workers have just freed are quick to reuse,
-    while on a virtual machine pages not touched lately may first have to be backed by
-    the host (writing 100 MB took 140-195 ms into such pages, 21-24 ms into just-freed
-    ones: bench/RESULTS.md, "Workers let go before the tail").
-    """
-    pool.shutdown(wait=False)
-
-
 def ordered_results(tasks, pool, window, shared=None):
     """`process_chunk` over the tasks, yielded in task order, with at most `window` chunks
     in flight so memory stays flat however far workers run ahead. The first window is
     submitted now, so workers start while this process goes on. With `shared`, the
-    records come through its slots (a result's data is then a read-only memoryview).
-
-    Once the last result is in, the workers are let go (`release_workers`): they exit
-    while this process shuffles and writes the records, and the memory they free is
-    what the output's pages are then made of."""
+    records come through its slots (a result's data is then a read-only memoryview)."""
     if pool is None:
         return (pretraining_data.process_chunk(task) for task in tasks)
     task_iter = iter(tasks)
@@ -519,8 +502,6 @@ def ordered_results(tasks, pool, window, shared=None):
             task = next(task_iter, None)
             if task is not None:
                 pending.append(submit(task))
-            elif not pending:
-                release_workers(pool)
             yield result
 
     return in_order()
@@ -668,8 +649,8 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
                 "interrupted; no output written (earlier outputs are unchanged)"),
                 file=sys.stderr, flush=True)
         raise
-    # The workers were let go with the last result (`ordered_results`); the executor's
-    # thread reaps them.
+    if pool is not None:
+        pool.shutdown(wait=True)  # all work is done: the workers exit and are reaped here
     if shared is not None:
         shared.close()
     return summary
@@ -765,16 +746,11 @@ def main(argv):
 
 
 def run():
-    """The command: exits with `main`'s status; a successful run ends without Python's
-    teardown (`lifecycle.exit_without_teardown`: its outputs are committed by then)."""
+    """The command: raises SystemExit with `main`'s status (`app.run`), so the run ends as
+    every Python program does (`lifecycle` module docstring)."""
     lifecycle.exit_cleanly_on_signals()
     flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
-    try:
-        app.run(main)
-    except SystemExit as done:
-        if done.code in (0, None):
-            lifecycle.exit_without_teardown(0)
-        raise
+    app.run(main)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Owns file I/O for every tool: local and URL paths alike, all-or-nothing outputs, safe temporaries.
+"""Owns file I/O for every tool: local and URL paths, durable all-or-nothing outputs, temporaries.
 
 * Paths with a scheme (`gs://`, `ram://`, `hdfs://`, `s3://`) go through `tf.io.gfile`;
   local paths through `os` and `open`, which behave the same for local files and cost no
@@ -8,6 +8,8 @@
   never matches it, and recognisable (`is_temporary`), so readers skip it in a glob like
   `DIR/*` and the next run that owns the output removes the ones a killed run left behind
   (`clean_stale_temporaries`: only those of a process of this host that no longer runs).
+  A run's scratch folder (`work_directory`, e.g. the Beam pipeline's
+  `.NAME.beam-work.tmp-*`) is a temporary of a name of its own, cleaned the same way.
 * `AtomicOutputs` writes a SET of outputs (records + summary, predictions + results, a
   SavedModel directory) under temporaries and renames them into place only when the whole
   set is complete; on any exit path (an exception, Ctrl-C, SIGTERM turned into SystemExit
@@ -18,12 +20,29 @@
   last). A directory that replaces an existing one (`replace_directories`)
   is swapped in with one atomic exchange on local Linux filesystems, so the final name
   always holds the old or the new directory, never neither.
+* Durability (local paths). `AtomicOutputs.commit` first syncs every temporary (`sync`:
+  `fsync` of a file; for a directory, of every file in it and of every directory in it,
+  deepest first, itself last), and only then renames; after the renames it syncs each
+  output's parent directory. So once `commit` returns, the set survives a power cut or
+  an operating-system crash; before, a crash leaves the previous outputs (or, inside the
+  renames' window above, data files renamed beside previous marker files), never an empty
+  or partial file under a final name, as a rename of unsynced data can on ext4, XFS or
+  btrfs (the rename can reach the disk before the data). SQLite syncs the same way.
+  An `fsync` that fails (EIO, ENOSPC on some file systems) fails the commit before any
+  rename: the temporaries are removed and the previous outputs stay. A file system that
+  cannot sync a directory (EINVAL) gives its entries the durability it has.
+* URL paths have no `fsync`: there the guarantee is the file system's. An object store
+  (gs://, s3://) makes an object visible, complete, only when its upload is closed, so a
+  single file is all-or-nothing; a rename there is a copy and a delete, so a set (or a
+  directory) of several objects can be seen half-renamed after a crash. `ram://` is
+  memory and is lost with the process.
 * `check_outputs` refuses, before any work, an output that is also an input, two outputs
   with the same name, and an output that is an existing directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -243,6 +262,24 @@ def clean_stale_temporaries(final_path: str) -> list[str]:
     return removed
 
 
+@contextlib.contextmanager
+def work_directory(name: str):
+    """A fresh hidden work folder beside `name` for the block: `temporary_path(name)`.
+
+    Scratch space of a run (the Beam pipeline's sorting buckets), not an output: never
+    synced, removed when the block ends, whatever the exit. A `kill -9` leaves it behind,
+    so the folders of dead processes of this host under the same `name` are removed first
+    (`clean_stale_temporaries`): leftovers do not pile up run after run.
+    """
+    clean_stale_temporaries(name)
+    path = temporary_path(name)
+    makedirs(path)
+    try:
+        yield path
+    finally:
+        remove(path)
+
+
 # ----------------------------------------------------------------------- output checks
 
 
@@ -280,7 +317,8 @@ def check_outputs(outputs: Sequence[tuple[str, str]], inputs: Iterable[tuple[str
 
 
 class AtomicOutputs:
-    """A set of outputs that appears completely or not at all (see the module docstring).
+    """A set of outputs that appears completely or not at all, and durably once committed
+    (see the module docstring).
 
     Usage:
         with AtomicOutputs(["out/a.tfrecord", "out/a.json"]) as out:
@@ -329,17 +367,26 @@ class AtomicOutputs:
         return open_file(self.temp(path), mode, **kwargs)
 
     def commit(self) -> None:
-        """Renames every temporary into place (all must have been written).
+        """Makes every temporary durable, renames them into place, then makes the names durable.
 
-        Ctrl-C, SIGTERM and SIGHUP are held during the renames
-        (`lifecycle.signals_deferred`): they end the run before the set is committed or
-        after, never with part of it renamed.
+        1. Each temporary is synced (`sync`) before any rename: a final name can then only
+           come to hold complete data, also after a power cut. A failure here (EIO) leaves
+           every final name as it was.
+        2. The renames, in the order given (data first, marker files last), with Ctrl-C,
+           SIGTERM and SIGHUP held (`lifecycle.signals_deferred`): they end the run before
+           the set is committed or after, never with part of it renamed.
+        3. Each output's parent directory is synced (`sync_directory`), so the new names
+           are on disk when this returns.
+
+        URL paths skip 1 and 3 (no fsync there: see the module docstring).
         """
         from data_prep import lifecycle
 
         missing = [p for p in self.paths if not exists(self.temps[p])]
         if missing:
             raise RuntimeError(f"outputs were never written: {missing}")
+        for path in self.paths:
+            sync(self.temps[path])
         with lifecycle.signals_deferred():
             for path in self.paths:
                 temp = self.temps[path]
@@ -348,6 +395,8 @@ class AtomicOutputs:
                 else:
                     rename(temp, path, overwrite=True)
             self.committed = True
+            for directory in dict.fromkeys(parent_dir(path) for path in self.paths):
+                sync_directory(directory)
 
     def abort(self) -> None:
         """Removes every temporary (best effort: called while failing anyway)."""
@@ -356,6 +405,53 @@ class AtomicOutputs:
                 remove(temp)
             except Exception:  # noqa: BLE001
                 pass
+
+
+def sync(path: str) -> None:
+    """Makes a written local file or directory tree durable (`fsync`); nothing for URLs.
+
+    A file: its data and metadata. A directory (a SavedModel): every file in it and every
+    directory in it, deepest first, then itself, so that its entries (the names of what it
+    holds) are durable too; symbolic links are entries, not followed. Files are synced by
+    path, so whoever wrote them (this process, TensorFlow's writers, another process on
+    this host such as a Beam worker) does not matter: `fsync` writes the file's dirty
+    pages, whichever descriptor made them.
+    """
+    if is_url(path):
+        return
+    if os.path.isdir(path) and not os.path.islink(path):
+        for root, _, files in os.walk(path, topdown=False):
+            for name in files:
+                file_path = os.path.join(root, name)
+                if not os.path.islink(file_path):
+                    _fsync(file_path, directory=False)
+            _fsync(root, directory=True)
+    else:
+        _fsync(path, directory=False)
+
+
+def sync_directory(path: str) -> None:
+    """Makes a local directory's entries durable (names created, renamed or removed in
+    it); nothing for URLs."""
+    if not is_url(path):
+        _fsync(path or ".", directory=True)
+
+
+def _fsync(path: str, directory: bool) -> None:
+    """`fsync` of one local file or directory, opened read-only by path."""
+    if directory and os.name == "nt":  # Windows cannot open a directory to sync it
+        return
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        # Some file systems cannot sync a directory (EINVAL): its entries then have the
+        # durability that file system gives them. A file that cannot be synced is an error.
+        if not (directory and err.errno in (errno.EINVAL, errno.EBADF, errno.ENOTSUP)):
+            raise
+    finally:
+        os.close(fd)
 
 
 def _replace_directory(temp: str, final: str, allowed: bool) -> None:
@@ -414,17 +510,26 @@ def is_within(path: str, directory: str) -> bool:
 
 
 def write_text(path: str, text: str) -> None:
-    """Writes a text file (UTF-8, `\\n` line ends) all-or-nothing."""
+    """Writes a text file (UTF-8, `\\n` line ends) all-or-nothing and synced (`AtomicOutputs`)."""
     with AtomicOutputs([path]) as out:
         with out.open(path, "w", newline="\n") as f:
             f.write(text)
 
 
 def write_bytes(path: str, data: bytes) -> None:
-    """Writes a binary file all-or-nothing."""
+    """Writes a binary file all-or-nothing and synced (`AtomicOutputs`)."""
     with AtomicOutputs([path]) as out:
         with out.open(path, "wb") as f:
             f.write(data)
+
+
+def copy_file(src: str, dst: str) -> None:
+    """Copies a file (local or URL, either side) to `dst` all-or-nothing and synced, as
+    every output (`tf.io.gfile.copy` writes the destination in place, unsynced)."""
+    with AtomicOutputs([dst]) as out:
+        with open_file(src, "rb") as reader, out.open(dst, "wb") as writer:
+            for block in iter(lambda: reader.read(1 << 20), b""):
+                writer.write(block)
 
 
 def read_text(path: str) -> str:

@@ -11,9 +11,11 @@ raises an error of its own while unwinding (TensorFlow's scope checks do).
 Worker processes call `die_with_parent()` in their initializer (`init_worker_process`
 does that and leaves Ctrl-C and SIGTERM handling to the parent): on Linux the kernel sends
 them SIGKILL when the parent dies, even by `kill -9`, so no orphan keeps running (and
-holding memory) after its parent is gone. `exit_without_teardown()` ends a command whose
-outputs are committed without Python's interpreter teardown (children reaped and output
-flushed first).
+holding memory) after its parent is gone.
+
+A command ends as every Python program does (no `os._exit`): callers of its `run()`,
+profilers (absl's `--profile_file`, `python -m cProfile`), coverage, `atexit` handlers
+and the final flush of stdout (whose failure makes the exit status non-zero) rely on it.
 """
 
 from __future__ import annotations
@@ -166,28 +168,3 @@ def init_worker_process(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
-
-
-def exit_without_teardown(status: int = 0, children_timeout: float = 10.0):
-    """Ends a CLI whose work is done at once, skipping Python's teardown of its modules
-    and objects (~25 ms with numpy, absl and a tokenizer loaded: 2% of a 10 MB
-    create_pretraining_data run, bench/RESULTS.md), as mypy does for the same reason.
-
-    Only for a command's very last step, with its outputs committed: handlers registered
-    with `atexit` do not run. What they would have done that matters is done here: child
-    processes (workers let go) are waited for (up to `children_timeout` seconds each;
-    `die_with_parent` ends any left), logging handlers are flushed and closed, and the
-    standard streams flushed.
-    """
-    import logging
-    import multiprocessing
-
-    for child in multiprocessing.active_children():
-        child.join(children_timeout)
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # closed or broken pipe: nothing more to save
-            pass
-    os._exit(status)

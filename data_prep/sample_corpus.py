@@ -86,6 +86,8 @@ import warnings
 import zlib
 from collections.abc import Iterator
 
+from data_prep import fileio
+
 KIND_MODULE = "module"
 KIND_CLASS = "class"
 KIND_FUNCTION = "function"
@@ -560,17 +562,13 @@ def write_classification_data(output_dir: str, *, max_mb: float | None = 3.0,
             raise ValueError(f"the {split} split has no rows: some label has no sentence "
                              f"there ({candidates[split]}); raise --max_mb or lower "
                              "--classification_max_classes")
-    os.makedirs(output_dir, exist_ok=True)
-    files = {}
-    for split in SPLITS:
-        path = os.path.join(output_dir, f"{split}.tsv")
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8", newline="\n") as writer:
-            writer.write("sentence\tlabel\n")
-            for sentence, name in rows[split]:
-                writer.write(f"{sentence}\t{name}\n")
-        os.replace(tmp, path)
-        files[split] = path
+    files = {split: os.path.join(output_dir, f"{split}.tsv") for split in SPLITS}
+    with fileio.AtomicOutputs(list(files.values())) as out:
+        for split, path in files.items():
+            with out.open(path, "w", newline="\n") as writer:
+                writer.write("sentence\tlabel\n")
+                for sentence, name in rows[split]:
+                    writer.write(f"{sentence}\t{name}\n")
     return ClassificationSummary(
         files=files, label=label, labels=labels,
         rows={split: len(rows[split]) for split in SPLITS},
@@ -593,8 +591,8 @@ def write_corpus(output_dir: str, *, max_mb: float | None = 3.0,
                  prefix: str = "stdlib") -> CorpusSummary:
     """Writes the corpus into `num_shards` files, documents dealt round-robin.
 
-    Each file is written under a temporary name and renamed when all are complete, so an
-    interrupted run leaves no file that looks finished.
+    The files are one `fileio.AtomicOutputs` set (hidden temporaries, synced, renamed
+    when all are complete), so an interrupted run leaves no file that looks finished.
 
     Returns:
       A CorpusSummary (files, counts, bytes, seconds).
@@ -604,31 +602,20 @@ def write_corpus(output_dir: str, *, max_mb: float | None = 3.0,
     if max_mb is not None and max_mb <= 0:
         raise ValueError(f"max_mb must be > 0, got {max_mb}")
     start = time.time()
-    os.makedirs(output_dir, exist_ok=True)
     paths = shard_paths(output_dir, num_shards, prefix)
-    tmp_paths = [f"{p}.tmp-{os.getpid()}" for p in paths]
     documents = sentences = size = 0
     modules = set()
     kinds = dict.fromkeys(KINDS, 0)
-    try:
-        with contextlib.ExitStack() as stack:
-            writers = [stack.enter_context(open(p, "w", encoding="utf-8", newline="\n"))
-                       for p in tmp_paths]
-            for index, document in enumerate(iter_limited_documents(max_mb, max_documents)):
-                writers[index % num_shards].write("\n".join(document.sentences) + "\n\n")
-                documents += 1
-                sentences += len(document.sentences)
-                size += document_size(document)
-                modules.add(document.module)
-                for kind in document.kinds:
-                    kinds[kind] += 1
-    except BaseException:
-        for tmp in tmp_paths:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-        raise
-    for tmp, path in zip(tmp_paths, paths, strict=True):
-        os.replace(tmp, path)
+    with fileio.AtomicOutputs(paths) as out, contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(out.open(p, "w", newline="\n")) for p in paths]
+        for index, document in enumerate(iter_limited_documents(max_mb, max_documents)):
+            writers[index % num_shards].write("\n".join(document.sentences) + "\n\n")
+            documents += 1
+            sentences += len(document.sentences)
+            size += document_size(document)
+            modules.add(document.module)
+            for kind in document.kinds:
+                kinds[kind] += 1
     return CorpusSummary(tuple(paths), documents, sentences, size, len(modules),
                          round(time.time() - start, 3), kinds)
 
@@ -682,9 +669,8 @@ def main(argv=None) -> int:
         except (ValueError, OSError) as err:
             print(f"sample_corpus: error: {err}", file=sys.stderr)
             return 2
-        summary_path = os.path.join(args.output_dir, "summary.json")
-        with open(summary_path, "w", encoding="utf-8") as writer:
-            writer.write(summary.to_json() + "\n")
+        fileio.write_text(os.path.join(args.output_dir, "summary.json"),
+                          summary.to_json() + "\n")
         print(f"sample_corpus: {summary.documents} documents, {summary.sentences} sentences, "
               f"{summary.bytes / 1e6:.2f} MB from {summary.modules} modules in "
               f"{summary.seconds:.1f} s -> {len(summary.files)} file(s) in {args.output_dir}; "
@@ -702,9 +688,8 @@ def main(argv=None) -> int:
         except (ValueError, OSError) as err:
             print(f"sample_corpus: error: {err}", file=sys.stderr)
             return 2
-        with open(os.path.join(args.classification_dir, "summary.json"), "w",
-                  encoding="utf-8") as writer:
-            writer.write(data.to_json() + "\n")
+        fileio.write_text(os.path.join(args.classification_dir, "summary.json"),
+                          data.to_json() + "\n")
         print(f"sample_corpus: classification by {data.label}: {len(data.labels)} labels "
               f"({', '.join(data.labels)}); rows train {data.rows['train']}, dev "
               f"{data.rows['dev']}, test {data.rows['test']} (balanced; documents "

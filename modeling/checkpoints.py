@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
+from data_prep import fileio
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 
@@ -726,7 +727,7 @@ def export_tf1_checkpoint(model, config: BertConfig, out_dir: str, *,
     _write_checkpoint_state(out_dir, prefix)
     config.to_json_file(os.path.join(out_dir, "bert_config.json"))
     if vocab_file:
-        tf.io.gfile.copy(vocab_file, os.path.join(out_dir, "vocab.txt"), overwrite=True)
+        fileio.copy_file(vocab_file, os.path.join(out_dir, "vocab.txt"))
     return prefix
 
 
@@ -743,20 +744,19 @@ def export_hf_checkpoint(model, config: BertConfig, out_dir: str, *,
 
     tf.io.gfile.makedirs(out_dir)
     path = os.path.join(out_dir, "model.safetensors")
-    with tf.io.gfile.GFile(path, "wb") as f:
-        f.write(save(_external_arrays(model, HF), metadata={"format": "pt"}))
-    with tf.io.gfile.GFile(os.path.join(out_dir, "config.json"), "w") as f:
-        f.write(json.dumps(config.to_hf_dict(), indent=2, sort_keys=True) + "\n")
+    fileio.write_bytes(path, save(_external_arrays(model, HF), metadata={"format": "pt"}))
+    fileio.write_text(os.path.join(out_dir, "config.json"),
+                      json.dumps(config.to_hf_dict(), indent=2, sort_keys=True) + "\n")
     if vocab_file:
-        tf.io.gfile.copy(vocab_file, os.path.join(out_dir, "vocab.txt"), overwrite=True)
+        fileio.copy_file(vocab_file, os.path.join(out_dir, "vocab.txt"))
     return path
 
 
 def _write_checkpoint_state(out_dir: str, prefix: str) -> None:
     """Writes the ``checkpoint`` state file so ``tf.train.latest_checkpoint`` finds ``prefix``."""
     name = os.path.basename(prefix)
-    with tf.io.gfile.GFile(os.path.join(out_dir, "checkpoint"), "w") as f:
-        f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+    fileio.write_text(os.path.join(out_dir, "checkpoint"),
+                      f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
 
 
 def save_ours(model, out_dir: str, config: Optional[BertConfig] = None) -> str:
@@ -815,6 +815,6 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
     if output_kind == OURS:
         prefix = save_ours(network, output_dir, config)
         if vocab_file:
-            tf.io.gfile.copy(vocab_file, os.path.join(output_dir, "vocab.txt"), overwrite=True)
+            fileio.copy_file(vocab_file, os.path.join(output_dir, "vocab.txt"))
         return prefix
     return EXPORTERS[output_kind](network, config, output_dir, vocab_file=vocab_file)

@@ -181,10 +181,10 @@ class BertConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     def to_json_file(self, path: str) -> None:
-        import tensorflow as tf  # gfile: also writes gs:// paths.
+        """Writes the file all-or-nothing and synced (`fileio.write_text`; gs:// paths too)."""
+        from data_prep import fileio
 
-        with tf.io.gfile.GFile(path, "w") as f:
-            f.write(self.to_json_string())
+        fileio.write_text(path, self.to_json_string())
 
     # ----- Hugging Face config.json -----
 

@@ -251,3 +251,37 @@ def test_cli_refuses_what_it_would_ignore(prose, tmp_path):
         done = run_cli(*common, *extra)
         assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
         assert not os.listdir(tmp_path), os.listdir(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_killed_runs_work_folder_is_removed_by_the_next_run(prose, tmp_path):
+    """kill -9 of a real run (the DirectRunner, offline) while its hidden work folder
+    exists leaves that folder behind (with the sorting buckets); the next run with the
+    same output removes it (fileio.work_directory), so leftovers do not pile up."""
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [f"--input_file={prose['corpus']}", f"--vocab_file={prose['vocab']}",
+            f"--output_file={out / 'train.tfrecord'}", "--runner=DirectRunner",
+            "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=2",
+            "--pool_size_mb=0.05"]
+    with open(tmp_path / "log.txt", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "data_prep.beam_pretraining_data",
+                                 *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
+                                start_new_session=True,
+                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        work, deadline = [], time.monotonic() + 300
+        while not work and proc.poll() is None and time.monotonic() < deadline:
+            work = [name for name in os.listdir(out) if ".beam-work.tmp-" in name]
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert work, (tmp_path / "log.txt").read_text()[-3000:]
+    assert work[0].startswith(".train.tfrecord.beam-work.tmp-") and f"-{proc.pid}-" in work[0]
+    assert work[0] in os.listdir(out)  # what a kill -9 leaves
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(os.listdir(out)) == ["_train.tfrecord.summary.json", "train.tfrecord"]
+    assert "Removed 1 temporary file(s) left by an interrupted run" in done.stderr

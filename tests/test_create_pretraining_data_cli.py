@@ -95,8 +95,6 @@ def test_shards_gzip_and_summary(tmp_path, vocab_file):
 
 
 def test_a_successful_run_ends_with_its_logs_flushed_and_no_worker_left(tmp_path, vocab_file):
-    # It ends without Python's teardown (lifecycle.exit_without_teardown): what that would
-    # have flushed or waited for must be done before.
     from tests.test_fault_injection_runners import _no_process_left
 
     corpus = write_corpus(tmp_path / "corpus.txt", 200, 5)
@@ -114,6 +112,78 @@ def test_a_successful_run_ends_with_its_logs_flushed_and_no_worker_left(tmp_path
     summary = json.loads(open(summary_of(out)).read())
     assert summary["num_workers"] == 2 and summary["num_chunks"] > 3
     assert len(read_records([out])) == summary["instances"] > 100
+
+
+def test_profile_file_is_written(tmp_path, vocab_file):
+    """absl's --profile_file dumps the profile from an atexit handler: the run must end as
+    Python programs end for it to be written (as for `python -m cProfile` and coverage)."""
+    import pstats
+
+    corpus = write_corpus(tmp_path / "corpus.txt", 60, 6)
+    profile = tmp_path / "run.prof"
+    done = run_cli(f"--input_file={corpus}", f"--output_file={tmp_path / 'out.tfrecord'}",
+                   f"--vocab_file={vocab_file}", "--num_workers=2", "--chunk_size_mb=0.002",
+                   f"--profile_file={profile}", *SMALL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert profile.exists() and profile.stat().st_size > 0
+    functions = {name for _, _, name in pstats.Stats(str(profile)).stats}
+    assert {"main", "generate", "write_all"} <= functions
+
+
+# Calls the console script's run() as a program would, then reports what ran afterwards:
+# the code after the call, its `finally`, an atexit handler, and a file it never flushed.
+CALLER = """
+import atexit, multiprocessing, sys
+from data_prep import create_pretraining_data as cli
+log = open(sys.argv[1], "w")  # written below, flushed only by the normal exit
+atexit.register(lambda: print("atexit handler ran", flush=True))
+sys.argv = ["create_pretraining_data", *sys.argv[2:]]
+try:
+    cli.run()
+except SystemExit as done:
+    print("run() returned", done.code, "workers left", len(multiprocessing.active_children()),
+          flush=True)
+finally:
+    log.write("finally ran\\n")
+"""
+
+
+def test_run_returns_control_to_its_caller(tmp_path, vocab_file):
+    corpus = write_corpus(tmp_path / "corpus.txt", 60, 7)
+    out = tmp_path / "out.tfrecord"
+    log = tmp_path / "caller.log"
+    done = subprocess.run(
+        [sys.executable, "-c", CALLER, str(log), f"--input_file={corpus}",
+         f"--output_file={out}", f"--vocab_file={vocab_file}", "--num_workers=2",
+         "--chunk_size_mb=0.002", *SMALL], cwd=ROOT, capture_output=True, text=True,
+        timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT))
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The workers are reaped before run() returns (generate shuts its pool down).
+    assert done.stdout.splitlines() == ["run() returned 0 workers left 0",
+                                        "atexit handler ran"], done.stderr[-3000:]
+    assert log.read_text() == "finally ran\n"
+    assert len(read_records([str(out)])) > 10
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_failed_stdout_flush_fails_the_run(tmp_path, vocab_file):
+    """What a program printed before running the command is flushed at exit; when that
+    fails (here: stdout is /dev/full, every write ENOSPC) the exit status says so. One
+    worker: forking workers flushes stdout first, which would fail the run earlier."""
+    corpus = write_corpus(tmp_path / "corpus.txt", 60, 8)
+    out = tmp_path / "out.tfrecord"
+    program = ("import sys; print('a line of the caller'); "
+               "from data_prep import create_pretraining_data as cli; "
+               "sys.argv = ['create_pretraining_data', *sys.argv[1:]]; cli.run()")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-c", program, f"--input_file={corpus}", f"--output_file={out}",
+             f"--vocab_file={vocab_file}", "--num_workers=1", *SMALL], cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+            env={k: v for k, v in dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+                                       PYTHONPATH=ROOT).items() if k != "PYTHONUNBUFFERED"})
+    assert done.returncode != 0, done.stderr[-3000:]
+    assert "No space left on device" in done.stderr
+    assert out.exists(), done.stderr[-3000:]  # the command succeeded; the caller's line was lost
 
 
 def test_output_depends_on_seed_not_on_workers(tmp_path, vocab_file):

@@ -2,6 +2,8 @@
 
 import glob
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,6 +60,22 @@ def test_clean_stale_temporaries_removes_only_those_of_dead_local_processes(tmp_
     assert sorted(os.listdir(tmp_path)) == sorted(
         os.path.basename(p) for p in [alive, other_host, other_output, *unrelated])
     assert fileio.clean_stale_temporaries(str(tmp_path / "out.more")) == [other_output]
+
+
+def test_a_work_directory_is_removed_after_its_block_and_a_dead_runs_by_the_next(tmp_path):
+    name = str(tmp_path / "out.beam-work")
+    dead = _temporary_of_a_dead_process(name)
+    alive = fileio.temporary_path(name)  # a concurrent run of this process: kept
+    for path in (dead, alive):
+        os.makedirs(os.path.join(path, "sub"))
+        open(os.path.join(path, "sub", "bucket-0"), "w").close()
+    with pytest.raises(KeyboardInterrupt):
+        with fileio.work_directory(name) as work:
+            assert fileio.is_temporary(work) and os.path.isdir(work)
+            assert not os.path.exists(dead)
+            open(os.path.join(work, "bucket-1"), "w").close()
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == [os.path.basename(alive)]
 
 
 # ----------------------------------------------------------------------- output checks
@@ -142,6 +160,187 @@ def test_atomic_outputs_on_a_url_filesystem():
             raise ValueError
     assert fileio.read_text(f"{base}/out.txt") == "hello"
     assert sorted(fileio.listdir(base)) == ["out.bin", "out.txt"]
+
+
+# ------------------------------------------------------------------------- durability
+
+
+class Syscalls:
+    """Records, in order, the fsyncs (by the path the descriptor was opened with), the
+    renames and the directory exchanges that fileio makes (os patched at module level)."""
+
+    def __init__(self, monkeypatch):
+        self.calls, self._fds = [], {}
+        real_open, real_fsync = os.open, os.fsync
+        real_replace, real_rename, real_exchange = os.replace, os.rename, fileio._exchange
+
+        def open_(path, flags, *args, **kwargs):
+            fd = real_open(path, flags, *args, **kwargs)
+            self._fds[fd] = os.path.normpath(os.fspath(path))
+            return fd
+
+        def fsync(fd):
+            self.calls.append(("fsync", self._fds.get(fd, fd)))
+            return real_fsync(fd)
+
+        def renamer(real):
+            def rename(src, dst, *args, **kwargs):
+                self.calls.append(("rename", os.path.normpath(src), os.path.normpath(dst)))
+                return real(src, dst, *args, **kwargs)
+            return rename
+
+        def exchange(a, b):
+            done = real_exchange(a, b)
+            if done:
+                self.calls.append(("exchange", os.path.normpath(a), os.path.normpath(b)))
+            return done
+
+        monkeypatch.setattr(os, "open", open_)
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "replace", renamer(real_replace))
+        monkeypatch.setattr(os, "rename", renamer(real_rename))
+        monkeypatch.setattr(fileio, "_exchange", exchange)
+
+
+def test_a_file_output_is_synced_before_its_rename_and_its_directory_after(
+        tmp_path, monkeypatch):
+    final = str(tmp_path / "eval_results.txt")
+    calls = Syscalls(monkeypatch).calls
+    with fileio.AtomicOutputs([final]) as out:
+        with out.open(final) as f:
+            f.write("accuracy = 1\n")
+        temp = out.temp(final)
+    assert calls == [("fsync", temp), ("rename", temp, final), ("fsync", str(tmp_path))]
+    # write_text, write_bytes and copy_file are the same set of one.
+    for write in (lambda: fileio.write_text(final, "x"),
+                  lambda: fileio.write_bytes(final, b"x"),
+                  lambda: fileio.copy_file(final, str(tmp_path / "copy.txt"))):
+        del calls[:]
+        write()
+        kinds = [(call[0], call[-1]) for call in calls]
+        assert kinds[0][0] == "fsync" and kinds[1][0] == "rename", calls
+        assert calls[0][1] == calls[1][1] and fileio.is_temporary(calls[0][1])
+        assert kinds[2] == ("fsync", str(tmp_path)) and len(calls) == 3
+
+
+def test_a_set_is_synced_whole_before_the_first_rename(tmp_path, monkeypatch):
+    """Records in one directory, the summary in another: every file synced, then the
+    renames in the given order, then each directory once."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    finals = [str(tmp_path / "a" / "r-0"), str(tmp_path / "a" / "r-1"),
+              str(tmp_path / "b" / "summary.json")]
+    calls = Syscalls(monkeypatch).calls
+    with fileio.AtomicOutputs(finals) as out:
+        for path in finals:
+            with out.open(path, "wb") as f:
+                f.write(b"data of " + path.encode())
+        temps = [out.temp(path) for path in finals]
+    assert calls == ([("fsync", t) for t in temps]
+                     + [("rename", t, f) for t, f in zip(temps, finals)]
+                     + [("fsync", str(tmp_path / "a")), ("fsync", str(tmp_path / "b"))])
+
+
+def _write_tree(directory, marker):
+    os.makedirs(os.path.join(directory, "variables"))
+    for name in ("saved_model.pb", "variables/variables.index", "marker.json"):
+        with open(os.path.join(directory, name), "w") as f:
+            f.write(marker)
+
+
+def test_a_directory_output_is_synced_file_by_file_then_each_directory(
+        tmp_path, monkeypatch):
+    """A SavedModel-like tree: each file, each directory after what it holds (deepest
+    first), then the rename, then the parent; the same when it replaces an earlier
+    export (one exchange), and the final tree is the new one."""
+    final = str(tmp_path / "export")
+    calls = Syscalls(monkeypatch).calls
+    for marker in ("first", "second"):
+        del calls[:]
+        with fileio.AtomicOutputs([final], replace_directories=True) as out:
+            temp = out.temp(final)
+            _write_tree(temp, marker)
+        files = {os.path.join(temp, name) for name in
+                 ("saved_model.pb", "variables/variables.index", "marker.json")}
+        syncs = [path for kind, path in calls[:-2] if kind == "fsync"]
+        assert len(syncs) == len(calls) - 2 == 5, calls
+        assert set(syncs[:-1]) == files | {os.path.join(temp, "variables")}
+        assert syncs.index(os.path.join(temp, "variables/variables.index")) < \
+            syncs.index(os.path.join(temp, "variables"))
+        assert syncs[-1] == temp  # the directory itself last: its entries are durable
+        step = ("rename", temp, final) if marker == "first" else ("exchange", temp, final)
+        assert calls[-2:] == [step, ("fsync", str(tmp_path))]
+        assert open(os.path.join(final, "marker.json")).read() == marker
+    assert os.listdir(tmp_path) == ["export"]
+
+
+def test_a_failed_sync_keeps_the_previous_output(tmp_path, monkeypatch):
+    """fsync fails (EIO: the data did not reach the disk): nothing is renamed, the
+    temporaries are removed, the previous outputs stay."""
+    import errno
+
+    a, b = str(tmp_path / "a.txt"), str(tmp_path / "b.txt")
+    fileio.write_text(a, "old a")
+    fileio.write_text(b, "old b")
+
+    def failing_fsync(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="Input/output"):
+        with fileio.AtomicOutputs([a, b]) as out:
+            for path in (a, b):
+                with out.open(path) as f:
+                    f.write("new")
+    assert _finals(tmp_path) == {"a.txt": "old a", "b.txt": "old b"}
+
+
+def test_url_outputs_are_not_synced(monkeypatch):
+    """No fsync for tf.io.gfile paths (the file system's own guarantee applies)."""
+    calls = Syscalls(monkeypatch).calls
+    base = f"ram://fileio_sync_{os.getpid()}"
+    fileio.write_text(f"{base}/out.txt", "hello")
+    assert fileio.read_text(f"{base}/out.txt") == "hello"
+    assert [c for c in calls if c[0] == "fsync"] == []
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_the_kernel_sees_fsync_before_rename_and_the_directory_after(tmp_path):
+    """The same order, seen from outside the process (strace): a set of two files."""
+    code = textwrap.dedent(f"""
+        from data_prep import fileio
+        with fileio.AtomicOutputs([{str(tmp_path / "r")!r}, {str(tmp_path / "s")!r}]) as out:
+            for name in ("r", "s"):
+                with out.open({str(tmp_path)!r} + "/" + name) as f:
+                    f.write(name * 1000)
+    """)
+    trace = tmp_path / "trace.txt"
+    done = subprocess.run(
+        ["strace", "-f", "-qq", "-e", "trace=openat,fsync,rename,renameat,renameat2",
+         "-o", str(trace), sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+        text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    if done.returncode != 0 and "ptrace" in done.stderr:
+        pytest.skip(f"strace cannot trace here: {done.stderr[-300:]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    fds, events = {}, []
+    for line in trace.read_text().splitlines():
+        found = re.search(r'openat\(AT_FDCWD, "([^"]+)".* = (\d+)$', line)
+        if found:
+            fds[found.group(2)] = found.group(1)
+        found = re.search(r"fsync\((\d+)\)\s+= 0", line)
+        if found:
+            events.append(("fsync", os.path.basename(fds[found.group(1)])))
+        found = re.search(r'rename(?:at2?)?\(.*?"([^"]+)".*?"([^"]+)"', line)
+        if found:
+            events.append(("rename", os.path.basename(found.group(1)),
+                           os.path.basename(found.group(2))))
+    ours = [e for e in events if e[0] == "rename" or e[1] in ("r", "s", tmp_path.name)
+            or fileio.is_temporary(e[1])]
+    temps = [e[1] for e in ours[:2]]
+    assert [e[0] for e in ours] == ["fsync", "fsync", "rename", "rename", "fsync"], ours
+    assert all(fileio.is_temporary(t) for t in temps)
+    assert ours[2:] == [("rename", temps[0], "r"), ("rename", temps[1], "s"),
+                        ("fsync", tmp_path.name)]
 
 
 # ---------------------------------------------------------------------------- lifecycle

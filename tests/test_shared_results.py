@@ -93,11 +93,10 @@ def buffered_env(**extra):
 
 
 # Runs the CLI in this process with the transport chosen by argv[1], then prints how many
-# slots the shared file had (0 without one) as the run exits (a successful run exits
-# through `lifecycle.exit_without_teardown`, which must still flush the print).
+# slots the shared file had (0 without one) once `run()` has returned control.
 DRIVER = """
 import sys
-from data_prep import create_pretraining_data as cli, lifecycle, shared_results
+from data_prep import create_pretraining_data as cli, shared_results
 mode, made = sys.argv[1], []
 create = shared_results.SharedResults.create
 def record(cls):
@@ -106,18 +105,11 @@ def record(cls):
 shared_results.SharedResults.create = classmethod(record)
 if mode == "too_small":
     shared_results.SLOT_BYTES = 4096  # set before the workers fork: they inherit it
-def report():
-    print("slots", made[0].slots if made and made[0] else 0)
-exit_without_teardown = lifecycle.exit_without_teardown
-def report_and_exit(status):
-    report()
-    exit_without_teardown(status)
-lifecycle.exit_without_teardown = report_and_exit
 sys.argv = ["create_pretraining_data", *sys.argv[2:]]
 try:
     cli.run()
 except SystemExit:
-    report()
+    print("slots", made[0].slots if made and made[0] else 0)
     raise
 """
 
@@ -180,49 +172,3 @@ def test_no_shared_file_without_memfd_or_under_a_file_size_limit(monkeypatch):
     made = shared_results.SharedResults.create()  # unlimited here
     assert made is not None
     made.close()
-
-
-# Consumes ordered_results one chunk at a time and reports whether the workers were still
-# running after each (a worker's sentinel is ready once it has exited), then whether the
-# records are those of the chunks processed here.
-RELEASE_DRIVER = """
-import multiprocessing.connection, os, sys
-from data_prep import create_pretraining_data as cli, pretraining_data
-vocab, corpus = sys.argv[1:3]
-config = pretraining_data.PretrainingConfig(
-    max_seq_length=32, max_predictions_per_seq=5, masked_lm_prob=0.15,
-    short_seq_prob=0.1, dupe_factor=2, do_whole_word_mask=False)
-chunks, _ = pretraining_data.plan_chunks([corpus], os.path.getsize(corpus) // 6)
-tasks = [pretraining_data.ChunkTask(index=i, ranges=r, vocab_file=vocab, do_lower_case=True,
-                                    config=config, seed=5) for i, r in enumerate(chunks)]
-pool, shared = cli.start_workers(2, vocab, True)
-results, received, workers = cli.ordered_results(tasks, pool, window=3, shared=shared), [], []
-for result in results:
-    workers = workers or multiprocessing.active_children()
-    exited = multiprocessing.connection.wait([w.sentinel for w in workers], timeout=0.5)
-    print("chunk", len(received), "workers", len(workers), "exited", len(exited))
-    received.append(bytes(result.data))
-exited = [w for w in workers if multiprocessing.connection.wait([w.sentinel], timeout=60)]
-print("after", len(exited))
-print("same", received == [pretraining_data.process_chunk(t).data for t in tasks])
-pool.shutdown(wait=True)
-shared.close()
-"""
-
-
-def test_the_workers_are_let_go_once_the_last_chunk_is_in(tmp_path):
-    # They exit while the main process writes the output, freeing their memory for it.
-    vocab = write_vocab(tmp_path / "vocab.txt", list(dict.fromkeys(TINY_VOCAB)))
-    corpus = write_corpus(tmp_path / "corpus.txt", 120, 4)
-    done = subprocess.run([sys.executable, "-c", RELEASE_DRIVER, vocab, corpus], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=ROOT))
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    chunk_lines = [line for line in lines if line.startswith("chunk")]
-    assert len(chunk_lines) >= 5
-    # Alive while chunks are still to come (the last chunk's line may see them leave) ...
-    assert all(line.endswith("workers 2 exited 0") for line in chunk_lines[:-1])
-    # ... gone once the last result is in, though the pool has not been shut down yet.
-    assert "after 2" in lines
-    assert "same True" in lines

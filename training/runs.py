@@ -119,11 +119,12 @@ def write_model_files(directory: str, bert_config, vocab_file: str, metadata) ->
     """bert_config.json, vocab.txt and export_metadata.json beside the checkpoints."""
     import tensorflow as tf
 
+    from data_prep import fileio
     from modeling import export
 
     tf.io.gfile.makedirs(directory)
     bert_config.to_json_file(os.path.join(directory, "bert_config.json"))
     vocab = os.path.join(directory, "vocab.txt")
     if os.path.abspath(vocab_file) != os.path.abspath(vocab):
-        tf.io.gfile.copy(vocab_file, vocab, overwrite=True)
+        fileio.copy_file(vocab_file, vocab)
     export.write_export_metadata(directory, metadata)

@@ -500,7 +500,7 @@ def squad_record_values(feature: SquadFeature, is_training: bool) -> dict[str, l
 
 
 class SquadRecordWriter:
-    """Writes features to a TFRecord file that appears only when complete (tmp + rename).
+    """Writes features to a TFRecord file that appears only when complete (`fileio.AtomicOutputs`).
 
     Use as a context manager; on an exception the partial file is removed. `process_feature`
     fits `convert_examples_to_features(output_fn=...)`.
@@ -513,9 +513,8 @@ class SquadRecordWriter:
         self.is_training = is_training
         self.num_features = 0
         self._encoder = None
-        fileio.makedirs(fileio.parent_dir(filename))
-        fileio.clean_stale_temporaries(filename)
-        self._tmp = fileio.temporary_path(filename)
+        self._out = fileio.AtomicOutputs([filename]).__enter__()
+        self._tmp = self._out.temp(filename)
         self._writer = tf.io.TFRecordWriter(self._tmp)
 
     def process_feature(self, feature: SquadFeature) -> None:
@@ -527,11 +526,11 @@ class SquadRecordWriter:
 
     def close(self) -> None:
         self._writer.close()
-        fileio.rename(self._tmp, self.filename, overwrite=True)
+        self._out.__exit__(None, None, None)  # commits (synced); on a failure, removes
 
     def abort(self) -> None:
         self._writer.close()
-        fileio.remove(self._tmp)
+        self._out.abort()
 
     def __enter__(self):
         return self
