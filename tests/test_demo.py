@@ -178,10 +178,7 @@ def test_quick_demo_end_to_end(tmp_path):
     instances = sum(demo.count_tfrecords(str(p)) for p in records)
     assert instances > 100
     pretraining = stages["pretraining_data"]
-    if "summary" in pretraining:
-        assert pretraining["summary"]["instances"] == instances
-    else:
-        assert pretraining["instances"] == instances
+    assert pretraining["summary"]["instances"] == instances
     config = json.loads((output_dir / "bert_config.json").read_text())
     assert config["vocab_size"] == stages["vocab"]["vocab_size"]
     eval_results = stages["pretraining"]["eval_results"]
