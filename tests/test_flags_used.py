@@ -29,9 +29,6 @@ RUNNERS = {
                   "--train_file=t.json"],
     "run_pretraining": ["--input_file=x.tfrecord", "--bert_config_file=c", "--output_dir=o",
                         "--do_train"],
-}
-# Optional runners (added by later work): walked when they exist.
-OPTIONAL_RUNNERS = {
     "run_ner": ["--data_dir=d", "--vocab_file=v", "--bert_config_file=c", "--output_dir=o",
                 "--do_train"],
     "run_swag": ["--data_dir=d", "--vocab_file=v", "--bert_config_file=c", "--output_dir=o",
@@ -126,11 +123,7 @@ def _walk_in_subprocess(runner, argv, module_dir=None):
 
 
 def _cases():
-    cases = dict(RUNNERS)
-    for runner, argv in OPTIONAL_RUNNERS.items():
-        if os.path.exists(os.path.join(S.REPO_ROOT, runner + ".py")):
-            cases[runner] = argv
-    return sorted(cases.items())
+    return sorted(RUNNERS.items())
 
 
 @pytest.mark.slow
@@ -175,20 +168,48 @@ def test_the_walk_tells_a_refusal_from_a_crash(tmp_path):
     assert "TypeError" in report["crashes"], report
 
 
-# CLIs without a run config: every flag they define must be read (FLAGS.<name>) in them.
+# CLIs without a run config: every flag they define (absl or argparse) must be read
+# (FLAGS.<name>, args.<name>) in them.
 STATIC_CLIS = ("extract_features.py", "export_saved_model.py", "predict_saved_model.py",
-               "convert_checkpoint.py", "data_prep/create_pretraining_data.py",
+               "convert_checkpoint.py", "demo.py", "data_prep/create_pretraining_data.py",
                "data_prep/build_vocab.py", "data_prep/beam_pretraining_data.py",
                "data_prep/sample_corpus.py", "data_prep/tokenization.py")
+# Where flags are defined for the runners (walked through them), not read.
+SHARED_FLAG_MODULES = ("training/flags.py",)
 
 
-@pytest.mark.parametrize("path", [p for p in STATIC_CLIS
-                                  if os.path.exists(os.path.join(S.REPO_ROOT, p))])
-def test_every_flag_of_the_cli_is_read(path):
-    source = open(os.path.join(S.REPO_ROOT, path), encoding="utf-8").read()
+def _defined_flags(source: str) -> list:
+    """Names of the flags a module's source defines, with absl or argparse."""
     defined = re.findall(r"DEFINE_\w+\(\s*[\"'](\w+)[\"']", source)
     defined += re.findall(r"flags\.DEFINE_\w+,\s*[\"'](\w+)[\"']", source)
+    defined += re.findall(r"add_argument\(\s*[\"']--(\w+)[\"']", source)
+    return defined
+
+
+@pytest.mark.parametrize("path", STATIC_CLIS)
+def test_every_flag_of_the_cli_is_read(path):
+    source = open(os.path.join(S.REPO_ROOT, path), encoding="utf-8").read()
+    defined = _defined_flags(source)
+    assert defined, f"{path}: no flag definition found: the check would check nothing"
+    # Read: FLAGS.name, args.name, FLAGS["name"]; for argparse also getattr(args, "name")
+    # (its definition spells "--name", so a bare "name" string is a use).
+    argparse_flags = set(re.findall(r"add_argument\(\s*[\"']--(\w+)[\"']", source))
     unread = [name for name in defined
-              if not re.search(rf"(FLAGS|values|flags_)\.{name}\b|\[[\"']{name}[\"']\]",
-                               source)]
+              if not re.search(rf"(FLAGS|values|flags_|args)\.{name}\b|\[[\"']{name}[\"']\]",
+                               source)
+              and not (name in argparse_flags and re.search(rf"[\"']{name}[\"']", source))]
     assert not unread, f"{path}: flags defined but never read: {unread}"
+
+
+def test_every_module_with_flags_is_checked():
+    """A new runner or CLI joins RUNNERS or STATIC_CLIS; none is left out unseen."""
+    root = S.REPO_ROOT
+    paths = [name for name in os.listdir(root) if name.endswith(".py")]
+    paths += [os.path.join(package, name) for package in ("data_prep", "training", "tasks",
+                                                         "modeling")
+              for name in os.listdir(os.path.join(root, package)) if name.endswith(".py")]
+    with_flags = {path for path in paths
+                  if _defined_flags(open(os.path.join(root, path), encoding="utf-8").read())}
+    checked = {f"{runner}.py" for runner in RUNNERS} | set(STATIC_CLIS) | set(
+        SHARED_FLAG_MODULES)
+    assert with_flags <= checked, sorted(with_flags - checked)
