@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 
 from absl import app, flags, logging
 
@@ -77,19 +78,64 @@ class Feature:
     input_type_ids: list
 
 
+PAIR = re.compile(r"^(.*) \|\|\| (.*)$")  # the original's pair format, "a ||| b"
+
+
 def read_examples(input_file: str) -> list:
-    """One example per line; ``a ||| b`` is a pair. Ids count lines from 0."""
-    import tensorflow as tf
+    """One example per line; ``a ||| b`` is a pair. Ids count lines from 0.
 
-    from data_prep.tokenization import convert_to_unicode
+    Lines are read as the original reads them through TensorFlow's GFile: they end at
+    "\\n", every "\\r" is dropped, each line is stripped; a blank line is an example
+    with no tokens. Bad input is refused before any model is loaded.
 
+    Raises:
+      pretraining_data.InputError naming the file (and line): a path that is missing, a
+      directory or unreadable; invalid UTF-8 (line and byte offset, as
+      create_pretraining_data reports it); a line with "|||" outside the pair format;
+      no example at all (an empty file, or only blank lines).
+    """
+    from data_prep import fileio
+    from data_prep.pretraining_data import InputError, line_number_at
+
+    if fileio.isdir(input_file):
+        raise InputError(f"--input_file={input_file} is a directory; expected a text file "
+                         "with one example per line")
+    if not fileio.exists(input_file):
+        raise InputError(f"--input_file={input_file}: no such file")
+    try:
+        with fileio.open_file(input_file, "rb") as reader:
+            raw = reader.read()
+    except Exception as err:  # noqa: BLE001 - OSError locally, tf.errors for URLs
+        if not isinstance(err, OSError) and type(err).__module__.split(".")[0] != \
+                "tensorflow":
+            raise
+        raise InputError(f"--input_file={input_file}: cannot read it ({err})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(
+            f"{input_file}:{line_number_at(input_file, err.start)}: invalid UTF-8 at byte "
+            f"offset {err.start} ({err.reason}); the input must be UTF-8 text") from None
+    lines = text.replace("\r", "").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # after the last "\n": not a line
     examples = []
-    with tf.io.gfile.GFile(input_file, "r") as reader:
-        for unique_id, line in enumerate(reader):
-            line = convert_to_unicode(line).strip()
-            pair = re.match(r"^(.*) \|\|\| (.*)$", line)
-            text_a, text_b = (pair.group(1), pair.group(2)) if pair else (line, None)
-            examples.append(Example(unique_id, text_a, text_b))
+    for unique_id, line in enumerate(lines):
+        line = line.strip()
+        pair = PAIR.match(line)
+        if pair:
+            text_a, text_b = pair.group(1), pair.group(2)
+        else:
+            text_a, text_b = line, None
+        if "|||" in text_a or "|||" in (text_b or ""):
+            raise InputError(
+                f"{input_file}:{unique_id + 1}: '|||' outside the pair format: a line is "
+                "'text' or 'text_a ||| text_b' (one '|||', a space on each side, text on "
+                f"both sides); found {line[:80]!r}")
+        examples.append(Example(unique_id, text_a, text_b))
+    if not any(example.text_a or example.text_b for example in examples):
+        raise InputError(f"--input_file={input_file}: no examples: the file is empty or "
+                         "holds only blank lines")
     return examples
 
 
@@ -225,12 +271,7 @@ def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
     _, location = checkpoints.resolve(init_checkpoint)
     directory = os.path.dirname(location)
     if bert_config_file:
-        with tf.io.gfile.GFile(bert_config_file, "r") as f:
-            raw = json.loads(f.read())
-        if "model_type" in raw or os.path.basename(bert_config_file) == "config.json":
-            config = BertConfig.from_hf_config(bert_config_file)
-        else:
-            config = BertConfig.from_json_file(bert_config_file)
+        config = BertConfig.from_config_file(bert_config_file)
     else:
         config = checkpoints.config_for(init_checkpoint)
         if config is None:
@@ -243,17 +284,24 @@ def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
     return config, vocab_file
 
 
-def main(argv):
-    del argv
+def _layer_indexes(text: str) -> list:
+    """--layers as integers (UsageError naming the flag when one is not an integer)."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise app.UsageError(f"--layers={text}: expected comma-separated integers "
+                             "(e.g. -1,-2,-3,-4)") from None
 
-    from data_prep import fileio, lifecycle
-    from data_prep.tokenization import FullTokenizer
+
+def run():
+    """Checks the flags and inputs (before loading any model), then writes the JSON lines."""
+    from data_prep import fileio
+    from data_prep.tokenization import FullTokenizer, VocabError
     from training import flags as common_flags
     from modeling import checkpoints
     from modeling.encoder import BertEncoder
     from training.distribution import get_strategy
 
-    lifecycle.exit_cleanly_on_signals()
     for name in ("input_file", "output_file", "init_checkpoint"):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required")
@@ -264,7 +312,17 @@ def main(argv):
                               ("--bert_config_file", FLAGS.bert_config_file)])
     except fileio.OutputError as err:
         raise app.UsageError(str(err)) from None
-    layer_indexes = [int(x) for x in FLAGS.layers.split(",")]
+    layer_indexes = _layer_indexes(FLAGS.layers)
+    if FLAGS.batch_size < 1:
+        raise app.UsageError(f"--batch_size={FLAGS.batch_size}: must be at least 1")
+    if FLAGS.max_seq_length < 3:
+        raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length}: must be at least 3 "
+                             "([CLS], a token, [SEP])")
+    try:
+        buckets = common_flags.bucket_boundaries(FLAGS, FLAGS.max_seq_length)
+    except flags.ValidationError as err:
+        raise app.UsageError(str(err)) from None
+    examples = read_examples(FLAGS.input_file)
     # The strategy first: a mirrored CPU split must happen before TensorFlow sets up devices.
     strategy_name = "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy
     strategy = get_strategy(strategy_name, tpu=FLAGS.master, num_gpus=FLAGS.num_gpus,
@@ -278,7 +336,15 @@ def main(argv):
     if FLAGS.max_seq_length > config.max_position_embeddings:
         raise app.UsageError(f"--max_seq_length {FLAGS.max_seq_length} exceeds "
                              f"max_position_embeddings {config.max_position_embeddings}")
+    try:
+        tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=FLAGS.do_lower_case)
+    except VocabError as err:
+        raise VocabError(f"--vocab_file: {err}") from None
+    features = convert_examples(examples, FLAGS.max_seq_length, tokenizer)
 
+    if FLAGS.batch_size % strategy.num_replicas_in_sync:
+        raise app.UsageError(f"--batch_size={FLAGS.batch_size} must be a multiple of the "
+                             f"{strategy.num_replicas_in_sync} replicas")
     if strategy_name == "tpu" and strategy.num_replicas_in_sync != FLAGS.num_tpu_cores:
         logging.warning("--num_tpu_cores=%d but the TPU has %d cores; using all of them",
                         FLAGS.num_tpu_cores, strategy.num_replicas_in_sync)
@@ -289,13 +355,6 @@ def main(argv):
         raise checkpoints.CheckpointError(report.describe())
     logging.info("%s", report.describe())
 
-    try:
-        buckets = common_flags.bucket_boundaries(FLAGS, FLAGS.max_seq_length)
-    except flags.ValidationError as err:
-        raise app.UsageError(str(err)) from None
-    tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=FLAGS.do_lower_case)
-    features = convert_examples(read_examples(FLAGS.input_file), FLAGS.max_seq_length,
-                                tokenizer)
     logging.info("Computing features of %d examples (layers %s) into %s", len(features),
                  layer_indexes, FLAGS.output_file)
     # All or nothing: the JSON lines appear under --output_file only once complete.
@@ -305,6 +364,22 @@ def main(argv):
                                                   FLAGS.batch_size, strategy,
                                                   FLAGS.jit_compile, buckets):
                 writer.write(feature_json(feature, layers, layer_indexes))
+
+
+def main(argv):
+    """Runs `run`; bad input ends with one line naming the file, line or flag, exit 1."""
+    del argv
+    from data_prep import lifecycle
+    from data_prep.pretraining_data import InputError
+    from data_prep.tokenization import VocabError
+    from modeling.checkpoints import CheckpointError
+    from modeling.config import ConfigError
+
+    lifecycle.exit_cleanly_on_signals()
+    try:
+        run()
+    except (InputError, VocabError, ConfigError, CheckpointError) as err:
+        sys.exit(f"extract_features.py: error: {err}")
 
 
 if __name__ == "__main__":

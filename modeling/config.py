@@ -218,6 +218,19 @@ class BertConfig:
         values["hidden_act"] = _HF_ACTIVATIONS[act]
         return cls.from_dict(values, source=source)
 
+    @classmethod
+    def from_config_file(cls, path: str) -> "BertConfig":
+        """Reads Google's ``bert_config.json`` or a Hugging Face ``config.json``.
+
+        The two are told apart by Hugging Face's ``model_type`` key or the file name
+        ``config.json``, so that each keeps its own meaning of "gelu" (module docstring).
+        """
+        raw = _read_json(path)
+        if isinstance(raw, Mapping) and ("model_type" in raw or
+                                         os.path.basename(str(path)) == "config.json"):
+            return cls.from_hf_config(path)  # read again: its errors then name the file
+        return cls.from_dict(raw, source=str(path), require_all=True)
+
     def to_hf_dict(self) -> dict:
         """A Hugging Face ``config.json`` (BertForPreTraining) describing the same network."""
         d = dataclasses.asdict(self)
@@ -237,6 +250,7 @@ def initializer(config_or_range) -> "keras.initializers.Initializer":  # noqa: F
 
 
 def _read_json(path: str) -> Any:
+    """The JSON value of a config file; ConfigError naming the file when it cannot be read."""
     import tensorflow as tf
 
     try:
@@ -244,6 +258,12 @@ def _read_json(path: str) -> Any:
             text = f.read()
     except (tf.errors.NotFoundError, FileNotFoundError):
         raise ConfigError(f"{path}: config file not found") from None
+    except (tf.errors.OpError, OSError) as e:  # a directory, no permission, ...
+        message = getattr(e, "message", None) or e.strerror or str(e)
+        raise ConfigError(f"{path}: cannot read the config file ({message})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a JSON config file (invalid UTF-8 at byte "
+                          f"{e.start})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

@@ -8,15 +8,13 @@ import os
 import subprocess
 import sys
 
+import apache_beam as beam  # requirements-beam.txt, part of requirements-dev.txt
 import numpy as np
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 
 import pretraining_reference as reference_runs
 from data_prep import pretraining_data as pd
-
-beam = pytest.importorskip("apache_beam")  # requirements-beam.txt (in requirements-dev.txt)
-
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 from data_prep import beam_pretraining_data as bpd  # noqa: E402
 

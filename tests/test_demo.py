@@ -178,17 +178,14 @@ def test_quick_demo_end_to_end(tmp_path):
     instances = sum(demo.count_tfrecords(str(p)) for p in records)
     assert instances > 100
     pretraining = stages["pretraining_data"]
-    if "summary" in pretraining:
-        assert pretraining["summary"]["instances"] == instances
-    else:
-        assert pretraining["instances"] == instances
+    assert pretraining["summary"]["instances"] == instances
     config = json.loads((output_dir / "bert_config.json").read_text())
     assert config["vocab_size"] == stages["vocab"]["vocab_size"]
     eval_results = stages["pretraining"]["eval_results"]
     assert eval_results["global_step"] == 20
     assert set(eval_results) >= {"loss", "masked_lm_accuracy", "masked_lm_loss",
                                  "next_sentence_accuracy", "next_sentence_loss"}
-    assert (output_dir / "pretraining" / "eval_results.txt").exists()
+    assert eval_results == _key_values(output_dir / "pretraining" / "eval_results.txt")
     assert list((output_dir / "pretraining").glob("ckpt-20.index"))
     for index, name in enumerate(stages, start=1):
         assert (output_dir / "logs" / f"{index}-{name}.log").exists()
@@ -207,16 +204,25 @@ def test_quick_demo_end_to_end(tmp_path):
         assert len(rows[split]) == stages["classifier_data"]["rows"][split]
     assert not {r[0] for r in rows["train"]} & {r[0] for r in rows["test"]} - {""}
 
-    # 6. fine-tuning: eval_results.txt keys and one test prediction per test row.
+    # 6. fine-tuning: the figures the summary reports are those of the files. (At --quick
+    # size the classifier stays at chance, dev loss ~ln 4: no accuracy is guaranteed, only
+    # that the demo reports what the runner wrote.)
     classifier_dir = output_dir / "classifier"
-    eval_keys = {line.split(" = ")[0]
-                 for line in (classifier_dir / "eval_results.txt").read_text().splitlines()}
-    assert eval_keys >= {"eval_accuracy", "eval_loss", "global_step"}
-    assert 0.0 <= stages["classifier"]["eval_results"]["eval_accuracy"] <= 1.0
-    test_lines = (classifier_dir / "test_results.tsv").read_text().splitlines()
-    assert len(test_lines) == len(rows["test"]) == stages["classifier"]["test_rows"]
-    assert all(len(line.split("\t")) == len(labels) for line in test_lines)
-    assert 0.0 <= stages["classifier"]["test_accuracy"] <= 1.0
+    classifier = stages["classifier"]
+    eval_file = _key_values(classifier_dir / "eval_results.txt")
+    assert set(eval_file) >= {"eval_accuracy", "eval_loss", "global_step"}
+    assert classifier["eval_results"] == eval_file
+    assert f"dev accuracy {eval_file['eval_accuracy']:.1%}" in classifier["headline"]
+    metadata = json.loads((classifier_dir / "export_metadata.json").read_text())
+    assert metadata["labels"] == classifier["labels"] == labels
+    probabilities = [[float(x) for x in line.split("\t")]
+                     for line in (classifier_dir / "test_results.tsv").read_text().splitlines()]
+    assert len(probabilities) == len(rows["test"]) == classifier["test_rows"]
+    for row in probabilities:  # a distribution over the labels, in metadata order
+        assert len(row) == len(labels) and min(row) >= 0 and abs(sum(row) - 1) < 1e-5, row
+    predicted = [labels[row.index(max(row))] for row in probabilities]
+    correct = sum(p == row[1] for p, row in zip(predicted, rows["test"], strict=True))
+    assert classifier["test_accuracy"] == correct / len(rows["test"])
 
     # 7. export, in the folder the issue names.
     export_dir = output_dir / "export" / "classifier"
@@ -226,12 +232,24 @@ def test_quick_demo_end_to_end(tmp_path):
 
     # 8. the reloaded SavedModel's predictions, printed and in predictions.json.
     predictions = stages["predict"]["predictions"]
-    assert [p["text"] for p in predictions] == list(demo.PREDICT_TEXTS)
-    for prediction in predictions:
-        assert prediction["label"] in labels and 0 < prediction["probability"] <= 1
-        assert f"{prediction['label']} (p=" in out
+    written = json.loads((output_dir / "predictions.json").read_text())
+    assert written["labels"] == labels
+    assert [p["text"] for p in predictions] == written["inputs"]["text"] == list(
+        demo.PREDICT_TEXTS)
+    for prediction, row in zip(predictions, written["predictions"], strict=True):
+        # The label is the most probable one, the probability its own.
+        assert row["label"] == labels[row["probabilities"].index(max(row["probabilities"]))]
+        assert abs(sum(row["probabilities"]) - 1) < 1e-5, row
+        assert (prediction["label"], prediction["probability"]) == (
+            row["label"], max(row["probabilities"]))
+        assert f"{prediction['label']} (p={prediction['probability']:.2f})" in out
         assert f"-> {prediction['label']} (p=" in out  # predict_saved_model.py's own line
-    assert json.loads((output_dir / "predictions.json").read_text())["labels"] == labels
+
+
+def _key_values(path):
+    """An eval_results.txt read back independently: `key = value` lines, values as floats."""
+    pairs = (line.split(" = ") for line in path.read_text(encoding="utf-8").splitlines())
+    return {key: float(value) for key, value in pairs}
 
 
 def test_predict_cli_rejects_missing_or_unpaired_inputs(tmp_path):

@@ -17,15 +17,13 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import pretraining_reference as reference_runs
+from data_prep import features
 from data_prep import pretraining_data as pd
-
-tf = pytest.importorskip("tensorflow")
-
-from data_prep import features  # noqa: E402
-from training import dynamic_masking as dm  # noqa: E402
-from training import input_pipeline  # noqa: E402
+from training import dynamic_masking as dm
+from training import input_pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = reference_runs.CONFIG

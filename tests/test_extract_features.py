@@ -158,3 +158,109 @@ def test_json_layout_and_rounding():
     assert line.startswith('{"linex_index": 7, "features": [{"token": "[CLS]", "layers": '
                            '[{"index": -1, "values": [0.0, 0.333333]}, {"index": -2, '
                            '"values": [2.0, 2.333333]}]}')
+
+
+# ------------------------------------------------------------------------ bad input (issue 22)
+
+
+def _read_error(path):
+    from data_prep.pretraining_data import InputError
+
+    with pytest.raises(InputError) as caught:
+        extract_features.read_examples(str(path))
+    return str(caught.value)
+
+
+def test_lines_are_read_as_the_original_reads_them(tmp_path):
+    """GFile's reading: lines end at "\\n", "\\r" is dropped everywhere, lines are stripped,
+    a blank line is an (empty) example, the last line may lack its "\\n"."""
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"the c\ratx  \r\n\n  a ||| b \nlast")
+    examples = extract_features.read_examples(str(path))
+    assert [(e.unique_id, e.text_a, e.text_b) for e in examples] == [
+        (0, "the catx", None), (1, "", None), (2, "a", "b"), (3, "last", None)]
+
+
+def test_invalid_utf8_names_the_file_line_and_offset(tmp_path):
+    """As create_pretraining_data reports it (same helper, same wording)."""
+    path = tmp_path / "bad.txt"
+    path.write_bytes("the cat\nsat ||| on\n".encode() + b"the \xff mat\n")
+    message = _read_error(path)
+    assert message.startswith(f"{path}:3: invalid UTF-8 at byte offset 23 (invalid start "
+                              "byte)"), message
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b"  \n\r\n\t\n"])
+def test_no_example_is_refused(tmp_path, content):
+    path = tmp_path / "input.txt"
+    path.write_bytes(content)
+    assert _read_error(path) == (f"--input_file={path}: no examples: the file is empty or "
+                                 "holds only blank lines")
+
+
+@pytest.mark.parametrize("line", ["the cat |||", "||| the cat", "a|||b", "a ||| b ||| c",
+                                  "a |||b", "a ||| |||"])
+def test_a_malformed_pair_names_the_file_and_line(tmp_path, line):
+    path = tmp_path / "input.txt"
+    path.write_text(f"the cat\n{line}\n", encoding="utf-8")
+    message = _read_error(path)
+    assert message.startswith(f"{path}:2: '|||' outside the pair format"), message
+
+
+def test_a_directory_or_a_missing_file_is_refused(tmp_path):
+    assert _read_error(tmp_path) == (f"--input_file={tmp_path} is a directory; expected a "
+                                     "text file with one example per line")
+    missing = tmp_path / "missing.txt"
+    assert _read_error(missing) == f"--input_file={missing}: no such file"
+
+
+def _run_failing(args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "extract_features.py")]
+                          + args, check=False, capture_output=True, text=True, env=env,
+                          timeout=300, cwd=REPO_ROOT)
+
+
+# (input file content or None for a directory, flag overrides, expected message part)
+BAD_RUNS = {
+    "invalid_utf8": (b"the cat\n\xc3( sat\n", {}, "input.txt:2: invalid UTF-8 at byte offset 8"),
+    "empty": (b"", {}, "input.txt: no examples: the file is empty"),
+    "only_blank_lines": (b"\n \n", {}, "input.txt: no examples"),
+    "directory": (None, {}, "is a directory; expected a text file"),
+    "malformed_pair": (b"a ||| b\nthe cat |||\n", {}, "input.txt:2: '|||' outside the pair"),
+    "missing_vocab": (b"the cat\n", {"vocab_file": "missing_vocab.txt"},
+                      "error: --vocab_file: cannot read vocab file"),
+    "bad_config": (b"the cat\n", {"bert_config_file": "input.txt"}, "not valid JSON"),
+    "directory_config": (b"the cat\n", {"bert_config_file": "."},
+                         "cannot read the config file"),
+    "bad_layers": (b"the cat\n", {"layers": "-1,x"}, "--layers=-1,x: expected comma-separated"),
+    "zero_batch": (b"the cat\n", {"batch_size": "0"}, "--batch_size=0: must be at least 1"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(BAD_RUNS))
+def test_cli_refuses_bad_input_with_one_line_and_writes_nothing(google_dir, tmp_path, case):
+    """Exit 1, a message naming the file / line / flag, no traceback, and the output of
+    an earlier run untouched (nothing else appears beside it)."""
+    directory = google_dir[0]
+    content, overrides, expected = BAD_RUNS[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    if content is None:
+        (work / "input.txt").mkdir()
+    else:
+        (work / "input.txt").write_bytes(content)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "out.jsonl").write_text("earlier\n")
+    flags = {"input_file": work / "input.txt", "output_file": out / "out.jsonl",
+             "init_checkpoint": directory / "bert_model.ckpt",
+             "bert_config_file": directory / "bert_config.json",
+             "vocab_file": directory / "vocab.txt", "layers": "-1", "max_seq_length": SEQ}
+    flags.update({k: work / v if k.endswith("_file") else v for k, v in overrides.items()})
+    result = _run_failing([f"--{k}={v}" for k, v in flags.items()])
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert expected in result.stderr, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert os.listdir(out) == ["out.jsonl"] and (out / "out.jsonl").read_text() == "earlier\n"

@@ -10,6 +10,10 @@ over start-up, training, checkpointing and output writing), then checked:
 * no temporary is visible (hidden `.NAME.tmp-*` may remain after kill -9, none after
   SIGTERM), and no process of the run is left;
 * a rerun succeeds (the lock of a killed run is recovered) and reaches the same result.
+
+A kill counts as landed only if the run still ran (and, where a phase is named, was in that
+phase) when the signal was sent, and ended with the signal's exit status; each test requires
+a minimum of landed kills, or it would check nothing.
 """
 
 import json
@@ -39,9 +43,19 @@ def _start(cmd):
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
-def _kill_at(proc, sig, delay, after=None):
+def _ended_by(sig, returncode):
+    """True if `returncode` is the exit status `sig` gives: -9 for SIGKILL; for SIGTERM 143
+    (the handler's clean exit) or -15 (the signal came before the handler existed)."""
+    if sig == signal.SIGKILL:
+        return returncode == -signal.SIGKILL
+    return returncode in (128 + signal.SIGTERM, -signal.SIGTERM)
+
+
+def _kill_at(proc, sig, delay, after=None, in_progress=None):
     """Sends `sig` `delay` s after the output shows `after` (None: after the start), if the
-    process still runs; returns (returncode, output, killed)."""
+    process still runs; returns (returncode, output, landed). `landed`: the process still
+    ran, `in_progress()` (if given) held just before the signal, and it ended with the
+    signal's exit status."""
     lines, seen = [], threading.Event()
 
     def drain():
@@ -56,12 +70,12 @@ def _kill_at(proc, sig, delay, after=None):
     if after is not None:
         seen.wait(timeout=180)
     time.sleep(delay)
-    killed = proc.poll() is None
-    if killed:
+    killed = proc.poll() is None and (in_progress is None or in_progress())
+    if proc.poll() is None:
         proc.send_signal(sig)
     proc.wait(timeout=120)
     reader.join(timeout=30)
-    return proc.returncode, "".join(lines), killed
+    return proc.returncode, "".join(lines), killed and _ended_by(sig, proc.returncode)
 
 
 def _no_process_left(proc):
@@ -170,9 +184,35 @@ def _classifier_data(directory, n=48):
     return str(directory)
 
 
+def _phase_times(proc, markers, files, timeout=300):
+    """Runs `proc` to its end; seconds from its start until each output marker was seen
+    and each file existed (polled every 10 ms)."""
+    start, times, lines = time.monotonic(), {}, []
+    def drain():
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    while proc.poll() is None and time.monotonic() - start < timeout:
+        now = time.monotonic() - start
+        text = "".join(list(lines))
+        for marker in markers:
+            if marker in text:
+                times.setdefault(marker, now)
+        for path in files:
+            if path.exists():
+                times.setdefault(path.name, now)
+        time.sleep(0.01)
+    proc.wait(timeout=60)
+    reader.join(timeout=30)
+    return times, "".join(lines)
+
+
 def test_run_classifier_survives_kills(tmp_path):
     """Kills while training (300 epochs: no run ends first), then while evaluating and
-    writing predictions (eval + predict from the trained checkpoint)."""
+    while predicting (eval + predict from the trained checkpoint), each phase timed by an
+    uninterrupted run first."""
     root = tmp_path
     vocab = write_vocab(root / "vocab.txt")
     config = S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB))
@@ -208,12 +248,41 @@ def test_run_classifier_survives_kills(tmp_path):
         _check_interrupted(proc, sig, returncode, output, out)
         check_outputs()
     assert killed >= 4, "runs finished before their signal: the test checked nothing"
-    # Eval + predict only, killed while they run and write.
-    for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL):
+    # One more, after a checkpoint: the weights the eval/predict phase needs (the kills
+    # above may all come before the first one on a slow machine).
+    proc = _start(command())
+    returncode, output, was_killed = _kill_at(proc, signal.SIGTERM, 0.0, "Saved checkpoint")
+    assert was_killed, output[-3000:]
+    _check_interrupted(proc, signal.SIGTERM, returncode, output, out)
+
+    # Eval + predict only. Eval runs from the restore to eval_results.txt, predict from
+    # "Predicting" to test_results.tsv; an uninterrupted run times both, then each kill
+    # lands at a seeded moment within its phase (its output file removed first, so that
+    # "in progress" is "the file is not there yet").
+    eval_results, test_results = out / "eval_results.txt", out / "test_results.tsv"
+    phases = {"eval": ("Resumed from", eval_results), "predict": ("Predicting", test_results)}
+    times, output = _phase_times(_start(command(do_train="false")),
+                                 [marker for marker, _ in phases.values()],
+                                 [eval_results, test_results])
+    assert len(times) == 4, (times, output[-3000:])
+    durations = {name: times[path.name] - times[marker]
+                 for name, (marker, path) in phases.items()}
+    assert min(durations.values()) > 0, (times, output[-3000:])
+    landed = {name: 0 for name in phases}
+    for sig, phase in ((signal.SIGKILL, "eval"), (signal.SIGTERM, "eval"),
+                       (signal.SIGKILL, "predict"), (signal.SIGTERM, "predict")):
+        marker, path = phases[phase]
+        path.unlink(missing_ok=True)
         proc = _start(command(do_train="false"))
-        returncode, output, _ = _kill_at(proc, sig, rng.uniform(0.0, 1.0), "Eval results")
+        returncode, output, was_killed = _kill_at(
+            proc, sig, rng.uniform(0.1, 0.8) * durations[phase], marker,
+            in_progress=lambda path=path: not path.exists())
+        landed[phase] += was_killed
         _check_interrupted(proc, sig, returncode, output, out)
         check_outputs()
+    assert sum(landed.values()) >= 3 and min(landed.values()) >= 1, (
+        f"kills that landed mid-phase {landed} (phases {durations}): too few, the test "
+        "checked little")
     proc = subprocess.run(command(do_train="false"), env=S.runner_env(), cwd=S.REPO_ROOT,
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]

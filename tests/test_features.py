@@ -9,10 +9,9 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from data_prep import features
-
-tf = pytest.importorskip("tensorflow")
 
 SIZES = dict(max_seq_length=16, max_predictions_per_seq=4)
 

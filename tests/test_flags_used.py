@@ -4,10 +4,16 @@ For each runner, in a fresh process (a runner defines its flags at import), ever
 project defines is changed in turn from a valid command line; the run config the runner
 builds from the flags (`run_config_from_flags`) must change, or the runner must refuse
 the value. A flag that changes nothing is parsed and ignored: the test names it.
+
+A refusal is an error raised on purpose about that flag: a ValueError or absl flag/usage
+error whose message names the flag. Any other exception (a TypeError, an AttributeError,
+a message about something else) is a crash of the config builder, not proof that the
+flag is read: the test names it too.
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -23,9 +29,6 @@ RUNNERS = {
                   "--train_file=t.json"],
     "run_pretraining": ["--input_file=x.tfrecord", "--bert_config_file=c", "--output_dir=o",
                         "--do_train"],
-}
-# Optional runners (added by later work): walked when they exist.
-OPTIONAL_RUNNERS = {
     "run_ner": ["--data_dir=d", "--vocab_file=v", "--bert_config_file=c", "--output_dir=o",
                 "--do_train"],
     "run_swag": ["--data_dir=d", "--vocab_file=v", "--bert_config_file=c", "--output_dir=o",
@@ -65,8 +68,9 @@ def walk(runner: str, argv: list) -> dict:
         for value in _alternatives(values[name], current[name]):
             try:
                 changed = config_for([f"--{name}={value}"]) != baseline
-            except Exception as err:  # noqa: BLE001 - a refusal means the flag is read
-                report[name] = f"refused {value!r}: {type(err).__name__}"
+            except Exception as err:  # noqa: BLE001 - sorted into refusals and crashes
+                kind = "refused" if _is_refusal(err, name) else "CRASHED"
+                report[name] = f"{kind} {value!r}: {type(err).__name__}: {err}"
                 break
             if changed:
                 report[name] = "used"
@@ -74,6 +78,18 @@ def walk(runner: str, argv: list) -> dict:
         else:
             report[name] = "IGNORED"
     return report
+
+
+def _is_refusal(err: Exception, name: str) -> bool:
+    """True if `err` is the runner refusing the value of flag `name` on purpose: a
+    ValueError or an absl flags / usage error, whose message names the flag."""
+    from absl import app, flags
+
+    if not isinstance(err, (ValueError, flags.Error, app.UsageError)):
+        return False
+    spellings = {name, name.replace("_", " ")}  # "--task_name" or "unknown task name"
+    return any(re.search(rf"(?<!\w){re.escape(spelling)}\b", str(err))
+               for spelling in spellings)
 
 
 def _alternatives(flag, default):
@@ -92,10 +108,14 @@ def _alternatives(flag, default):
     return ["7", "x"]
 
 
-def _walk_in_subprocess(runner, argv):
+def _walk_in_subprocess(runner, argv, module_dir=None):
+    """`walk` in a fresh process (`module_dir`: where else to import the runner from)."""
     code = ("import json, sys; sys.path.insert(0, '.'); from tests import test_flags_used as t; "
             f"print('REPORT' + json.dumps(t.walk({runner!r}, {argv!r})))")
-    proc = subprocess.run([sys.executable, "-c", code], env=S.runner_env(), cwd=S.REPO_ROOT,
+    env = S.runner_env()
+    if module_dir is not None:
+        env["PYTHONPATH"] = str(module_dir) + os.pathsep + env["PYTHONPATH"]
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=S.REPO_ROOT,
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("REPORT"))
@@ -103,11 +123,7 @@ def _walk_in_subprocess(runner, argv):
 
 
 def _cases():
-    cases = dict(RUNNERS)
-    for runner, argv in OPTIONAL_RUNNERS.items():
-        if os.path.exists(os.path.join(S.REPO_ROOT, runner + ".py")):
-            cases[runner] = argv
-    return sorted(cases.items())
+    return sorted(RUNNERS.items())
 
 
 @pytest.mark.slow
@@ -115,26 +131,85 @@ def _cases():
 def test_every_flag_of_the_runner_changes_its_run_config(runner, argv):
     report = _walk_in_subprocess(runner, argv)
     ignored = sorted(name for name, result in report.items() if result == "IGNORED")
+    crashed = {name: result for name, result in report.items()
+               if result.startswith("CRASHED")}
     assert len(report) > 20, report  # the walk saw the runner's flags
     assert not ignored, f"{runner}: flags parsed and ignored: {ignored}"
+    assert not crashed, f"{runner}: building the run config crashed: {crashed}"
 
 
-# CLIs without a run config: every flag they define must be read (FLAGS.<name>) in them.
+FAKE_RUNNER = """
+from absl import flags
+
+flags.DEFINE_integer("used", 1, "Changes the run config.")
+flags.DEFINE_integer("refused", 1, "Refused, naming the flag, when changed.")
+flags.DEFINE_integer("crashes", 1, "Crashes the config builder when changed.")
+flags.DEFINE_integer("unread", 1, "Read by nothing.")
+flags.DEFINE_integer("other_error", 1, "A ValueError about something else when changed.")
+
+
+def run_config_from_flags(values):
+    if values.refused != 1:
+        raise ValueError(f"--refused={values.refused}: must be 1")
+    if values.other_error != 1:
+        raise ValueError("the output directory is not empty")
+    return (values.used, None + values.crashes if values.crashes != 1 else None)
+"""
+
+
+def test_the_walk_tells_a_refusal_from_a_crash(tmp_path):
+    """The walk's verdicts on a runner with one flag of each kind: only a deliberate
+    error naming the flag counts as reading it."""
+    (tmp_path / "run_fake_walk.py").write_text(FAKE_RUNNER, encoding="utf-8")
+    report = _walk_in_subprocess("run_fake_walk", [], module_dir=tmp_path)
+    verdicts = {name: result.split()[0] for name, result in report.items()}
+    assert verdicts == {"used": "used", "refused": "refused", "crashes": "CRASHED",
+                        "unread": "IGNORED", "other_error": "CRASHED"}, report
+    assert "TypeError" in report["crashes"], report
+
+
+# CLIs without a run config: every flag they define (absl or argparse) must be read
+# (FLAGS.<name>, args.<name>) in them.
 STATIC_CLIS = ("extract_features.py", "export_saved_model.py", "predict_saved_model.py",
-               "convert_checkpoint.py", "data_prep/create_pretraining_data.py",
+               "convert_checkpoint.py", "demo.py", "data_prep/create_pretraining_data.py",
                "data_prep/build_vocab.py", "data_prep/beam_pretraining_data.py",
                "data_prep/sample_corpus.py", "data_prep/tokenization.py")
+# Where flags are defined for the runners (walked through them), not read.
+SHARED_FLAG_MODULES = ("training/flags.py",)
 
 
-@pytest.mark.parametrize("path", [p for p in STATIC_CLIS
-                                  if os.path.exists(os.path.join(S.REPO_ROOT, p))])
-def test_every_flag_of_the_cli_is_read(path):
-    import re
-
-    source = open(os.path.join(S.REPO_ROOT, path), encoding="utf-8").read()
+def _defined_flags(source: str) -> list:
+    """Names of the flags a module's source defines, with absl or argparse."""
     defined = re.findall(r"DEFINE_\w+\(\s*[\"'](\w+)[\"']", source)
     defined += re.findall(r"flags\.DEFINE_\w+,\s*[\"'](\w+)[\"']", source)
+    defined += re.findall(r"add_argument\(\s*[\"']--(\w+)[\"']", source)
+    return defined
+
+
+@pytest.mark.parametrize("path", STATIC_CLIS)
+def test_every_flag_of_the_cli_is_read(path):
+    source = open(os.path.join(S.REPO_ROOT, path), encoding="utf-8").read()
+    defined = _defined_flags(source)
+    assert defined, f"{path}: no flag definition found: the check would check nothing"
+    # Read: FLAGS.name, args.name, FLAGS["name"]; for argparse also getattr(args, "name")
+    # (its definition spells "--name", so a bare "name" string is a use).
+    argparse_flags = set(re.findall(r"add_argument\(\s*[\"']--(\w+)[\"']", source))
     unread = [name for name in defined
-              if not re.search(rf"(FLAGS|values|flags_)\.{name}\b|\[[\"']{name}[\"']\]",
-                               source)]
+              if not re.search(rf"(FLAGS|values|flags_|args)\.{name}\b|\[[\"']{name}[\"']\]",
+                               source)
+              and not (name in argparse_flags and re.search(rf"[\"']{name}[\"']", source))]
     assert not unread, f"{path}: flags defined but never read: {unread}"
+
+
+def test_every_module_with_flags_is_checked():
+    """A new runner or CLI joins RUNNERS or STATIC_CLIS; none is left out unseen."""
+    root = S.REPO_ROOT
+    paths = [name for name in os.listdir(root) if name.endswith(".py")]
+    paths += [os.path.join(package, name) for package in ("data_prep", "training", "tasks",
+                                                         "modeling")
+              for name in os.listdir(os.path.join(root, package)) if name.endswith(".py")]
+    with_flags = {path for path in paths
+                  if _defined_flags(open(os.path.join(root, path), encoding="utf-8").read())}
+    checked = {f"{runner}.py" for runner in RUNNERS} | set(STATIC_CLIS) | set(
+        SHARED_FLAG_MODULES)
+    assert with_flags <= checked, sorted(with_flags - checked)

@@ -4,6 +4,8 @@ import math
 
 import numpy as np
 import pytest
+import scipy.stats
+import sklearn.metrics
 
 from tasks.classification import metrics as gm
 
@@ -56,9 +58,8 @@ def test_rank_average_and_spearman_with_ties():
     assert math.isnan(gm.spearman_correlation([1, 2, 3], [7, 7, 7]))
 
 
-def test_against_scipy_and_sklearn_when_installed():
-    stats = pytest.importorskip("scipy.stats")
-    metrics = pytest.importorskip("sklearn.metrics")
+def test_against_scipy_and_sklearn():
+    stats, metrics = scipy.stats, sklearn.metrics  # requirements-dev.txt
     rng = np.random.default_rng(0)
     x = rng.integers(0, 5, size=200).astype(float)
     y = x + rng.integers(-2, 3, size=200)
