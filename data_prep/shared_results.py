@@ -32,7 +32,7 @@ import mmap
 import os
 import weakref
 
-from data_prep import pretraining_data
+from data_prep.pretraining_data import chunks
 
 # Offset between slots: the most one chunk's records can take through shared memory.
 SLOT_BYTES = 1 << 30
@@ -75,8 +75,8 @@ class SharedResults:
         self.slots += 1
         return self.slots - 1
 
-    def receive(self, result: pretraining_data.ChunkResult, slot: int,
-                nbytes: int | None) -> pretraining_data.ChunkResult:
+    def receive(self, result: chunks.ChunkResult, slot: int,
+                nbytes: int | None) -> chunks.ChunkResult:
         """The result with its data in place: mapped from `slot` if the worker wrote
         `nbytes` there, else as sent. The slot is free again once the mapping is gone."""
         if nbytes is None:
@@ -100,10 +100,10 @@ class SharedResults:
             pass
 
 
-def process_chunk(task: pretraining_data.ChunkTask, slot: int | None):
-    """`pretraining_data.process_chunk` in a worker: (the result, the bytes written to
+def process_chunk(task: chunks.ChunkTask, slot: int | None):
+    """`chunks.process_chunk` in a worker: (the result, the bytes written to
     `slot` of the shared file, or None when its data travels in the result)."""
-    result = pretraining_data.process_chunk(task)
+    result = chunks.process_chunk(task)
     data = result.data
     if slot is None or _FD is None or not data or len(data) > SLOT_BYTES:
         return result, None
