@@ -21,9 +21,10 @@ process maps them (`mmap`, no copy) and hands the mapping on as the result's dat
 
 What it buys, and why it is kept: the ~8 ms per chunk is main-process CPU, proportional
 to the corpus, and the main process alone receives, shuffles and writes every record, so
-its CPU per chunk bounds the run's speed however many workers are added. What it costs a maintainer: a second transport (Linux, fork only) beside the
-executor's pipe, with slot bookkeeping (a finalizer per mapping) and three fallbacks, all
-of which must give the same bytes (tests/test_shared_results.py checks each).
+its CPU per chunk bounds the run's speed however many workers are added. What it costs a
+maintainer: a second transport (Linux, fork only) beside the executor's pipe, with slot
+bookkeeping (a finalizer per mapping) and three fallbacks, all of which must give the
+same bytes (tests/test_shared_results.py checks each).
 """
 
 from __future__ import annotations
