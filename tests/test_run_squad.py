@@ -214,6 +214,9 @@ def test_v1_output_dir_is_ready_for_export(v1_cli):
     out = v1_cli["dir"]
     meta = export.read_export_metadata(out)
     assert (meta.task, meta.max_seq_length, meta.do_lower_case) == ("squad", SEQ, True)
+    # What the export needs to window and answer as the run did (issue 22).
+    assert (meta.model_type, meta.max_query_length, meta.doc_stride, meta.n_best_size,
+            meta.max_answer_length) == ("squad", QUERY, STRIDE, 5, 30)
     assert os.path.exists(os.path.join(out, "vocab.txt"))
     assert os.path.exists(os.path.join(out, "bert_config.json"))
 

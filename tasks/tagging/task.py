@@ -310,9 +310,12 @@ class TaggingFamily(finetuning.TaskFamily):
         return list(texts)
 
     def export_metadata(self, run):
+        from tasks.tagging.export import FAMILY
+
         s = self.settings
         return TaggingExportMetadata(
-            task="tagging", labels=tuple(self.label_list), do_lower_case=run.do_lower_case,
+            model_type=FAMILY.model_type, task="tagging", labels=tuple(self.label_list),
+            do_lower_case=run.do_lower_case,
             max_seq_length=run.max_seq_length, tag_scheme=self.tag_scheme,
             doc_stride=self.window.stride, document_context=s.document_context,
             feature_based=s.feature_based,
