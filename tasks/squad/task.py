@@ -274,7 +274,8 @@ class SquadFamily(finetuning.TaskFamily):
         # flag (the v1.1 ones cannot score a question with no gold answer).
         v2 = self.settings.version_2_with_negative or metrics.is_v2_dataset(self._dataset_json)
         return metrics.evaluate(self._dataset_json, predictions.predictions,
-                                predictions.null_odds or None, version_2_with_negative=v2)
+                                predictions.null_odds or None, version_2_with_negative=v2,
+                                source=self.settings.predict_file)
 
     def evaluate(self, trainer, split, *, step, run_dir, write):
         from tasks.squad import postprocess
