@@ -161,6 +161,9 @@ class TaggingFamily(finetuning.TaskFamily):
             self.label_source = f"the tags of {self._train_file.path}"
         self.tag_scheme = data.detect_tag_scheme(
             self.label_list, self._train_file.sentences if self._train_file else ())
+        if self._train_file is not None:
+            # Mixed schemes (B-/I- chunks and S- tags, ...) would be recorded silently.
+            data.warn_tag_scheme_breaks(self._train_file, self.tag_scheme)
         self._task = TaggingTask()
         self._batch_sizes: dict = {}
         self._written: dict = {}
@@ -179,6 +182,7 @@ class TaggingFamily(finetuning.TaskFamily):
             return self._train_file
         conll = self._read(split, require_tags=require_tags)
         data.check_tags(conll, self.label_list, self.label_source)
+        data.warn_tag_scheme_breaks(conll, self.tag_scheme)
         if split == "train":
             self._train_file = conll
         return conll
