@@ -40,7 +40,8 @@ Adding a task family's export (the extension point)
 1. Write ``tasks/<family>/export.py`` with a ``ServingFamily`` subclass and a module
    attribute ``FAMILY = YourServing()``. It declares ``model_type``, the
    ``ServingConfig`` fields it uses (``fields``: the CLI refuses flags of other
-   families), the ``ExportMetadata`` subclass its runner writes (``metadata_class``) and
+   families), the ``ExportMetadata`` subclass its runner writes (``metadata_class``, with
+   ``model_type=FAMILY.model_type``: the family's runs are refused by the others) and
    what the exporter takes from it (``config_fields(metadata)``; defaults that differ from
    the flags' in ``default_fields(max_seq_length)``), ``validate(config)``,
    ``build_model(config, bert_config, dtype_policy)``,
@@ -55,8 +56,10 @@ Adding a task family's export (the extension point)
    table of family flags, which refuses the flag for other families).
 
 Files: ``export_metadata.json`` is the small contract between the fine-tuning runner and
-the exporter (labels, task settings; see ``ExportMetadata``). Every export carries its own
-copy with ``"model_type"`` added in ``assets.extra/export_metadata.json``: that is also the
+the exporter (labels, task settings; see ``ExportMetadata``). Its ``model_type`` says which
+family's run it is: ``read_run_metadata`` refuses it for another family (only ``encoder``
+and ``hub``, which export the encoder every run has, take any run). Every export carries
+its own copy with ``"model_type"`` added in ``assets.extra/export_metadata.json``: that is also the
 marker by which ``--overwrite`` recognises an export this project wrote (``check_export_dir``).
 """
 
