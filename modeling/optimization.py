@@ -320,6 +320,7 @@ class OptimizerConfig:
     no_decay_patterns: Sequence[str] = DEFAULT_NO_DECAY
 
     def __post_init__(self):
+        """Every config is checked when built, whoever builds it."""
         self.validate()
 
     def validate(self) -> None:
@@ -345,6 +346,7 @@ class OptimizerConfig:
 
 
 def _finite_number(value) -> bool:
+    """True for a real number that is neither NaN nor infinite (bools are not numbers)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and \
         math.isfinite(value)
 

@@ -202,6 +202,7 @@ def _unmasked(path, instances, seq=S.SEQ):
 
 
 def _run_pretraining(records, out, config, **changes):
+    """run_pretraining.run in this process with `_pretraining_cfg`, fields replaced."""
     import run_pretraining
 
     cfg = _pretraining_cfg(records, out, config)
@@ -339,6 +340,7 @@ def test_the_cli_says_what_does_not_fit_in_one_line(shards, tmp_path, case):
 
 
 def _pair_data(directory):
+    """train.tsv and dev.tsv of sentence pairs (text, text2, label)."""
     directory.mkdir()
     rows = ["text\ttext2\tlabel"] + [f"the cat sat .\tthe dog ran .\t{i % 2}" for i in range(8)]
     for split in ("train", "dev"):

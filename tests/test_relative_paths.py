@@ -42,6 +42,7 @@ def _run(cwd, script, **flags):
 
 
 def _tiny_model(cwd, vocab_tokens=TINY_VOCAB):
+    """vocab.txt and bert_config.json in cwd; their flags, relative."""
     write_vocab(cwd / "vocab.txt", vocab_tokens)
     S.write_config(cwd / "bert_config.json", vocab_size=len(vocab_tokens))
     return dict(vocab_file="vocab.txt", bert_config_file="bert_config.json")

@@ -66,6 +66,7 @@ def test_another_hosts_lock_is_refused_with_the_way_out(tmp_path):
 
 
 def _claim_and_commit(directory, identity):
+    """A run's whole use of a directory: claim, commit, release."""
     claimed = run_dir.claim(str(directory), identity)
     claimed.commit()
     claimed.release()
@@ -387,6 +388,7 @@ NOT_LEFTOVERS = ["ckpt-3.index", "checkpoint", "notes_temp/readme.txt", "train.t
 
 
 def _make(root, names):
+    """Creates each relative path under root (a folder when it ends with "/")."""
     for name in names:
         path = root / name
         if name.endswith("/"):

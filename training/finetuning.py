@@ -327,6 +327,8 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
                          else settings.output_dir)
 
             def commit(directory=directory):
+                """Takes output_dir for the run and writes the model files beside the
+                checkpoints (chief only)."""
                 claimed.commit()
                 if chief:
                     runs.write_model_files(directory, bert_config, settings.vocab_file,

@@ -256,6 +256,7 @@ def find_bad_record(files: Sequence[str], compression: str = "auto", *,
 
 
 def _length_message(name: str, found: int, expected: int, flag: str | None) -> str:
+    """What is wrong with a feature of another length, and which flag fixes it."""
     if not flag:
         return f"has {name} of length {found}, {expected} expected"
     return (f"has {name} of length {found} but {flag} expects {expected}; pass the {flag} "
