@@ -191,10 +191,10 @@ class RunDir:
 def _outermost_missing(path: str) -> str | None:
     """The outermost missing directory of a local `path` (what makedirs would create), or
     None when it exists (object stores have no directories to leave behind)."""
-    if fileio.is_url(path) or os.path.isdir(path):
+    if fileio.is_url(path) or os.path.lexists(path):
         return None
     path = os.path.abspath(path)
-    while not os.path.isdir(os.path.dirname(path)):
+    while not os.path.lexists(os.path.dirname(path)):
         path = os.path.dirname(path)
     return path
 
