@@ -59,10 +59,13 @@ def define_flags():
                         "beside --init_checkpoint if present.")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype of the "
                       "trained model (bfloat16: mixed_bfloat16; outputs stay float32).")
-    flags.DEFINE_integer("max_query_length", 64, "squad: question tokens kept.")
-    flags.DEFINE_integer("max_answer_length", 30, "squad: longest answer in tokens.")
+    flags.DEFINE_integer("max_query_length", 64, "squad: question tokens kept; default: the "
+                         "run's metadata, else 64.")
+    flags.DEFINE_integer("max_answer_length", 30, "squad: longest answer in tokens; default: "
+                         "the run's metadata, else 30.")
     flags.DEFINE_integer("n_best_size", 20, "squad: candidate starts / ends per window (the "
-                         "original's filter before picking the best span).")
+                         "original's filter before picking the best span); default: the "
+                         "run's metadata, else 20.")
     flags.DEFINE_integer("doc_stride", 128, "squad, tagger: tokens between the starts of "
                          "consecutive windows of a long context / text; default: the run's "
                          "metadata, else 128 (tagger: half a window, as run_ner.py).")
@@ -135,10 +138,10 @@ def _metadata(ckpt_dir: str, family):
     if not tf.io.gfile.exists(path):
         return None
     try:
-        return export.read_export_metadata(path, family.metadata_class)
+        # Refuses the metadata of another family's run (a SWAG run as a classifier, ...).
+        return export.read_run_metadata(path, family)
     except export.ExportError as err:
-        raise FlagError(f"{err} (is --model_type={family.model_type} the kind of run that "
-                        "wrote it?)") from None
+        raise FlagError(str(err)) from None
 
 
 def _labels(meta, family):

@@ -20,7 +20,14 @@ probability and every label's probability; for a tagger the entities and each wo
 tag; otherwise each output's value (vectors summarised by their shape). Outputs
 flattened over the batch with a ``<prefix>example_index`` (a tagger's entities and
 words, SQuAD's windows) are gathered per input. `--output_json=FILE` also writes
-`{"export_dir", "signature", "inputs", "predictions": [{output: value, ...}, ...]}`.
+`{"export_dir", "signature", "inputs", "predictions": [{output: value, ...}, ...]}`,
+all-or-nothing (a temporary beside it, renamed into place; local or tf.io.gfile paths).
+
+Errors exit with status 2 and a message naming the argument: an input string that is not
+valid UTF-8 (bytes the shell passed that are not UTF-8, or a lone surrogate), an input
+the export refuses (e.g. a context needing more windows than the export's
+max_context_windows: the message names the input), an --output_json that is a directory
+or cannot be written.
 """
 
 from __future__ import annotations
@@ -29,6 +36,13 @@ import argparse
 import json
 import os
 import sys
+
+# Input flags in the order their values are reported.
+INPUT_FLAGS = ("text", "text_pair", "question", "context", "ending")
+
+
+class UsageError(ValueError):
+    """An argument that cannot work; the message names it (exit status 2)."""
 
 
 def _parse(argv):
@@ -52,6 +66,74 @@ def _parse(argv):
     parser.add_argument("--output_json", default="",
                         help="also write the inputs and outputs to this JSON file")
     return parser, parser.parse_args(argv)
+
+
+def _check_utf8(args) -> None:
+    """Raises UsageError for an input string that cannot be sent as UTF-8: bytes of the
+    command line that are not UTF-8 (Python keeps them as U+DC80..U+DCFF,
+    "surrogateescape") or a lone surrogate (no Unicode character)."""
+    for flag in INPUT_FLAGS:
+        for number, value in enumerate(getattr(args, flag), start=1):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as err:
+                char = value[err.start]
+                what = (f"byte 0x{ord(char) - 0xDC00:02x} is not valid UTF-8"
+                        if 0xDC80 <= ord(char) <= 0xDCFF else
+                        f"U+{ord(char):04X} is a lone surrogate, not a character")
+                raise UsageError(f"--{flag} #{number}: {what} (at character {err.start}); "
+                                 "inputs must be UTF-8 text") from None
+
+
+def _check_output(path: str) -> None:
+    """Raises UsageError, before any work, for an --output_json that cannot be written
+    (a directory, a missing or read-only folder)."""
+    import tensorflow as tf
+
+    if not path:
+        return
+    folder = os.path.dirname(path.rstrip("/")) or "."
+    if tf.io.gfile.isdir(path):
+        raise UsageError(f"--output_json={path} is a directory; give a file name")
+    if not tf.io.gfile.isdir(folder):
+        raise UsageError(f"--output_json={path}: the folder {folder} does not exist")
+    if "://" not in path and not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"--output_json={path}: the folder {folder} is not writable")
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """Writes `text` to `path` all-or-nothing: a hidden temporary beside it (named as
+    data_prep.fileio names them, so its cleaning recognises one left by a kill), synced,
+    then renamed over it. Inline because this script imports only tensorflow and
+    tensorflow_text (no project code: it checks that an export serves on its own)."""
+    import tensorflow as tf
+
+    folder, name = os.path.split(path)
+    host = os.uname().nodename.replace("-", "_").replace(".", "_") or "host"
+    temp = os.path.join(folder, f".{name}.tmp-{host}-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        if "://" in path:
+            with tf.io.gfile.GFile(temp, "w") as writer:
+                writer.write(text)
+            tf.io.gfile.rename(temp, path, overwrite=True)
+            return
+        with open(temp, "w", encoding="utf-8", newline="\n") as writer:
+            writer.write(text)
+            writer.flush()
+            os.fsync(writer.fileno())
+        os.replace(temp, path)
+        directory = os.open(folder or ".", os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except BaseException:
+        try:
+            if tf.io.gfile.exists(temp):
+                tf.io.gfile.remove(temp)
+        except Exception:  # noqa: BLE001  (best effort: failing anyway)
+            pass
+        raise
 
 
 def _inputs(parser, args) -> dict:
@@ -146,32 +228,71 @@ def _describe(row: dict, labels: list) -> str:
     return ", ".join(parts)
 
 
+def _error(message: str) -> int:
+    print(f"predict_saved_model.py: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _reason(message: str) -> str:
+    """The readable part of a graph error: a failed assertion's own message, else the
+    first line."""
+    start = message.find("assertion failed: [")
+    if start >= 0:
+        text = message[start + len("assertion failed: ["):]
+        return text.split("] [", 1)[0].rstrip("]")
+    return message.strip().splitlines()[0] if message.strip() else "no reason given"
+
+
+def _refused(function, feed: dict, err) -> str:
+    """Which input(s) the export refused (each row is tried alone) and the graph's reason,
+    e.g. a context needing more windows than the export's max_context_windows."""
+    import tensorflow as tf
+
+    count = int(next(iter(feed.values())).shape[0])
+    bad = [1] if count == 1 else []
+    for i in range(count if count > 1 else 0):
+        try:
+            function(**{name: values[i:i + 1] for name, values in feed.items()})
+        except tf.errors.InvalidArgumentError:
+            bad.append(i + 1)
+    flags = ", ".join("--ending" if name == "endings" else f"--{name}" for name in feed)
+    where = (f"input #{', #'.join(map(str, bad))} ({flags})" if bad
+             else f"the inputs ({flags}) together")
+    return f"{where} refused by the export: {_reason(err.message)}"
+
+
 def main(argv=None) -> int:
     parser, args = _parse(argv)
     inputs = _inputs(parser, args)
+    try:
+        _check_utf8(args)
+    except UsageError as err:
+        return _error(str(err))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  -- registers the ops the graph uses
 
     try:
+        _check_output(args.output_json)
+    except UsageError as err:
+        return _error(str(err))
+    try:
         model = tf.saved_model.load(args.export_dir)
     except (OSError, ValueError) as err:
-        print(f"predict_saved_model.py: error: cannot load {args.export_dir}: {err}",
-              file=sys.stderr)
-        return 2
+        return _error(f"cannot load {args.export_dir}: {err}")
     if args.signature not in model.signatures:
-        print(f"predict_saved_model.py: error: no signature {args.signature!r} in "
-              f"{args.export_dir} (it has: {', '.join(sorted(model.signatures))})",
-              file=sys.stderr)
-        return 2
+        return _error(f"no signature {args.signature!r} in {args.export_dir} (it has: "
+                      f"{', '.join(sorted(model.signatures))})")
     function = model.signatures[args.signature]
     expected = set(function.structured_input_signature[1])
     if set(inputs) != expected:
-        print(f"predict_saved_model.py: error: signature {args.signature!r} takes "
-              f"{sorted(expected)}, got {sorted(inputs)}", file=sys.stderr)
-        return 2
-    outputs = function(**{name: tf.constant(values, tf.string)
-                          for name, values in inputs.items()})
+        return _error(f"signature {args.signature!r} takes {sorted(expected)}, got "
+                      f"{sorted(inputs)}")
+    feed = {name: tf.constant(values, tf.string) for name, values in inputs.items()}
+    try:
+        outputs = function(**feed)
+    except tf.errors.InvalidArgumentError as err:
+        return _error(_refused(function, feed, err))
     outputs = {key: _to_python(value.numpy()) for key, value in outputs.items()}
     count = len(next(iter(inputs.values())))
     rows = _rows(outputs, count)
@@ -180,11 +301,13 @@ def main(argv=None) -> int:
         shown = " | ".join(repr(values[i]) for values in inputs.values())
         print(f"{shown} -> {_describe(row, labels)}")
     if args.output_json:
-        with open(args.output_json, "w", encoding="utf-8") as writer:
-            json.dump({"export_dir": args.export_dir, "signature": args.signature,
-                       "inputs": inputs, "labels": labels, "predictions": rows}, writer,
-                      indent=2, ensure_ascii=False)
-            writer.write("\n")
+        document = {"export_dir": args.export_dir, "signature": args.signature,
+                    "inputs": inputs, "labels": labels, "predictions": rows}
+        try:
+            _write_atomically(args.output_json,
+                              json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        except (OSError, tf.errors.OpError) as err:
+            return _error(f"--output_json={args.output_json}: cannot write it: {err}")
     return 0
 
 

@@ -81,6 +81,10 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     if values.gradient_accumulation_steps < 1:
         raise ValueError("--gradient_accumulation_steps must be >= 1, found "
                          f"{values.gradient_accumulation_steps}")
+    if values.do_train and values.num_train_steps < 1:
+        raise ValueError(f"--num_train_steps={values.num_train_steps}: --do_train needs at "
+                         "least one step")
+    # Building it checks --learning_rate and the other optimizer flags (ValueError).
     optimizer = OptimizerConfig(
         learning_rate=values.learning_rate, num_train_steps=values.num_train_steps,
         num_warmup_steps=values.num_warmup_steps, optimizer=values.optimizer,
@@ -111,8 +115,6 @@ def run(cfg: PretrainingRun) -> dict:
     """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
     strategy = common_flags.setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
 
-    import tensorflow as tf
-
     from training import distribution, run_dir
 
     bert_config = runs.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
@@ -120,22 +122,45 @@ def run(cfg: PretrainingRun) -> dict:
     runs.check_batch("train_batch_size", cfg.train_batch_size, replicas,
                      cfg.loop.gradient_accumulation_steps)
     runs.check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
-    tf.io.gfile.makedirs(cfg.output_dir)
-    # One run at a time in output_dir, and only runs of this bert_config.
+    # One run at a time in output_dir, and only runs of this bert_config: locked and
+    # compared now, taken (`commit`) once the records, the model and its weights pass.
     claimed = run_dir.claim(cfg.output_dir, {"bert_config": bert_config.to_dict()},
                             is_chief=distribution.is_chief(strategy))
     try:
-        return _train_and_evaluate(cfg, strategy, bert_config)
+        return _train_and_evaluate(cfg, strategy, bert_config, claimed)
     finally:
         claimed.release()
 
 
-def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config) -> dict:
-    """The run itself, in a claimed output_dir: build, restore or init, train, evaluate."""
+def _check_records(cfg: PretrainingRun, bert_config):
+    """(files, masking without its seed, record lengths): every file's first record checked
+    against the flags, on the host, before any work (input_pipeline.RecordFileError or
+    DynamicMaskingError naming the file)."""
+    from training import input_pipeline
+
+    files = input_pipeline.list_files(cfg.input_patterns)
+    masking = dynamic_masking_for(cfg, bert_config, None)
+    limits = input_pipeline.id_limits(
+        vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
+        masking=masking, bert_config_file=cfg.bert_config_file)
+    schema = input_pipeline.check_pretraining_files(
+        files, cfg.max_seq_length, cfg.max_predictions_per_seq, cfg.input_compression,
+        limits=limits)
+    if schema is not None:
+        input_pipeline.check_record_kind(schema, masking, files[0])
+    lengths = None if schema is None else input_pipeline.record_lengths(
+        schema, cfg.max_seq_length, cfg.max_predictions_per_seq)
+    return files, masking, limits, lengths
+
+
+def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> dict:
+    """The run itself, in a claimed output_dir: check the records, build, restore or init,
+    commit the claim, train, evaluate."""
     from modeling import checkpoints, optimization
     from modeling.models import BertPretrainer
     from training import input_pipeline, loop
 
+    files, masking, limits, lengths = _check_records(cfg, bert_config)
     with strategy.scope():
         model = BertPretrainer(bert_config)
         loop.build_pretraining_model(model, cfg.max_seq_length, cfg.max_predictions_per_seq)
@@ -148,18 +173,13 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config) -> dict:
 
     start_step = trainer.restore_or_initialize(
         init_from_checkpoint if cfg.init_checkpoint else None)
+    claimed.commit()  # every check passed: the directory is this run's
 
     seed = cfg.runtime.seed
-    # Fail early, on the host, if the records do not match the flags.
-    files = input_pipeline.list_files(cfg.input_patterns)
-    schema = input_pipeline.check_first_record(files[0], cfg.max_seq_length,
-                                               cfg.max_predictions_per_seq,
-                                               cfg.input_compression)
     # A resumed run reshuffles (and re-masks) differently from the run it continues.
     run_seed = None if seed is None else seed + start_step
-    masking = dynamic_masking_for(cfg, bert_config, run_seed)
-    if schema is not None:
-        input_pipeline.check_record_kind(schema, masking, files[0])
+    if masking is not None:
+        masking = dataclasses.replace(masking, seed=run_seed)
 
     def dataset_fn(batch_size, is_training):
         input_config = input_pipeline.PretrainingInputConfig(
@@ -171,14 +191,15 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config) -> dict:
         def make(input_context):
             return input_pipeline.pretraining_dataset(
                 input_config, batch_size=input_context.get_per_replica_batch_size(batch_size),
-                is_training=is_training, input_context=input_context)
+                is_training=is_training, input_context=input_context, check=False)
         return make
 
     logging.info("%d input file(s), first %s%s; training from step %d to %d", len(files),
                  files[0], " (unmasked: dynamic masking)" if masking else "", start_step,
                  cfg.loop.num_train_steps)
     results = {}
-    with input_pipeline.naming_damaged_files(cfg.input_patterns, cfg.input_compression):
+    with input_pipeline.naming_bad_records(cfg.input_patterns, cfg.input_compression,
+                                           limits=limits, lengths=lengths):
         if cfg.do_train:
             trainer.train(dataset_fn(cfg.train_batch_size, True))
         if cfg.do_eval:
@@ -229,7 +250,7 @@ def main(argv):
     try:
         with lifecycle.signal_decides_exit_status():
             run(run_config_from_flags(FLAGS))
-    except (RunDirError, CheckpointRestoreError, FileNotFoundError,
+    except (ValueError, RunDirError, CheckpointRestoreError, FileNotFoundError,
             input_pipeline.RecordFileError, DynamicMaskingError) as err:
         sys.exit(f"run_pretraining.py: error: {err}")
 

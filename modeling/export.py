@@ -40,7 +40,8 @@ Adding a task family's export (the extension point)
 1. Write ``tasks/<family>/export.py`` with a ``ServingFamily`` subclass and a module
    attribute ``FAMILY = YourServing()``. It declares ``model_type``, the
    ``ServingConfig`` fields it uses (``fields``: the CLI refuses flags of other
-   families), the ``ExportMetadata`` subclass its runner writes (``metadata_class``) and
+   families), the ``ExportMetadata`` subclass its runner writes (``metadata_class``, with
+   ``model_type=FAMILY.model_type``: the family's runs are refused by the others) and
    what the exporter takes from it (``config_fields(metadata)``; defaults that differ from
    the flags' in ``default_fields(max_seq_length)``), ``validate(config)``,
    ``build_model(config, bert_config, dtype_policy)``,
@@ -55,8 +56,10 @@ Adding a task family's export (the extension point)
    table of family flags, which refuses the flag for other families).
 
 Files: ``export_metadata.json`` is the small contract between the fine-tuning runner and
-the exporter (labels, task settings; see ``ExportMetadata``). Every export carries its own
-copy with ``"model_type"`` added in ``assets.extra/export_metadata.json``: that is also the
+the exporter (labels, task settings; see ``ExportMetadata``). Its ``model_type`` says which
+family's run it is: ``read_run_metadata`` refuses it for another family (only ``encoder``
+and ``hub``, which export the encoder every run has, take any run). Every export carries
+its own copy with ``"model_type"`` added in ``assets.extra/export_metadata.json``: that is also the
 marker by which ``--overwrite`` recognises an export this project wrote (``check_export_dir``).
 """
 
@@ -114,6 +117,9 @@ class ExportMetadata:
       do_lower_case: the tokenizer casing used in fine-tuning.
       max_seq_length: the fine-tuning sequence length.
       text_pair: the task takes sentence pairs (text_a + text_b).
+      model_type: the serving family the run trained (the ``--model_type`` that exports
+        it, a key of ``SERVING_FAMILIES``); "" in metadata written before it was
+        recorded, whose family ``run_model_type`` then infers.
     """
 
     task: str = ""
@@ -122,6 +128,7 @@ class ExportMetadata:
     do_lower_case: bool = True
     max_seq_length: int = 128
     text_pair: bool = False
+    model_type: str = ""
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -145,6 +152,11 @@ class ExportMetadata:
         return cls(**kwargs)
 
 
+def metadata_keys(cls: type) -> set:
+    """The keys of an ``export_metadata.json`` of class ``cls`` (an ``ExportMetadata``)."""
+    return {field.name for field in dataclasses.fields(cls)}
+
+
 def write_export_metadata(path: str, metadata: ExportMetadata) -> None:
     """Writes ``metadata`` as JSON (``path`` is a file, or a directory: then METADATA_FILE)."""
     if fileio.isdir(path):
@@ -152,9 +164,9 @@ def write_export_metadata(path: str, metadata: ExportMetadata) -> None:
     fileio.write_text(path, metadata.to_json())
 
 
-def read_export_metadata(path: str, cls: type = ExportMetadata) -> ExportMetadata:
-    """Reads ``export_metadata.json`` (a file, or a directory holding it) as ``cls`` (a
-    family's subclass of ``ExportMetadata``, e.g. the tagger's, with its extra keys)."""
+def _metadata_json(path: str) -> tuple[str, dict]:
+    """(the file, its JSON object) of ``export_metadata.json`` (a file, or a directory
+    holding it)."""
     if fileio.isdir(path):
         path = os.path.join(path, METADATA_FILE)
     try:
@@ -163,6 +175,58 @@ def read_export_metadata(path: str, cls: type = ExportMetadata) -> ExportMetadat
         raise ExportError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise ExportError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return path, data
+
+
+def read_export_metadata(path: str, cls: Optional[type] = None) -> ExportMetadata:
+    """Reads ``export_metadata.json`` (a file, or a directory holding it) as ``cls`` (a
+    family's subclass of ``ExportMetadata``, e.g. the tagger's, with its extra keys);
+    by default as the class of the family that wrote it (``run_model_type``)."""
+    path, data = _metadata_json(path)
+    if cls is None:
+        kind = run_model_type(data)
+        cls = get_family(kind).metadata_class if kind in SERVING_FAMILIES else ExportMetadata
+    return cls.from_dict(data, source=path)
+
+
+def run_model_type(data: dict) -> Optional[str]:
+    """The serving family of the run whose ``export_metadata.json`` holds ``data``.
+
+    Its ``model_type`` when recorded; for metadata written before it was, the one family
+    that ``claims_legacy_run`` it (by its task and keys), else None (unknown).
+    """
+    kind = data.get("model_type")
+    if isinstance(kind, str) and kind:
+        return kind
+    claims = [name for name in SERVING_FAMILIES if get_family(name).claims_legacy_run(data)]
+    return claims[0] if len(claims) == 1 else None
+
+
+def read_run_metadata(path: str, family: "ServingFamily") -> ExportMetadata:
+    """A run's ``export_metadata.json`` read for an export of ``family``, refusing the
+    run of another family (another head, other settings: a model that would be served
+    wrongly, or not at all).
+
+    Families that export only the encoder (``exports_any_run``) take any run's metadata,
+    read as the class of the family that wrote it.
+
+    Raises:
+      ExportError naming the file, what it holds and what was asked.
+    """
+    path, data = _metadata_json(path)
+    kind = run_model_type(data)
+    if kind is not None and kind not in SERVING_FAMILIES:
+        raise ExportError(f"{path}: model_type={kind!r} is not one of {MODEL_TYPES}")
+    if kind is not None and kind != family.model_type and not family.exports_any_run:
+        run = get_family(kind)
+        raise ExportError(
+            f"{fileio.parent_dir(path) or '.'} holds {run.weights_description} "
+            f"(its {METADATA_FILE}: model_type={kind!r}, task={data.get('task', '')!r}), "
+            f"but --model_type={family.model_type} was asked, which exports "
+            f"{family.weights_description}: export it with --model_type={kind}")
+    cls = family.metadata_class
+    if family.exports_any_run:
+        cls = get_family(kind).metadata_class if kind is not None else ExportMetadata
     return cls.from_dict(data, source=path)
 
 
@@ -470,6 +534,13 @@ class ServingFamily:
     weights_description = ""
     fields: tuple = ()
     metadata_class: type = ExportMetadata
+    # Exports only the encoder, which every run has: any run's metadata is accepted.
+    exports_any_run = False
+
+    def claims_legacy_run(self, data: dict) -> bool:
+        """Whether an ``export_metadata.json`` without ``model_type`` (written before it
+        was recorded) is, by its task and keys, this family's runner's (``run_model_type``)."""
+        return False
 
     def default_fields(self, max_seq_length: int) -> dict:
         """``ServingConfig`` fields (of ``fields``) whose default for this family differs
@@ -509,6 +580,7 @@ class EncoderServing(ServingFamily):
     model_type = "encoder"
     weights_description = "an encoder"
     fields = ("text_pair",)
+    exports_any_run = True
 
     def build_model(self, config, bert_config, dtype_policy):
         return BertEncoder(bert_config, dtype=dtype_policy)

@@ -177,6 +177,7 @@ class HubServing(export.ServingFamily):
     model_type = "hub"
     weights_description = "an encoder"
     fields = ()
+    exports_any_run = True
 
     def build_model(self, config, bert_config, dtype_policy):
         return BertEncoder(bert_config, dtype=dtype_policy)

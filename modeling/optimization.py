@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
 from typing import Sequence
 
@@ -317,6 +318,37 @@ class OptimizerConfig:
     beta_2: float = 0.999
     epsilon: float = 1e-6
     no_decay_patterns: Sequence[str] = DEFAULT_NO_DECAY
+
+    def __post_init__(self):
+        """Every config is checked when built, whoever builds it."""
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ValueError naming the setting (its runners' flag of the same name) when a
+        value cannot train: a rate of -1 climbs the loss, NaN poisons every weight.
+
+        The one check of these settings, for every runner: building the config runs it.
+        """
+        rate = self.learning_rate
+        if not _finite_number(rate) or rate <= 0:
+            raise ValueError(f"--learning_rate={rate}: the learning rate must be a positive, "
+                             "finite number")
+        for name in ("num_train_steps", "num_warmup_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ValueError(f"--{name}={value} must be a whole number >= 0")
+        if not _finite_number(self.weight_decay_rate) or self.weight_decay_rate < 0:
+            raise ValueError(f"--weight_decay_rate={self.weight_decay_rate} must be a finite "
+                             "number >= 0")
+        if not _finite_number(self.clip_norm):
+            raise ValueError(f"--clip_norm={self.clip_norm} must be a finite number (<= 0 "
+                             "turns clipping off)")
+
+
+def _finite_number(value) -> bool:
+    """True for a real number that is neither NaN nor infinite (bools are not numbers)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+        math.isfinite(value)
 
 
 def create_optimizer(config: OptimizerConfig, *, pre_reduced_gradients=True):

@@ -1,13 +1,23 @@
 """Bad input names what is wrong (issue 10): a damaged or truncated TFRecord in the middle of
 the data names its file and record; ids beyond bert_config's vocab_size name input_ids and
-vocab_size (not segment_ids); the runner exits non-zero with the message."""
+vocab_size (not segment_ids); the runner exits non-zero with the message.
 
+Issue 22: a learning rate that cannot train (-1, 0, NaN, inf) is refused by every runner
+naming the flag; pretraining globs mixing masked and unmasked records, records of another
+length (in the first record of any file, or a later one) and ids beyond the model's or the
+masking vocab's size are refused naming the file, the record and the flag, as one line from
+the CLI; fine-tuning refuses a vocab larger than the model and names the record file when
+its ids do not fit."""
+
+import dataclasses
 import os
 import subprocess
+import sys
 
 import pytest
 
 from tests import test_loop_support as S
+from tests.conftest import TINY_VOCAB, write_vocab
 
 
 def _pretraining_cfg(records, out, config, **loop_overrides):
@@ -66,17 +76,23 @@ def test_a_truncated_file_names_the_file(shards, tmp_path):
     assert path == bad and index == 29 and "truncated" in message.lower()
 
 
-def test_ids_beyond_the_vocab_name_input_ids_and_vocab_size(shards, tmp_path):
-    """The records use ids up to 59; a bert_config with vocab_size 40 cannot embed them."""
-    import tensorflow as tf
+def test_ids_beyond_the_vocab_name_input_ids_vocab_size_and_the_file(tmp_path):
+    """The first records fit a bert_config with vocab_size 40, a later one does not: the
+    check inside tf.data fails, the error names the file, the record and the flag."""
+    from training import input_pipeline
 
-    import run_pretraining
-
-    good, _ = shards
+    instances = S.synthetic_instances(30, seed=1)
+    for instance in instances:
+        for name in ("input_ids", "masked_lm_ids"):
+            instance[name] = [int(t) % 40 for t in instance[name]]
+    instances[21]["input_ids"][5] = 47
+    records = S.write_records(tmp_path / "data.tfrecord", instances)
     config = S.write_config(tmp_path / "bert_config.json", vocab_size=40)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"input_ids holds an id >= vocab_size=40 of bert_config"):
-        run_pretraining.run(_pretraining_cfg([good], tmp_path / "out", config))
+    with pytest.raises(input_pipeline.RecordFileError) as info:
+        _run_pretraining([records], tmp_path / "out", config)
+    assert str(info.value).startswith(
+        f"{records}: record 21 has input_ids id 47, beyond vocab_size=40 of "
+        f"--bert_config_file={config}")
 
 
 @pytest.mark.slow
@@ -95,3 +111,284 @@ def test_the_cli_exits_non_zero_with_the_file_named(shards, tmp_path):
     assert proc.returncode != 0
     assert f"{bad}: TFRecord data is damaged or truncated" in proc.stderr, proc.stderr[-2000:]
     assert not os.path.exists(tmp_path / "out" / ".run.lock")
+
+
+# --------------------------------------------------------------------------- issue 22
+# A learning rate that cannot train; pretraining records of another kind, length or vocab
+# than the flags say: refused before any work, naming the flag or the file (and the
+# record), never a TensorFlow traceback.
+
+RUNNERS = ("run_pretraining.py", "run_classifier.py", "run_squad.py", "run_ner.py",
+           "run_swag.py")
+
+
+@pytest.mark.parametrize("rate", [-1.0, 0.0, float("nan"), float("inf")])
+def test_the_optimizer_settings_refuse_a_rate_that_cannot_train(rate):
+    from modeling.optimization import OptimizerConfig
+
+    with pytest.raises(ValueError, match=r"--learning_rate=.*positive, finite"):
+        OptimizerConfig(learning_rate=rate)
+
+
+@pytest.mark.parametrize("setting,value", [
+    ("num_warmup_steps", -1), ("num_train_steps", -5), ("weight_decay_rate", -0.1),
+    ("weight_decay_rate", float("nan")), ("clip_norm", float("nan"))])
+def test_the_optimizer_settings_refuse_what_is_clearly_wrong(setting, value):
+    from modeling.optimization import OptimizerConfig
+
+    with pytest.raises(ValueError, match=rf"--{setting}="):
+        OptimizerConfig(**{setting: value})
+
+
+def test_finetuning_refuses_a_bad_rate_before_any_work(tmp_path):
+    from training import finetuning
+
+    settings, _ = finetuning.settings_from(
+        vocab_file="v.txt", bert_config_file="c.json", output_dir=str(tmp_path / "out"),
+        do_train=True, learning_rate=float("nan"))
+    with pytest.raises(finetuning.FinetuningError, match=r"--learning_rate=nan"):
+        finetuning.validate(settings)
+    settings, _ = finetuning.settings_from(
+        vocab_file="v.txt", bert_config_file="c.json", output_dir=str(tmp_path / "out"),
+        do_train=True, num_train_epochs=float("nan"))
+    with pytest.raises(finetuning.FinetuningError, match=r"--num_train_epochs=nan"):
+        finetuning.validate(settings)
+
+
+def _runner_flags(script, tmp_path):
+    """Flags a runner accepts up to its checks (the files need not exist: the rate is
+    checked first)."""
+    common = dict(output_dir=tmp_path / "out", bert_config_file=tmp_path / "c.json",
+                  do_train="true")
+    if script == "run_pretraining.py":
+        return dict(common, input_file=tmp_path / "r.tfrecord")
+    common.update(vocab_file=tmp_path / "v.txt", data_dir=tmp_path)
+    if script == "run_classifier.py":
+        return dict(common, task_name="cola")
+    if script == "run_squad.py":
+        del common["data_dir"]
+        return dict(common, train_file=tmp_path / "train.json")
+    return common
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rate", ["-1", "nan"])
+@pytest.mark.parametrize("script", RUNNERS)
+def test_every_runner_refuses_a_bad_learning_rate_naming_the_flag(script, rate, tmp_path):
+    flags = dict(_runner_flags(script, tmp_path), learning_rate=rate)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(S.REPO_ROOT, script)]
+        + [f"--{k}={v}" for k, v in flags.items()],
+        env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True, text=True, timeout=240,
+        check=False)
+    assert proc.returncode != 0
+    assert f"{script}: error: --learning_rate={float(rate)}" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "out")
+
+
+def _unmasked(path, instances, seq=S.SEQ):
+    """Writes instances as unmasked records (create_pretraining_data --dynamic_masking)."""
+    import tensorflow as tf
+
+    from data_prep import features
+
+    encoder = features.PRETRAINING_UNMASKED.encoder(max_seq_length=seq)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for instance in instances:
+            writer.write(encoder.encode({k: v for k, v in instance.items()
+                                         if not k.startswith("masked_lm_")}))
+    return str(path)
+
+
+def _run_pretraining(records, out, config, **changes):
+    """run_pretraining.run in this process with `_pretraining_cfg`, fields replaced."""
+    import run_pretraining
+
+    cfg = _pretraining_cfg(records, out, config)
+    run_pretraining.run(dataclasses.replace(cfg, **changes))
+
+
+@pytest.mark.parametrize("masked_first", [True, False])
+def test_masked_and_unmasked_records_in_one_run_are_refused_naming_one_of_each(
+        tmp_path, masked_first):
+    from training import input_pipeline
+
+    instances = S.synthetic_instances(8)
+    masked = S.write_records(tmp_path / ("a.tfrecord" if masked_first else "b.tfrecord"),
+                             instances)
+    unmasked = _unmasked(tmp_path / ("b.tfrecord" if masked_first else "a.tfrecord"),
+                         instances)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    for vocab_file in (None, vocab):  # as masked records, or as unmasked ones
+        with pytest.raises(input_pipeline.RecordFileError) as info:
+            _run_pretraining([str(tmp_path / "*.tfrecord")], tmp_path / "out", config,
+                             vocab_file=vocab_file)
+        message = str(info.value)
+        assert f"masked records ({masked})" in message
+        assert f"unmasked ones ({unmasked}" in message
+        assert not (tmp_path / "out").exists()
+
+
+def test_records_of_another_length_name_the_file_and_the_flag(tmp_path):
+    from training import input_pipeline
+
+    config = S.write_config(tmp_path / "bert_config.json")
+    short = S.write_records(tmp_path / "a.tfrecord", S.synthetic_instances(8))
+    long = S.write_records(tmp_path / "b.tfrecord", S.synthetic_instances(8, seq=64), seq=64)
+    with pytest.raises(input_pipeline.RecordFileError,
+                       match=rf"{long}: first record has input_ids of length 64 but "
+                             r"--max_seq_length expects 32"):
+        _run_pretraining([short, long], tmp_path / "out", config)
+    with pytest.raises(input_pipeline.RecordFileError,
+                       match=rf"{short}: first record has input_ids of length 32 but "
+                             r"--max_seq_length expects 64"):
+        _run_pretraining([short, long], tmp_path / "out", config, max_seq_length=64)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_later_record_of_another_length_names_the_file_and_record(tmp_path):
+    """Only the first record of a file is read up front; a later one fails inside tf.data
+    (parse_example names no file): the error names the file and the record."""
+    import tensorflow as tf
+
+    from data_prep import features
+    from training import input_pipeline
+
+    path = tmp_path / "mixed.tfrecord"
+    short = features.PRETRAINING.encoder(max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS)
+    long = features.PRETRAINING.encoder(max_seq_length=64, max_predictions_per_seq=S.PREDS)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i, instance in enumerate(S.synthetic_instances(12) + S.synthetic_instances(
+                4, seq=64)):
+            writer.write((long if i >= 12 else short).encode(instance))
+    config = S.write_config(tmp_path / "bert_config.json")
+    with pytest.raises(input_pipeline.RecordFileError,
+                       match=rf"{path}: record 12 has input_ids of length 64 but "
+                             r"--max_seq_length expects 32"):
+        _run_pretraining([str(path)], tmp_path / "out", config)
+
+
+def test_ids_beyond_the_vocab_in_the_first_record_name_the_file_and_flag(shards, tmp_path):
+    from training import input_pipeline
+
+    good, _ = shards
+    config = S.write_config(tmp_path / "bert_config.json", vocab_size=40)
+    with pytest.raises(input_pipeline.RecordFileError,
+                       match=rf"{good}: first record has input_ids id \d+, beyond "
+                             rf"vocab_size=40 of --bert_config_file={config}"):
+        _run_pretraining([good], tmp_path / "out", config)
+    assert not (tmp_path / "out").exists()
+
+
+def test_dynamic_masking_refuses_a_vocab_smaller_than_the_records_ids(tmp_path):
+    """The records hold ids up to 59; a 30-token vocab_file cannot be theirs (its random
+    replacements and ## pieces would be another vocab's)."""
+    from training import input_pipeline
+
+    records = _unmasked(tmp_path / "pairs.tfrecord", S.synthetic_instances(16))
+    vocab = write_vocab(tmp_path / "small_vocab.txt", TINY_VOCAB[:30])
+    config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    with pytest.raises(input_pipeline.RecordFileError,
+                       match=rf"{records}: first record has input_ids id \d+, beyond the 30 "
+                             rf"tokens of --vocab_file={vocab}"):
+        _run_pretraining([records], tmp_path / "out", config, vocab_file=vocab)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_later_record_beyond_the_masking_vocab_names_the_file_and_record(tmp_path):
+    import numpy as np
+
+    from training import input_pipeline
+
+    instances = S.synthetic_instances(16)
+    for instance in instances[:11]:  # the first records fit the 40 tokens
+        instance["input_ids"] = [int(t) % 40 for t in instance["input_ids"]]
+    instances[10]["input_ids"][3] = 55
+    records = _unmasked(tmp_path / "pairs.tfrecord", instances)
+    vocab = write_vocab(tmp_path / "small_vocab.txt", TINY_VOCAB[:40])
+    config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    assert max(np.max(i["input_ids"]) for i in instances[11:]) < 60
+    with pytest.raises(input_pipeline.RecordFileError) as info:
+        _run_pretraining([records], tmp_path / "out", config, vocab_file=vocab)
+    assert str(info.value).startswith(
+        f"{records}: record 10 has input_ids id 55, beyond the 40 tokens of "
+        f"--vocab_file={vocab}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["max_seq_length", "vocab_size"])
+def test_the_cli_says_what_does_not_fit_in_one_line(shards, tmp_path, case):
+    good, _ = shards
+    config = S.write_config(tmp_path / "bert_config.json",
+                            vocab_size=40 if case == "vocab_size" else S.VOCAB)
+    proc = subprocess.run(
+        S.runner_command(input_file=good, output_dir=tmp_path / "out", bert_config_file=config,
+                         do_train="true", train_batch_size=4, num_train_steps=4,
+                         max_seq_length=64 if case == "max_seq_length" else S.SEQ,
+                         max_predictions_per_seq=S.PREDS, distribution_strategy="one_device"),
+        env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True, text=True, timeout=240,
+        check=False)
+    assert proc.returncode != 0
+    expected = {"max_seq_length": "input_ids of length 32 but --max_seq_length expects 64",
+                "vocab_size": f"beyond vocab_size=40 of --bert_config_file={config}"}[case]
+    assert f"run_pretraining.py: error: {good}: first record has " in proc.stderr
+    assert expected in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "out")
+
+
+def _pair_data(directory):
+    """train.tsv and dev.tsv of sentence pairs (text, text2, label)."""
+    directory.mkdir()
+    rows = ["text\ttext2\tlabel"] + [f"the cat sat .\tthe dog ran .\t{i % 2}" for i in range(8)]
+    for split in ("train", "dev"):
+        (directory / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return str(directory)
+
+
+def test_finetuning_refuses_a_vocab_larger_than_the_model_before_any_work(tmp_path):
+    import run_classifier
+    from tasks.classification import data as cd
+    from training import flags as common_flags
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) - 9)
+    cfg = run_classifier.make_run(
+        task_name="custom", data_dir=_pair_data(tmp_path / "data"), vocab_file=vocab,
+        bert_config_file=config, output_dir=str(tmp_path / "out"), max_seq_length=16,
+        do_train=True, train_batch_size=4,
+        custom=cd.CustomDataConfig(text_a_column="text", label_column="label"),
+        runtime=common_flags.RuntimeConfig("one_device"))
+    with pytest.raises(ValueError, match=rf"--vocab_file={vocab} has {len(TINY_VOCAB)} tokens "
+                                         rf"but --bert_config_file={config} has vocab_size="
+                                         rf"{len(TINY_VOCAB) - 9}"):
+        run_classifier.run(cfg)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_finetuning_records_beyond_the_models_tables_are_a_one_line_error(tmp_path):
+    """Sentence pairs (segment id 1) for a model with type_vocab_size 1: the check inside
+    tf.data fails; the runner names the record file, the record and the flag."""
+    import json
+
+    config = tmp_path / "bert_config.json"
+    config.write_text(json.dumps({**S.tiny_config_dict(vocab_size=len(TINY_VOCAB)),
+                                  "type_vocab_size": 1}))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py"), "--task_name=custom",
+         f"--data_dir={_pair_data(tmp_path / 'data')}", "--text_a_column=text",
+         "--text_b_column=text2", "--label_column=label",
+         f"--vocab_file={write_vocab(tmp_path / 'vocab.txt')}", f"--bert_config_file={config}",
+         f"--output_dir={tmp_path / 'out'}", "--do_train", "--max_seq_length=16",
+         "--train_batch_size=4", "--distribution_strategy=one_device"],
+        env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True, text=True, timeout=240,
+        check=False)
+    assert proc.returncode != 0
+    record_file = tmp_path / "out" / "train.tf_record"
+    assert (f"run_classifier.py: error: {record_file}: record 0 has segment_ids id 1, beyond "
+            f"type_vocab_size=1 of --bert_config_file={config}") in proc.stderr, \
+        proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr

@@ -335,7 +335,8 @@ def test_mrpc_output_dir_is_ready_for_export(mrpc_cli, env):
     out = mrpc_cli["dir"]
     meta = export.read_export_metadata(out)
     assert meta == export.ExportMetadata(task="mrpc", labels=("0", "1"), is_regression=False,
-                                         do_lower_case=True, max_seq_length=SEQ, text_pair=True)
+                                         do_lower_case=True, max_seq_length=SEQ, text_pair=True,
+                                         model_type="classifier")
     assert open(os.path.join(out, "vocab.txt")).read() == open(env["vocab"]).read()
     assert os.path.exists(os.path.join(out, "bert_config.json"))
     cache = cd.record_file_names(out, "train")[1]

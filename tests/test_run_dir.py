@@ -7,8 +7,15 @@ process, a tiny model): another label list or another bert_config in a trained o
 is refused and its checkpoints stay byte for byte; a second concurrent run is refused;
 fewer examples than one batch is an error, not a 0-step success; a header-only dev.tsv is
 refused before any training; eval without any weights is refused.
+
+Issue 22: a run refused by any check (its init checkpoint, its feature layers, its data)
+claims nothing: no identity or model files, and the directory it created is gone, so the
+rightful run then gets it; the next owner of a directory removes what killed checkpoint
+saves left (exactly TensorFlow's names, and a real save killed with SIGKILL); checkpoints
+whose files were moved are not called another model's.
 """
 
+import dataclasses
 import json
 import os
 import socket
@@ -58,11 +65,18 @@ def test_another_hosts_lock_is_refused_with_the_way_out(tmp_path):
         run_dir.claim(str(tmp_path), {"a": 1})
 
 
+def _claim_and_commit(directory, identity):
+    """A run's whole use of a directory: claim, commit, release."""
+    claimed = run_dir.claim(str(directory), identity)
+    claimed.commit()
+    claimed.release()
+
+
 def test_identity_differences_are_named(tmp_path):
-    run_dir.claim(str(tmp_path), {"task": "cola", "labels": ["0", "1"],
-                                  "bert_config": {"hidden_size": 32}}).release()
-    run_dir.claim(str(tmp_path), {"task": "cola", "labels": ("0", "1"),
-                                  "bert_config": {"hidden_size": 32}}).release()  # same
+    _claim_and_commit(tmp_path, {"task": "cola", "labels": ["0", "1"],
+                                 "bert_config": {"hidden_size": 32}})
+    _claim_and_commit(tmp_path, {"task": "cola", "labels": ("0", "1"),
+                                 "bert_config": {"hidden_size": 32}})  # same
     with pytest.raises(run_dir.RunDirError) as info:
         run_dir.claim(str(tmp_path), {"task": "cola", "labels": ["1", "0"],
                                       "bert_config": {"hidden_size": 64}})
@@ -166,6 +180,25 @@ def test_checkpoints_of_another_model_without_an_identity_are_refused(env, train
     assert _snapshot(copy) == before
 
 
+def test_checkpoints_whose_files_are_gone_are_not_called_another_models(env, trained,
+                                                                        tmp_path):
+    """The state file names checkpoints whose files were moved: saying they "do not fit
+    this model, move them away" would send the user after the wrong cause."""
+    import shutil
+
+    import run_classifier as rc
+    from training.checkpointing import CheckpointRestoreError
+
+    copy = tmp_path / "moved"
+    shutil.copytree(trained, copy)
+    for name in os.listdir(copy):
+        if name.startswith("ckpt-"):
+            os.remove(copy / name)
+    with pytest.raises(CheckpointRestoreError, match=r"their files are missing .*moved or "
+                                                     r"deleted.*delete .*checkpoint to start"):
+        rc.run(_cfg(env, copy, do_train=False))
+
+
 def test_a_second_run_while_one_runs_is_refused(env, trained):
     import run_classifier as rc
 
@@ -188,7 +221,7 @@ def test_fewer_examples_than_a_batch_is_an_error_not_zero_steps(env, tmp_path):
     with pytest.raises(FinetuningError, match=r"12 training example\(s\) .*"
                                               r"--train_batch_size=32 .* 0 training steps"):
         rc.run(_cfg(env, out, train_batch_size=32))
-    assert not any(name.startswith("ckpt-") for name in os.listdir(out))
+    assert not out.exists()  # a refused run leaves no directory it created
 
 
 def test_a_header_only_dev_file_is_refused_before_training(env, tmp_path):
@@ -199,7 +232,7 @@ def test_a_header_only_dev_file_is_refused_before_training(env, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(FinetuningError, match=r"--do_eval: the dev split has no examples"):
         rc.run(_cfg(env, out, data_dir=data))
-    assert not any(name.startswith("ckpt-") for name in os.listdir(out))
+    assert not out.exists()  # a refused run leaves no directory it created
 
 
 def test_eval_without_any_weights_is_refused(env, tmp_path):
@@ -237,3 +270,214 @@ def test_run_pretraining_refuses_another_models_dir(tmp_path):
     with pytest.raises(run_dir.RunDirError, match="bert_config.hidden_dropout_prob"):
         run_pretraining.run(cfg(S.write_config(tmp_path / "b.json", dropout=0.1)))
     assert _snapshot(out) == before
+
+
+# --------------------------------------------------------------------------- issue 22
+# A refused run claims nothing: the identity (and model files) are written only once every
+# check has passed, and a directory the refused run created is gone. The next owner of a
+# directory removes what a killed checkpoint save left.
+
+
+def test_a_claim_writes_nothing_until_committed(tmp_path):
+    out = tmp_path / "new" / "out"
+    claimed = run_dir.claim(str(out), {"a": 1})
+    assert sorted(os.listdir(out)) == [run_dir.LOCK_FILE]
+    claimed.release()
+    assert not (tmp_path / "new").exists()  # created by the claim, removed uncommitted
+
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
+    claimed = run_dir.claim(str(tmp_path / "kept"), {"a": 1})
+    claimed.release()
+    assert os.listdir(tmp_path / "kept") == ["notes.txt"]
+
+    claimed = run_dir.claim(str(out), {"a": 1})
+    claimed.commit()
+    claimed.release()
+    assert sorted(os.listdir(out)) == [run_dir.IDENTITY_FILE]
+
+
+def test_a_run_refused_at_its_init_checkpoint_leaves_the_dir_to_the_rightful_run(env, trained,
+                                                                                  tmp_path):
+    """A bert_config that does not fit the --init_checkpoint (hidden 64 against 32) used to
+    write its identity first, so the run with the right config was then refused."""
+    import run_classifier as rc
+    from modeling.checkpoints import CheckpointError
+    from tests.conftest import TINY_VOCAB
+
+    wide = tmp_path / "wide.json"
+    wide.write_text(json.dumps({**S.tiny_config_dict(vocab_size=len(TINY_VOCAB)),
+                                "hidden_size": 64}))
+    out = tmp_path / "out"
+    with pytest.raises(CheckpointError):
+        rc.run(_cfg(env, out, bert_config_file=str(wide), init_checkpoint=str(trained)))
+    assert not out.exists()
+    result = rc.run(_cfg(env, out, init_checkpoint=str(trained)))
+    assert result["runs"][0]["global_step"] > 0
+    assert json.loads((out / run_dir.IDENTITY_FILE).read_text())["bert_config"][
+        "hidden_size"] == 32
+
+
+def test_a_run_refused_for_its_feature_layers_leaves_the_dir_to_the_rightful_run(tmp_path):
+    """run_ner --feature_based with layers a 2-layer model lacks is refused when the model
+    is built; the rightful run then gets the directory."""
+    import random
+
+    import run_ner
+    from tests.conftest import TINY_VOCAB
+    from tests.test_run_ner import write_conll
+    from training import flags as common_flags
+
+    rng = random.Random(0)
+    data = tmp_path / "conll"
+    data.mkdir()
+    write_conll(data / "train.txt", rng, documents=2, per_document=4)
+    out = tmp_path / "out"
+
+    def cfg(layers):
+        return run_ner.make_run(
+            data_dir=str(data), vocab_file=write_vocab(tmp_path / "vocab.txt"),
+            bert_config_file=S.write_config(tmp_path / "bert_config.json",
+                                            vocab_size=len(TINY_VOCAB)),
+            output_dir=str(out), max_seq_length=16, do_train=True, train_batch_size=4,
+            num_train_epochs=1.0, learning_rate=1e-3, feature_based=True,
+            feature_layers=layers, lstm_units=8,
+            runtime=common_flags.RuntimeConfig("one_device", seed=1))
+
+    with pytest.raises(ValueError, match="concat_last_four needs at least 4 hidden layers"):
+        run_ner.run(cfg("concat_last_four"))
+    assert not out.exists()
+    run_ner.run(cfg("last_hidden"))
+    assert json.loads((out / run_dir.IDENTITY_FILE).read_text())["feature_layers"] == \
+        "last_hidden"
+
+
+def test_a_refused_pretraining_run_leaves_the_dir_to_the_rightful_run(tmp_path):
+    import run_pretraining
+    from modeling.checkpoints import CheckpointError
+    from tests.test_bad_input_messages import _pretraining_cfg
+
+    records = S.write_records(tmp_path / "records.tfrecord", S.synthetic_instances(16))
+    first = tmp_path / "first"
+    run_pretraining.run(_pretraining_cfg([records], first, S.write_config(tmp_path / "a.json"),
+                                         num_train_steps=2))
+    wide = tmp_path / "wide.json"
+    wide.write_text(json.dumps({**S.tiny_config_dict(), "hidden_size": 64}))
+    out = tmp_path / "out"
+    refused = _pretraining_cfg([records], out, str(wide), num_train_steps=2)
+    with pytest.raises(CheckpointError):  # its model does not fit the init checkpoint
+        run_pretraining.run(dataclasses.replace(refused, init_checkpoint=str(first)))
+    assert not out.exists()
+    run_pretraining.run(_pretraining_cfg([records], out, S.write_config(tmp_path / "b.json"),
+                                         num_train_steps=2))
+    assert "ckpt-2.index" in os.listdir(out)
+
+
+# What TensorFlow 2.21 leaves when a save is killed (training/checkpointing.py says where
+# each name comes from; test_a_killed_save_is_cleaned_up_by_the_next_owner makes one).
+LEFTOVERS = ["ckpt-7_temp/part-00000-of-00001.data-00000-of-00001.tempstate1234567",
+             "ckpt-8_temp/part-00000-of-00001.index",
+             "ckpt-9_temp/",
+             "checkpoint.tmp" + "0123456789abcdef" * 2,
+             "workertemp_worker_1/ckpt-5.index",
+             "seed_3/best/ckpt_temp/part-00000-of-00002.data-00001-of-00002"]
+REMOVED = ["ckpt-7_temp", "ckpt-8_temp", "ckpt-9_temp", "checkpoint.tmp" + "0123456789abcdef" * 2,
+           "workertemp_worker_1", "seed_3/best/ckpt_temp"]
+NOT_LEFTOVERS = ["ckpt-3.index", "checkpoint", "notes_temp/readme.txt", "train.tf_record",
+                 "seed_3/ckpt-6_temp.txt", "checkpoint.tmp-notes"]
+
+
+def _make(root, names):
+    """Creates each relative path under root (a folder when it ends with "/")."""
+    for name in names:
+        path = root / name
+        if name.endswith("/"):
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"x")
+
+
+def test_the_next_owner_removes_what_killed_saves_left_and_says_so(tmp_path, caplog):
+    _make(tmp_path, LEFTOVERS + NOT_LEFTOVERS)
+    claimed = run_dir.claim(str(tmp_path), {"a": 1})
+    for name in LEFTOVERS:  # the claim alone removes nothing: the run may be refused
+        assert (tmp_path / name).exists(), name
+    with caplog.at_level("WARNING"):
+        claimed.commit()
+    claimed.release()
+    for name in REMOVED:
+        assert not (tmp_path / name).exists(), name
+    for name in NOT_LEFTOVERS:
+        assert (tmp_path / name).exists(), name
+    assert (tmp_path / "seed_3" / "best").is_dir()
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "a killed run did not finish" in logged
+    for name in REMOVED:
+        assert str(tmp_path / name) in logged, name
+
+
+def test_another_models_directory_keeps_its_leftovers(tmp_path):
+    _claim_and_commit(tmp_path, {"a": 1})
+    _make(tmp_path, LEFTOVERS)
+    with pytest.raises(run_dir.RunDirError):
+        run_dir.claim(str(tmp_path), {"a": 2})
+    for name in LEFTOVERS:
+        assert (tmp_path / name).exists(), name
+
+
+def test_a_run_removes_what_a_killed_save_left_in_its_dir(env, trained, caplog):
+    """Through the runner: an eval run in a trained directory (its owner now) removes a
+    killed save's shard folder."""
+    import run_classifier as rc
+
+    _make(trained, [LEFTOVERS[0]])
+    with caplog.at_level("WARNING"):
+        rc.run(_cfg(env, trained, do_train=False))
+    assert not (trained / "ckpt-7_temp").exists()
+    assert "ckpt-7_temp" in "\n".join(r.getMessage() for r in caplog.records)
+
+
+SAVER = """
+import sys
+import tensorflow as tf
+big = [tf.Variable(tf.zeros([32 * 1024 * 1024])) for _ in range(4)]  # 4 x 128 MB
+manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=big), sys.argv[1], max_to_keep=1)
+step = 0
+while True:
+    step += 1
+    manager.save(checkpoint_number=step)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_save_is_cleaned_up_by_the_next_owner(tmp_path):
+    """A real save killed midway (kill -9) leaves `ckpt-N_temp/`; the next run owning the
+    directory removes it and keeps the complete checkpoints."""
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-c", SAVER, str(out)], env=S.runner_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    leftovers = []
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not leftovers:
+            if os.path.exists(out / "checkpoint"):  # one complete save, then the next
+                leftovers = [n for n in os.listdir(out) if n.endswith("_temp")]
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert leftovers, "no save was caught in progress"
+    time.sleep(0.1)
+    assert any(os.path.exists(out / n) for n in leftovers)
+    complete = sorted(n for n in os.listdir(out) if n.endswith(".index"))
+    claimed = run_dir.claim(str(out), {"a": 1})
+    claimed.commit()
+    claimed.release()
+    assert not [n for n in os.listdir(out) if n.endswith("_temp")], os.listdir(out)
+    assert sorted(n for n in os.listdir(out) if n.endswith(".index")) == complete

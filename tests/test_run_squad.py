@@ -214,8 +214,50 @@ def test_v1_output_dir_is_ready_for_export(v1_cli):
     out = v1_cli["dir"]
     meta = export.read_export_metadata(out)
     assert (meta.task, meta.max_seq_length, meta.do_lower_case) == ("squad", SEQ, True)
+    # What the export needs to window and answer as the run did (issue 22).
+    assert (meta.model_type, meta.max_query_length, meta.doc_stride, meta.n_best_size,
+            meta.max_answer_length) == ("squad", QUERY, STRIDE, 5, 30)
     assert os.path.exists(os.path.join(out, "vocab.txt"))
     assert os.path.exists(os.path.join(out, "bert_config.json"))
+
+
+def _predict_cli(env, out, predict_file, init_checkpoint):
+    """run_squad.py --do_predict (no training) as a subprocess; returns the process."""
+    flags = dict(vocab_file=env["vocab"], bert_config_file=env["config"], output_dir=out,
+                 predict_file=predict_file, init_checkpoint=init_checkpoint,
+                 do_predict="true", max_seq_length=SEQ, doc_stride=STRIDE,
+                 max_query_length=QUERY, predict_batch_size=4, n_best_size=5,
+                 distribution_strategy="one_device")
+    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_squad.py")] + [
+        f"--{k}={v}" for k, v in flags.items()]
+    return subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
+                          timeout=240, cwd=S.REPO_ROOT, check=False)
+
+
+@pytest.mark.slow
+def test_v1_question_without_answers_is_predicted_and_left_out_of_the_scores(v1_cli, env,
+                                                                             tmp_path):
+    """Issue 22: a v1.1 predict file with a question whose answers are [] ended in "max()
+    arg is an empty sequence" (exit 1) and no predictions.json."""
+    data = _load(env["dev_v1"])
+    qas = data["data"][0]["paragraphs"][1]["qas"]
+    qas[0]["answers"] = []
+    empty_id = qas[0]["id"]
+    predict_file = tmp_path / "dev-v1.1-one-empty.json"
+    predict_file.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "out"
+    proc = _predict_cli(env, out, predict_file, v1_cli["dir"])
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    ids = _question_ids(str(predict_file))
+    assert list(_load(out / "predictions.json")) == ids  # every question predicted
+    results = _load(out / "eval_results.json")
+    assert (results["total"], results["skipped_without_answers"]) == (len(ids) - 1, 1)
+    assert "no gold answer" in log and repr(empty_id) in log
+    from tasks.squad import metrics as squad_metrics
+
+    assert results == pytest.approx(squad_metrics.evaluate_files(
+        str(predict_file), str(out / "predictions.json")))
 
 
 @pytest.mark.slow
@@ -334,6 +376,31 @@ def test_bad_predict_file_is_a_clear_error(env, tmp_path):
     with pytest.raises(squad.SquadFormatError, match=r"broken\.json.*line 2"):
         run_squad.run(_run_config(env, tmp_path / "o2", predict_file=str(broken),
                                   do_predict=True))
+
+
+@pytest.mark.parametrize("version", ["1.1", "v2.0"])
+def test_a_question_id_used_twice_is_refused_in_train_and_predict_files(env, tmp_path,
+                                                                        version):
+    """Issue 22: repeated ids were silently merged; refused before any work, naming the id
+    and the file."""
+    import run_squad
+    from tasks.squad import data as squad
+
+    v2 = version == "v2.0"
+    source = env["train_v2"] if v2 else env["train_v1"]
+    data = _load(source)
+    paragraphs = data["data"][0]["paragraphs"]
+    repeated = paragraphs[0]["qas"][0]["id"]
+    paragraphs[-1]["qas"][-1]["id"] = repeated
+    bad = tmp_path / f"repeated-{version}.json"
+    bad.write_text(json.dumps(data), encoding="utf-8")
+    for flags in (dict(train_file=str(bad), do_train=True),
+                  dict(predict_file=str(bad), do_predict=True)):
+        out = tmp_path / next(iter(flags))
+        with pytest.raises(squad.SquadFormatError,
+                           match=rf"{bad.name}: question id '{repeated}' is used twice"):
+            run_squad.run(_run_config(env, out, version_2_with_negative=v2, **flags))
+        assert not any(name.endswith(".tf_record") for name in os.listdir(out))
 
 
 def test_flag_errors(env, tmp_path):

@@ -212,6 +212,47 @@ def test_missing_or_wrong_fields_are_errors_naming_the_place(tmp_path, mutate, p
         squad.read_squad_examples(write_json(tmp_path, data), is_training=True)
 
 
+@pytest.mark.parametrize("is_training,v2", [(True, False), (False, False), (True, True),
+                                            (False, True)])
+def test_a_question_id_used_twice_is_refused_naming_id_file_and_places(tmp_path,
+                                                                       is_training, v2):
+    """Issue 22: duplicate ids were silently merged (one answer per id downstream). Across
+    paragraphs and articles, 7 and "7" (one predictions.json key), and when the first of
+    the two is a training question skipped for its answer."""
+    context = SHORT_CONTEXT
+    impossible = {"impossible": False} if v2 else {}
+
+    def at(paragraph, question):
+        return rf"data\[0\]\.paragraphs\[{paragraph}\]\.qas\[{question}\]"
+
+    cases = [
+        ([(context, [qa("q1", "Who?", context, "cat", **impossible)]),
+          (context, [qa("q2", "Where?", context, "mat", **impossible),
+                     qa("q1", "Why?", context, "cat", **impossible)])],
+         "'q1'", f"{at(0, 0)} and {at(1, 1)}"),
+        ([(context, [qa(7, "Who?", context, "cat", **impossible)]),
+          (context, [qa("7", "Who?", context, "mat", **impossible)])],
+         "'7'", f"{at(0, 0)} and {at(1, 0)}"),
+        ([(context, [qa("bad", "Who?", context, "zebra", start=0, **impossible),
+                     qa("bad", "Who?", context, "cat", **impossible)])],
+         "'bad'", f"{at(0, 0)} and {at(0, 1)}"),
+    ]
+    for paragraphs, qid, places in cases:
+        data = squad_json(paragraphs, version="v2.0" if v2 else "1.1")
+        path = write_json(tmp_path, data)
+        with pytest.raises(squad.SquadFormatError,
+                           match=rf"data\.json: question id {qid} is used twice, at {places}"):
+            squad.read_squad_examples(path, is_training=is_training,
+                                      version_2_with_negative=v2)
+    # Across articles too.
+    data = squad_json([(context, [qa("a", "Who?", context, "cat", **impossible)])])
+    data["data"].append(squad_json([(context, [qa("a", "Who?", context, "cat",
+                                                   **impossible)])])["data"][0])
+    with pytest.raises(squad.SquadFormatError, match=r"'a' is used twice.*data\[1\]"):
+        squad.read_squad_examples(write_json(tmp_path, data), is_training=is_training,
+                                  version_2_with_negative=v2)
+
+
 def test_v2_impossible_questions(tmp_path):
     context = SHORT_CONTEXT
     data = squad_json([(context, [

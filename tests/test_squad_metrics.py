@@ -53,6 +53,23 @@ def test_v1_evaluate_max_over_gold_answers_and_percentages():
     assert list(scores) == ["exact_match", "f1"]
 
 
+def test_v1_question_without_gold_answers_is_skipped_and_named(caplog):
+    """Issue 22: a v1.1 file with a question whose answers are [] crashed the scoring
+    ("max() arg is an empty sequence", as evaluate-v1.1.py does)."""
+    data = dataset([("q1", ["red dog"]), ("empty1", []), ("q2", ["Paris"]), ("empty2", [])])
+    preds = {"q1": "red dog", "q2": "Rome", "empty1": "cat", "empty2": ""}
+    with caplog.at_level("WARNING"):
+        scores = m.evaluate(data, preds)
+    assert scores == pytest.approx({"exact_match": 50.0, "f1": 50.0, "total": 2,
+                                    "skipped_without_answers": 2})
+    warning = " ".join(r.getMessage() for r in caplog.records if "no gold answer" in
+                       r.getMessage())
+    assert "2 question(s)" in warning and "'empty1'" in warning and "'empty2'" in warning
+    assert "2 scored" in warning
+    with pytest.raises(ValueError, match="no questions with gold answers"):
+        m.evaluate_v1(dataset([("e", [])]), {"e": ""})
+
+
 def test_v2_no_answer_scoring():
     assert m.compute_f1("", "") == 1 and m.compute_exact("", "") == 1
     assert m.compute_f1("", "something") == 0 and m.compute_f1("cat", "") == 0
@@ -118,6 +135,19 @@ def test_evaluate_files_and_write_eval_results(tmp_path):
     m.write_eval_results(scores, str(out))
     assert json.loads(out.read_text()) == scores
     assert sorted(p.name for p in out.parent.iterdir()) == ["eval_results.json"]
+
+
+def test_a_question_id_used_twice_is_refused(tmp_path):
+    """Both versions would merge (v2.0) or count twice (v1.1) a repeated id."""
+    for version in ("1.1", "v2.0"):
+        data = dataset([("q1", ["cat"]), ("q2", ["dog"]), ("q1", ["emu"])], version)
+        with pytest.raises(ValueError, match=r"question id 'q1' is used twice, at "
+                           r"data\[0\]\.paragraphs\[0\]\.qas\[0\] and .*qas\[2\]"):
+            m.evaluate(data, {"q1": "cat", "q2": "dog"})
+        (tmp_path / "dev.json").write_text(json.dumps(data))
+        (tmp_path / "predictions.json").write_text(json.dumps({"q1": "cat", "q2": "dog"}))
+        with pytest.raises(ValueError, match=r"dev\.json: question id 'q1' is used twice"):
+            m.evaluate_files(str(tmp_path / "dev.json"), str(tmp_path / "predictions.json"))
 
 
 def test_empty_dataset_is_an_error():

@@ -139,6 +139,82 @@ def test_detect_tag_scheme():
     assert not D.is_chunk_scheme("none") and D.is_chunk_scheme("IOB1")
 
 
+# Issue 22: B-/I- chunks, a stray I- and S- tags in one file were recorded as IOBES silently.
+MIXED = """Anna B-PER
+Smith I-PER
+met O
+Oslo I-LOC
+and O
+IBM S-ORG
+in O
+New B-LOC
+York E-LOC
+
+Bob B-PER
+"""
+
+
+def _warnings(caplog, path):
+    return [r.getMessage() for r in caplog.records
+            if r.levelname == "WARNING" and str(path) in r.getMessage()]
+
+
+def test_mixed_tag_schemes_are_named_by_line(tmp_path, caplog):
+    conll = D.read_conll(write(tmp_path, "train.txt", MIXED))
+    scheme = D.detect_tag_scheme(D.labels_from_sentences(conll), conll.sentences)
+    assert scheme == "IOBES"
+    assert D.tag_scheme_breaks(conll, scheme) == [
+        (2, "I-PER before O (IOBES closes a chunk with E-; one word: S-)"),
+        (4, "I-LOC after O (IOBES opens a chunk with B-, or S- alone) and before O "
+            "(IOBES closes a chunk with E-; one word: S-)"),
+        (11, "B-PER before the sentence end (IOBES closes a chunk with E-; one word: S-)"),
+    ]
+    with caplog.at_level("WARNING"):
+        assert D.warn_tag_scheme_breaks(conll, scheme, shown=2) == 3
+    (message,) = _warnings(caplog, conll.path)
+    assert "3 tag(s) do not follow the IOBES scheme" in message
+    assert "line 2: I-PER before O" in message and "line 4: I-LOC after O" in message
+    assert "line 11" not in message and message.endswith(" ...")
+    # An IOB2 file with a chunk opened by I- (a dev file of an IOB2 run).
+    dev = D.read_conll(write(tmp_path, "dev.txt", "A B-PER\nB I-PER\nC O\nD I-PER\n"))
+    assert D.tag_scheme_breaks(dev, "IOB2") == [
+        (4, "I-PER after O (IOB2 opens every chunk with B-)")]
+    # Consistent files, IOB1 (I- opens chunks), IOE, POS tags and untagged files: nothing.
+    consistent = D.read_conll(write(tmp_path, "ok.txt", "A B-PER\nB E-PER\nC S-LOC\nD O\n"))
+    assert D.tag_scheme_breaks(consistent, "IOBES") == []
+    for scheme in ("IOB1", "IOE", "none"):
+        assert D.tag_scheme_breaks(conll, scheme) == []
+    words_only = D.read_conll(write(tmp_path, "test.txt", "A\nB\n"), require_tags=False)
+    assert D.tag_scheme_breaks(words_only, "IOBES") == []
+
+
+def test_the_tagging_family_warns_about_each_mixed_file(tmp_path, caplog):
+    """run_ner's task family: the training file when its tags give the labels, and the
+    dev file against the training file's scheme."""
+    import types
+
+    from tasks.tagging.task import TaggingFamily, TaggingSettings
+
+    (tmp_path / "data").mkdir()
+    train = write(tmp_path / "data", "train.txt", MIXED)
+    dev = write(tmp_path / "data", "dev.txt", "Ann B-LOC\nOslo E-LOC\nmet O\nBo I-PER\n")
+    with caplog.at_level("WARNING"):
+        family = TaggingFamily(TaggingSettings(str(tmp_path / "data")), 16)
+    assert family.tag_scheme == "IOBES"
+    (message,) = _warnings(caplog, train)
+    assert "3 tag(s)" in message and "line 2: I-PER" in message
+    run = types.SimpleNamespace(
+        do_train=False, do_eval=True, do_predict=False, init_checkpoint=None,
+        vocab_file=write_vocab(tmp_path / "vocab.txt"), do_lower_case=True,
+        output_dir=str(tmp_path / "out"), max_seq_length=16, eval_batch_size=2)
+    (tmp_path / "out").mkdir()
+    with caplog.at_level("WARNING"):
+        family.prepare(run)
+    (message,) = _warnings(caplog, dev)
+    assert "1 tag(s) do not follow the IOBES scheme" in message
+    assert "line 4: I-PER after O" in message
+
+
 # --- windows ---------------------------------------------------------------------------
 
 

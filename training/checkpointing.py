@@ -13,11 +13,18 @@ copy interrupted by hand).
 Multi-worker: every worker must call `save` (the save may involve collectives); only the
 chief writes into `output_dir`, the others into a temporary directory that is deleted after
 each save, as TensorFlow's multi-worker guide prescribes.
+
+A save killed midway (kill -9, a preempted VM) leaves TensorFlow's temporaries: the
+`<prefix>_temp/` folder the shards are written into before they are merged (the size of
+a checkpoint: hundreds of MB for BERT-base), a `checkpoint.tmp<hex>` state file, and our
+non-chief `workertemp_*` folders. Nothing of TensorFlow removes them later;
+`remove_killed_save_leftovers` does, for the next run that owns the directory.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 import tensorflow as tf
 from absl import logging
@@ -70,15 +77,79 @@ class CheckpointSaver:
         return path
 
 
+# What a killed save leaves (TensorFlow 2.21): `functional_saver` writes each shard as
+# `<prefix>_temp/part-NNNNN-of-NNNNN.{index,data-NNNNN-of-NNNNN}` (through BundleWriter's
+# `.tempstate<N>` names) before merging them into `<prefix>.*`;
+# `file_io.atomic_write_string_to_file` writes the state file as `checkpoint.tmp<uuid hex>`;
+# `CheckpointSaver` writes a non-chief worker's checkpoints in `workertemp_<task>_<id>/`.
+_SHARD_TEMP_DIR = re.compile(r".+_temp")
+_SHARD_TEMP_FILE = re.compile(r"part-\d+-of-\d+\.(index|data-\d+-of-\d+)(\.tempstate\d+)?")
+_STATE_TEMP_FILE = re.compile(r"checkpoint\.tmp[0-9a-f]{32}")
+_WORKER_TEMP_DIR = re.compile(r"workertemp_\w+_\d+")
+
+
+def _killed_save_leftovers(directory: str) -> list[str]:
+    """Paths under `directory` (at any depth) that only a killed checkpoint save leaves."""
+    found = []
+    for parent, subdirs, files in tf.io.gfile.walk(directory):
+        keep = []
+        for name in subdirs:
+            name = name.rstrip("/")
+            path = os.path.join(parent, name)
+            if _WORKER_TEMP_DIR.fullmatch(name):
+                found.append(path)
+            elif _SHARD_TEMP_DIR.fullmatch(name) and _only_shard_temporaries(path):
+                found.append(path)
+            else:
+                keep.append(name)
+        subdirs[:] = keep  # not into what goes
+        found.extend(os.path.join(parent, name) for name in files
+                     if _STATE_TEMP_FILE.fullmatch(name))
+    return found
+
+
+def _only_shard_temporaries(path: str) -> bool:
+    """True when the folder holds nothing but shard files of a save (or nothing)."""
+    names = tf.io.gfile.listdir(path)
+    return all(_SHARD_TEMP_FILE.fullmatch(name.rstrip("/")) for name in names)
+
+
+def remove_killed_save_leftovers(directory: str) -> list[str]:
+    """Removes what killed checkpoint saves left under `directory`; returns the paths.
+
+    Call it only while owning the directory (its run lock held, `training.run_dir`): a
+    live run's save in progress looks the same.
+    """
+    if not tf.io.gfile.isdir(directory):
+        return []
+    removed = []
+    for path in _killed_save_leftovers(directory):
+        try:
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            else:
+                tf.io.gfile.remove(path)
+        except tf.errors.OpError as err:
+            logging.warning("Could not remove %s, left by a killed checkpoint save: %s",
+                            path, err)
+            continue
+        removed.append(path)
+    if removed:
+        logging.warning("Removed %d leftover(s) of checkpoint saves a killed run did not "
+                        "finish: %s", len(removed), ", ".join(removed))
+    return removed
+
+
 def checkpoints_newest_first(directory: str) -> list[str]:
     """Checkpoint prefixes listed in `directory`'s state file, newest first."""
     state = tf.train.get_checkpoint_state(directory)
     if state is None:
         return []
+    # TensorFlow has already joined `directory` onto the state file's relative names (a
+    # relative `directory` stays relative): the paths are used as they come.
     paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
     if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
         paths.append(state.model_checkpoint_path)
-    paths = [p if os.path.isabs(p) or "://" in p else os.path.join(directory, p) for p in paths]
     return list(reversed(paths))
 
 
@@ -107,6 +178,13 @@ def restore_latest(checkpoint: tf.train.Checkpoint, directory: str) -> str | Non
     if errors:
         path, err = errors[0]
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        state_file = os.path.join(directory, "checkpoint")
+        if not any(tf.io.gfile.exists(p + ".index") for p, _ in errors):
+            # Not another model's: there is nothing to move away, and nothing to overwrite.
+            raise CheckpointRestoreError(
+                f"{state_file} lists {len(paths)} checkpoint(s) but their files are missing "
+                f"(newest {path}.index): they were moved or deleted. Put them back to resume, "
+                f"or delete {state_file} to start over")
         raise CheckpointRestoreError(
             f"{directory} holds {len(paths)} checkpoint(s) that do not fit this model (newest "
             f"{path}: {first_line}). They belong to another run or are damaged; refusing to "

@@ -52,6 +52,7 @@ class DynamicMasking:
       vocab: [CLS]/[SEP]/[MASK] ids, the replacement ids (every distinct vocab entry, as
         the original's `list(vocab.keys())`) and which ids are `##` pieces.
       seed: the run's seed (None: drawn at random when the pipeline is built).
+      vocab_file: where `vocab` was read (for messages; "" when not from a file).
     """
 
     max_predictions_per_seq: int
@@ -59,6 +60,7 @@ class DynamicMasking:
     masked_lm_prob: float = 0.15
     do_whole_word_mask: bool = False
     seed: int | None = None
+    vocab_file: str = ""
 
     @classmethod
     def from_vocab_file(cls, vocab_file: str, **settings) -> "DynamicMasking":
@@ -66,7 +68,7 @@ class DynamicMasking:
         for token in ("[CLS]", "[SEP]", "[MASK]"):
             if token not in vocab:
                 raise DynamicMaskingError(f"--vocab_file={vocab_file} has no {token} token")
-        return cls(vocab=MaskingVocab.from_vocab(vocab), **settings)
+        return cls(vocab=MaskingVocab.from_vocab(vocab), vocab_file=vocab_file, **settings)
 
     def validate(self) -> None:
         PretrainingConfig(

@@ -245,11 +245,17 @@ def validate(settings: FinetuningRun) -> None:
     if settings.hparams.gradient_accumulation_steps < 1:
         raise FinetuningError("--gradient_accumulation_steps must be >= 1, found "
                               f"{settings.hparams.gradient_accumulation_steps}")
-    if settings.num_train_epochs <= 0 and settings.do_train:
-        raise FinetuningError(f"--num_train_epochs={settings.num_train_epochs} must be > 0")
+    if settings.do_train and not (math.isfinite(settings.num_train_epochs)
+                                  and settings.num_train_epochs > 0):
+        raise FinetuningError(f"--num_train_epochs={settings.num_train_epochs} must be a "
+                              "finite number > 0")
     if not 0.0 <= settings.warmup_proportion <= 1.0:
         raise FinetuningError(
             f"--warmup_proportion={settings.warmup_proportion} must be in [0, 1]")
+    try:
+        settings.hparams.optimizer_config()  # --learning_rate and the optimizer's flags
+    except ValueError as err:
+        raise FinetuningError(str(err)) from None
 
 
 def check_prepared(settings: FinetuningRun, prepared: PreparedData) -> None:
@@ -296,6 +302,7 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
     from training import distribution, input_pipeline, run_dir
 
     bert_config = runs.load_bert_config(settings.bert_config_file, settings.max_seq_length)
+    runs.check_vocab_fits(settings.vocab_file, bert_config, settings.bert_config_file)
     replicas = strategy.num_replicas_in_sync
     runs.check_batch("train_batch_size", settings.train_batch_size, replicas,
                      settings.hparams.gradient_accumulation_steps)
@@ -305,6 +312,8 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
         max_seq_length=settings.max_seq_length, bucket_boundaries=settings.bucket_boundaries,
         vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size)
     chief = distribution.is_chief(strategy)
+    # Locked and compared now; taken (identity, model files) only when every check below
+    # has passed: a run refused by one leaves output_dir to the run that fits it.
     claimed = run_dir.claim(settings.output_dir,
                             {"bert_config": bert_config.to_dict(), **family.identity()},
                             is_chief=chief)
@@ -316,12 +325,19 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
         for seed in settings.seeds:
             directory = (os.path.join(settings.output_dir, f"seed_{seed}") if several
                          else settings.output_dir)
-            if chief:
-                runs.write_model_files(directory, bert_config, settings.vocab_file,
-                                       family.export_metadata(settings))
-            with input_pipeline.naming_damaged_files(_record_files(family, prepared)):
+
+            def commit(directory=directory):
+                """Takes output_dir for the run and writes the model files beside the
+                checkpoints (chief only)."""
+                claimed.commit()
+                if chief:
+                    runs.write_model_files(directory, bert_config, settings.vocab_file,
+                                           family.export_metadata(settings))
+
+            with input_pipeline.naming_bad_records(_record_files(family, prepared),
+                                                   limits=_id_limits(settings, bert_config)):
                 seed_runs.append(_run_one(settings, family, prepared, strategy,
-                                          bert_config, seed, directory))
+                                          bert_config, seed, directory, commit))
         if not several:
             return {"runs": seed_runs, "best_seed": settings.seeds[0], "summary": {}}
         return _summarise_seeds(settings, family, prepared, seed_runs, write=chief)
@@ -335,9 +351,25 @@ def _record_files(family: TaskFamily, prepared: PreparedData) -> list:
     return sorted({p for split in splits for p in family.records(split).input_patterns})
 
 
+def _id_limits(settings: FinetuningRun, bert_config) -> tuple:
+    """The `input_pipeline.IdLimit`s the records are checked against, as the error naming
+    a record beyond them says it: the records are made with --vocab_file."""
+    from training import input_pipeline
+
+    return tuple(
+        dataclasses.replace(limit, hint=f"the records were made with --vocab_file="
+                                        f"{settings.vocab_file}: not this model's vocab")
+        if limit.feature == "input_ids" else limit
+        for limit in input_pipeline.id_limits(
+            vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
+            bert_config_file=settings.bert_config_file))
+
+
 def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData, strategy,
-             bert_config, seed, directory: str) -> dict:
-    """Train -> (best checkpoint) -> eval -> predict in `directory` with one seed."""
+             bert_config, seed, directory: str, commit) -> dict:
+    """Train -> (best checkpoint) -> eval -> predict in `directory` with one seed; `commit`
+    is called once the model is built and its weights restored or initialised (the last
+    check), before anything is written."""
     import keras
 
     from training import loop
@@ -358,6 +390,7 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
         build_fn=lambda model: family.build_variables(model, settings.max_seq_length))
     start_step = runs.restore_or_init(trainer, model, settings.init_checkpoint,
                                       do_train=settings.do_train)
+    commit()
     data_seed = None if seed is None else seed + start_step
 
     best = None

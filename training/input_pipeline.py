@@ -4,8 +4,12 @@ Files are listed with `tf.io.gfile` (local paths and gs:// alike), sharded per i
 pipeline (worker) through the `tf.distribute.InputContext`, read with a parallel
 interleave, shuffled, repeated for training, batched per replica with `drop_remainder`
 (static shapes for TPU and XLA), parsed in batches and prefetched. Before any graph is
-built, the first record is checked against the expected feature lengths, so a wrong
-`max_seq_length` is a one-line error instead of a shape crash deep inside a step.
+built, the first record of every file is checked (its kind, its feature lengths, its ids),
+so a wrong `max_seq_length`, a mix of masked and unmasked records or records of another
+vocab is a one-line error naming the file instead of a crash deep inside a step. What
+only a later record shows (a damaged record, an id beyond the model's tables, another
+length) fails inside tf.data with no file name; `naming_bad_records` then finds the
+record and names its file.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from typing import Sequence
+from typing import Mapping, Sequence
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -122,10 +127,71 @@ def find_damaged_record(files: Sequence[str], compression: str = "auto"):
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class IdLimit:
+    """Ids of `feature` must be below `bound`, a size of the model or of a vocab.
+
+    Attributes:
+      source: the bound and where it comes from, for messages ("vocab_size=30522 of
+        --bert_config_file=bert_config.json").
+      hint: what to do about a record beyond it.
+    """
+
+    feature: str
+    bound: int
+    source: str
+    hint: str = ""
+
+
+def id_limits(*, vocab_size: int | None = None, type_vocab_size: int | None = None,
+              masking: dynamic_masking.DynamicMasking | None = None,
+              bert_config_file: str | None = None) -> tuple:
+    """The `IdLimit`s of the records a model with these tables reads (None: unchecked);
+    with `masking`, input_ids must also be ids of its vocab (it draws from it)."""
+    config = f"--bert_config_file={bert_config_file}" if bert_config_file else \
+        "bert_config.json"
+    limits = []
+    if vocab_size is not None:
+        for feature in ("input_ids", "masked_lm_ids"):  # the tokens, and the masked ones
+            limits.append(IdLimit(
+                feature, int(vocab_size), f"vocab_size={vocab_size} of {config}",
+                "the records were made with another vocab.txt than the model's"))
+    if masking is not None:
+        size = len(masking.vocab.is_continuation)
+        vocab = f"--vocab_file={masking.vocab_file}" if masking.vocab_file else "the vocab"
+        limits.append(IdLimit(
+            "input_ids", size, f"the {size} tokens of {vocab}",
+            "the records were made with another vocab: pass the vocab.txt they were made "
+            "with"))
+    if type_vocab_size is not None:
+        limits.append(IdLimit("segment_ids", int(type_vocab_size),
+                              f"type_vocab_size={type_vocab_size} of {config}",
+                              "the model has no segment embedding for it"))
+    return tuple(limits)
+
+
+# Where TensorFlow's errors inside tf.data come from a record that does not fit: our id
+# check (`_check_ids`) and parse_example on another length.
+_ID_CHECK_MARK = " holds an id >= "
+_PARSE_ERRORS = ("Can't parse serialized Example", "values != expected")
+
+
 @contextlib.contextmanager
-def naming_damaged_files(patterns: Sequence[str], compression: str = "auto"):
-    """Turns TensorFlow's DataLossError ("corrupted record at 12345", no file name) raised
-    while reading `patterns` into a RecordFileError naming the file and record."""
+def naming_bad_records(patterns: Sequence[str], compression: str = "auto", *,
+                       limits: Sequence[IdLimit] = (), lengths: Mapping | None = None):
+    """Turns errors TensorFlow raises inside tf.data with no file name into a
+    RecordFileError naming the file, the record and what is wrong with it.
+
+    DataLossError ("corrupted record at 12345"): a damaged or truncated file. An id check
+    failing (`limits`) or parse_example failing on another length (`lengths`: feature ->
+    (length, flag)): the files are read again, on the host, to find the first such record.
+
+    Args:
+      patterns: the globs the failing pipeline reads.
+      limits: the `IdLimit`s the pipeline checks.
+      lengths: each feature's expected length and the flag that sets it (pretraining's
+        `record_lengths`); None: lengths not checked.
+    """
     try:
         yield
     except tf.errors.DataLossError as err:
@@ -139,6 +205,62 @@ def naming_damaged_files(patterns: Sequence[str], compression: str = "auto"):
         raise RecordFileError(
             f"{path}: TFRecord data is damaged or truncated at record {index} ({message}); "
             "regenerate or remove this file") from err
+    except tf.errors.InvalidArgumentError as err:
+        text = str(err)
+        if _ID_CHECK_MARK not in text and not any(m in text for m in _PARSE_ERRORS):
+            raise
+        files = list_files(patterns)
+        logging.error("A record does not fit the model; scanning %d file(s) to find it",
+                      len(files))
+        found = find_bad_record(files, compression, limits=limits, lengths=lengths)
+        if found is None:
+            raise
+        path, index, message = found
+        raise RecordFileError(f"{path}: record {index} {message}") from None
+
+
+def find_bad_record(files: Sequence[str], compression: str = "auto", *,
+                    limits: Sequence[IdLimit] = (), lengths: Mapping | None = None):
+    """(path, record index, what is wrong) of the first record with a feature of another
+    length than `lengths` says or an id at or beyond a limit; None if every record fits."""
+    lengths = dict(lengths or {})
+    names = {limit.feature for limit in limits} | set(lengths)
+    spec = {name: tf.io.RaggedFeature(tf.float32 if name == "masked_lm_weights" else tf.int64)
+            for name in sorted(names)}
+    if not spec:
+        return None
+    for path in files:
+        start = 0
+        dataset = tf.data.TFRecordDataset(path, compression_type=compression_of(
+            path, compression)).batch(4096)
+        for batch in dataset:
+            parsed = tf.io.parse_example(batch, spec)
+            problems = []  # (row, message)
+            for name, (length, flag) in lengths.items():
+                found = parsed[name].row_lengths().numpy()
+                for row in np.nonzero(found != length)[0][:1]:
+                    problems.append((row, _length_message(name, int(found[row]), length,
+                                                          flag)))
+            for limit in limits:
+                values = parsed[limit.feature]
+                largest = tf.reduce_max(values, axis=1).numpy() if values.shape[0] else []
+                for row in np.nonzero(np.asarray(largest) >= limit.bound)[0][:1]:
+                    problems.append((row, (
+                        f"has {limit.feature} id {int(largest[row])}, beyond {limit.source}"
+                        + (f"; {limit.hint}" if limit.hint else ""))))
+            if problems:
+                row, message = min(problems, key=lambda p: p[0])
+                return path, start + int(row), message
+            start += int(batch.shape[0])
+    return None
+
+
+def _length_message(name: str, found: int, expected: int, flag: str | None) -> str:
+    """What is wrong with a feature of another length, and which flag fixes it."""
+    if not flag:
+        return f"has {name} of length {found}, {expected} expected"
+    return (f"has {name} of length {found} but {flag} expects {expected}; pass the {flag} "
+            "the records were created with (every file of one run needs the same)")
 
 
 def compression_of(path: str, compression: str = "auto") -> str:
@@ -148,43 +270,129 @@ def compression_of(path: str, compression: str = "auto") -> str:
     return "GZIP" if path.endswith((".gz", ".gzip")) else ""
 
 
-def check_first_record(path: str, max_seq_length: int, max_predictions_per_seq: int,
-                       compression: str = "auto"):
-    """The record kind of `path` from its first record's features: `features.PRETRAINING`
-    (masked) or `features.PRETRAINING_UNMASKED` (create_pretraining_data
-    --dynamic_masking); None for an empty file. Raises ValueError if the record is
-    neither or does not have the expected lengths."""
+def record_lengths(schema, max_seq_length: int, max_predictions_per_seq: int) -> dict:
+    """Feature -> (its length in the records of `schema`, the flag that sets it)."""
+    sizes = {"max_seq_length": max_seq_length,
+             "max_predictions_per_seq": max_predictions_per_seq}
+    return {f.name: (f.resolve_length(sizes),
+                     f"--{f.length}" if isinstance(f.length, str) else None)
+            for f in schema.features}
+
+
+def _schema_of(example) -> "features.RecordSchema":
+    """Masked (`features.PRETRAINING`) or unmasked records, from one record's features."""
+    return features.PRETRAINING if "masked_lm_positions" in example.features.feature \
+        else features.PRETRAINING_UNMASKED
+
+
+def _check_example(path: str, example, schema, max_seq_length: int,
+                   max_predictions_per_seq: int, limits: Sequence[IdLimit] = ()) -> None:
+    """Raises RecordFileError naming `path` when its first record lacks a feature of
+    `schema`, has another length than the flags say, or an id beyond `limits`."""
+    feature_map = example.features.feature
+    for name, (length, flag) in record_lengths(schema, max_seq_length,
+                                               max_predictions_per_seq).items():
+        if name not in feature_map:
+            raise RecordFileError(f"{path}: first record has no feature {name!r}; found "
+                                  f"{sorted(feature_map)}")
+        feature = feature_map[name]
+        found = len(feature.float_list.value) if name == "masked_lm_weights" else len(
+            feature.int64_list.value)
+        if found != length:
+            raise RecordFileError(f"{path}: first record "
+                                  + _length_message(name, found, length, flag))
+    for limit in limits:
+        if limit.feature not in feature_map:
+            continue
+        values = feature_map[limit.feature].int64_list.value
+        if values and max(values) >= limit.bound:
+            raise RecordFileError(
+                f"{path}: first record has {limit.feature} id {max(values)}, beyond "
+                f"{limit.source}" + (f"; {limit.hint}" if limit.hint else ""))
+
+
+def _first_record(path: str, compression: str):
+    """The first record of `path` as a `tf.train.Example` (None: an empty file)."""
     dataset = tf.data.TFRecordDataset(path, compression_type=compression_of(path, compression))
     try:
         raw = next(iter(dataset.take(1)), None)
     except tf.errors.DataLossError as err:
-        raise ValueError(f"{path}: not a readable TFRecord file "
-                         f"(compression={compression_of(path, compression)!r}): {err}") from err
-    if raw is None:
+        raise RecordFileError(
+            f"{path}: not a readable TFRecord file (compression="
+            f"{compression_of(path, compression)!r}): {err}") from err
+    return None if raw is None else tf.train.Example.FromString(raw.numpy())
+
+
+def check_first_record(path: str, max_seq_length: int, max_predictions_per_seq: int,
+                       compression: str = "auto"):
+    """The record kind of `path` from its first record's features: `features.PRETRAINING`
+    (masked) or `features.PRETRAINING_UNMASKED` (create_pretraining_data
+    --dynamic_masking); None for an empty file. Raises RecordFileError (a ValueError) if
+    the record is neither or does not have the expected lengths."""
+    example = _first_record(path, compression)
+    if example is None:
         return None  # An empty file contributes nothing; nothing to check.
-    example = tf.train.Example.FromString(raw.numpy())
-    schema = features.PRETRAINING if "masked_lm_positions" in example.features.feature \
-        else features.PRETRAINING_UNMASKED
-    expected = schema.lengths(max_seq_length=max_seq_length,
-                              max_predictions_per_seq=max_predictions_per_seq)
-    flags = {"input_ids": "max_seq_length", "input_mask": "max_seq_length",
-             "segment_ids": "max_seq_length",
-             "masked_lm_positions": "max_predictions_per_seq",
-             "masked_lm_ids": "max_predictions_per_seq",
-             "masked_lm_weights": "max_predictions_per_seq", "next_sentence_labels": "-"}
-    for name, length in expected.items():
-        if name not in example.features.feature:
-            raise ValueError(f"{path}: first record has no feature {name!r}; found "
-                             f"{sorted(example.features.feature)}")
-        feature = example.features.feature[name]
-        found = len(feature.float_list.value) if name == "masked_lm_weights" else len(
-            feature.int64_list.value)
-        if found != length:
-            raise ValueError(
-                f"{path}: feature {name!r} has length {found} in the first record but "
-                f"{flags[name]} expects {length}; pass the {flags[name]} the records were "
-                f"created with")
+    schema = _schema_of(example)
+    _check_example(path, example, schema, max_seq_length, max_predictions_per_seq)
     return schema
+
+
+def _first_records(files: Sequence[str], compression: str) -> dict:
+    """path -> serialized first record (absent: an empty file), read in parallel: a corpus
+    of a thousand shards on a bucket is a thousand round trips."""
+    out = {}
+    by_type: dict = {}
+    for path in files:
+        by_type.setdefault(compression_of(path, compression), []).append(path)
+    for comp, group in by_type.items():
+        dataset = tf.data.Dataset.from_tensor_slices(tf.constant(group)).interleave(
+            _first_of(comp), cycle_length=min(16, len(group)),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+        try:
+            for path, record in dataset:
+                out[path.numpy().decode("utf-8")] = record.numpy()
+        except tf.errors.DataLossError:
+            for path in group:  # one by one, to name the file
+                example = _first_record(path, compression)
+                if example is not None:
+                    out[path] = example.SerializeToString()
+    return out
+
+
+def _first_of(compression: str):
+    """file name -> a dataset of (file name, its first record) (none for an empty file)."""
+    def first(path):
+        return tf.data.TFRecordDataset(path, compression_type=compression).take(1).map(
+            lambda record: (path, record))
+    return first
+
+
+def check_pretraining_files(files: Sequence[str], max_seq_length: int,
+                            max_predictions_per_seq: int, compression: str = "auto",
+                            limits: Sequence[IdLimit] = ()):
+    """The record kind of every file, from its first record (None: all empty); raises
+    RecordFileError naming a file whose first record does not fit the flags (lengths, ids
+    beyond `limits`), or one file of each kind when masked and unmasked records are mixed
+    (the masked ones would be masked again, silently)."""
+    records = _first_records(files, compression)
+    kinds = {}
+    for path in files:
+        if path in records:
+            kinds[path] = _schema_of(tf.train.Example.FromString(records[path]))
+    masked = [path for path, schema in kinds.items() if schema is features.PRETRAINING]
+    unmasked = [path for path, schema in kinds.items()
+                if schema is features.PRETRAINING_UNMASKED]
+    if masked and unmasked:
+        raise RecordFileError(
+            f"the input files mix masked records ({masked[0]}"
+            f"{f' and {len(masked) - 1} more' if len(masked) > 1 else ''}) and unmasked ones "
+            f"({unmasked[0]}{f' and {len(unmasked) - 1} more' if len(unmasked) > 1 else ''}"
+            ", create_pretraining_data --dynamic_masking); a run reads one kind: make them "
+            "all the same way or pass only one kind in --input_file")
+    for path, schema in kinds.items():
+        _check_example(path, tf.train.Example.FromString(records[path]), schema,
+                       max_seq_length, max_predictions_per_seq, limits)
+    return next(iter(kinds.values()), None)
 
 
 def check_record_kind(schema, masking, path: str) -> None:
@@ -218,8 +426,9 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
       is_training: shuffle and repeat forever; otherwise read the files once, in order.
       input_context: from `strategy.distribute_datasets_from_function`; shards the files
         (or, with fewer files than pipelines, the records) across input pipelines.
-      check: check the first file's first record against the expected lengths and
-        kind (unmasked records need `config.masking`, masked ones must not get it).
+      check: check every file's first record against the expected lengths, kind
+        (unmasked records need `config.masking`, masked ones must not get it) and ids
+        (`check_pretraining_files`); a runner that has checked them passes False.
 
     Returns:
       Dataset of dicts with int32 [batch, max_seq_length] `input_ids`, `input_mask`,
@@ -230,8 +439,9 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
     """
     files = list_files(config.input_patterns)
     if check:
-        schema = check_first_record(files[0], config.max_seq_length,
-                                    config.max_predictions_per_seq, config.compression)
+        schema = check_pretraining_files(files, config.max_seq_length,
+                                         config.max_predictions_per_seq, config.compression,
+                                         limits=_limits_of(config))
         if schema is not None:
             check_record_kind(schema, config.masking, files[0])
     compression = {compression_of(f, config.compression) for f in files}
@@ -351,21 +561,25 @@ def check_bucket_boundaries(boundaries: Sequence[int], max_seq_length: int) -> t
     return tuple(values)
 
 
+def _limits_of(config) -> tuple:
+    """The `IdLimit`s of a records config (its model's tables; masking's vocab)."""
+    return id_limits(vocab_size=config.vocab_size, type_vocab_size=config.type_vocab_size,
+                     masking=getattr(config, "masking", None))
+
+
 def _check_ids(example, config):
-    """Fails on ids the model's tables do not have, naming the feature and config key."""
+    """Fails on ids the model's tables (or masking's vocab) do not have, naming the feature
+    and the size (`naming_bad_records` then names the file)."""
     checks = []
-    if config.vocab_size is not None and "input_ids" in example:
+    for limit in _limits_of(config):
+        if limit.feature not in example:
+            continue
+        values = example[limit.feature]
         checks.append(tf.debugging.assert_less(
-            example["input_ids"], tf.constant(config.vocab_size, example["input_ids"].dtype),
-            message=f"input_ids holds an id >= vocab_size={config.vocab_size} of "
-                    f"bert_config.json: the records {list(config.input_patterns)[:2]} were "
-                    "made with another vocab.txt"))
-    if config.type_vocab_size is not None and "segment_ids" in example:
-        checks.append(tf.debugging.assert_less(
-            example["segment_ids"],
-            tf.constant(config.type_vocab_size, example["segment_ids"].dtype),
-            message=f"segment_ids holds an id >= type_vocab_size={config.type_vocab_size} "
-                    "of bert_config.json"))
+            values, tf.constant(limit.bound, values.dtype),
+            message=f"{limit.feature}{_ID_CHECK_MARK}{limit.source}: the records "
+                    f"{list(config.input_patterns)[:2]}" + (f"; {limit.hint}" if limit.hint
+                                                            else "")))
     if not checks:
         return example
     with tf.control_dependencies(checks):

@@ -14,6 +14,13 @@ that cannot use them. Every runner claims its `output_dir` before any work:
   Settings that do not change the weights' meaning (batch size, learning rate, steps) are
   not part of it, so a run can be resumed with other ones.
 
+Two steps, so that a run refused by any later check does not claim the directory: `claim`
+takes the lock and compares the identity (writing nothing else) before any work; once the
+run's every check has passed (flags, data, the model built, its checkpoint restored or
+initialised), `RunDir.commit` writes the identity and removes what killed checkpoint saves
+left (`training.checkpointing.remove_killed_save_leftovers`). A run released without a
+commit removes the directory if the claim created it.
+
 Only the chief of a multi-worker run locks and writes; every worker checks the identity.
 """
 
@@ -60,6 +67,8 @@ class RunDir:
         self.lock_path = f"{output_dir.rstrip('/')}/{LOCK_FILE}"
         self.identity_path = f"{output_dir.rstrip('/')}/{IDENTITY_FILE}"
         self._locked = False
+        self._committed = False
+        self._created = None  # the outermost directory `lock` created, if any
 
     # ------------------------------------------------------------------------ lock
     def _try_create_lock(self) -> bool:
@@ -83,6 +92,7 @@ class RunDir:
 
     def lock(self) -> None:
         """Takes the lock or raises RunDirError naming the run that holds it."""
+        self._created = _outermost_missing(self.output_dir)
         fileio.makedirs(self.output_dir)
         for _ in range(3):
             if self._try_create_lock():
@@ -116,6 +126,8 @@ class RunDir:
         raise RunDirError(f"could not take the lock {self.lock_path}")
 
     def release(self) -> None:
+        """Gives the lock up; without a commit, also removes the directory `lock` created
+        (a refused or failed run leaves nothing behind)."""
         if not self._locked:
             return
         self._locked = False
@@ -125,18 +137,31 @@ class RunDir:
                 fileio.remove(self.lock_path)
             except OSError:
                 pass
+        if self._created and not self._committed:
+            from absl import logging
+
+            # Created by this claim and held under its lock since: all in it is this run's.
+            try:
+                fileio.remove(self._created)
+            except OSError as err:
+                logging.warning("Could not remove %s, created by this run: %s",
+                                self._created, err)
 
     # -------------------------------------------------------------------- identity
-    def check_identity(self) -> None:
-        """Raises RunDirError when output_dir holds another model's run; writes ours if new."""
-        stored = _read_json(self.identity_path) if fileio.exists(self.identity_path) else None
-        if fileio.exists(self.identity_path) and stored is None:
+    def _stored_identity(self):
+        """The identity output_dir records (None: none yet); RunDirError if unreadable."""
+        if not fileio.exists(self.identity_path):
+            return None
+        stored = _read_json(self.identity_path)
+        if stored is None:
             raise RunDirError(f"{self.identity_path} cannot be read; it records which model "
                               f"the checkpoints in {self.output_dir} belong to")
+        return stored
+
+    def check_identity(self) -> None:
+        """Raises RunDirError when output_dir holds another model's run (writes nothing)."""
+        stored = self._stored_identity()
         if stored is None:
-            if self.is_chief:
-                fileio.write_text(self.identity_path,
-                                  json.dumps(self.identity, indent=2, sort_keys=True) + "\n")
             return
         differences = _differences(stored, self.identity)
         if differences:
@@ -146,6 +171,32 @@ class RunDir:
                 f"{self.flag}={self.output_dir} holds a run of another model ({listed}). "
                 f"Its checkpoints would be overwritten; choose another {self.flag}, or delete "
                 f"the directory if that run is no longer wanted")
+
+    def commit(self) -> None:
+        """Takes the directory for this run, once every check of the run has passed: writes
+        the identity (if new) and removes what killed checkpoint saves left (chief only;
+        while locked, so never a live run's). Idempotent."""
+        if self._committed:
+            return
+        if self.is_chief:
+            from training import checkpointing
+
+            if self._stored_identity() is None:
+                fileio.write_text(self.identity_path,
+                                  json.dumps(self.identity, indent=2, sort_keys=True) + "\n")
+            checkpointing.remove_killed_save_leftovers(self.output_dir)
+        self._committed = True
+
+
+def _outermost_missing(path: str) -> str | None:
+    """The outermost missing directory of a local `path` (what makedirs would create), or
+    None when it exists (object stores have no directories to leave behind)."""
+    if fileio.is_url(path) or os.path.lexists(path):
+        return None
+    path = os.path.abspath(path)
+    while not os.path.lexists(os.path.dirname(path)):
+        path = os.path.dirname(path)
+    return path
 
 
 def _normalise(value):
@@ -168,7 +219,8 @@ def _differences(old, new, prefix=""):
 
 def claim(output_dir: str, identity: dict, *, is_chief: bool = True,
           flag: str = "--output_dir") -> RunDir:
-    """Locks output_dir (chief only) and checks its identity; see the module docstring.
+    """Locks output_dir (chief only) and checks its identity, writing nothing but the lock;
+    `commit()` once the run's checks have passed (see the module docstring).
 
     Args:
       output_dir: the run's directory (created if missing; gs:// works, with a best-effort
@@ -178,7 +230,8 @@ def claim(output_dir: str, identity: dict, *, is_chief: bool = True,
       is_chief: only the chief locks and writes the identity.
 
     Returns:
-      The claimed RunDir (release it when done; it is also released at exit).
+      The claimed RunDir (commit it before writing, release it when done; it is also
+      released at exit).
     """
     run_dir = RunDir(output_dir, identity, is_chief=is_chief, flag=flag)
     if is_chief:

@@ -27,6 +27,17 @@ class Hyperparameters:
     dtype: str = "float32"
     jit_compile: bool = False
 
+    def optimizer_config(self, num_train_steps: int = 1, num_warmup_steps: int = 0):
+        """The `modeling.optimization.OptimizerConfig` of these settings; building it
+        validates them (ValueError naming the flag), so a run can check them before the
+        step counts are known, with the defaults."""
+        from modeling import optimization
+
+        return optimization.OptimizerConfig(
+            learning_rate=self.learning_rate, num_train_steps=num_train_steps,
+            num_warmup_steps=num_warmup_steps, optimizer=self.optimizer,
+            weight_decay_rate=self.weight_decay_rate, clip_norm=self.clip_norm)
+
 
 def check_batch(name: str, global_batch: int, replicas: int, accumulation: int = 1) -> None:
     """Raises ValueError naming the flag when a global batch does not split over replicas."""
@@ -50,6 +61,19 @@ def load_bert_config(bert_config_file: str, max_seq_length: int):
             f"Cannot use sequence length {max_seq_length} because the BERT model was "
             f"only trained up to sequence length {bert_config.max_position_embeddings}")
     return bert_config
+
+
+def check_vocab_fits(vocab_file: str, bert_config, bert_config_file: str) -> None:
+    """Raises ValueError naming both flags when --vocab_file has more tokens than the
+    model's embedding table: the records made with it would hold ids the model lacks."""
+    from data_prep import tokenization
+
+    size = len(tokenization.load_vocab(vocab_file))
+    if size > bert_config.vocab_size:
+        raise ValueError(
+            f"--vocab_file={vocab_file} has {size} tokens but --bert_config_file="
+            f"{bert_config_file} has vocab_size={bert_config.vocab_size}: not this model's "
+            "vocab (pass the vocab.txt the model was trained with)")
 
 
 def finetuning_steps(num_examples: int, train_batch_size: int, num_train_epochs: float,
@@ -82,10 +106,8 @@ def build_trainer(strategy, model_fn: Callable, task, *, hparams: Hyperparameter
             loop.build_encoder_model(model, max_seq_length)
         else:
             build_fn(model)
-        optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
-            learning_rate=hparams.learning_rate, num_train_steps=max(num_train_steps, 1),
-            num_warmup_steps=num_warmup_steps, optimizer=hparams.optimizer,
-            weight_decay_rate=hparams.weight_decay_rate, clip_norm=hparams.clip_norm))
+        optimizer = optimization.create_optimizer(
+            hparams.optimizer_config(max(num_train_steps, 1), num_warmup_steps))
     loop_config = loop.LoopConfig(
         output_dir=output_dir, num_train_steps=num_train_steps,
         train_batch_size=train_batch_size, eval_batch_size=eval_batch_size,

@@ -24,6 +24,11 @@ class ClassifierServing(export.ServingFamily):
     weights_description = "a fine-tuned classifier (run_classifier.py output)"
     fields = ("labels", "is_regression", "text_pair")
 
+    def claims_legacy_run(self, data):
+        # run_classifier.py's metadata: the shared keys only, with labels or regression.
+        return (set(data) <= export.metadata_keys(export.ExportMetadata)
+                and bool(data.get("labels") or data.get("is_regression")))
+
     def validate(self, config):
         if not config.is_regression and len(config.labels) < 1:
             raise export.ExportError("a classifier export needs its label names (or "

@@ -291,7 +291,10 @@ class ClassificationFamily(finetuning.TaskFamily):
 
         text_pair = any(layout.text_b is not None
                         for layout in self.processor.layouts.values())
+        from tasks.classification.export import FAMILY
+
         return export.ExportMetadata(
             task=self.settings.task_name, labels=tuple(self.label_list),
             is_regression=self.is_regression, do_lower_case=run.do_lower_case,
-            max_seq_length=run.max_seq_length, text_pair=text_pair)
+            max_seq_length=run.max_seq_length, text_pair=text_pair,
+            model_type=FAMILY.model_type)

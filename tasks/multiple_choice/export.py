@@ -34,6 +34,12 @@ class MultipleChoiceServing(export.ServingFamily):
     weights_description = "a fine-tuned multiple-choice model (run_swag.py output)"
     fields = ()
 
+    def claims_legacy_run(self, data):
+        # run_swag.py's metadata: task swag or custom, the shared keys, no labels.
+        return (data.get("task") in ("swag", "custom")
+                and set(data) <= export.metadata_keys(export.ExportMetadata)
+                and not data.get("labels") and not data.get("is_regression"))
+
     def build_model(self, config, bert_config, dtype_policy):
         from modeling.models import BertMultipleChoice
 

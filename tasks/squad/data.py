@@ -147,11 +147,14 @@ def examples_from_json(
     context words at `answer_start` is skipped with a warning, like the original.
 
     Raises:
-      SquadFormatError: a missing or mistyped field, naming the question id where known.
+      SquadFormatError: a missing or mistyped field, naming the question id where known;
+        a question id used twice (predictions.json, the metrics and the n-best file map
+        each id to one question: the second would silently replace the first).
     """
     articles = _require(dataset, "data", list, source)
     examples: list[SquadExample] = []
     skipped: list[SkippedQuestion] = []
+    seen: dict[str, str] = {}  # str(id) (as a predictions.json key) -> where it was
     for a_index, article in enumerate(articles):
         a_where = f"{source}: data[{a_index}]"
         for p_index, paragraph in enumerate(_require(article, "paragraphs", list, a_where)):
@@ -159,7 +162,10 @@ def examples_from_json(
             context = _require(paragraph, "context", str, p_where)
             doc_tokens, char_to_word_offset = split_context(context)
             for q_index, qa in enumerate(_require(paragraph, "qas", list, p_where)):
-                qas_id = _require(qa, "id", (str, int), f"{p_where}.qas[{q_index}]")
+                q_where = f"{p_where}.qas[{q_index}]"
+                qas_id = _require(qa, "id", (str, int), q_where)
+                check_new_question_id(qas_id, f"data[{a_index}].paragraphs[{p_index}].qas[{q_index}]",
+                              seen, source)
                 where = f"{source}: question id {qas_id!r}"
                 question_text = _require(qa, "question", str, where)
                 example = SquadExample(
@@ -180,6 +186,17 @@ def examples_from_json(
             source, len(skipped), len(skipped) + len(examples),
         )
     return examples, skipped
+
+
+def check_new_question_id(qas_id, location: str, seen: dict, source: str) -> None:
+    """Raises SquadFormatError if `qas_id` was `seen` (as a JSON key: 7 and "7" are one
+    id); else records its `location` (data[a].paragraphs[p].qas[q])."""
+    key = str(qas_id)
+    if key in seen:
+        raise SquadFormatError(
+            f"{source}: question id {qas_id!r} is used twice, at {seen[key]} and "
+            f"{location}; question ids must be unique")
+    seen[key] = location
 
 
 def _locate_answer(example, qa, char_to_word_offset, version_2_with_negative, where):
@@ -600,8 +617,9 @@ def load_prediction_features(path: str) -> tuple[list[SquadFeature], dict]:
     return features, payload.get("metadata", {})
 
 
-# Bump when the record or sidecar contents change, to invalidate old caches.
-_CACHE_FORMAT = 1
+# Bump when the record or sidecar contents change, to invalidate old caches (2: files
+# with a repeated question id are refused, so caches made from them must be re-read).
+_CACHE_FORMAT = 2
 
 
 @dataclasses.dataclass

@@ -29,6 +29,7 @@ import tensorflow_text as tf_text
 
 from modeling import export
 from modeling.export import max_context
+from tasks.squad.task import SquadExportMetadata
 
 
 class SquadServing(export.ServingFamily):
@@ -38,6 +39,18 @@ class SquadServing(export.ServingFamily):
     weights_description = "a fine-tuned SQuAD model (run_squad.py output)"
     fields = ("max_query_length", "max_answer_length", "doc_stride", "n_best_size",
               "max_context_windows")
+    # The run's settings that the export takes (explicit flags override them).
+    RUN_SETTINGS = ("max_query_length", "doc_stride", "max_answer_length", "n_best_size")
+
+    metadata_class = SquadExportMetadata
+
+    def claims_legacy_run(self, data):
+        return data.get("task") in ("squad", "squad_v2")
+
+    def config_fields(self, metadata):
+        # 0: metadata written before the run recorded the setting.
+        return {name: getattr(metadata, name) for name in self.RUN_SETTINGS
+                if getattr(metadata, name, 0) > 0}
 
     def validate(self, config):
         if config.max_seq_length < config.max_query_length + 4:

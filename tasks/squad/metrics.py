@@ -11,9 +11,13 @@ Behaviour follows the official evaluation scripts (evaluate-v1.1.py, evaluate-v2
   `NoAns_*` splits, and with no-answer probabilities (`null_odds.json`) the best threshold
   search `best_exact(_thresh)`, `best_f1(_thresh)`.
 
-One deliberate difference: a question with no prediction scores 0 and is counted in the
+Two deliberate differences: a question with no prediction scores 0 and is counted in the
 totals in both versions (the v2.0 script leaves it out of `total` and then fails on the
-HasAns/NoAns splits); a warning names how many were missing.
+HasAns/NoAns splits); a warning names how many were missing. A v1.1 question whose
+`answers` is empty has nothing to be scored against (evaluate-v1.1.py fails on it with
+"max() arg is an empty sequence"): it is left out of the scores with a warning naming it,
+and the figures then also give `total` (the questions scored) and
+`skipped_without_answers`.
 """
 
 from __future__ import annotations
@@ -104,6 +108,20 @@ def _questions(dataset_json):
             yield from paragraph["qas"]
 
 
+def check_unique_ids(dataset_json, source: str = "SQuAD dataset") -> None:
+    """Raises `data.SquadFormatError` naming a question id used twice in `source` (the
+    scores would silently merge the two questions)."""
+    from tasks.squad.data import check_new_question_id
+
+    seen: dict = {}
+    for a_index, article in enumerate(_articles(dataset_json)):
+        for p_index, paragraph in enumerate(article["paragraphs"]):
+            for q_index, qa in enumerate(paragraph["qas"]):
+                check_new_question_id(
+                    qa["id"], f"data[{a_index}].paragraphs[{p_index}].qas[{q_index}]",
+                    seen, source)
+
+
 def _warn_missing(missing: list[str]) -> None:
     if missing:
         logging.warning(
@@ -112,22 +130,39 @@ def _warn_missing(missing: list[str]) -> None:
 
 
 def evaluate_v1(dataset_json, predictions: Mapping[str, str]) -> dict:
-    """Official v1.1 scores: {"exact_match", "f1"} in percent."""
+    """Official v1.1 scores: {"exact_match", "f1"} in percent.
+
+    Questions without a gold answer are not scored (see the module docstring); when there
+    are any, the result also holds `total` (questions scored) and
+    `skipped_without_answers`.
+    """
     f1 = exact_match = total = 0
-    missing = []
+    missing, no_answers = [], []
     for qa in _questions(dataset_json):
+        ground_truths = [a["text"] for a in qa["answers"]]
+        if not ground_truths:
+            no_answers.append(qa["id"])
+            continue
         total += 1
         if qa["id"] not in predictions:
             missing.append(qa["id"])
             continue
-        ground_truths = [a["text"] for a in qa["answers"]]
         prediction = predictions[qa["id"]]
         exact_match += metric_max_over_ground_truths(exact_match_score, prediction, ground_truths)
         f1 += metric_max_over_ground_truths(f1_score_v1, prediction, ground_truths)
     _warn_missing(missing)
+    if no_answers:
+        shown = ", ".join(repr(qid) for qid in no_answers[:10])
+        logging.warning(
+            "%d question(s) have no gold answer (\"answers\": []) and are not scored by the "
+            "v1.1 metrics, which score answerable questions only: %s%s; %d scored",
+            len(no_answers), shown, " ..." if len(no_answers) > 10 else "", total)
     if total == 0:
-        raise ValueError("SQuAD dataset has no questions")
-    return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
+        raise ValueError("SQuAD dataset has no questions with gold answers to score")
+    scores = {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
+    if no_answers:
+        scores.update(total=total, skipped_without_answers=len(no_answers))
+    return scores
 
 
 def get_raw_scores(dataset_json, predictions: Mapping[str, str]):
@@ -261,7 +296,8 @@ def has_gold_answers(dataset_json) -> bool:
 
 
 def evaluate(dataset_json, predictions: Mapping[str, str], na_probs=None, *,
-             version_2_with_negative: bool | None = None) -> dict:
+             version_2_with_negative: bool | None = None,
+             source: str = "SQuAD dataset") -> dict:
     """Official scores of `predictions` (qas_id -> text) against a SQuAD JSON object.
 
     Args:
@@ -270,7 +306,9 @@ def evaluate(dataset_json, predictions: Mapping[str, str], na_probs=None, *,
       na_probs: v2.0 no-answer scores per question (null_odds.json); enables best_*.
       version_2_with_negative: force v2.0 (True) or v1.1 (False); None reads the file's
         `version` ("1.1" / "v2.0"), else v2.0 when any question has no answer.
+      source: the dataset's file, for errors (a question id used twice is one).
     """
+    check_unique_ids(dataset_json, source)
     v2 = is_v2_dataset(dataset_json) if version_2_with_negative is None else version_2_with_negative
     if v2:
         return evaluate_v2(dataset_json, predictions, na_probs)
@@ -285,7 +323,7 @@ def evaluate_files(data_file: str, prediction_file: str, na_prob_file: str | Non
 
     na_probs = load(na_prob_file) if na_prob_file else None
     return evaluate(load(data_file), load(prediction_file), na_probs,
-                    version_2_with_negative=version_2_with_negative)
+                    version_2_with_negative=version_2_with_negative, source=data_file)
 
 
 def eval_results_text(results: Mapping) -> str:

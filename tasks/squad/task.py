@@ -15,7 +15,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from modeling import losses
+from modeling import export, losses
 from tasks.squad import data
 from training import finetuning, input_pipeline
 from training.loop import Task
@@ -116,6 +116,23 @@ class SquadSettings:
     verbose_logging: bool = False
     version_2_with_negative: bool = False
     null_score_diff_threshold: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadExportMetadata(export.ExportMetadata):
+    """`export_metadata.json` of a SQuAD run: the shared fields plus the windows and the
+    answer selection the run used, so that its export serves what it predicted.
+
+    Attributes:
+      max_query_length, doc_stride: how the run cut questions and contexts into windows.
+      max_answer_length, n_best_size: how the run picked the answer span.
+      (0: not recorded, metadata written before they were: the export's defaults apply.)
+    """
+
+    max_query_length: int = 0
+    doc_stride: int = 0
+    max_answer_length: int = 0
+    n_best_size: int = 0
 
 
 class SquadFamily(finetuning.TaskFamily):
@@ -257,7 +274,8 @@ class SquadFamily(finetuning.TaskFamily):
         # flag (the v1.1 ones cannot score a question with no gold answer).
         v2 = self.settings.version_2_with_negative or metrics.is_v2_dataset(self._dataset_json)
         return metrics.evaluate(self._dataset_json, predictions.predictions,
-                                predictions.null_odds or None, version_2_with_negative=v2)
+                                predictions.null_odds or None, version_2_with_negative=v2,
+                                source=self.settings.predict_file)
 
     def evaluate(self, trainer, split, *, step, run_dir, write):
         from tasks.squad import postprocess
@@ -312,8 +330,12 @@ class SquadFamily(finetuning.TaskFamily):
         return list(paths.values())
 
     def export_metadata(self, run):
-        from modeling import export
+        from tasks.squad.export import FAMILY
 
-        return export.ExportMetadata(
-            task="squad_v2" if self.settings.version_2_with_negative else "squad",
-            do_lower_case=run.do_lower_case, max_seq_length=run.max_seq_length)
+        cfg = self.settings
+        return SquadExportMetadata(
+            task="squad_v2" if cfg.version_2_with_negative else "squad",
+            do_lower_case=run.do_lower_case, max_seq_length=run.max_seq_length,
+            model_type=FAMILY.model_type, max_query_length=cfg.max_query_length,
+            doc_stride=cfg.doc_stride, max_answer_length=cfg.max_answer_length,
+            n_best_size=cfg.n_best_size)

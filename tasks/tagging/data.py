@@ -281,6 +281,63 @@ def detect_tag_scheme(label_list: Sequence[str], sentences: Sequence[Sentence] =
     return "IOB2" if sentences else "IOB1"
 
 
+def _chunk_part(tag: str) -> tuple[str, str]:
+    """(prefix, type) of a chunk tag ("B-PER" -> ("B", "PER")); ("O", "") otherwise."""
+    match = _CHUNK_TAG.match(tag)
+    return (match.group(1), match.group(2)) if match else (OUTSIDE, "")
+
+
+def _scheme_breaks(tags: Sequence[str], scheme: str) -> Iterator[tuple[int, str]]:
+    """(word index, what is wrong) of each tag of one sentence that `scheme` does not allow
+    where it stands (IOB2, IOBES). Not checked: IOB1 and IOE, whose variants allow every
+    order of their tags (and a label list alone cannot tell IOB1 from IOB2)."""
+    parts = [_chunk_part(tag) for tag in tags] + [(OUTSIDE, "")]
+    for i, tag in enumerate(tags):
+        (prefix, kind), following = parts[i], parts[i + 1]
+        previous = parts[i - 1] if i else (OUTSIDE, "")
+        inside = previous[0] in ("B", "I") and previous[1] == kind
+        before = tags[i - 1] if i else "the sentence start"
+        after = tags[i + 1] if i + 1 < len(tags) else "the sentence end"
+        problems = []
+        if scheme == "IOB2" and prefix == "I" and not inside:
+            problems.append(f"after {before} (IOB2 opens every chunk with B-)")
+        if scheme == "IOBES" and prefix in ("I", "E") and not inside:
+            problems.append(f"after {before} (IOBES opens a chunk with B-, or S- alone)")
+        if scheme == "IOBES" and prefix in ("B", "I") and not (
+                following[0] in ("I", "E") and following[1] == kind):
+            problems.append(f"before {after} (IOBES closes a chunk with E-; one word: S-)")
+        if problems:
+            yield i, f"{tag} " + " and ".join(problems)
+
+
+def tag_scheme_breaks(conll: ConllFile, scheme: str) -> list[tuple[int, str]]:
+    """(1-based line, what is wrong) of each tag of a tagged file that does not follow
+    `scheme` (the one `detect_tag_scheme` gave the labels): a file mixing schemes, e.g.
+    B-/I- chunks and S- tags in one file, read as IOBES. Empty for "none", IOB1 and IOE."""
+    if not conll.has_tags or scheme not in ("IOB2", "IOBES"):
+        return []
+    return [(sentence.line + i, what) for sentence in conll.sentences
+            for i, what in _scheme_breaks(sentence.tags, scheme)]
+
+
+def warn_tag_scheme_breaks(conll: ConllFile, scheme: str, shown: int = 5) -> int:
+    """Logs a warning naming the file, how many tags break `scheme` and the first `shown`
+    of them with their lines (`tag_scheme_breaks`); returns how many there are.
+
+    A warning, not an error: conlleval's chunk rules still read such a file, but its
+    entities (and F1) may not be what the tags meant.
+    """
+    breaks = tag_scheme_breaks(conll, scheme)
+    if breaks:
+        examples = "; ".join(f"line {line}: {what}" for line, what in breaks[:shown])
+        logging.warning(
+            "%s: %d tag(s) do not follow the %s scheme of the labels, as if the file mixed "
+            "tag schemes; entities are read with conlleval's rules, which may not be what "
+            "these tags meant. %s%s", conll.path, len(breaks), scheme, examples,
+            " ..." if len(breaks) > shown else "")
+    return len(breaks)
+
+
 def is_chunk_scheme(scheme: str) -> bool:
     """Whether conlleval's chunk precision/recall/F1 describe this scheme."""
     return scheme != "none"

@@ -89,12 +89,10 @@ class TaggerServing(export.ServingFamily):
         # run_ner.py's default: windows half a window apart (data.WindowConfig.stride).
         return {"doc_stride": data.WindowConfig(max_seq_length=max(3, max_seq_length)).stride}
 
+    def claims_legacy_run(self, data):
+        return data.get("task") == TAGGING_TASK
+
     def config_fields(self, metadata):
-        if metadata.task != TAGGING_TASK or metadata.is_regression or metadata.text_pair:
-            raise export.ExportError(
-                f"the export_metadata.json found (task={metadata.task!r}) was not written "
-                f"by a tagging run (run_ner.py writes task={TAGGING_TASK!r}); "
-                "--model_type=tagger exports run_ner.py output directories")
         fields = {"tag_scheme": metadata.tag_scheme, "feature_based": metadata.feature_based,
                   "feature_layers": metadata.feature_layers,
                   "lstm_units": metadata.lstm_units}

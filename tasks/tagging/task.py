@@ -161,6 +161,9 @@ class TaggingFamily(finetuning.TaskFamily):
             self.label_source = f"the tags of {self._train_file.path}"
         self.tag_scheme = data.detect_tag_scheme(
             self.label_list, self._train_file.sentences if self._train_file else ())
+        if self._train_file is not None:
+            # Mixed schemes (B-/I- chunks and S- tags, ...) would be recorded silently.
+            data.warn_tag_scheme_breaks(self._train_file, self.tag_scheme)
         self._task = TaggingTask()
         self._batch_sizes: dict = {}
         self._written: dict = {}
@@ -179,6 +182,7 @@ class TaggingFamily(finetuning.TaskFamily):
             return self._train_file
         conll = self._read(split, require_tags=require_tags)
         data.check_tags(conll, self.label_list, self.label_source)
+        data.warn_tag_scheme_breaks(conll, self.tag_scheme)
         if split == "train":
             self._train_file = conll
         return conll
@@ -310,9 +314,12 @@ class TaggingFamily(finetuning.TaskFamily):
         return list(texts)
 
     def export_metadata(self, run):
+        from tasks.tagging.export import FAMILY
+
         s = self.settings
         return TaggingExportMetadata(
-            task="tagging", labels=tuple(self.label_list), do_lower_case=run.do_lower_case,
+            model_type=FAMILY.model_type, task="tagging", labels=tuple(self.label_list),
+            do_lower_case=run.do_lower_case,
             max_seq_length=run.max_seq_length, tag_scheme=self.tag_scheme,
             doc_stride=self.window.stride, document_context=s.document_context,
             feature_based=s.feature_based,

@@ -1,0 +1,149 @@
+"""Which runs each export family takes: the runners' export_metadata.json says what a run is
+(its model_type, written by each task family's own code), and export_saved_model.py refuses
+another family's run with an error naming the directory, what it holds and what was asked;
+SQuAD runs record their windows and answer selection, which the export then uses."""
+
+import json
+import types
+
+import keras
+import pytest
+
+from conftest import write_vocab
+from modeling import export
+from modeling.models import BertClassifier, BertMultipleChoice, BertSpanLabeler
+from test_export import SEQ, VOCAB, _cli, _config, _save_like_training
+
+RUN_FAMILIES = ("classifier", "squad", "multiple_choice", "tagger")
+# The encoder every run has: these families export any run's.
+ENCODER_FAMILIES = ("encoder", "hub")
+SQUAD_SETTINGS = dict(doc_stride=12, max_query_length=8, max_answer_length=6, n_best_size=7)
+
+
+def runner_metadata(run_type, data_dir):
+    """The ExportMetadata the runner of `run_type` writes, from its task family's code:
+    a regression classifier (STS-B), SQuAD v1.1, SWAG, a CoNLL tagger."""
+    run = types.SimpleNamespace(do_lower_case=True, max_seq_length=SEQ)
+    if run_type == "classifier":
+        from tasks.classification.task import ClassificationFamily, ClassificationSettings
+
+        family = ClassificationFamily(ClassificationSettings("sts-b", str(data_dir)), SEQ)
+    elif run_type == "squad":
+        from tasks.squad.task import SquadFamily, SquadSettings
+
+        family = SquadFamily(SquadSettings(**SQUAD_SETTINGS), SEQ)
+    elif run_type == "multiple_choice":
+        from tasks.multiple_choice.task import MultipleChoiceFamily, MultipleChoiceSettings
+
+        family = MultipleChoiceFamily(MultipleChoiceSettings(str(data_dir)), SEQ)
+    else:
+        from tasks.tagging.task import TaggingFamily, TaggingSettings
+
+        family = TaggingFamily(TaggingSettings(str(data_dir), label_list=(
+            "O", "B-PER", "I-PER")), SEQ)
+    return family.export_metadata(run)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["recorded", "legacy"])
+def test_each_family_exports_only_its_own_runs(tmp_path, legacy):
+    """Every pair (run family, asked family): accepted when they match (or the encoder
+    is asked), else refused naming the directory, the run's family and task, and what was
+    asked. Legacy: metadata written before model_type was recorded, told apart by task
+    and keys."""
+    for run_type in RUN_FAMILIES:
+        meta = runner_metadata(run_type, tmp_path)
+        assert meta.model_type == run_type
+        directory = tmp_path / run_type
+        directory.mkdir()
+        export.write_export_metadata(str(directory), meta)
+        if legacy:
+            path = directory / export.METADATA_FILE
+            data = json.loads(path.read_text())
+            del data["model_type"]
+            path.write_text(json.dumps(data))
+        for asked in export.MODEL_TYPES:
+            family = export.get_family(asked)
+            if asked == run_type or asked in ENCODER_FAMILIES:
+                got = export.read_run_metadata(str(directory), family)
+                assert type(got) is export.get_family(run_type).metadata_class, (run_type, asked)
+                assert (got.max_seq_length, got.task) == (SEQ, meta.task)
+                continue
+            with pytest.raises(export.ExportError) as err:
+                export.read_run_metadata(str(directory), family)
+            message = str(err.value)
+            for part in (str(directory), f"model_type={run_type!r}", f"task={meta.task!r}",
+                         f"--model_type={asked} was asked",
+                         f"export it with --model_type={run_type}"):
+                assert part in message, (run_type, asked, message)
+        # The default reader reads a run as its own family's metadata.
+        assert type(export.read_export_metadata(str(directory))) is type(meta)
+
+
+def test_an_unknown_model_type_is_refused(tmp_path):
+    (tmp_path / export.METADATA_FILE).write_text('{"task": "x", "model_type": "clasifier"}')
+    with pytest.raises(export.ExportError, match="model_type='clasifier' is not one of"):
+        export.read_run_metadata(str(tmp_path), export.get_family("classifier"))
+
+
+def _run_dir(directory, model, run_type):
+    """A runner's output_dir: checkpoint, config, vocab and its export_metadata.json."""
+    directory.mkdir()
+    write_vocab(directory / "vocab.txt", VOCAB)
+    _config().to_json_file(str(directory / "bert_config.json"))
+    _save_like_training(model, directory)
+    export.write_export_metadata(str(directory), runner_metadata(run_type, directory))
+    return directory
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run_type,asked,flags", [
+    ("classifier", "multiple_choice", []),              # a regression classifier (STS-B)
+    ("multiple_choice", "classifier", ["--is_regression"]),   # a SWAG run
+    ("squad", "classifier", ["--is_regression"]),
+])
+def test_cli_refuses_another_familys_run_and_exports_its_own(tmp_path, run_type, asked, flags):
+    """Issue 22: these exports exited 0 (the heads' weights load into one another)."""
+    keras.utils.set_random_seed(11)
+    model = {"classifier": lambda: BertClassifier(_config(), 1),
+             "multiple_choice": lambda: BertMultipleChoice(_config()),
+             "squad": lambda: BertSpanLabeler(_config())}[run_type]()
+    run = _run_dir(tmp_path / "run", model, run_type)
+    result = _cli(f"--model_type={asked}", f"--init_checkpoint={run}", *flags,
+                  f"--export_dir={tmp_path / 'out'}")
+    assert result.returncode == 2, (result.stdout + result.stderr)[-3000:]
+    assert "Traceback" not in result.stderr
+    assert (f"{run} holds a fine-tuned" in result.stderr
+            and f"model_type={run_type!r}" in result.stderr
+            and f"--model_type={asked} was asked" in result.stderr), result.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+    result = _cli(f"--model_type={run_type}", f"--init_checkpoint={run}",
+                  f"--export_dir={tmp_path / 'own'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert export.export_kind(str(tmp_path / "own")) == run_type
+
+
+@pytest.mark.slow
+def test_squad_export_takes_the_runs_windows_and_flags_override_them(tmp_path):
+    """Issue 22: the SQuAD run's export_metadata.json lacked max_query_length and
+    doc_stride, so its export fell back to 64 / 128 (and refused max_seq_length 32)."""
+    keras.utils.set_random_seed(12)
+    run = _run_dir(tmp_path / "run", BertSpanLabeler(_config()), "squad")
+    meta = json.loads((run / export.METADATA_FILE).read_text())
+    assert {k: meta[k] for k in SQUAD_SETTINGS} == SQUAD_SETTINGS
+
+    def marker(name):
+        path = tmp_path / name / "assets.extra" / export.METADATA_FILE
+        return json.loads(path.read_text())
+
+    result = _cli("--model_type=squad", f"--init_checkpoint={run}",
+                  f"--export_dir={tmp_path / 'from_run'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = marker("from_run")
+    assert {k: got[k] for k in SQUAD_SETTINGS} == SQUAD_SETTINGS
+    assert got["max_seq_length"] == SEQ and got["model_type"] == "squad"
+    result = _cli("--model_type=squad", f"--init_checkpoint={run}", "--doc_stride=5",
+                  "--max_query_length=4", f"--export_dir={tmp_path / 'flags'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = marker("flags")
+    assert (got["doc_stride"], got["max_query_length"]) == (5, 4)
+    assert (got["max_answer_length"], got["n_best_size"]) == (6, 7)

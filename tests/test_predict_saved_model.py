@@ -1,0 +1,144 @@
+"""predict_saved_model.py on hostile input (issue 22): an input the export refuses (a
+context needing more windows than it allows), strings that are not UTF-8, and an
+--output_json that cannot be written give a clear error (exit status 2, naming the
+argument) and no traceback; --output_json is written all-or-nothing."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+
+import predict_saved_model
+from conftest import REPO_ROOT, write_vocab
+from modeling import export
+from modeling.models import BertClassifier, BertSpanLabeler
+from test_export import SEQ, VOCAB, _config
+
+MAX_WINDOWS = 4
+LONG_CONTEXT = " ".join(["the cat sat on the mat far away"] * 40)  # ~20 windows of 16
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    root = tmp_path_factory.mktemp("predict")
+    vocab = write_vocab(root / "vocab.txt", VOCAB)
+    keras.utils.set_random_seed(3)
+    export.export_saved_model(BertClassifier(_config(), 2), export.ServingConfig(
+        "classifier", vocab, True, SEQ, labels=("no", "yes")), str(root / "classifier"))
+    export.export_saved_model(BertSpanLabeler(_config()), export.ServingConfig(
+        "squad", vocab, True, SEQ, max_query_length=8, doc_stride=16,
+        max_context_windows=MAX_WINDOWS), str(root / "squad"))
+    return {"classifier": str(root / "classifier"), "squad": str(root / "squad")}
+
+
+def _cli(args, cwd):
+    """The script as a user runs it, isolated (tensorflow + tensorflow_text only); args
+    may be bytes (what a shell passes)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
+    script = os.path.join(REPO_ROOT, "predict_saved_model.py")
+    return subprocess.run([sys.executable, "-I", script, *args], cwd=cwd, env=env,
+                          capture_output=True, timeout=300)
+
+
+def _error_line(stderr: bytes) -> str:
+    text = stderr.decode("utf-8", "replace")
+    assert "Traceback" not in text, text[-3000:]
+    lines = [line for line in text.splitlines() if "predict_saved_model.py: error:" in line]
+    assert len(lines) == 1, text[-3000:]
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_a_context_beyond_the_exports_windows_is_named(exports, tmp_path):
+    """The traceback of the graph's InvalidArgumentError, before; now the input(s) that
+    need too many windows, the limit, and what to do."""
+    out = tmp_path / "out.json"
+    result = _cli([f"--export_dir={exports['squad']}", f"--output_json={out}",
+                   "--question=who sat?", "--context=the cat sat.",
+                   "--question=who sat?", f"--context={LONG_CONTEXT}"], tmp_path)
+    assert result.returncode == 2
+    line = _error_line(result.stderr)
+    assert "input #2 (--question, --context) refused by the export" in line, line
+    assert f"max_context_windows={MAX_WINDOWS}" in line and "--max_context_windows" in line
+    assert not out.exists()
+    # A context within the limit is served.
+    result = _cli([f"--export_dir={exports['squad']}", "--question=who sat?",
+                   "--context=the cat sat."], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argument,message", [
+    (b"--text=caf\xff", "--text #1: byte 0xff is not valid UTF-8 (at character 3)"),
+    # A surrogate encoded as UTF-8 (CESU-8) is not UTF-8 either.
+    (b"--text=a\xed\xa0\x80b", "--text #1: byte 0xed is not valid UTF-8 (at character 1)"),
+])
+def test_bytes_that_are_not_utf8_are_named(exports, tmp_path, argument, message):
+    result = _cli([f"--export_dir={exports['classifier']}".encode(), argument], tmp_path)
+    assert result.returncode == 2
+    assert message in _error_line(result.stderr)
+
+
+def test_a_lone_surrogate_is_named(exports, capsys):
+    code = predict_saved_model.main([f"--export_dir={exports['classifier']}", "--text=ok",
+                                     "--text=a\ud800b"])
+    assert code == 2
+    assert ("--text #2: U+D800 is a lone surrogate, not a character (at character 1)"
+            in capsys.readouterr().err)
+
+
+def test_output_json_that_cannot_be_written_is_refused_before_any_work(exports, tmp_path,
+                                                                      capsys):
+    (tmp_path / "a_folder").mkdir()
+    (tmp_path / "a_file").write_text("mine")
+    cases = {str(tmp_path / "a_folder"): "is a directory; give a file name",
+             str(tmp_path / "missing" / "x.json"): "does not exist",
+             str(tmp_path / "a_file" / "x.json"): "does not exist"}
+    for path, message in cases.items():
+        code = predict_saved_model.main([f"--export_dir={exports['classifier']}",
+                                         "--text=hi", f"--output_json={path}"])
+        err = capsys.readouterr().err
+        assert code == 2 and f"--output_json={path}" in err and message in err, err
+    assert (tmp_path / "a_file").read_text() == "mine"
+    assert sorted(os.listdir(tmp_path / "a_folder")) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_output_json_in_a_read_only_folder_is_refused(exports, tmp_path, capsys):
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        code = predict_saved_model.main([f"--export_dir={exports['classifier']}",
+                                         "--text=hi", f"--output_json={folder / 'x.json'}"])
+    finally:
+        folder.chmod(0o755)
+    assert code == 2 and "is not writable" in capsys.readouterr().err
+
+
+def test_output_json_is_written_all_or_nothing(exports, tmp_path, capsys, monkeypatch):
+    """A failure while writing (a read-only or full disk, found only then) leaves the
+    previous file as it was and no temporary; a success replaces it whole."""
+    out = tmp_path / "served.json"
+    out.write_text("previous")
+
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied", str(dst))
+
+    args = [f"--export_dir={exports['classifier']}", "--text=hi", "--text=the cat sat",
+            f"--output_json={out}"]
+    with monkeypatch.context() as patch:
+        patch.setattr(predict_saved_model.os, "replace", refuse)
+        code = predict_saved_model.main(args)
+    err = capsys.readouterr().err
+    assert code == 2 and f"--output_json={out}: cannot write it" in err
+    assert "Permission denied" in err
+    assert out.read_text() == "previous" and os.listdir(tmp_path) == ["served.json"]
+    assert predict_saved_model.main(args) == 0
+    document = json.loads(out.read_text())
+    assert document["inputs"] == {"text": ["hi", "the cat sat"]}
+    assert len(document["predictions"]) == 2 and os.listdir(tmp_path) == ["served.json"]
