@@ -14,8 +14,9 @@ never on the number of workers. See docs/create_pretraining_data.md.
 
 Paths are local or any `tf.io.gfile` URL (gs://, ...), as the original's. Local inputs
 are read by the workers themselves; a URL input is read here, range by range as the
-chunks are handed out, and its bytes go to the workers with the chunk (they never open
-a URL: only TensorFlow's file systems can, and they do not survive a fork). Records
+chunks are handed out, and its bytes go to the workers with the chunk (forked workers,
+which also inherit the tokenizer, never open a URL: only TensorFlow's file systems can,
+and they do not survive a fork). Records
 always travel back to this process, which alone writes the outputs. With local paths
 only, no process imports TensorFlow.
 

@@ -25,8 +25,8 @@ class ByteRange:
     start: int
     end: int
     # The range's bytes, already read (`loaded`): a URL input (gs://, ...) is read by the
-    # process that plans the chunks, so worker processes never open URLs (only
-    # TensorFlow's file systems can, and they do not survive a fork).
+    # process that plans the chunks, so forked workers never open URLs (only TensorFlow's
+    # file systems can, and they do not survive a fork).
     data: Optional[bytes] = dataclasses.field(default=None, repr=False, compare=False)
 
 
