@@ -39,7 +39,7 @@ def test_bert_config_and_run_identity(tmp_path, monkeypatch):
     calls = Syscalls(monkeypatch).calls
     BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                intermediate_size=64).to_json_file(str(tmp_path / "bert_config.json"))
-    RunDir(str(tmp_path), {"model": "tiny"}).check_identity()
+    RunDir(str(tmp_path), {"model": "tiny"}).commit()
     assert sorted(os.listdir(tmp_path)) == ["bert_config.json", "run_identity.json"]
     assert_durable(calls, tmp_path)
 
