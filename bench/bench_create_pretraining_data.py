@@ -187,6 +187,18 @@ def main():
     vocab_path = os.path.join(work, "vocab.txt")
     bench_corpus.write_vocab(vocab_path)
     load_before = os.getloadavg()
+    checkouts = [("ours", args.ours_root)] + (
+        [(f"ours from {args.compare_root}", args.compare_root)] if args.compare_root else [])
+    # Bytecode caches, as a user's second run (or any pip install) has them: the
+    # original's site-packages have them; without this, an environment with
+    # PYTHONDONTWRITEBYTECODE=1 would compile our modules in every timed run (~30 ms).
+    # Then one run fills the tokenizer's table cache, as a user's first run does.
+    for _, root in checkouts:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "data_prep"], cwd=root,
+                       env={k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                       check=True)
+        measure(startup_command(work, vocab_path, common), env=env, cwd=root)
+    groups = []  # (corpus kind, MB, runs), every run of one corpus file
     for kind, size_mb in [(k, float(s)) for k in corpora
                           for s in args.sizes_mb.split(",")]:
         corpus = os.path.join(work, f"corpus_{kind}_{size_mb:g}mb.txt")
@@ -198,7 +210,7 @@ def main():
         print(json.dumps(rows[-1]), flush=True)
         runs = []
         if not args.skip_original:
-            out = os.path.join(work, f"orig_{size_mb:g}.tfrecord")
+            out = os.path.join(work, f"orig_{kind}_{size_mb:g}.tfrecord")
             runs.append(("original (bert-tensorflow 1.0.4)", out,
                          ["-m", "bert.create_pretraining_data", f"--input_file={corpus}",
                           f"--output_file={out}", f"--vocab_file={vocab_path}", *common],
@@ -207,12 +219,9 @@ def main():
         variants = [(int(w), []) for w in args.workers.split(",")]
         if args.exact_draws_run:
             variants.append((all_cores, ["--exact_draws"]))
-        checkouts = [("ours", args.ours_root)] + (
-            [(f"ours from {args.compare_root}", args.compare_root)] if args.compare_root
-            else [])
         for workers, extra in variants:
             for label, root in checkouts:
-                out = os.path.join(work, f"ours_{size_mb:g}_{workers}_{len(extra)}_"
+                out = os.path.join(work, f"ours_{kind}_{size_mb:g}_{workers}_{len(extra)}_"
                                          f"{len(label)}.tfrecord")
                 runs.append((f"{label}, {workers} worker(s)"
                              f"{', --exact_draws' if extra else ''}", out,
@@ -220,46 +229,44 @@ def main():
                               f"--input_file={corpus}", f"--output_file={out}",
                               f"--vocab_file={vocab_path}", f"--num_workers={workers}",
                               *extra, *common], root))
-        # Bytecode caches, as a user's second run (or any pip install) has them: the
-        # original's site-packages have them; without this, an environment with
-        # PYTHONDONTWRITEBYTECODE=1 would compile our modules in every timed run (~30 ms).
-        for _, root in checkouts:
-            subprocess.run([sys.executable, "-m", "compileall", "-q", "data_prep"], cwd=root,
-                           env={k: v for k, v in env.items()
-                                if k != "PYTHONDONTWRITEBYTECODE"}, check=True)
-            measure(startup_command(work, vocab_path, common), env=env, cwd=root)  # tables
-        # The original runs in the first `--original_repeats` rounds (~35 s at 10 MB: its
-        # spread is small against its length); ours `--repeats` times, the checkouts
-        # interleaved round by round, and the median of each measure is reported (single
-        # 2-s runs swing by +-20% on this shared VM).
-        measured = {}
-        for round_index in range(max(args.repeats, args.original_repeats)):
+        groups.append((kind, mb, runs))
+    # The original runs in the first `--original_repeats` rounds (~35-60 s at 10 MB: its
+    # spread is small against its length); ours `--repeats` times. Each round runs every
+    # corpus and size (so corpora compared in one run see the same load), the checkouts
+    # interleaved, and the median of each measure is reported (single 2-s runs swing by
+    # +-20% on this shared VM).
+    measured = {}
+    for round_index in range(max(args.repeats, args.original_repeats)):
+        for kind, mb, runs in groups:
             for name, out, cmd, root in runs:
                 is_original = name.startswith("original")
                 if round_index >= (args.original_repeats if is_original else args.repeats):
                     continue
                 load = os.getloadavg()[0]  # before the run: the load it competes with
                 figures = measure([sys.executable, *cmd], env=env, cwd=root)
-                measured.setdefault(name, []).append((*figures, load, count_records([out])))
-                print(json.dumps(dict(run=name, round=round_index, seconds=figures[0],
-                                      cpu_s=figures[1])), flush=True)
-                os.remove(out)
+                measured.setdefault((kind, mb, name), []).append(
+                    (*figures, load, count_records([out])))
+                print(json.dumps(dict(corpus=kind, mb=mb, run=name, round=round_index,
+                                      seconds=figures[0], cpu_s=figures[1])), flush=True)
                 summary = os.path.join(os.path.dirname(out), "_" + os.path.basename(out)
                                        + ".summary.json")
                 for extra in glob.glob(out + "*") + glob.glob(summary):
                     os.remove(extra)
-        original_seconds = None
+    for kind, mb, runs in groups:
+        original = None
         for name, _, _, _ in runs:
-            results = measured[name]
+            results = measured[(kind, mb, name)]
             seconds = statistics.median(r[0] for r in results)
             cpu = statistics.median(r[1] for r in results)
             instances = results[0][5]
             if name.startswith("original"):
-                original_seconds = seconds
+                original = (seconds, cpu)
             if len(results) > 1:
                 name += f", median of {len(results)}"
-            rows.append(dict(size_mb=mb, corpus=kind, run=name, seconds=seconds, mb_s=mb / seconds,
-                             speedup=original_seconds / seconds if original_seconds else None,
+            rows.append(dict(size_mb=mb, corpus=kind, run=name, seconds=seconds,
+                             mb_s=mb / seconds,
+                             speedup=original[0] / seconds if original else None,
+                             speedup_cpu=original[1] / cpu if original else None,
                              cpu_s=cpu, mb_per_cpu_s=mb / cpu,
                              load=statistics.median(r[4] for r in results),
                              instances=instances, inst_s=instances / seconds,
@@ -307,7 +314,7 @@ def startup_rows(work, vocab_path, common, env, ours_root, label="ours",
         instances = count_records([out])
         rows.append(dict(size_mb=nbytes / 1e6, corpus="unique",
                          run=name + f", best of {repeats}", seconds=seconds,
-                         mb_s=nbytes / 1e6 / seconds, speedup=None,
+                         mb_s=nbytes / 1e6 / seconds, speedup=None, speedup_cpu=None,
                          cpu_s=cpu, mb_per_cpu_s=nbytes / 1e6 / cpu, load=load,
                          instances=instances, inst_s=instances / seconds,
                          max_rss_mb=max_rss, tree_rss_mb=tree_rss))
@@ -337,23 +344,24 @@ def format_table(rows, args, load_before, load_after):
         + run_header(load_before, load_after),
         "",
         "| corpus | run | wall s | MB/s | x original (wall) | CPU s (all processes) "
-        "| MB per CPU-s | instances | instances/s | peak RSS, largest process (MB) "
-        "| peak RSS, all processes (MB) | load avg before |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| x original (CPU) | MB per CPU-s | instances | instances/s "
+        "| peak RSS, largest process (MB) | peak RSS, all processes (MB) | load avg before |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         corpus = f"{r['size_mb']:.3g} MB {r['corpus']}"
         if "instances" in r:
             speedup = "" if r.get("speedup") is None else f"{r['speedup']:.1f}x"
+            speedup_cpu = "" if r.get("speedup_cpu") is None else f"{r['speedup_cpu']:.1f}x"
             lines.append(
                 f"| {corpus} | {r['run']} | {r['seconds']:.2f}{spread(r)} "
-                f"| {r['mb_s']:.2f} "
-                f"| {speedup} | {r['cpu_s']:.2f} | {r['mb_per_cpu_s']:.2f} | {r['instances']} "
+                f"| {r['mb_s']:.2f} | {speedup} | {r['cpu_s']:.2f} | {speedup_cpu} "
+                f"| {r['mb_per_cpu_s']:.2f} | {r['instances']} "
                 f"| {r['inst_s']:.0f} | {r['max_rss_mb']:.0f} | {r['tree_rss_mb']:.0f} "
                 f"| {r['load']:.1f} |")
         else:
             lines.append(f"| {corpus} | {r['run']} | {r['seconds']:.2f} | "
-                         f"{r['mb_s']:.2f} | | {r['seconds']:.2f} | {r['mb_s']:.2f} | "
+                         f"{r['mb_s']:.2f} | | {r['seconds']:.2f} | | {r['mb_s']:.2f} | "
                          f"{r['note']} | | | | |")
     lines += ["", "Command: `.venv/bin/python bench/bench_create_pretraining_data.py "
               + " ".join(a for a in sys.argv[1:]) + "`"]
