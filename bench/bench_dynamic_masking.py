@@ -127,7 +127,8 @@ def main():
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPU(s); batch {batch}, seq {seq}, "
           f"P {preds}")
 
-    directory = tempfile.mkdtemp()
+    work = tempfile.TemporaryDirectory(prefix="bench_dynamic_masking_")  # removed at exit
+    directory = work.name
     load_before = os.getloadavg()[0]
     if args.records == "corpus":
         patterns, vocab_file = corpus_records(directory, seq, preds, args.corpus_mb)
