@@ -21,8 +21,8 @@ already appeared is dropped, so no line of the corpus repeats. One document per 
 file (its docstrings, then its comments); one sentence per line, a blank line between
 documents: the original BERT input format. About 19 MB in all with the pinned packages
 (the Beam and dev extras installed, `make .venv/.dev`); the whole text is built once
-(~1-2 minutes) and cached beside the tokenizer's table cache, keyed by the code and the
-source files' names, sizes and times. `describe()` (`--describe`) counts the distinct
+(1-3 minutes on 2 cores, with the load) and cached beside the tokenizer's table cache,
+keyed by the code and the source files' names and contents. `describe()` (`--describe`) counts the distinct
 lines and prints the SHA-256 to compare two machines' corpora.
 
 `--corpus=repeated` is the old benches' kind of corpus, kept to measure what repetition
@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import functools
 import glob
 import hashlib
 import inspect
@@ -127,7 +128,8 @@ def unique_documents() -> Iterator[list[str]]:
 
 def _fingerprint() -> str:
     """What the unique text depends on: the code that makes it (here and in sample_corpus)
-    and every source file read (name, size, modification time), in order."""
+    and every source file read (name and content), in order. Not modification times: two
+    venvs with the same packages share one cache."""
     digest = hashlib.sha256(repr((PACKAGES, sorted(_SKIPPED_DIRS))).encode("utf-8"))
     for function in (source_files, _docstrings, file_sentences, unique_documents,
                      unique_text):
@@ -135,8 +137,8 @@ def _fingerprint() -> str:
     with open(sample_corpus.__file__, "rb") as f:
         digest.update(f.read())
     for name, path in source_files():
-        stat = path.stat()
-        digest.update(f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode("utf-8"))
+        digest.update(f"{name}\0".encode("utf-8"))
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()[:16]
 
 
@@ -150,8 +152,10 @@ def _cache_file() -> str | None:
     return os.path.join(os.path.dirname(tables), f"bench-corpus-{_fingerprint()}.txt")
 
 
+@functools.cache
 def unique_text() -> bytes:
-    """The whole unique corpus (~19 MB, ~2 minutes to build on 2 cores), cached."""
+    """The whole unique corpus (~19 MB, 1-3 minutes to build on 2 cores), cached on disk
+    and, once read, in this process (checking the cache reads every source file)."""
     cache = _cache_file()
     if cache and os.path.exists(cache):
         with open(cache, "rb") as f:

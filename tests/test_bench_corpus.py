@@ -23,7 +23,9 @@ def small_sources(monkeypatch, tmp_path):
     chosen = [item for item in files if item[0].startswith("stdlib/")][:40]
     monkeypatch.setattr(corpus, "source_files", lambda: chosen)
     monkeypatch.setenv("BERT_KERAS3_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path
+    corpus.unique_text.cache_clear()  # the text is also kept in this process
+    yield tmp_path
+    corpus.unique_text.cache_clear()
 
 
 def _lines(path):
@@ -31,7 +33,7 @@ def _lines(path):
         return [line for line in f.read().split("\n") if line]
 
 
-def test_unique_corpus_repeats_no_line_and_is_cached(small_sources):
+def test_unique_corpus_repeats_no_line_and_is_cached(small_sources, monkeypatch):
     first, second = small_sources / "a.txt", small_sources / "b.txt"
     written = corpus.write_corpus(str(first), 0.05)
     assert written == os.path.getsize(first) >= 50_000
@@ -39,7 +41,13 @@ def test_unique_corpus_repeats_no_line_and_is_cached(small_sources):
     assert len(lines) > 300 and len(set(lines)) == len(lines)
     cached = os.listdir(small_sources / "cache")
     assert len(cached) == 1 and cached[0].startswith("bench-corpus-")
-    corpus.write_corpus(str(second), 0.05)  # from the cache this time
+    corpus.unique_text.cache_clear()
+
+    def rebuild(doc):
+        raise AssertionError("the text was rebuilt instead of read from its cache file")
+
+    monkeypatch.setattr(corpus.sample_corpus, "docstring_sentences", rebuild)
+    corpus.write_corpus(str(second), 0.05)
     assert first.read_bytes() == second.read_bytes()
     assert first.read_bytes().endswith(b"\n")
     stats = corpus.describe(str(first))
