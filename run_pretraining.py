@@ -175,19 +175,18 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> 
         init_from_checkpoint if cfg.init_checkpoint else None)
     claimed.commit()  # every check passed: the directory is this run's
 
-    seed = cfg.runtime.seed
-    # A resumed run reshuffles (and re-masks) differently from the run it continues.
-    run_seed = None if seed is None else seed + start_step
+    # The seed the input was (or is now) built with: a resumed run continues its input
+    # from the position saved in the checkpoint (TrainingLoop.train).
+    seed = trainer.input_seed(cfg.runtime.seed)
     if masking is not None:
-        masking = dataclasses.replace(masking, seed=run_seed)
+        masking = dataclasses.replace(masking, seed=seed)
+    input_config = input_pipeline.PretrainingInputConfig(
+        cfg.input_patterns, cfg.max_seq_length, cfg.max_predictions_per_seq,
+        compression=cfg.input_compression, seed=seed,
+        vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
+        masking=masking)
 
     def dataset_fn(batch_size, is_training):
-        input_config = input_pipeline.PretrainingInputConfig(
-            cfg.input_patterns, cfg.max_seq_length, cfg.max_predictions_per_seq,
-            compression=cfg.input_compression, seed=run_seed,
-            vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
-            masking=masking)
-
         def make(input_context):
             return input_pipeline.pretraining_dataset(
                 input_config, batch_size=input_context.get_per_replica_batch_size(batch_size),
@@ -201,7 +200,9 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> 
     with input_pipeline.naming_bad_records(cfg.input_patterns, cfg.input_compression,
                                            limits=limits, lengths=lengths):
         if cfg.do_train:
-            trainer.train(dataset_fn(cfg.train_batch_size, True))
+            trainer.train(dataset_fn(cfg.train_batch_size, True),
+                          input_identity=input_pipeline.pretraining_input_identity(
+                              input_config, cfg.train_batch_size))
         if cfg.do_eval:
             results = trainer.evaluate(dataset_fn(cfg.eval_batch_size, False))
         for key in sorted(results):

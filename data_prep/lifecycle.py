@@ -5,7 +5,10 @@ raise `SystemExit(128 + signal)` in the main thread, so `finally` blocks and
 `fileio.AtomicOutputs` remove temporaries exactly as for Ctrl-C (KeyboardInterrupt).
 `signals_deferred()` holds those signals over a short critical section (the renames that
 commit a set of outputs, a checkpoint being written), so they end a run before or after it,
-never inside. `signal_decides_exit_status()` wraps a runner's work so that a run stopped by
+never inside. `stop_requests(notify)` turns them, over a long computation (a training loop),
+into a request the work acts on at its next safe point (checkpoint, then exit), announced
+at once from a helper thread even while the main thread is inside a long native call.
+`signal_decides_exit_status()` wraps a runner's work so that a run stopped by
 SIGTERM/SIGHUP exits 128 + signal even when library code, cut by the signal's SystemExit,
 raises an error of its own while unwinding (TensorFlow's scope checks do).
 Worker processes call `die_with_parent()` in their initializer (`init_worker_process`
@@ -25,6 +28,7 @@ import os
 import signal
 import sys
 import threading
+from typing import Callable
 
 _INSTALLED = False
 # Signals whose exception has been raised (see `check_signals`).
@@ -132,6 +136,88 @@ def signals_deferred():
                 handler(pending[0], None)
             else:  # SIG_DFL: take the default action now
                 os.kill(os.getpid(), pending[0])
+
+
+class StopRequest:
+    """What `stop_requests` yields: `signal` is None until SIGTERM/SIGHUP arrives, then its
+    number; `handled()` tells the block's exit that the work acted on it (the work raises
+    its own SystemExit, e.g. after a checkpoint)."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._handled = False
+
+    def handled(self) -> None:
+        """The work has acted on the signal: leaving the block raises nothing more."""
+        self._handled = True
+
+    def exit_status(self) -> int:
+        """128 + the signal, the status a run stopped by it exits with (SIGTERM's if none)."""
+        return 128 + (self.signal or signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_requests(notify: Callable[[int], None] | None = None):
+    """SIGTERM and SIGHUP inside the block become a stop request instead of an exception.
+
+    Python runs a signal handler only when the main thread gets back to the interpreter,
+    so a run whose main thread is inside a long native call (a compiled training loop of
+    `iterations_per_loop` steps) would hear of a SIGTERM only after that call, maybe too
+    late for the notice a preempted machine gets. Here the signal number also reaches a
+    helper thread at once (`signal.set_wakeup_fd`), which calls `notify(signum)`: e.g. to
+    set a variable the compiled loop reads at every step. The main thread sees the
+    request in the yielded `StopRequest` (its `signal`) and acts on it at a safe point.
+
+    When the block ends normally with a request it did not mark `handled()`, the request
+    ends the run then (SystemExit(128 + signal)), as `exit_cleanly_on_signals` would
+    have. Ctrl-C keeps raising KeyboardInterrupt. Off the main thread (where Python cannot
+    install handlers) the block runs without stop requests.
+    """
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+
+    def record(signum, frame):
+        """The main thread's handler: notes the request (raises nothing)."""
+        del frame
+        _RECEIVED.append(signum)
+        if request.signal is None:
+            request.signal = signum
+
+    def watch():
+        """The helper thread: signal numbers from the wakeup pipe -> `notify`."""
+        while True:
+            data = os.read(read_fd, 64)
+            if not data or 0 in data:  # the block ended
+                return
+            for signum in data:
+                if signum in (signal.SIGTERM, signal.SIGHUP):
+                    if request.signal is None:
+                        request.signal = signum
+                    if notify is not None:
+                        notify(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    for sig in previous:
+        signal.signal(sig, record)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    watcher = threading.Thread(target=watch, name="stop-request-watcher", daemon=True)
+    watcher.start()
+    try:
+        yield request
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        os.write(write_fd, b"\0")
+        watcher.join(timeout=5)
+        os.close(write_fd)
+        os.close(read_fd)
+    if request.signal is not None and not request._handled:
+        raise SystemExit(request.exit_status())
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:

@@ -1,14 +1,23 @@
 """Owns training checkpoints: what is saved, where each worker writes, and safe resumption.
 
-The object graph is `tf.train.Checkpoint(model=model, optimizer=optimizer, step=global_step)`
-(plus `loss_scale=Checkpoint(dynamic_scale, step_counter)` when training in float16), written by a
-`tf.train.CheckpointManager` as `output_dir/ckpt-<step>.{index,data-*}`.
+The object graph is `tf.train.Checkpoint(model=model, optimizer=optimizer, step=global_step,
+rng=Checkpoint(states=[...]))` (plus `loss_scale=Checkpoint(dynamic_scale, step_counter)`
+when training in float16, and `input=Checkpoint(iterator, identity)`, the position of the
+training input, once training starts: `input_position`), written by a
+`tf.train.CheckpointManager` as `output_dir/ckpt-<step>.{index,data-*}`. `rng` holds the
+states of the model's Keras seed generators (dropout): Keras does not put them in a
+`tf.train.Checkpoint` of the model, and a resumed run must draw the dropout masks the
+uninterrupted run would have drawn.
 
 Crash safety: a checkpoint's files are complete before the manager rewrites the small
 `checkpoint` state file, and that file is replaced atomically (write + rename), so a process
-killed at any moment leaves `latest_checkpoint` naming a complete checkpoint. `restore`
-still falls back to older checkpoints if the newest cannot be read (a damaged disk, a
-copy interrupted by hand).
+killed at any moment leaves `latest_checkpoint` naming a complete checkpoint. After each
+save the chief `fsync`s the new files, the state file and the directory (TensorFlow syncs
+nothing), so a power cut can damage at most a save in progress. `restore_latest` still
+falls back to older checkpoints if the newest cannot be read (a damaged disk, a copy
+interrupted by hand), and to the `ckpt-<N>.index` files on disk, newest first, when the
+state file itself is empty or unreadable (a power cut before TensorFlow's unsynced
+rename reached the disk); `CheckpointSaver` then rewrites the state file from them.
 
 Multi-worker: every worker must call `save` (the save may involve collectives); only the
 chief writes into `output_dir`, the others into a temporary directory that is deleted after
@@ -23,18 +32,22 @@ non-chief `workertemp_*` folders. Nothing of TensorFlow removes them later;
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
 import tensorflow as tf
 from absl import logging
 
-from data_prep import lifecycle
+from data_prep import fileio, lifecycle
 
 
 def make_checkpoint(model, optimizer, step, loss_scale_optimizer=None) -> tf.train.Checkpoint:
     """The checkpoint object graph used by every runner (see module docstring)."""
     objects = {"model": model, "optimizer": optimizer, "step": step}
+    states = seed_generator_states(model)
+    if states:
+        objects["rng"] = tf.train.Checkpoint(states=states)
     if loss_scale_optimizer is not None:
         # Only the scale's own state: the wrapper also tracks the model's variables, which
         # would take over their checkpoint names (see modeling.optimization).
@@ -42,6 +55,13 @@ def make_checkpoint(model, optimizer, step, loss_scale_optimizer=None) -> tf.tra
             dynamic_scale=_tf_variable(loss_scale_optimizer.dynamic_scale),
             step_counter=_tf_variable(loss_scale_optimizer.step_counter))
     return tf.train.Checkpoint(**objects)
+
+
+def seed_generator_states(model) -> list:
+    """The state variables of the model's Keras seed generators (dropout), in the model's
+    variable order (the same for the same model code, whatever the process)."""
+    return [_tf_variable(v) for v in model.variables
+            if v.path.rsplit("/", 1)[-1] == "seed_generator_state"]
 
 
 def _tf_variable(variable):
@@ -59,6 +79,8 @@ class CheckpointSaver:
         self.is_chief = is_chief
         self._write_dir = directory if is_chief else os.path.join(directory,
                                                                   f"workertemp_{worker_tag}")
+        if is_chief:
+            repair_state_file(directory)
         self.manager = tf.train.CheckpointManager(
             checkpoint, self._write_dir, max_to_keep=max_to_keep if is_chief else 1)
 
@@ -74,7 +96,71 @@ class CheckpointSaver:
         if not self.is_chief:
             tf.io.gfile.rmtree(self._write_dir)
             return None
+        _sync_checkpoint(path)
         return path
+
+
+def _sync_checkpoint(prefix: str) -> None:
+    """fsync of a saved checkpoint's files, the state file and their directory (local
+    paths; object stores have no fsync), so that a power cut cannot lose a checkpoint
+    the state file already lists."""
+    directory = os.path.dirname(prefix)
+    for path in tf.io.gfile.glob(prefix + ".*") + [os.path.join(directory, "checkpoint")]:
+        if tf.io.gfile.exists(path):
+            fileio.sync(path)
+    fileio.sync_directory(directory)
+
+
+_CHECKPOINT_INDEX = re.compile(r"ckpt-(\d+)\.index")
+
+
+def checkpoints_on_disk(directory: str) -> list[str]:
+    """Prefixes of the `ckpt-<N>` checkpoints whose index file is in `directory`, newest
+    (largest N) first; what a run can resume from when the state file is unreadable."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    found = []
+    for name in tf.io.gfile.listdir(directory):
+        match = _CHECKPOINT_INDEX.fullmatch(name.rstrip("/"))
+        if match:
+            found.append((int(match.group(1)), os.path.join(directory, f"ckpt-{match.group(1)}")))
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def _read_state(directory: str):
+    """(the state file's CheckpointState or None, the error when it exists but cannot be
+    parsed: empty or garbled by a power cut)."""
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except (ValueError, tf.errors.OpError) as err:  # empty, or no latest checkpoint named
+        return None, err
+    if state is None and tf.io.gfile.exists(os.path.join(directory, "checkpoint")):
+        # TensorFlow logs a parse (or read) error and returns None, as for no file at all.
+        return None, ValueError("not a checkpoint state (garbled)")
+    return state, None
+
+
+def repair_state_file(directory: str) -> bool:
+    """Rewrites an unreadable `checkpoint` state file from the checkpoints on disk (oldest
+    first, newest as the latest), with a warning; returns True when it did. A readable
+    or missing state file is left alone. Call it only while owning the directory."""
+    state, err = _read_state(directory)
+    if err is None:
+        return False
+    found = checkpoints_on_disk(directory)
+    state_file = os.path.join(directory, "checkpoint")
+    logging.warning("%s cannot be read (%s): rebuilding it from the %d checkpoint(s) on disk%s",
+                    state_file, str(err).strip().splitlines()[0] if str(err).strip() else
+                    type(err).__name__, len(found), f", newest {found[0]}" if found else "")
+    if not found:
+        tf.io.gfile.remove(state_file)
+        return True
+    # (It stores the paths relative to `directory`, as CheckpointManager does.)
+    tf.compat.v1.train.update_checkpoint_state(
+        directory, found[0], all_model_checkpoint_paths=list(reversed(found)))
+    fileio.sync(state_file)
+    fileio.sync_directory(directory)
+    return True
 
 
 # What a killed save leaves (TensorFlow 2.21): `functional_saver` writes each shard as
@@ -141,8 +227,17 @@ def remove_killed_save_leftovers(directory: str) -> list[str]:
 
 
 def checkpoints_newest_first(directory: str) -> list[str]:
-    """Checkpoint prefixes listed in `directory`'s state file, newest first."""
-    state = tf.train.get_checkpoint_state(directory)
+    """Checkpoint prefixes listed in `directory`'s state file, newest first; when that file
+    is empty or unreadable (a power cut), the `ckpt-<N>` checkpoints on disk, newest
+    first, with a warning."""
+    state, err = _read_state(directory)
+    if err is not None:
+        found = checkpoints_on_disk(directory)
+        logging.warning("%s cannot be read (%s); using the %d checkpoint(s) found on disk, "
+                        "newest first", os.path.join(directory, "checkpoint"),
+                        str(err).strip().splitlines()[0] if str(err).strip() else
+                        type(err).__name__, len(found))
+        return found
     if state is None:
         return []
     # TensorFlow has already joined `directory` onto the state file's relative names (a
@@ -155,6 +250,11 @@ def checkpoints_newest_first(directory: str) -> list[str]:
 
 class CheckpointRestoreError(ValueError):
     """output_dir has checkpoints but none fits the model (another run's, or all damaged)."""
+
+
+class InputPositionError(CheckpointRestoreError):
+    """The input position saved in a checkpoint does not fit this run's input (other
+    files, batch size, seed or settings); the message names what changed."""
 
 
 def restore_latest(checkpoint: tf.train.Checkpoint, directory: str) -> str | None:
@@ -190,3 +290,38 @@ def restore_latest(checkpoint: tf.train.Checkpoint, directory: str) -> str | Non
             f"{path}: {first_line}). They belong to another run or are damaged; refusing to "
             "train over them: choose another output directory, or move them away")
     return None
+
+
+# ---------------------------------------------------------------- input position
+
+INPUT_KEY = "input"
+_INPUT_IDENTITY_KEY = f"{INPUT_KEY}/identity/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def input_position(iterator, identity: dict) -> tf.train.Checkpoint:
+    """The checkpointed position of the training input: the `tf.data` iterator (its
+    state: file offsets, shuffle and prefetch buffers, counters) and what the input is
+    (`identity`, JSON), so that a resumed run can refuse an input it does not fit.
+
+    Attach it as `checkpoint.input` (INPUT_KEY); once a checkpoint has been restored into
+    `checkpoint`, attaching restores the iterator to the saved position (TensorFlow's
+    deferred restoration), so compare `saved_input_identity` first.
+    """
+    with tf.device("/cpu:0"):
+        variable = tf.Variable(json.dumps(identity, sort_keys=True), trainable=False,
+                               dtype=tf.string, name="input_identity")
+    return tf.train.Checkpoint(iterator=iterator, identity=variable)
+
+
+def has_input_position(path: str) -> bool:
+    """True when the checkpoint at `path` holds an input position (`input_position`)."""
+    return tf.train.load_checkpoint(path).has_tensor(_INPUT_IDENTITY_KEY)
+
+
+def saved_input_identity(path: str) -> dict | None:
+    """The input identity saved in the checkpoint at `path` (None: no input position)."""
+    reader = tf.train.load_checkpoint(path)
+    if not reader.has_tensor(_INPUT_IDENTITY_KEY):
+        return None
+    value = reader.get_tensor(_INPUT_IDENTITY_KEY)
+    return json.loads(value.decode("utf-8") if isinstance(value, bytes) else value)

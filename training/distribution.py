@@ -109,6 +109,15 @@ def _tpu_strategy(tpu, tpu_zone, gcp_project):
     return tf.distribute.TPUStrategy(resolver)
 
 
+def feeds_from_host(strategy) -> bool:
+    """True when the training loop can feed the GLOBAL batch from one host-side `tf.data`
+    iterator (checkpointable: exact resume) and split it among the replicas itself: every
+    strategy here but TPUStrategy, whose replicas must be fed by its own distributed
+    dataset (infeed), and whose distributed iterator TensorFlow cannot checkpoint."""
+    tpu_types = (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)
+    return not isinstance(strategy, tpu_types)
+
+
 def is_chief(strategy):
     """True on the worker that writes final files (the only worker outside multi-worker)."""
     resolver = getattr(strategy, "cluster_resolver", None)

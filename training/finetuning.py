@@ -372,7 +372,7 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
     check), before anything is written."""
     import keras
 
-    from training import loop
+    from training import input_pipeline, loop
 
     if seed is not None:
         keras.utils.set_random_seed(seed)
@@ -391,7 +391,8 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
     start_step = runs.restore_or_init(trainer, model, settings.init_checkpoint,
                                       do_train=settings.do_train)
     commit()
-    data_seed = None if seed is None else seed + start_step
+    # A resumed run continues its input from the position saved in the checkpoint.
+    data_seed = trainer.input_seed(seed)
 
     best = None
     if settings.keep_best_checkpoint:
@@ -409,7 +410,12 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
                     settings.train_batch_size),
                 is_training=True, input_context=input_context, seed=data_seed)
 
-        trainer.train(train_fn, on_checkpoint=best.on_checkpoint if best else None)
+        identity = input_pipeline.records_input_identity(
+            dataclasses.replace(family.records(train), seed=data_seed,
+                                bucket_boundaries=family.input_options.bucket_boundaries),
+            settings.train_batch_size)
+        trainer.train(train_fn, on_checkpoint=best.on_checkpoint if best else None,
+                      input_identity=identity)
     step = int(trainer.global_step.numpy())
     if best is not None and best.step is not None:
         step = best.restore()

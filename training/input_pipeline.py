@@ -489,6 +489,26 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def pretraining_input_identity(config: PretrainingInputConfig, batch_size: int) -> dict:
+    """What a pretraining training input is (`TrainingLoop.train`'s input_identity): what
+    the saved position of its iterator means. The files by name, in order (a moved
+    directory is the same input; the position counts files and records), the GLOBAL
+    batch size, the seed and every setting that changes the stream of batches."""
+    masking = config.masking
+    return {
+        "kind": "pretraining",
+        "files": [fileio.basename(path) for path in list_files(config.input_patterns)],
+        "batch_size": int(batch_size), "seed": config.seed,
+        "max_seq_length": config.max_seq_length,
+        "max_predictions_per_seq": config.max_predictions_per_seq,
+        "shuffle_buffer": config.shuffle_buffer, "cycle_length": config.cycle_length,
+        "masking": None if masking is None else {
+            "masked_lm_prob": masking.masked_lm_prob,
+            "do_whole_word_mask": masking.do_whole_word_mask,
+            "vocab_entries": len(masking.vocab.replacement_ids)},
+    }
+
+
 # --- Fine-tuning records (each task family's schema lives in its tasks/ package) --------------
 
 
@@ -526,6 +546,20 @@ class RecordsConfig:
     bucket_boundaries: Sequence[int] = ()
     vocab_size: int | None = None
     type_vocab_size: int | None = None
+
+
+def records_input_identity(config: RecordsConfig, batch_size: int) -> dict:
+    """What a fine-tuning training input is (`TrainingLoop.train`'s input_identity): the
+    record files by name, in order, the GLOBAL batch size, the seed, the shuffle buffer,
+    the length buckets and the features read."""
+    return {
+        "kind": "records",
+        "files": [fileio.basename(path) for path in list_files(config.input_patterns)],
+        "batch_size": int(batch_size), "seed": config.seed,
+        "shuffle_buffer": config.shuffle_buffer,
+        "bucket_boundaries": [int(b) for b in config.bucket_boundaries],
+        "features": sorted(config.parse_spec),
+    }
 
 
 def default_bucket_boundaries(max_seq_length: int) -> tuple[int, ...]:

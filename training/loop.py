@@ -20,16 +20,39 @@ clipping sees the global gradient. Net effect: each update uses the mean of the 
 (per-micro-batch) gradients of the original per-core loss, the semantics of the original's
 TPU CrossShardOptimizer with a mean reduction.
 
+Input and exact resume (`train`): on every strategy but TPU (`distribution.feeds_from_host`)
+the loop reads the GLOBAL batch from one host-side `tf.data` iterator inside the compiled
+call and splits it among the replicas itself
+(`strategy.experimental_distribute_values_from_function`); every worker of a multi-worker
+run builds the same pipeline (same seed) and its replicas take their rows. That iterator
+is checkpointable: its state (file offsets, shuffle and prefetch buffers, counters) is
+saved with every checkpoint (`checkpointing.input_position`), with the dropout generators'
+states, so a resumed run trains on exactly the batches, and draws exactly the dropout
+masks, of the run it continues. The saved input says what it is (`input_identity`); a
+resumed run with other input (files, batch size, seed, ...) is refused naming what changed.
+Under TPUStrategy the input comes from its distributed dataset, which TensorFlow cannot
+checkpoint: a resumed run starts its input over, reshuffled with seed + step (logged).
+
+Stopping: a SIGTERM or SIGHUP during `train` (a preempted machine) is turned into a stop
+request (`lifecycle.stop_requests`) that a variable carries into the compiled call; every
+replica reads it at each step and the gradients' all-reduce carries it, so all workers end
+after the same step. The loop then saves a checkpoint at that step and exits with
+128 + signal.
+
 float16 trains with `keras.optimizers.LossScaleOptimizer` (dynamic loss scaling; steps with
-non-finite gradients are skipped and the scale halved). A non-finite LOSS stops the run with
-`FloatingPointError` naming the step; the last checkpoint stays the last good one.
+non-finite gradients are skipped and the scale halved; the loop counts and logs them). In
+float32 and bfloat16 a non-finite LOSS, or non-finite GRADIENTS (global norm, checked every
+step) with a finite loss, stop the run with `FloatingPointError` naming the step, before
+any checkpoint of it: the newest checkpoint stays the last good one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
+import random
 import time
 from typing import Callable, Sequence
 
@@ -38,14 +61,17 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from data_prep import fileio
+from data_prep import fileio, lifecycle
 from modeling import losses
-from training import checkpointing, distribution, summaries
+from training import checkpointing, distribution, run_dir, summaries
 
 # Pretraining's statistics and model inputs (kept as module names for existing callers).
 STAT_KEYS = ("loss", "mlm_loss", "mlm_nll_sum", "mlm_correct_sum", "mlm_weight_sum",
              "nsp_loss_sum", "nsp_correct_sum", "nsp_count")
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+# Per-step control values the replica step returns beside the task's statistics.
+_NONFINITE_GRADS = "_nonfinite_grads"
+_STOP = "_stop"
 ENCODER_INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
@@ -247,6 +273,12 @@ class TrainingLoop:
                 self.loss_scale_optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             self.optimizer = self.loss_scale_optimizer or optimizer
             self.optimizer.build(model.trainable_variables)
+        # This process's stop request (a signal's number, 0: none), outside the strategy's
+        # scope: every worker has its own; the step's all-reduce combines them.
+        self._stop_signal = tf.Variable(0, dtype=tf.int32, trainable=False,
+                                        name="stop_signal")
+        self._restored_path: str | None = None
+        self.skipped_steps = 0  # float16 steps skipped for non-finite gradients
         self.checkpoint = checkpointing.make_checkpoint(model, optimizer, self.global_step,
                                                         self.loss_scale_optimizer)
         task_type, task_id = distribution.worker_id(strategy)
@@ -271,11 +303,48 @@ class TrainingLoop:
           The global step training starts from.
         """
         path = checkpointing.restore_latest(self.checkpoint, self.config.output_dir)
+        self._restored_path = path
         if path:
             logging.info("Resumed from %s at step %d", path, int(self.global_step.numpy()))
         elif init_fn is not None:
             init_fn()
         return int(self.global_step.numpy())
+
+    def input_seed(self, seed: int | None) -> int | None:
+        """The seed to build the training input with; put it in `train`'s input_identity
+        as "seed". Call it after `restore_or_initialize`.
+
+        * Exact resume (a checkpoint with an input position): `seed`, or without one the
+          seed the interrupted run drew (saved in its input identity).
+        * A fresh run without a seed: one drawn at random (the chief's, on every worker:
+          their pipelines must be the same), so that it can be resumed exactly too.
+        * No input position to resume (a checkpoint written before exact resume, or under
+          TPUStrategy): the input starts over, so `seed + step` (None stays None), not to
+          train on the first batches again.
+        """
+        path = self._restored_path
+        step = int(self.global_step.numpy())
+        exact = distribution.feeds_from_host(self.strategy)
+        saved = checkpointing.saved_input_identity(path) if (path and exact) else None
+        if saved is not None:
+            if seed is None and saved.get("seed") is not None:
+                logging.info("Input seed %s: the one the resumed run drew", saved["seed"])
+                return saved["seed"]
+            return seed
+        if path:
+            return None if seed is None else seed + step
+        if seed is None and exact:
+            seed = self._shared_random_seed()
+            logging.info("Input seed %d, drawn at random (saved with the checkpoints)", seed)
+        return seed
+
+    def _shared_random_seed(self) -> int:
+        """A random seed, the first replica's on every worker (one collective)."""
+        drawn = random.SystemRandom().getrandbits(31)
+        value = self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: tf.constant(drawn if ctx.replica_id_in_sync_group == 0 else 0,
+                                    tf.int64))
+        return int(self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None))
 
     # ------------------------------------------------------------- replica math
     def _loss_and_grads(self, features, grad_scale):
@@ -301,8 +370,22 @@ class TrainingLoop:
         stats = {key: stats[key] / (replicas * k) if key in self.mean_keys else stats[key]
                  for key in self.stat_keys}
         context = tf.distribute.get_replica_context()
-        grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        # The stop request rides on the gradients' all-reduce: every replica of every
+        # worker sees the sum, so they all stop after the same step.
+        stop = tf.cast(self._stop_signal.read_value() > 0, tf.float32)
+        reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, grads + [stop])
+        grads, stop = reduced[:-1], reduced[-1]
+        if self.loss_scale_optimizer is not None:
+            # The loss scale optimizer's own test: exactly the steps it skips.
+            finite = self.loss_scale_optimizer.check_finite(grads)
+        else:
+            # The global norm (global-norm clipping's too): NaN/Inf gradients can come with
+            # a finite loss (an overflow in the backward pass).
+            finite = tf.math.is_finite(tf.linalg.global_norm(grads))
         self.optimizer.apply(grads, self.model.trainable_variables)
+        stats = dict(stats)
+        stats[_NONFINITE_GRADS] = 1.0 - tf.cast(finite, tf.float32)
+        stats[_STOP] = stop
         return stats
 
     def _accumulate(self, features, k, grad_scale):
@@ -323,18 +406,51 @@ class TrainingLoop:
                 for key, value in per_replica.items()}
 
     # ---------------------------------------------------------- compiled calls
+    def _distribute(self, batch):
+        """A GLOBAL batch -> per-replica values: replica r (global index, every worker)
+        gets the r-th contiguous slice of the rows, as a per-replica pipeline would."""
+        replicas = self.strategy.num_replicas_in_sync
+        if replicas == 1:
+            return batch
+        parts = {name: tf.split(t, replicas) for name, t in batch.items()}
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: {name: tf.identity(p[ctx.replica_id_in_sync_group])
+                         for name, p in parts.items()})
+
     def _train_steps(self, iterator, num_steps):
+        # A plain iterator yields global batches (split here); a distributed one
+        # (`distribute_datasets_from_function`) per-replica ones.
+        global_batches = not isinstance(iterator, tf.distribute.DistributedIterator)
+        may_skip = self.loss_scale_optimizer is not None  # float16 skips non-finite steps
         totals = {key: tf.constant(0.0) for key in self.stat_keys}
         bad_step = tf.constant(-1, tf.int64)
+        bad_grads = tf.constant(False)
+        stopped = tf.constant(False)
+        done = tf.constant(0, tf.int32)
+        skipped = tf.constant(0.0)
         for _ in tf.range(num_steps):
+            batch = next(iterator)
+            if global_batches:
+                batch = self._distribute(batch)
             stats = self._sum_over_replicas(self.strategy.run(self._replica_step,
-                                                              args=(next(iterator),)))
+                                                              args=(batch,)))
             self.global_step.assign_add(1)
-            if not tf.math.is_finite(stats["loss"]):
+            done += 1
+            nonfinite = stats[_NONFINITE_GRADS] > 0
+            bad = not tf.math.is_finite(stats["loss"])
+            if not may_skip:
+                bad = bad or nonfinite
+            if bad:
                 bad_step = self.global_step.read_value()
+                bad_grads = tf.math.is_finite(stats["loss"])
                 break
             totals = {key: totals[key] + stats[key] for key in self.stat_keys}
-        return totals, bad_step
+            skipped += tf.cast(nonfinite, tf.float32)
+            if stats[_STOP] > 0:
+                stopped = tf.constant(True)
+                break
+        return {"totals": totals, "bad_step": bad_step, "bad_grads": bad_grads,
+                "steps": done, "stopped": stopped, "skipped": skipped}
 
     def _eval_replica_step(self, features):
         outputs = self.model(self.task.model_inputs(features), training=False)
@@ -357,24 +473,41 @@ class TrainingLoop:
 
     # ------------------------------------------------------------------ train
     def run_train_steps(self, iterator, num_steps: int) -> dict:
-        """Runs `num_steps` steps from a distributed iterator (no logging, no checkpoints).
+        """Runs `num_steps` steps (no logging, no checkpoints) from a distributed iterator
+        (per-replica batches) or a plain one (global batches, split among the replicas).
 
         Returns:
-          The summed statistics (floats) and `bad_step` (-1 when every loss was finite).
+          The summed statistics (floats), `bad_step` (-1 when every loss and gradient was
+          finite), `steps` run and `skipped` (float16 steps with non-finite gradients).
         """
-        totals, bad_step = self._train_fn(iterator, tf.constant(num_steps, tf.int32))
-        out = {key: float(value.numpy()) for key, value in totals.items()}
-        out["bad_step"] = int(bad_step.numpy())
-        return out
+        out = self._train_fn(iterator, tf.constant(num_steps, tf.int32))
+        result = {key: float(value.numpy()) for key, value in out["totals"].items()}
+        result.update(bad_step=int(out["bad_step"].numpy()), steps=int(out["steps"].numpy()),
+                      skipped=int(out["skipped"].numpy()))
+        return result
 
     def train(self, dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset],
-              on_checkpoint: Callable[[int], None] | None = None):
+              on_checkpoint: Callable[[int], None] | None = None,
+              input_identity: dict | None = None):
         """Trains from the current global step to `num_train_steps`; returns the history.
 
         Args:
-          dataset_fn: input_context -> per-replica batched dataset (repeating).
+          dataset_fn: input_context -> batched dataset (repeating), batched with
+            `input_context.get_per_replica_batch_size(global batch)`. The loop asks for ONE
+            pipeline feeding one "replica" (so that batch is the global one) and splits it
+            among the replicas itself (exact resume); under TPUStrategy it is called per
+            input pipeline, as `strategy.distribute_datasets_from_function` does.
           on_checkpoint: called with the step after each checkpoint save (e.g. a dev
-            evaluation that keeps the best checkpoint).
+            evaluation that keeps the best checkpoint); not after a save on a stop signal.
+          input_identity: JSON-serialisable description of the input (files, batch size,
+            "seed" from `input_seed`, settings), saved with its position: a run resumed
+            with another identity is refused (`checkpointing.InputPositionError`) naming
+            what differs.
+
+        Raises:
+          FloatingPointError: a non-finite loss or gradient, naming the step.
+          SystemExit: 128 + signal after a SIGTERM/SIGHUP, once the checkpoint of the step
+            it arrived in is saved.
         """
         cfg = self.config
         step = int(self.global_step.numpy())
@@ -382,34 +515,97 @@ class TrainingLoop:
             logging.info("Global step %d already reaches num_train_steps=%d", step,
                          cfg.num_train_steps)
             return self.history
-        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
-        iterator = iter(dataset)
+        iterator = self._training_input(dataset_fn, input_identity)
         writer = self._summary_writer("train")
         window = _Window(step, self.stat_keys)
         start_step, start_time = step, time.time()
-        while step < cfg.num_train_steps:
-            next_save = (step // cfg.save_checkpoints_steps + 1) * cfg.save_checkpoints_steps
-            n = min(cfg.iterations_per_loop, cfg.num_train_steps - step, next_save - step)
-            totals, bad_step = self._train_fn(iterator, tf.constant(n, tf.int32))
-            bad_step = int(bad_step.numpy())
-            if bad_step >= 0:
-                raise FloatingPointError(
-                    f"training loss is NaN or Inf at step {bad_step}; stopping (the newest "
-                    f"checkpoint in {cfg.output_dir} predates it)")
-            step += n
-            window.add(totals, n)
-            last = step >= cfg.num_train_steps
-            if window.steps >= cfg.log_steps or last:
-                self._log(window, step, start_step, start_time, writer)
-                window = _Window(step, self.stat_keys)
-            if step % cfg.save_checkpoints_steps == 0 or last:
-                path = self.saver.save(step)
-                if path:
-                    logging.info("Saved checkpoint %s", path)
-                if on_checkpoint is not None:
-                    on_checkpoint(step)
+        with lifecycle.stop_requests(self._request_stop) as request:
+            while step < cfg.num_train_steps:
+                next_save = (step // cfg.save_checkpoints_steps + 1) * cfg.save_checkpoints_steps
+                n = min(cfg.iterations_per_loop, cfg.num_train_steps - step, next_save - step)
+                out = self._train_fn(iterator, tf.constant(n, tf.int32))
+                bad_step = int(out["bad_step"].numpy())
+                if bad_step >= 0:
+                    what = ("gradients are NaN or Inf (their global norm) with a finite loss"
+                            if bool(out["bad_grads"].numpy()) else "training loss is NaN or Inf")
+                    raise FloatingPointError(
+                        f"{what} at step {bad_step}; stopping (the newest checkpoint in "
+                        f"{cfg.output_dir} predates it)")
+                done = int(out["steps"].numpy())
+                stopped = bool(out["stopped"].numpy())
+                step += done
+                window.add(out["totals"], done, float(out["skipped"].numpy()))
+                last = step >= cfg.num_train_steps
+                if window.steps >= cfg.log_steps or last or stopped:
+                    self._log(window, step, start_step, start_time, writer)
+                    window = _Window(step, self.stat_keys)
+                if stopped:
+                    self._stop_with_checkpoint(step, request, writer)
+                if step % cfg.save_checkpoints_steps == 0 or last:
+                    path = self.saver.save(step)
+                    if path:
+                        logging.info("Saved checkpoint %s", path)
+                    if on_checkpoint is not None:
+                        on_checkpoint(step)
         writer.flush()
         return self.history
+
+    def _request_stop(self, signum: int) -> None:
+        """Called from the signal watcher thread: the compiled loop stops after its step."""
+        self._stop_signal.assign(signum)
+
+    def _stop_with_checkpoint(self, step, request, writer):
+        """Saves the checkpoint of `step` (the step a stop signal arrived in) and exits."""
+        writer.flush()
+        path = self.saver.save(step)
+        signum = request.signal
+        if signum is None:  # not this process's: a peer worker's signal stopped all
+            logging.warning("Stopping at step %d: another worker was asked to stop", step)
+        else:
+            logging.warning("Stopping at step %d on signal %d", step, signum)
+        if path:
+            logging.info("Saved checkpoint %s; a restart with the same command resumes "
+                         "from step %d", path, step)
+        request.handled()
+        raise SystemExit(request.exit_status())
+
+    def _training_input(self, dataset_fn, identity):
+        """The training iterator: a checkpointable host iterator of global batches whose
+        position is restored from (and saved with) the checkpoints; under TPUStrategy the
+        strategy's distributed iterator, whose position is not saved (see the module
+        docstring)."""
+        path = self._restored_path
+        if not distribution.feeds_from_host(self.strategy):
+            logging.warning(
+                "%s: the position of the training input is not saved with the checkpoints "
+                "(TensorFlow cannot checkpoint its distributed iterator); a resumed run "
+                "starts its input over, reshuffled (seed + step)",
+                type(self.strategy).__name__)
+            return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
+        dataset = dataset_fn(tf.distribute.InputContext(
+            num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1))
+        iterator = iter(dataset)
+        identity = json.loads(json.dumps(identity or {}, sort_keys=True))
+        if path:
+            saved = checkpointing.saved_input_identity(path)
+            if saved is None:
+                logging.warning("%s holds no input position (written before exact resume, or "
+                                "under TPUStrategy): the input starts over", path)
+            else:
+                _check_input_identity(path, saved, identity)
+        position = checkpointing.input_position(iterator, identity)
+        try:
+            # Restores the saved position now when a checkpoint was restored (deferred
+            # restoration of the new `input` dependency).
+            self.checkpoint.input = position
+        except (tf.errors.OpError, ValueError) as err:
+            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise checkpointing.InputPositionError(
+                f"{path}: its saved input position does not fit this input pipeline "
+                f"({message})") from err
+        if path and checkpointing.has_input_position(path):
+            logging.info("Input resumes at the position saved in %s", path)
+        return iterator
 
     def _log(self, window, step, start_step, start_time, writer):
         cfg = self.config
@@ -427,6 +623,13 @@ class TrainingLoop:
         self.history.append(record)
         if self.loss_scale_optimizer is not None:
             record["loss_scale"] = float(self.loss_scale_optimizer.dynamic_scale.numpy())
+            record["skipped_steps"] = window.skipped
+            self.skipped_steps += int(window.skipped)
+            if window.skipped:
+                logging.info("float16: %d step(s) up to step %d skipped for non-finite "
+                             "gradients (%d since the start of this run); loss scale %g",
+                             int(window.skipped), step, self.skipped_steps,
+                             record["loss_scale"])
         middle = "".join(f" {label} {float(value):.4f}" for _, label, value in figures)
         logging.info("step %d/%d loss %.6f%s lr %.3e examples/s %.1f eta %s", step,
                      cfg.num_train_steps, record["loss"], middle, record["learning_rate"],
@@ -548,6 +751,20 @@ class TrainingLoop:
         return out
 
 
+def _check_input_identity(path: str, saved: dict, identity: dict) -> None:
+    """Refuses to resume the input saved in checkpoint `path` with another input, naming
+    what changed (its position means nothing for other files, batches or settings)."""
+    differences = run_dir.identity_differences(saved, identity)
+    if not differences:
+        return
+    listed = "; ".join(f"{key}: {old!r} there, {new!r} now" for key, old, new in differences[:8])
+    raise checkpointing.InputPositionError(
+        f"{path} was trained on other input ({listed}): its saved input position does not "
+        "apply. Resume with the same input files, batch size, seed and input settings "
+        "(the number of replicas may change), or start a new --output_dir with "
+        f"--init_checkpoint={path} (its weights, a fresh optimizer and input)")
+
+
 def _pad_axis_1(array: np.ndarray, length: int) -> np.ndarray:
     """Zero-pads axis 1 of `array` to `length` (a batch cut to its length bucket)."""
     missing = length - array.shape[1]
@@ -576,11 +793,13 @@ class _Window:
     def __init__(self, step, keys=STAT_KEYS):
         self.step = step
         self.steps = 0
+        self.skipped = 0.0
         self.time = time.time()
         self.keys = tuple(keys)
         self.totals = {key: 0.0 for key in self.keys}
 
-    def add(self, totals, n):
+    def add(self, totals, n, skipped=0.0):
         self.steps += n
+        self.skipped += skipped
         for key in self.keys:
             self.totals[key] += float(totals[key].numpy())

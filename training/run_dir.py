@@ -163,7 +163,7 @@ class RunDir:
         stored = self._stored_identity()
         if stored is None:
             return
-        differences = _differences(stored, self.identity)
+        differences = identity_differences(stored, self.identity)
         if differences:
             listed = "; ".join(f"{key}: {old!r} there, {new!r} now"
                                for key, old, new in differences[:8])
@@ -204,14 +204,14 @@ def _normalise(value):
     return json.loads(json.dumps(value, sort_keys=True))
 
 
-def _differences(old, new, prefix=""):
+def identity_differences(old, new, prefix=""):
     """[(dotted key, old value, new value)] where two identity dicts differ."""
     out = []
     for key in sorted(set(old) | set(new)):
         name = f"{prefix}{key}"
         a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
         if isinstance(a, dict) and isinstance(b, dict):
-            out.extend(_differences(a, b, name + "."))
+            out.extend(identity_differences(a, b, name + "."))
         elif a != b:
             out.append((name, a, b))
     return out

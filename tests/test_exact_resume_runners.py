@@ -1,0 +1,277 @@
+"""Interrupt anywhere, lose nothing (issue 24), through the real CLIs as subprocesses.
+
+For run_pretraining.py (static masks with gradient accumulation on one device; dynamic
+masking under MirroredStrategy over two logical CPUs) and run_classifier.py (length
+buckets), a run killed with SIGKILL at several seeded random moments and restarted each
+time ends with the checkpoint of an uninterrupted run, bit for bit (weights, optimizer
+slots, dropout generators), and every step it logged (steps run again after a kill
+included) has the uninterrupted run's loss, bit for bit (float32 TensorBoard scalars).
+Dropout is on. A SIGTERM mid-call saves the step it arrived in and the restart loses no
+step.
+"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import test_loop_support as S
+from tests.conftest import TINY_VOCAB, write_vocab
+
+pytestmark = pytest.mark.slow
+
+STEP_LINE = "step "
+
+
+def _losses(event_dir):
+    """{step: [every logged loss]} from the train summaries of every run in the directory
+    (a SIGKILL may cut the last event: what precedes it is read)."""
+    from tensorflow.core.util import event_pb2
+
+    out = {}
+    for path in sorted(tf.io.gfile.glob(os.path.join(event_dir, "events.out.tfevents.*"))):
+        try:
+            for raw in tf.data.TFRecordDataset(path):
+                event = event_pb2.Event.FromString(raw.numpy())
+                for value in event.summary.value:
+                    if value.tag == "loss":
+                        out.setdefault(event.step, []).append(
+                            tf.make_ndarray(value.tensor).item())
+        except tf.errors.DataLossError:
+            pass
+    return out
+
+
+def _state(prefix):
+    """Every model, optimizer and dropout-generator value of a checkpoint."""
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name.startswith(("model/", "optimizer/", "rng/", "step/"))}
+
+
+def _run(command, timeout=300):
+    """Runs a CLI to its end: (exit status, output)."""
+    done = subprocess.run(command, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def _signal_while_training(command, sig, delay, timeout=300):
+    """Starts `command`, waits for its first progress line, sleeps `delay` s and sends
+    `sig` if it still runs; returns (returncode, output, landed: it was still running)."""
+    proc = subprocess.Popen(command, env=S.runner_env(), cwd=S.REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, training = [], threading.Event()
+
+    def drain():
+        for line in proc.stdout:
+            lines.append(line)
+            if STEP_LINE in line and " loss " in line:
+                training.set()
+        training.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        training.wait(timeout=timeout)
+        time.sleep(delay)
+        landed = proc.poll() is None
+        if landed:
+            proc.send_signal(sig)
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=30)
+    return proc.returncode, "".join(lines), landed
+
+
+def _check_exact(reference_dir, resumed_dir, steps):
+    """Same final checkpoint bit for bit, every logged loss equal to the reference's."""
+    reference = _state(str(reference_dir / f"ckpt-{steps}"))
+    resumed = _state(str(resumed_dir / f"ckpt-{steps}"))
+    assert sorted(resumed) == sorted(reference)
+    assert any(name.startswith("rng/") for name in reference)  # dropout generators saved
+    for name, value in reference.items():
+        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+    expected = _losses(str(reference_dir / "train"))
+    logged = _losses(str(resumed_dir / "train"))
+    assert sorted(expected) == list(range(1, steps + 1))
+    assert sorted(logged) == sorted(expected), (sorted(logged), sorted(expected))
+    for step, values in logged.items():
+        assert all(v == expected[step][0] for v in values), (step, values, expected[step])
+    return logged
+
+
+def _killed_and_resumed(command, out, rng, kills, max_delay):
+    """Kills `command` with SIGKILL `kills` times at random moments of its training, then
+    runs it to the end; returns how many kills landed."""
+    landed = 0
+    for _ in range(kills):
+        code, log, was_running = _signal_while_training(command, signal.SIGKILL,
+                                                         rng.uniform(0.0, max_delay))
+        if was_running:
+            assert code == -signal.SIGKILL, log[-3000:]
+            landed += 1
+        else:
+            assert code == 0, log[-3000:]
+    code, log = _run(command)
+    assert code == 0, log[-3000:]
+    return landed, log
+
+
+# ---------------------------------------------------------------------- pretraining
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Masked and unmasked (--dynamic_masking) records of one corpus, vocab, config."""
+    d = tmp_path_factory.mktemp("exact_resume")
+    pattern, vocab = S.make_records_with_cli(d, shards=2)
+    unmasked = d / "pairs.tfrecord"
+    code, log = _run([sys.executable, "-m", "data_prep.create_pretraining_data",
+                      f"--input_file={d / 'corpus.txt'}", f"--output_file={unmasked}",
+                      f"--vocab_file={vocab}", f"--max_seq_length={S.SEQ}",
+                      "--dynamic_masking", "--short_seq_prob=0", "--dupe_factor=1",
+                      "--random_seed=1", "--num_workers=1", "--num_output_shards=2"])
+    assert code == 0, log[-3000:]
+    return {"pattern": pattern, "unmasked": str(d / "pairs.tfrecord-*"), "vocab": vocab,
+            "config": S.write_config(d / "bert_config.json", vocab_size=120, dropout=0.1)}
+
+
+STEPS = 60
+
+
+def _pretraining(data, out, **overrides):
+    """run_pretraining's command: 60 steps, dropout, log and summary every step."""
+    flags = dict(input_file=data["pattern"], bert_config_file=data["config"], output_dir=out,
+                 max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, train_batch_size=8,
+                 learning_rate=1e-3, num_train_steps=STEPS, num_warmup_steps=5,
+                 iterations_per_loop=1, log_steps=1, save_checkpoints_steps=5,
+                 do_train="true", do_eval="false", seed=1,
+                 distribution_strategy="one_device", gradient_accumulation_steps=2)
+    flags.update(overrides)
+    return S.runner_command(**flags)
+
+
+@pytest.fixture(scope="module")
+def static_reference(data, tmp_path_factory):
+    """The uninterrupted static-masks run everything is compared with."""
+    out = tmp_path_factory.mktemp("static_reference")
+    code, log = _run(_pretraining(data, out))
+    assert code == 0, log[-3000:]
+    return out
+
+
+def test_pretraining_killed_at_random_moments_equals_the_uninterrupted_run(
+        data, static_reference, tmp_path):
+    out = tmp_path / "killed"
+    landed, _ = _killed_and_resumed(_pretraining(data, out), out, random.Random(24), 3, 1.0)
+    assert landed >= 2, "the runs finished before their kill: nothing was checked"
+    logged = _check_exact(static_reference, out, STEPS)
+    assert any(len(values) > 1 for values in logged.values())  # steps were run again
+
+
+def test_dynamic_masking_mirrored_killed_equals_the_uninterrupted_run(data, tmp_path):
+    common = dict(input_file=data["unmasked"], vocab_file=data["vocab"],
+                  distribution_strategy="mirrored", num_cpu_devices=2,
+                  gradient_accumulation_steps=1)
+    reference = tmp_path / "reference"
+    code, log = _run(_pretraining(data, reference, **common))
+    assert code == 0, log[-3000:]
+    assert "MirroredStrategy with 2 replica(s)" in log and "dynamic masking" in log
+    out = tmp_path / "killed"
+    landed, _ = _killed_and_resumed(_pretraining(data, out, **common), out,
+                                    random.Random(25), 2, 1.0)
+    assert landed >= 1, "the runs finished before their kill: nothing was checked"
+    _check_exact(reference, out, STEPS)
+
+
+def test_sigterm_saves_the_step_it_arrived_in_and_the_restart_loses_none(
+        data, static_reference, tmp_path):
+    """Calls of 30 steps, checkpoints every 1000: SIGTERM comes in the second call (right
+    after the first call's progress line); the checkpoint is of the step it came in."""
+    rng = random.Random(26)
+    for attempt in range(3):  # a loaded machine may finish the call before the signal
+        out = tmp_path / f"terminated{attempt}"
+        command = _pretraining(data, out, iterations_per_loop=30, log_steps=30,
+                               save_checkpoints_steps=1000)
+        code, log, landed = _signal_while_training(command, signal.SIGTERM,
+                                                   rng.uniform(0.0, 0.05))
+        assert landed and code == 128 + signal.SIGTERM, log[-3000:]
+        stopped = int(log.split("Stopping at step ")[1].split()[0]) \
+            if "Stopping at step " in log else STEPS
+        if stopped < STEPS:
+            break
+    else:
+        pytest.fail("the signal never came before the last step: nothing was checked")
+    assert 30 < stopped < STEPS, log[-3000:]  # inside the second compiled call
+    assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{stopped}")
+    assert sorted(_losses(str(out / "train")))[-1] == stopped  # its progress was logged
+    code, log = _run(command)
+    assert code == 0, log[-3000:]
+    assert f"ckpt-{stopped} at step {stopped}" in log and "Input resumes at the position" in log
+    reference = _state(str(static_reference / f"ckpt-{STEPS}"))
+    resumed = _state(str(out / f"ckpt-{STEPS}"))
+    for name, value in reference.items():
+        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+
+
+def test_a_resume_with_another_batch_size_is_refused(data, static_reference, tmp_path):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(static_reference, out)
+    code, log = _run(_pretraining(data, out, num_train_steps=STEPS + 5, train_batch_size=16))
+    assert code != 0
+    assert "batch_size: 8 there, 16 now" in log and f"ckpt-{STEPS}" in log, log[-3000:]
+
+
+# ----------------------------------------------------------------------- classifier
+
+
+def _classifier_command(root, out):
+    """run_classifier's command on custom data of varied lengths (two length buckets)."""
+    rng = random.Random(3)
+    words = ["the", "a", "big", "red", "far", "away", "on", "in", "to", "and"]
+    data = root / "data"
+    if not data.exists():
+        data.mkdir(parents=True)
+        rows = []
+        for i in range(48):  # lengths 3..24 words: both length buckets (16, 32)
+            noun = "cat" if i % 2 else "dog"
+            body = [rng.choice(words) for _ in range(rng.randint(2, 23))]
+            rows.append(f"{' '.join([noun] + body)} .\t{'pos' if i % 2 else 'neg'}")
+        for split, k in (("train", 48), ("dev", 8)):
+            (data / f"{split}.tsv").write_text("text\tlabel\n" + "\n".join(rows[:k]) + "\n",
+                                               encoding="utf-8")
+    vocab = write_vocab(root / "vocab.txt")
+    config = S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB),
+                            dropout=0.1)
+    flags = dict(task_name="custom", data_dir=data, vocab_file=vocab, bert_config_file=config,
+                 output_dir=out, text_a_column="text", label_column="label",
+                 label_list="neg,pos", do_train="true", do_eval="false",
+                 max_seq_length=32, train_batch_size=4, num_train_epochs=5.0,
+                 learning_rate=1e-3, save_checkpoints_steps=5, iterations_per_loop=1,
+                 log_steps=1, distribution_strategy="one_device", seed=2)
+    return [sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py")] + [
+        f"--{k}={v}" for k, v in flags.items()]
+
+
+def test_classifier_with_length_buckets_killed_equals_the_uninterrupted_run(tmp_path):
+    reference = tmp_path / "reference"
+    code, log = _run(_classifier_command(tmp_path, reference))
+    assert code == 0, log[-3000:]
+    steps = 60  # 48 examples / 4 x 5 epochs
+    out = tmp_path / "killed"
+    landed, _ = _killed_and_resumed(_classifier_command(tmp_path, out), out,
+                                    random.Random(27), 2, 1.0)
+    assert landed >= 1, "the runs finished before their kill: nothing was checked"
+    _check_exact(reference, out, steps)

@@ -1,0 +1,387 @@
+"""Exact resume in-process (issue 24): the input position and the dropout generators are
+checkpointed, a resumed run trains on the batches (and draws the masks) of the run it
+continues, a stop signal checkpoints the current step, non-finite gradients stop the run,
+and an unreadable checkpoint state file (a power cut) still resumes.
+
+Records come from the real `data_prep.create_pretraining_data` CLI (module fixture); the
+CLIs killed with SIGKILL/SIGTERM are in tests/test_exact_resume_runners.py (slow). The
+dynamic-masking variant of the in-process resume is marked slow (the runners' test covers
+it too).
+"""
+
+import os
+import random
+import signal
+import threading
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_prep import lifecycle
+from modeling import optimization
+from modeling.config import BertConfig
+from modeling.models import BertPretrainer
+from tests import test_loop_support as S
+from tests.test_bucketing import _records as bucketing_records
+from training import checkpointing, distribution, dynamic_masking, input_pipeline, loop
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Masked pretraining records of the CLI and their vocab."""
+    d = tmp_path_factory.mktemp("resume_data")
+    pattern, vocab = S.make_records_with_cli(d, shards=2)
+    return {"pattern": pattern, "vocab": vocab, "dir": d}
+
+
+@pytest.fixture(scope="module")
+def strategy():
+    """One device (the CPU)."""
+    return distribution.get_strategy("one_device")
+
+
+def _make(strategy, output_dir, *, steps=12, batch=8, accumulation=1, save=4, ipl=1,
+          model_seed=3):
+    """(model, PretrainingLoop) of a tiny BERT with dropout 0.1, seeded by `model_seed`."""
+    keras.utils.set_random_seed(model_seed)  # the same initial weights and dropout seeds
+    with strategy.scope():
+        model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120, dropout=0.1)))
+        loop.build_pretraining_model(model, S.SEQ, S.PREDS)
+        opt = optimization.create_optimizer(optimization.OptimizerConfig(
+            learning_rate=1e-3, num_train_steps=steps, num_warmup_steps=2))
+    cfg = loop.LoopConfig(output_dir=str(output_dir), num_train_steps=steps,
+                          train_batch_size=batch, iterations_per_loop=ipl,
+                          save_checkpoints_steps=save, log_steps=1,
+                          gradient_accumulation_steps=accumulation)
+    return model, loop.PretrainingLoop(strategy, model, opt, cfg)
+
+
+def _input(data, trainer, *, batch=8, seed=1, masking=None):
+    """(dataset_fn, input identity) of the pretraining input, seeded as a runner does."""
+    seed = trainer.input_seed(seed)
+    if masking is not None:
+        masking = dynamic_masking.DynamicMasking.from_vocab_file(
+            data["vocab"], max_predictions_per_seq=S.PREDS, seed=seed)
+    records = data["pattern"] if masking is None else data["unmasked"]
+    config = input_pipeline.PretrainingInputConfig(
+        (records,), S.SEQ, S.PREDS, seed=seed, shuffle_buffer=50, masking=masking)
+
+    def make(ctx):
+        return input_pipeline.pretraining_dataset(
+            config, batch_size=ctx.get_per_replica_batch_size(batch), is_training=True,
+            input_context=ctx)
+    return make, input_pipeline.pretraining_input_identity(config, batch)
+
+
+def _crash_after(trainer, step):
+    """Makes `trainer.train` die (KeyboardInterrupt, as a kill) once it passes `step`."""
+    compiled = trainer._train_fn
+
+    def train_fn(iterator, n):
+        out = compiled(iterator, n)
+        if int(trainer.global_step.numpy()) >= step:
+            raise KeyboardInterrupt
+        return out
+    trainer._train_fn = train_fn
+
+
+def _losses(history):
+    """{step: loss} of a loop's progress records."""
+    return {h["step"]: h["loss"] for h in history}
+
+
+def _variables(path, prefixes=("model/", "optimizer/", "rng/")):
+    """{name: value} of a checkpoint's tensors under `prefixes`."""
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name.startswith(prefixes)}
+
+
+@pytest.fixture(scope="module")
+def unmasked(data):
+    """Unmasked records (create_pretraining_data --dynamic_masking) of the same corpus."""
+    import subprocess
+    import sys
+
+    out = data["dir"] / "pairs.tfrecord"
+    cmd = [sys.executable, "-m", "data_prep.create_pretraining_data",
+           f"--input_file={data['dir'] / 'corpus.txt'}", f"--output_file={out}",
+           f"--vocab_file={data['vocab']}", f"--max_seq_length={S.SEQ}",
+           "--dynamic_masking", "--short_seq_prob=0", "--dupe_factor=1", "--random_seed=1",
+           "--num_workers=1"]
+    done = subprocess.run(cmd, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(data, unmasked=str(out))
+
+
+@pytest.mark.parametrize("masking,accumulation", [
+    (None, 2), pytest.param("dynamic", 1, marks=pytest.mark.slow)])
+def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(unmasked, strategy, tmp_path,
+                                                               masking, accumulation):
+    """Dropout on, killed after step 6 (checkpoint 4), resumed to 12: the same per-step
+    losses and the same final weights and optimizer state, bit for bit."""
+    model, trainer = _make(strategy, tmp_path / "whole", accumulation=accumulation)
+    trainer.restore_or_initialize()
+    make, identity = _input(unmasked, trainer, masking=masking)
+    whole = _losses(trainer.train(make, input_identity=identity))
+    assert sorted(whole) == list(range(1, 13))
+
+    _, killed = _make(strategy, tmp_path / "resumed", accumulation=accumulation)
+    killed.restore_or_initialize()
+    _crash_after(killed, 6)
+    make, identity = _input(unmasked, killed, masking=masking)
+    with pytest.raises(KeyboardInterrupt):
+        killed.train(make, input_identity=identity)
+    before = _losses(killed.history)
+    assert sorted(before) == list(range(1, 6))  # killed in step 6, before its log
+
+    resumed_model, resumed = _make(strategy, tmp_path / "resumed", accumulation=accumulation,
+                                   model_seed=99)  # other initial weights and dropout seeds
+    assert resumed.restore_or_initialize() == 4
+    make, identity = _input(unmasked, resumed, masking=masking)
+    after = _losses(resumed.train(make, input_identity=identity))
+    assert sorted(after) == list(range(5, 13))
+    for step, loss in list(before.items()) + list(after.items()):
+        assert loss == whole[step], (step, loss, whole[step])  # step 5 ran twice
+    for a, b in zip(model.weights, resumed_model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    ours = _variables(str(tmp_path / "resumed" / "ckpt-12"))
+    reference = _variables(str(tmp_path / "whole" / "ckpt-12"))
+    assert sorted(ours) == sorted(reference) and any(k.startswith("rng/") for k in ours)
+    for name, value in reference.items():
+        np.testing.assert_array_equal(ours[name], value, err_msg=name)
+
+
+def test_the_saved_input_state_is_bounded_by_the_buffers(data, strategy, tmp_path):
+    """The input position costs the same however far the run is: the checkpoints of steps
+    10 and 40 have the same size (the iterator's state holds file offsets, counters and
+    the buffers' contents, not what was read)."""
+    _, trainer = _make(strategy, tmp_path, steps=40, save=10, ipl=10)
+    trainer.restore_or_initialize()
+    make, identity = _input(data, trainer)
+    trainer.train(make, input_identity=identity)
+    sizes = []
+    for step in (10, 40):
+        prefix = str(tmp_path / f"ckpt-{step}")
+        assert checkpointing.saved_input_identity(prefix) == identity
+        sizes.append(sum(os.path.getsize(p) for p in tf.io.gfile.glob(prefix + ".*")))
+    assert abs(sizes[1] - sizes[0]) < 0.05 * sizes[0], sizes
+
+
+def test_other_input_is_refused_naming_what_changed(data, strategy, tmp_path):
+    _, trainer = _make(strategy, tmp_path, steps=4, save=4)
+    trainer.restore_or_initialize()
+    make, identity = _input(data, trainer)
+    trainer.train(make, input_identity=identity)
+    for batch, seed, named in ((16, 1, "batch_size: 8 there, 16 now"),
+                               (8, 2, "seed: 1 there, 2 now")):
+        _, again = _make(strategy, tmp_path, steps=8, batch=batch, save=4)
+        assert again.restore_or_initialize() == 4
+        make, identity = _input(data, again, batch=batch, seed=seed)
+        with pytest.raises(checkpointing.InputPositionError) as err:
+            again.train(make, input_identity=identity)
+        message = str(err.value)
+        assert named in message and "ckpt-4" in message and "--init_checkpoint" in message
+
+
+def test_an_unseeded_run_resumes_with_the_seed_it_drew(data, strategy, tmp_path):
+    _, trainer = _make(strategy, tmp_path, steps=4, save=4)
+    trainer.restore_or_initialize()
+    make, identity = _input(data, trainer, seed=None)
+    drawn = identity["seed"]
+    assert isinstance(drawn, int)
+    trainer.train(make, input_identity=identity)
+    _, again = _make(strategy, tmp_path, steps=6, save=4)
+    again.restore_or_initialize()
+    assert again.input_seed(None) == drawn
+
+
+def _poisoned_gradients(trainer, from_global_step):
+    """A loss whose value stays finite but whose gradients are NaN once the global step
+    reaches `from_global_step` (d sqrt(u)/du at u = 0 times a zero)."""
+    real = trainer.loss_fn
+
+    def loss_fn(outputs, features):
+        total, stats = real(outputs, features)
+        gate = tf.cast(trainer.global_step >= from_global_step, tf.float32)
+        logits = tf.reduce_sum(tf.square(outputs["masked_lm_logits"]))
+        poison = tf.sqrt(gate * 0.0 * logits + (1.0 - gate)) - (1.0 - gate)  # always 0
+        return total + poison, dict(stats, loss=stats["loss"] + poison)
+    trainer.loss_fn = loss_fn
+
+
+def test_nan_gradients_with_a_finite_loss_stop_at_their_step(data, strategy, tmp_path):
+    """Step 10 is also a checkpoint step: its NaN update must not be saved."""
+    _, trainer = _make(strategy, tmp_path, steps=20, save=5, ipl=5)
+    trainer.restore_or_initialize()
+    _poisoned_gradients(trainer, 9)  # the global step is 9 while step 10 runs
+    make, identity = _input(data, trainer)
+    with pytest.raises(FloatingPointError, match="gradients are NaN or Inf .* at step 10"):
+        trainer.train(make, input_identity=identity)
+    assert all(np.isfinite(h["loss"]) for h in trainer.history)
+    newest = tf.train.latest_checkpoint(str(tmp_path))
+    assert os.path.basename(newest) == "ckpt-5"
+    assert all(np.isfinite(v).all() for v in _variables(newest, ("model/",)).values())
+
+
+def test_float16_skips_non_finite_gradients_and_counts_them(data, strategy, tmp_path):
+    """An infinite gradient at one step: skipped (not an error), counted, scale halved."""
+    from tests.test_loop import _HalfPrecisionPretrainer
+
+    with strategy.scope():
+        model = _HalfPrecisionPretrainer()
+        loop.build_pretraining_model(model, S.SEQ, S.PREDS)
+        opt = optimization.create_optimizer(optimization.OptimizerConfig(
+            learning_rate=1e-2, num_train_steps=10, num_warmup_steps=0))
+    cfg = loop.LoopConfig(output_dir=str(tmp_path), num_train_steps=10, train_batch_size=8,
+                          iterations_per_loop=5, save_checkpoints_steps=10, log_steps=5,
+                          dtype="float16")
+    trainer = loop.PretrainingLoop(strategy, model, opt, cfg)
+    real = trainer.loss_fn
+
+    def loss_fn(outputs, features):  # an infinite gradient at step 3 only
+        total, stats = real(outputs, features)
+        gate = tf.cast(tf.equal(trainer.global_step, 2), tf.float32)
+        logits = tf.reduce_sum(tf.square(outputs["masked_lm_logits"]))
+        poison = tf.sqrt(gate * 0.0 * logits + (1.0 - gate)) - (1.0 - gate)
+        return total + poison, dict(stats, loss=stats["loss"] + poison)
+    trainer.loss_fn = loss_fn
+    scale = float(trainer.loss_scale_optimizer.dynamic_scale.numpy())
+    trainer.restore_or_initialize()
+    make, identity = _input(data, trainer)
+    history = trainer.train(make, input_identity=identity)
+    assert [h["skipped_steps"] for h in history] == [1, 0]
+    assert trainer.skipped_steps == 1
+    assert history[0]["loss_scale"] == scale / 2
+
+
+def _send_when_handled(sig, handler_is_ours, delay):
+    """Sends `sig` to this process `delay` s after `handler_is_ours()` holds (never to a
+    pytest whose default action would kill it)."""
+    def run():
+        deadline = time.time() + 120
+        while not handler_is_ours() and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(delay)
+        if handler_is_ours():
+            os.kill(os.getpid(), sig)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _in_stop_block():
+    """True while SIGTERM is handled by `lifecycle.stop_requests`."""
+    handler = signal.getsignal(signal.SIGTERM)
+    return getattr(handler, "__qualname__", "").startswith("stop_requests")
+
+
+def test_sigterm_checkpoints_the_step_it_arrived_in_and_resumes_there(data, strategy,
+                                                                       tmp_path):
+    """One compiled call of 100000 steps: SIGTERM stops it after the current step, which
+    is saved (a second SIGTERM during that save changes nothing); exit status 143."""
+    _, trainer = _make(strategy, tmp_path, steps=100000, save=100000, ipl=100000)
+    trainer.restore_or_initialize()
+    original_save = trainer.saver.manager.save
+
+    def save(**kwargs):  # the second signal, from inside the save
+        os.kill(os.getpid(), signal.SIGTERM)
+        return original_save(**kwargs)
+    trainer.saver.manager.save = save
+    make, identity = _input(data, trainer)
+    _send_when_handled(signal.SIGTERM, _in_stop_block, delay=random.uniform(1.0, 2.0))
+    with pytest.raises(SystemExit) as stopped:
+        trainer.train(make, input_identity=identity)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    step = int(trainer.global_step.numpy())
+    assert 0 < step < 100000
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"ckpt-{step}")
+    assert trainer.history[-1]["step"] == step  # logged, nothing lost
+    assert checkpointing.has_input_position(str(tmp_path / f"ckpt-{step}"))
+    _, resumed = _make(strategy, tmp_path, steps=step + 2, save=100000)
+    assert resumed.restore_or_initialize() == step
+    make, identity = _input(data, resumed)
+    assert [h["step"] for h in resumed.train(make, input_identity=identity)] == [
+        step + 1, step + 2]
+
+
+def test_stop_requests_reach_a_compiled_loop_while_it_runs():
+    """The main thread is inside one long native call when SIGTERM comes: the watcher
+    thread hears it at once and the call ends early; leaving the block unhandled exits."""
+    flag = tf.Variable(0)
+
+    @tf.function(autograph=False)
+    def spin():
+        return tf.while_loop(lambda i: (flag.read_value() == 0) & (i < 10_000_000),
+                             lambda i: i + 1, [tf.constant(0)])[0]
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        with lifecycle.stop_requests(flag.assign) as request:
+            _send_when_handled(signal.SIGTERM, _in_stop_block, delay=0.5)
+            spins = int(spin())
+            assert request.signal == signal.SIGTERM and int(flag.numpy()) == signal.SIGTERM
+            assert spins < 10_000_000
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_an_unreadable_state_file_resumes_from_the_checkpoints_on_disk(data, strategy,
+                                                                      tmp_path):
+    """A power cut can leave `checkpoint` empty: the newest readable ckpt-N on disk is
+    restored (with a warning) and the state file is rebuilt."""
+    _, trainer = _make(strategy, tmp_path, steps=8, save=4, ipl=4)
+    trainer.restore_or_initialize()
+    make, identity = _input(data, trainer)
+    trainer.train(make, input_identity=identity)
+    for content in ("", "model_checkpoint_path: \"ckpt-8\"\ngarbage {{{"):
+        (tmp_path / "checkpoint").write_text(content)
+        _, again = _make(strategy, tmp_path, steps=8, save=4)
+        assert again.restore_or_initialize() == 8
+        assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-8")
+    (tmp_path / "checkpoint").write_text("")
+    with open(tmp_path / "ckpt-8.index", "r+b") as f:  # the newest is damaged too
+        f.truncate(10)
+    assert checkpointing.checkpoints_newest_first(str(tmp_path))[0].endswith("ckpt-8")
+    _, again = _make(strategy, tmp_path, steps=8, save=4)
+    assert again.restore_or_initialize() == 4
+
+
+def test_the_input_position_is_exact_for_each_pipeline(unmasked, tmp_path):
+    """An iterator saved after k batches and restored into a new pipeline gives the
+    batches the first one gives next: static and dynamic masking, length buckets."""
+    spec = bucketing_records(tmp_path / "buckets.tfrecord",
+                             [random.Random(i).randint(3, 32) for i in range(300)])
+    masking = dynamic_masking.DynamicMasking.from_vocab_file(
+        unmasked["vocab"], max_predictions_per_seq=S.PREDS, seed=5)
+    pipelines = {
+        "static": lambda: input_pipeline.pretraining_dataset(
+            input_pipeline.PretrainingInputConfig((unmasked["pattern"],), S.SEQ, S.PREDS,
+                                                  seed=5, shuffle_buffer=40),
+            batch_size=8, is_training=True),
+        "dynamic": lambda: input_pipeline.pretraining_dataset(
+            input_pipeline.PretrainingInputConfig((unmasked["unmasked"],), S.SEQ, S.PREDS,
+                                                  seed=5, shuffle_buffer=40,
+                                                  masking=masking),
+            batch_size=8, is_training=True),
+        "buckets": lambda: input_pipeline.finetuning_records(
+            input_pipeline.RecordsConfig((str(tmp_path / "buckets.tfrecord"),), spec,
+                                         seed=5, bucket_boundaries=(8, 16, 32)),
+            batch_size=4, is_training=True),
+    }
+    for name, build in pipelines.items():
+        first = iter(build())
+        for _ in range(25):
+            next(first)
+        path = tf.train.Checkpoint(it=first).save(str(tmp_path / name / "it"))
+        expected = [next(first) for _ in range(60)]  # past an epoch: reshuffles, new masks
+        second = iter(build())
+        tf.train.Checkpoint(it=second).restore(path)
+        for a, b in zip(expected, (next(second) for _ in range(60))):
+            assert sorted(a) == sorted(b)
+            for key in a:
+                np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=name)
