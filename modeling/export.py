@@ -6,19 +6,13 @@
 Tokenization is ``data_prep.tf_tokenization.BertInGraphTokenizer`` baked into the graph
 with the model's own vocab (also packaged as the asset ``assets/vocab.txt``) and casing.
 
-What each ``--model_type`` exports is a *serving family*, found through the registry
-``SERVING_FAMILIES`` (model_type -> module holding ``FAMILY``):
-
-* ``classifier``: ``tasks.classification.export`` (text [+ text_pair] -> label
-  probabilities / regression score);
-* ``squad``: ``tasks.squad.export`` (question + context -> best answer span);
-* ``tagger``: ``tasks.tagging.export`` (raw text or pre-split words -> per-word tags and
-  the entities decoded from them, with character offsets);
-* ``multiple_choice``: ``tasks.multiple_choice.export`` (context + question + endings ->
-  choice probabilities);
-* ``encoder``: this module (text [+ text_pair] -> the encoder's outputs);
-* ``hub``: ``modeling.hub_export`` (a TF Hub encoder + preprocessor pair, not one
-  SavedModel).
+What each ``--model_type`` exports is a *serving family*: a ``ServingFamily`` registered
+with ``register`` by the module that defines it. This module defines the generic machinery
+and one family, ``encoder`` (text [+ text_pair] -> the encoder's outputs);
+``modeling.hub_export`` defines ``hub`` (a TF Hub encoder + preprocessor pair, not one
+SavedModel); every task package defines its own family in its ``export.py`` (its
+signatures, its settings, its flags). Nothing here names a task family: a family is
+known once its module is imported (``export_saved_model.py`` imports them all).
 
 Signatures every single-SavedModel family shares (batch-first; strings are UTF-8
 ``tf.string`` [batch]):
@@ -37,28 +31,29 @@ computes in bfloat16 and casts its outputs).
 
 Adding a task family's export (the extension point)
 ---------------------------------------------------
-1. Write ``tasks/<family>/export.py`` with a ``ServingFamily`` subclass and a module
-   attribute ``FAMILY = YourServing()``. It declares ``model_type``, the
-   ``ServingConfig`` fields it uses (``fields``: the CLI refuses flags of other
-   families), the ``ExportMetadata`` subclass its runner writes (``metadata_class``, with
-   ``model_type=FAMILY.model_type``: the family's runs are refused by the others) and
-   what the exporter takes from it (``config_fields(metadata)``; defaults that differ from
-   the flags' in ``default_fields(max_seq_length)``), ``validate(config)``,
-   ``build_model(config, bert_config, dtype_policy)``,
-   ``check_model(model, config)`` and ``signatures(module)``: concrete functions by name,
-   built on the ``ServingModule`` helpers (``module.pack`` for the classifier packing,
-   ``module.model_outputs``, ``text_signatures``). Override ``write`` only for a layout
-   other than one SavedModel (see ``modeling/hub_export.py``).
-2. Register it with one line in ``SERVING_FAMILIES``. ``export_saved_model.py``'s
-   ``--model_type`` choices, the weight checks, the overwrite rules and the atomic writer
-   then apply unchanged. A setting no existing ``ServingConfig`` field covers is added
-   there as a field with a default, plus its flag in ``export_saved_model.py`` (in its
-   table of family flags, which refuses the flag for other families).
+1. Write ``<task package>/export.py`` with a ``ServingConfig`` subclass holding the
+   family's own settings as fields with defaults (``model_type`` as a class attribute),
+   and a ``ServingFamily`` subclass registered at import: ``FAMILY =
+   export.register(YourServing())``. The family declares ``model_type``,
+   ``config_class``, its command-line flags (``flags``: ``FamilyFlag`` specs, which the
+   CLI defines and refuses for every other family), the ``ExportMetadata`` subclass its
+   runner writes (``metadata_class``, with ``model_type=FAMILY.model_type``: the
+   family's runs are refused by the others) and how its settings are chosen
+   (``settings(given, metadata, max_seq_length)``: the flags given, then the run's
+   metadata, then its defaults), ``validate(config)``,
+   ``build_model(config, bert_config, dtype_policy)``, ``check_model(model, config)`` and
+   ``signatures(module)``: concrete functions by name, built on the ``ServingModule``
+   helpers (``module.pack`` for the classifier packing, ``module.model_outputs``,
+   ``text_signatures``). Override ``write`` only for a layout other than one SavedModel
+   (see ``modeling/hub_export.py``).
+2. Nothing else changes: ``export_saved_model.py`` imports every task package's
+   ``export.py``; its ``--model_type`` choices, the family flags, the weight checks, the
+   overwrite rules and the atomic writer then apply.
 
 Files: ``export_metadata.json`` is the small contract between the fine-tuning runner and
 the exporter (labels, task settings; see ``ExportMetadata``). Its ``model_type`` says which
-family's run it is: ``read_run_metadata`` refuses it for another family (only ``encoder``
-and ``hub``, which export the encoder every run has, take any run). Every export carries
+family's run it is: ``read_run_metadata`` refuses it for another family (only the families
+that export the encoder every run has, ``encoder`` and ``hub``, take any run). Every export carries
 its own copy with ``"model_type"`` added in ``assets.extra/export_metadata.json``: that is also the
 marker by which ``--overwrite`` recognises an export this project wrote (``check_export_dir``).
 """
@@ -66,10 +61,9 @@ marker by which ``--overwrite`` recognises an export this project wrote (``check
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
-from typing import Optional, Sequence
+from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -77,16 +71,9 @@ import tensorflow as tf
 from data_prep import fileio
 from modeling.encoder import BertEncoder
 
-# The registry: model_type -> module with a FAMILY. One line per task family.
-SERVING_FAMILIES = {
-    "classifier": "tasks.classification.export",
-    "squad": "tasks.squad.export",
-    "multiple_choice": "tasks.multiple_choice.export",
-    "tagger": "tasks.tagging.export",
-    "encoder": "modeling.export",
-    "hub": "modeling.hub_export",
-}
-MODEL_TYPES = tuple(SERVING_FAMILIES)
+# The registry: model_type -> its ServingFamily, filled by ``register`` as the modules
+# defining families are imported.
+_FAMILIES: dict = {}
 DTYPES = ("float32", "bfloat16")
 METADATA_FILE = "export_metadata.json"
 # assets.extra/ is where SavedModel tooling keeps files that are not part of the graph.
@@ -118,7 +105,7 @@ class ExportMetadata:
       max_seq_length: the fine-tuning sequence length.
       text_pair: the task takes sentence pairs (text_a + text_b).
       model_type: the serving family the run trained (the ``--model_type`` that exports
-        it, a key of ``SERVING_FAMILIES``); "" in metadata written before it was
+        it, a registered family); "" in metadata written before it was
         recorded, whose family ``run_model_type`` then infers.
     """
 
@@ -185,7 +172,7 @@ def read_export_metadata(path: str, cls: Optional[type] = None) -> ExportMetadat
     path, data = _metadata_json(path)
     if cls is None:
         kind = run_model_type(data)
-        cls = get_family(kind).metadata_class if kind in SERVING_FAMILIES else ExportMetadata
+        cls = get_family(kind).metadata_class if kind in _FAMILIES else ExportMetadata
     return cls.from_dict(data, source=path)
 
 
@@ -198,7 +185,7 @@ def run_model_type(data: dict) -> Optional[str]:
     kind = data.get("model_type")
     if isinstance(kind, str) and kind:
         return kind
-    claims = [name for name in SERVING_FAMILIES if get_family(name).claims_legacy_run(data)]
+    claims = [name for name, family in _FAMILIES.items() if family.claims_legacy_run(data)]
     return claims[0] if len(claims) == 1 else None
 
 
@@ -215,8 +202,8 @@ def read_run_metadata(path: str, family: "ServingFamily") -> ExportMetadata:
     """
     path, data = _metadata_json(path)
     kind = run_model_type(data)
-    if kind is not None and kind not in SERVING_FAMILIES:
-        raise ExportError(f"{path}: model_type={kind!r} is not one of {MODEL_TYPES}")
+    if kind is not None and kind not in _FAMILIES:
+        raise ExportError(f"{path}: model_type={kind!r} is not one of {model_types()}")
     if kind is not None and kind != family.model_type and not family.exports_any_run:
         run = get_family(kind)
         raise ExportError(
@@ -232,87 +219,91 @@ def read_run_metadata(path: str, family: "ServingFamily") -> ExportMetadata:
 
 @dataclasses.dataclass(frozen=True)
 class ServingConfig:
-    """How the serving graph tokenizes and what it returns.
+    """How the serving graph tokenizes: what every family's export needs.
+
+    Each family's settings are the fields of its own subclass (its ``config_class``),
+    which sets the class attribute ``model_type``; ``serving_config`` builds the one of
+    a ``model_type``.
 
     Attributes:
-      model_type: a key of ``SERVING_FAMILIES``.
       vocab_file: the model's vocab.txt (baked into the graph and copied as an asset).
       do_lower_case: tokenizer casing.
-      max_seq_length: padded length of every window, special tokens included (hub: the
+      max_seq_length: the longest window, special tokens included (hub: the
         preprocessor's default ``seq_length``).
-      labels: classifier label names in id order (classification only).
-      is_regression: classifier with one float output.
-      text_pair: classifier/encoder inputs are pairs (``text`` + ``text_pair``).
-      max_query_length: squad: question tokens kept.
-      max_answer_length: squad: longest answer span in tokens.
-      doc_stride: squad: tokens between the starts of consecutive context windows.
-      n_best_size: squad: a span's start and end must be among the window's n_best_size
-        highest start / end logits (the original's candidate filter).
-      max_context_windows: squad, tagger: most windows one example's context may need;
-        a longer context is refused by the graph with an error instead of unbounded memory.
-      tag_scheme: tagger: the tag scheme entities are decoded with (IOB1, IOB2, IOBES, IOE,
-        or "none").
-      feature_based, feature_layers, lstm_units: tagger: the feature-based model (frozen
-        encoder + BiLSTM) and its settings, as the run trained it.
       task: informational, written to assets.extra/export_metadata.json.
     """
 
-    model_type: str
     vocab_file: str
     do_lower_case: bool = True
     max_seq_length: int = 128
-    labels: tuple = ()
-    is_regression: bool = False
-    text_pair: bool = False
-    max_query_length: int = 64
-    max_answer_length: int = 30
-    doc_stride: int = 128
-    n_best_size: int = 20
-    max_context_windows: int = 64
-    tag_scheme: str = ""
-    feature_based: bool = False
-    feature_layers: str = ""
-    lstm_units: int = 0
     task: str = ""
 
+    model_type: ClassVar[str] = ""
+
     def __post_init__(self):
-        if self.model_type not in MODEL_TYPES:
-            raise ExportError(f"model_type {self.model_type!r} is not one of {MODEL_TYPES}")
         if self.max_seq_length < 3:
             raise ExportError(f"max_seq_length={self.max_seq_length} cannot hold [CLS] [SEP]")
         get_family(self.model_type).validate(self)
 
-
-def get_family(model_type: str) -> "ServingFamily":
-    """The registered ``ServingFamily`` of ``model_type`` (imports its module)."""
-    if model_type not in SERVING_FAMILIES:
-        raise ExportError(f"model_type {model_type!r} is not one of {MODEL_TYPES}")
-    return importlib.import_module(SERVING_FAMILIES[model_type]).FAMILY
-
-
-# --------------------------------------------------------------------------- reference path
+    @classmethod
+    def settings_fields(cls) -> tuple:
+        """The family's own settings: the fields beyond ``ServingConfig``'s, in order."""
+        common = {field.name for field in dataclasses.fields(ServingConfig)}
+        return tuple(field.name for field in dataclasses.fields(cls)
+                     if field.name not in common)
 
 
-def python_features(tokenizer, texts: Sequence[str], text_pairs: Optional[Sequence[str]],
-                    max_seq_length: int) -> dict:
-    """The Python path's model inputs (FullTokenizer + the original classifier rules).
+def serving_config(model_type: str, vocab_file: str, do_lower_case: bool = True,
+                   max_seq_length: int = 128, **settings) -> ServingConfig:
+    """The ``ServingConfig`` of the family ``model_type`` (its ``config_class``).
 
     Args:
-      tokenizer: a ``data_prep.tokenization.FullTokenizer``.
-      texts, text_pairs: strings (text_pairs None for single-text).
-    Returns:
-      dict of int32 numpy arrays [batch, max_seq_length]: input_ids, input_mask, segment_ids.
-    """
-    from tasks.classification.data import InputExample, convert_single_example
+      settings: ``task`` and the family's own settings (``config_class`` fields).
 
-    rows = []
-    for i, text in enumerate(texts):
-        example = InputExample(str(i), text, None if text_pairs is None else text_pairs[i],
-                               label=0.0)
-        rows.append(convert_single_example(example, None, max_seq_length, tokenizer,
-                                           is_regression=True))
-    return {name: np.asarray([getattr(r, name) for r in rows], np.int32).reshape(
-        len(rows), max_seq_length) for name in ("input_ids", "input_mask", "segment_ids")}
+    Raises:
+      ExportError for an unknown ``model_type`` or a setting the family does not have.
+    """
+    cls = get_family(model_type).config_class
+    unknown = sorted(set(settings) - set(cls.settings_fields()) - {"task"})
+    if unknown:
+        raise ExportError(f"model_type {model_type!r} has no setting {unknown} (its "
+                          f"settings: {list(cls.settings_fields())})")
+    return cls(vocab_file=vocab_file, do_lower_case=do_lower_case,
+               max_seq_length=max_seq_length, **settings)
+
+
+def register(family: "ServingFamily") -> "ServingFamily":
+    """Adds ``family`` to the registry under its ``model_type``; returns it.
+
+    A family's module registers it at import (``FAMILY = register(YourServing())``).
+
+    Raises:
+      ValueError if another family class holds the ``model_type``, or the family's
+      ``config_class`` names another ``model_type``.
+    """
+    if family.config_class.model_type != family.model_type:
+        raise ValueError(f"{type(family).__name__}: config_class "
+                         f"{family.config_class.__name__} has model_type "
+                         f"{family.config_class.model_type!r}, not {family.model_type!r}")
+    known = _FAMILIES.get(family.model_type)
+    if known is not None and type(known).__qualname__ != type(family).__qualname__:
+        raise ValueError(f"model_type {family.model_type!r} is registered twice: "
+                         f"{type(known).__name__} and {type(family).__name__}")
+    _FAMILIES[family.model_type] = family
+    return family
+
+
+def model_types() -> tuple:
+    """The registered model types, in registration order."""
+    return tuple(_FAMILIES)
+
+
+def get_family(model_type: str) -> "ServingFamily":
+    """The registered ``ServingFamily`` of ``model_type``."""
+    if model_type not in _FAMILIES:
+        raise ExportError(f"model_type {model_type!r} is not one of {model_types()} (a "
+                          "family is known once the module defining it is imported)")
+    return _FAMILIES[model_type]
 
 
 # --------------------------------------------------------------------------- graph pieces
@@ -395,10 +386,10 @@ class ServingModule(tf.Module):
         return sigs
 
 
-def text_signatures(module: ServingModule, head) -> dict:
-    """``serving_default`` and ``preprocess`` on ``text`` (+ ``text_pair`` when the config
-    says so): strings -> ``module.pack`` -> ``head(features)``."""
-    if module.config.text_pair:
+def text_signatures(module: ServingModule, head, text_pair: bool) -> dict:
+    """``serving_default`` and ``preprocess`` on ``text`` (+ ``text_pair`` for pairs):
+    strings -> ``module.pack`` -> ``head(features)``."""
+    if text_pair:
         def serve(text, text_pair):
             return head(module.pack(text, text_pair))
 
@@ -424,7 +415,7 @@ def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings
 
     A row of n tokens is covered by windows of at most ``span`` tokens, each starting
     ``stride`` tokens after the previous one, the last ending at the row's last token
-    (``tasks.squad.data.doc_spans_for``); an empty row gets one empty window. Each
+    (the original ``run_squad.py``'s doc spans); an empty row gets one empty window. Each
     window's tokens are gathered from the row by index (never a copy of the row per
     window), so the cost is linear in the rows' lengths.
 
@@ -436,8 +427,8 @@ def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings
       what, settings, advice: the error message's subject ("a context"), the settings
         that fixed the windows ("doc_stride=128, max_seq_length=384") and what to do.
       fill_before: a window shorter than ``span`` (a row's last) also holds the tokens
-        before it, up to ``span`` tokens in all, as context (the tagging path's windows,
-        ``tasks.tagging.data.sentence_windows``); the window itself is unchanged.
+        before it, up to ``span`` tokens in all, as context (as the tagger's Python
+        path fills its windows); the window itself is unchanged.
 
     Returns:
       (window tokens RaggedTensor [windows, (tokens)], windows): a dict of int64
@@ -479,8 +470,8 @@ def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings
 
 def max_context(windows, pos):
     """[windows, seq] bool: the window is the one where the token at each position has
-    the most context (``tasks.squad.data.max_context_span_index``: score min(left, right)
-    + 0.01 * window length, the earliest window on ties).
+    the most context (the original ``run_squad.py``'s ``_check_is_max_context``: score
+    min(left, right) + 0.01 * window length, the earliest window on ties).
 
     Without comparing every window with every other: all windows but the last are full
     (``span`` tokens) and start ``stride`` apart, so among them the score of a token at
@@ -520,20 +511,46 @@ def max_context(windows, pos):
 # --------------------------------------------------------------------------- families
 
 
+@dataclasses.dataclass(frozen=True)
+class FamilyFlag:
+    """A command-line flag of one family's settings (plain data: ``export_saved_model.py``
+    defines it, refuses it for the families that do not declare it, and passes its value
+    to ``ServingFamily.settings`` when given). Families declaring the same flag declare
+    it alike (kind and default).
+
+    Attributes:
+      name: the flag (without ``--``); by default it sets the config field of that name.
+      kind: "string", "integer", "bool" or "list" (comma separated strings).
+      default: its value when not given.
+      help: what it does for the family (the CLI prefixes the family's name).
+    """
+
+    name: str
+    kind: str
+    default: Any
+    help: str
+
+
 class ServingFamily:
     """What one ``--model_type`` exports (see the module docstring: the extension point).
 
     Attributes:
       model_type: the registry key.
+      config_class: its ``ServingConfig`` subclass (the family's own settings).
       weights_description: what a checkpoint must hold, for error messages.
-      fields: the ``ServingConfig`` fields beyond the common ones that the family uses.
+      flags: its ``FamilyFlag`` specs (the CLI refuses them for other families).
       metadata_class: the ``ExportMetadata`` (sub)class its fine-tuning runner writes.
+      default_max_seq_length: the export's window when neither a flag nor the run sets it.
+      max_seq_length_from_run: the run's ``max_seq_length`` is the export's default.
     """
 
     model_type = ""
+    config_class: type = ServingConfig
     weights_description = ""
-    fields: tuple = ()
+    flags: tuple = ()
     metadata_class: type = ExportMetadata
+    default_max_seq_length = 128
+    max_seq_length_from_run = True
     # Exports only the encoder, which every run has: any run's metadata is accepted.
     exports_any_run = False
 
@@ -543,14 +560,41 @@ class ServingFamily:
         return False
 
     def default_fields(self, max_seq_length: int) -> dict:
-        """``ServingConfig`` fields (of ``fields``) whose default for this family differs
-        from the flag's, used when neither the metadata nor a flag sets them."""
+        """Settings whose default for this family depends on ``max_seq_length`` (or
+        differs from the config class's), used when neither the metadata nor a flag sets
+        them."""
         return {}
 
     def config_fields(self, metadata) -> dict:
-        """``ServingConfig`` fields (of ``fields``) that the run's ``export_metadata.json``
-        (an instance of ``metadata_class``) sets; explicit flags override them."""
+        """Settings that the run's ``export_metadata.json`` (an instance of
+        ``metadata_class``) sets; flags given override them."""
         return {}
+
+    def settings(self, given: dict, metadata, max_seq_length: int) -> dict:
+        """The family's settings (``config_class`` fields) for an export.
+
+        Precedence: a flag given, then the run's metadata (``config_fields``), then
+        ``default_fields``, then the config class's defaults. A flag sets the field of
+        its name; a family with flags of other names overrides this to read them.
+
+        Args:
+          given: {flag name: value} of the family's flags given on the command line.
+          metadata: the run's ``export_metadata.json`` (``metadata_class``) or None.
+          max_seq_length: the export's.
+
+        Raises:
+          ExportError naming the flag, for values that do not fit together.
+        """
+        values = dict(self.default_fields(max_seq_length))
+        if metadata is not None:
+            values.update(self.config_fields(metadata))
+        fields = self.config_class.settings_fields()
+        values.update({name: value for name, value in given.items() if name in fields})
+        return values
+
+    def weights_hint(self, message: str) -> str:
+        """An extra line for a checkpoint that does not fit the model (``message``)."""
+        return ""
 
     def validate(self, config: ServingConfig) -> None:
         """Raises ExportError for settings this family cannot serve."""
@@ -574,13 +618,67 @@ class ServingFamily:
         write_marker(directory, config.model_type, config)
 
 
+def label_names(given: dict, metadata, model_type: str, *, name_by_count: bool = False):
+    """Label names in id order: ``--label_list`` if given, else the run's metadata's;
+    checked against ``--num_labels`` (which, with ``name_by_count``, alone names them
+    "0".."n-1").
+
+    Raises:
+      ExportError naming the flags: no labels, a count mismatch, a repeated name.
+    """
+    labels = tuple(given.get("label_list") or (metadata.labels if metadata else ()))
+    count = given.get("num_labels")
+    if count is not None:
+        if labels and len(labels) != count:
+            raise ExportError(f"label count mismatch: --num_labels={count} but the label "
+                              f"list has {len(labels)} labels: {list(labels)}")
+        if name_by_count:
+            labels = labels or tuple(str(i) for i in range(count))
+    if not labels:
+        raise ExportError(f"a {model_type} export needs --label_list"
+                          + (" or --num_labels" if name_by_count else "")
+                          + " (or an export_metadata.json beside --init_checkpoint)")
+    if len(set(labels)) != len(labels):
+        raise ExportError(f"--label_list has repeated names: {list(labels)}")
+    return labels
+
+
+TEXT_PAIR_FLAG = FamilyFlag(
+    "text_pair", "bool", None, "inputs are pairs (text + text_pair); default: the run's "
+    "metadata, else false.")
+
+
+def text_pair_setting(given: dict, metadata) -> bool:
+    """``--text_pair`` if given, else the run's metadata's, else False."""
+    if "text_pair" in given:
+        return bool(given["text_pair"])
+    return bool(metadata is not None and metadata.text_pair)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderServingConfig(ServingConfig):
+    """``--model_type=encoder``'s settings.
+
+    Attributes:
+      text_pair: inputs are pairs (``text`` + ``text_pair``).
+    """
+
+    text_pair: bool = False
+
+    model_type: ClassVar[str] = "encoder"
+
+
 class EncoderServing(ServingFamily):
     """``--model_type=encoder``: text (+ text_pair) -> the bare encoder's outputs."""
 
     model_type = "encoder"
+    config_class = EncoderServingConfig
     weights_description = "an encoder"
-    fields = ("text_pair",)
+    flags = (TEXT_PAIR_FLAG,)
     exports_any_run = True
+
+    def settings(self, given, metadata, max_seq_length):
+        return {"text_pair": text_pair_setting(given, metadata)}
 
     def build_model(self, config, bert_config, dtype_policy):
         return BertEncoder(bert_config, dtype=dtype_policy)
@@ -589,10 +687,10 @@ class EncoderServing(ServingFamily):
         _expect_model(model, BertEncoder, config)
 
     def signatures(self, module):
-        return text_signatures(module, module.encode)
+        return text_signatures(module, module.encode, module.config.text_pair)
 
 
-FAMILY = EncoderServing()
+FAMILY = register(EncoderServing())
 
 
 def _expect_model(model, expected, config: ServingConfig) -> None:
@@ -613,12 +711,14 @@ def write_marker(directory: str, model_type: str, config: Optional[ServingConfig
     """``assets.extra/export_metadata.json``: the settings + ``model_type`` (our marker)."""
     data = {}
     if config is not None:
+        # The contract's keys first (a family without a setting writes its default), then
+        # the family's own settings.
         data = json.loads(ExportMetadata(
-            task=config.task, labels=tuple(config.labels), is_regression=config.is_regression,
+            task=config.task, labels=tuple(getattr(config, "labels", ())),
+            is_regression=getattr(config, "is_regression", False),
             do_lower_case=config.do_lower_case, max_seq_length=config.max_seq_length,
-            text_pair=config.text_pair).to_json())
-        family = get_family(config.model_type)
-        data.update({name: getattr(config, name) for name in family.fields
+            text_pair=getattr(config, "text_pair", False)).to_json())
+        data.update({name: getattr(config, name) for name in config.settings_fields()
                      if name not in data})
     data["model_type"] = model_type
     extra = os.path.join(directory, *MARKER_PATH[:-1])

@@ -22,17 +22,28 @@ A request costs batch x choices sequences of ``max_seq_length``: bounded by its 
 
 from __future__ import annotations
 
+import dataclasses
+from typing import ClassVar
+
 import tensorflow as tf
 
 from modeling import export
+
+
+@dataclasses.dataclass(frozen=True)
+class MultipleChoiceServingConfig(export.ServingConfig):
+    """``--model_type=multiple_choice``'s settings: the common ones (any number of
+    choices per request)."""
+
+    model_type: ClassVar[str] = "multiple_choice"
 
 
 class MultipleChoiceServing(export.ServingFamily):
     """``--model_type=multiple_choice``: a fine-tuned ``BertMultipleChoice`` (run_swag.py)."""
 
     model_type = "multiple_choice"
+    config_class = MultipleChoiceServingConfig
     weights_description = "a fine-tuned multiple-choice model (run_swag.py output)"
-    fields = ()
 
     def claims_legacy_run(self, data):
         # run_swag.py's metadata: task swag or custom, the shared keys, no labels.
@@ -103,4 +114,4 @@ def _choose(module, features):
             "label": tf.cast(tf.argmax(logits, axis=-1), tf.int32)}
 
 
-FAMILY = MultipleChoiceServing()
+FAMILY = export.register(MultipleChoiceServing())

@@ -18,10 +18,13 @@ Cost of a request: every intermediate is at most [windows, seq, k] with k one of
 max-context candidates), ``max_answer_length`` or the model's own sizes, and the context is
 tokenized once (windows index into it, never copy it): memory and time grow linearly with
 the context's length. An example whose context needs more than
-``ServingConfig.max_context_windows`` windows is refused with InvalidArgumentError.
+``SquadServingConfig.max_context_windows`` windows is refused with InvalidArgumentError.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import tensorflow as tf
@@ -32,13 +35,51 @@ from modeling.export import max_context
 from tasks.squad.task import SquadExportMetadata
 
 
+@dataclasses.dataclass(frozen=True)
+class SquadServingConfig(export.ServingConfig):
+    """``--model_type=squad``'s settings (``run_squad.py``'s flags of the same names).
+
+    Attributes:
+      max_query_length: question tokens kept.
+      max_answer_length: longest answer span in tokens.
+      doc_stride: tokens between the starts of consecutive context windows.
+      n_best_size: a span's start and end must be among the window's n_best_size
+        highest start / end logits (the original's candidate filter).
+      max_context_windows: most windows one example's context may need; a longer context
+        is refused by the graph with an error instead of unbounded memory.
+    """
+
+    max_query_length: int = 64
+    max_answer_length: int = 30
+    doc_stride: int = 128
+    n_best_size: int = 20
+    max_context_windows: int = 64
+
+    model_type: ClassVar[str] = "squad"
+
+
 class SquadServing(export.ServingFamily):
     """``--model_type=squad``: a fine-tuned ``BertSpanLabeler``."""
 
     model_type = "squad"
+    config_class = SquadServingConfig
     weights_description = "a fine-tuned SQuAD model (run_squad.py output)"
-    fields = ("max_query_length", "max_answer_length", "doc_stride", "n_best_size",
-              "max_context_windows")
+    flags = (
+        export.FamilyFlag("max_query_length", "integer", 64, "question tokens kept; "
+                          "default: the run's metadata, else 64."),
+        export.FamilyFlag("max_answer_length", "integer", 30, "longest answer in tokens; "
+                          "default: the run's metadata, else 30."),
+        export.FamilyFlag("n_best_size", "integer", 20, "candidate starts / ends per "
+                          "window (the original's filter before picking the best span); "
+                          "default: the run's metadata, else 20."),
+        export.FamilyFlag("doc_stride", "integer", 128, "tokens between the starts of "
+                          "consecutive windows of a long context; default: the run's "
+                          "metadata, else 128."),
+        export.FamilyFlag("max_context_windows", "integer", 64, "most windows one "
+                          "context may need; a longer one is refused with an error "
+                          "(bounded memory per request)."),
+    )
+    default_max_seq_length = 384
     # The run's settings that the export takes (explicit flags override them).
     RUN_SETTINGS = ("max_query_length", "doc_stride", "max_answer_length", "n_best_size")
 
@@ -95,7 +136,7 @@ class SquadServing(export.ServingFamily):
         }
 
 
-FAMILY = SquadServing()
+FAMILY = export.register(SquadServing())
 
 
 def pack_squad(module, question, context):

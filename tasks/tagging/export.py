@@ -58,6 +58,9 @@ example 0's, then example 1's ...; int32 indexes, float32 probabilities):
 
 from __future__ import annotations
 
+import dataclasses
+from typing import ClassVar
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -75,14 +78,60 @@ from tasks.tagging.task import (
 TAGGING_TASK = "tagging"  # the `task` a tagging run writes in its export_metadata.json
 
 
+@dataclasses.dataclass(frozen=True)
+class TaggerServingConfig(export.ServingConfig):
+    """``--model_type=tagger``'s settings (``run_ner.py``'s, from its metadata).
+
+    Attributes:
+      labels: tag names in id order.
+      tag_scheme: the tag scheme entities are decoded with (IOB1, IOB2, IOBES, IOE, or
+        "none"); "" detects it from the labels.
+      doc_stride: pieces between the starts of consecutive windows of a long text.
+      max_context_windows: most windows one text may need; a longer text is refused by
+        the graph with an error instead of unbounded memory.
+      feature_based, feature_layers, lstm_units: the feature-based model (frozen encoder
+        + BiLSTM) and its settings, as the run trained it.
+    """
+
+    labels: tuple = ()
+    tag_scheme: str = ""
+    doc_stride: int = 128
+    max_context_windows: int = 64
+    feature_based: bool = False
+    feature_layers: str = ""
+    lstm_units: int = 0
+
+    model_type: ClassVar[str] = "tagger"
+
+
 class TaggerServing(export.ServingFamily):
     """``--model_type=tagger``: a ``run_ner.py`` model (``BertTokenTagger`` or, feature
     based, ``BertFeatureTagger``)."""
 
     model_type = "tagger"
+    config_class = TaggerServingConfig
     weights_description = "a fine-tuned token tagger (run_ner.py output)"
-    fields = ("labels", "tag_scheme", "doc_stride", "max_context_windows", "feature_based",
-              "feature_layers", "lstm_units")
+    flags = (
+        export.FamilyFlag("label_list", "list", None, "tag names in id order (comma "
+                          "separated); default: the run's metadata's labels."),
+        export.FamilyFlag("num_labels", "integer", None, "outputs of the head; checked "
+                          "against the label list."),
+        export.FamilyFlag("doc_stride", "integer", 128, "pieces between the starts of "
+                          "consecutive windows of a long text; default: the run's "
+                          "metadata, else half a window (as run_ner.py)."),
+        export.FamilyFlag("max_context_windows", "integer", 64, "most windows one text "
+                          "may need; a longer one is refused with an error (bounded "
+                          "memory per request)."),
+        export.FamilyFlag("tag_scheme", "string", "", "how entities are decoded from the "
+                          "tags: IOB1, IOB2, IOBES, IOE or none; default: the run's "
+                          "metadata, else detected from the labels."),
+        export.FamilyFlag("feature_based", "bool", False, "the run_ner.py --feature_based "
+                          "model (frozen encoder + BiLSTM); default: the run's metadata."),
+        export.FamilyFlag("feature_layers", "string", "", "feature-based: the run's "
+                          "--feature_layers; default: the run's metadata."),
+        export.FamilyFlag("lstm_units", "integer", 0, "feature-based: the run's "
+                          "--lstm_units (0: 768); default: the run's metadata."),
+    )
     metadata_class = TaggingExportMetadata
 
     def default_fields(self, max_seq_length):
@@ -91,6 +140,11 @@ class TaggerServing(export.ServingFamily):
 
     def claims_legacy_run(self, data):
         return data.get("task") == TAGGING_TASK
+
+    def settings(self, given, metadata, max_seq_length):
+        values = super().settings(given, metadata, max_seq_length)
+        values["labels"] = export.label_names(given, metadata, self.model_type)
+        return values
 
     def config_fields(self, metadata):
         fields = {"tag_scheme": metadata.tag_scheme, "feature_based": metadata.feature_based,
@@ -129,7 +183,7 @@ class TaggerServing(export.ServingFamily):
                                          "negative (0: the default, 768)")
 
     def build_model(self, config, bert_config, dtype_policy):
-        # What tasks.tagging.task.model_from_metadata builds, from the ServingConfig.
+        # What tasks.tagging.task.model_from_metadata builds, from the serving config.
         return build_tagging_model(
             bert_config, len(config.labels), feature_based=config.feature_based,
             feature_layers=config.feature_layers or DEFAULT_FEATURE_LAYERS,
@@ -182,7 +236,7 @@ class TaggerServing(export.ServingFamily):
         }
 
 
-FAMILY = TaggerServing()
+FAMILY = export.register(TaggerServing())
 
 
 def tag_scheme(config) -> str:
