@@ -41,6 +41,7 @@ from data_prep import sample_corpus, tokenization  # noqa: E402
 from modeling import export  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertClassifier  # noqa: E402
+from tasks.classification.export import python_features  # noqa: E402  (registers it)
 from bench_squad import write_vocab  # noqa: E402  (one vocab recipe for the benches)
 
 
@@ -70,7 +71,7 @@ def main():
                         intermediate_size=4 * args.hidden, max_position_embeddings=512)
     keras.utils.set_random_seed(0)
     model = BertClassifier(config, 2)
-    serving = export.ServingConfig("classifier", vocab_file, True, args.seq_length,
+    serving = export.serving_config("classifier", vocab_file, True, args.seq_length,
                                    labels=("a", "b"))
     export_dir = os.path.join(work, "export")
     export.export_saved_model(model, serving, export_dir)
@@ -83,7 +84,7 @@ def main():
 
     batches = [texts[i:i + args.batch_size] for i in range(0, len(texts), args.batch_size)]
     string_batches = [tf.constant(b) for b in batches]
-    id_batches = [{k: tf.constant(v) for k, v in export.python_features(
+    id_batches = [{k: tf.constant(v) for k, v in python_features(
         tokenizer, b, None, args.seq_length).items()} for b in batches]
     tokens = sum(int(f["input_mask"].numpy().sum()) for f in id_batches)
 
@@ -101,17 +102,17 @@ def main():
 
     def run_python():
         for b in batches:
-            f = export.python_features(tokenizer, b, None, args.seq_length)
+            f = python_features(tokenizer, b, None, args.seq_length)
             forward({k: tf.constant(v) for k, v in f.items()}).numpy()
 
     def run_python_tokenize():
         for b in batches:
-            export.python_features(tokenizer, b, None, args.seq_length)
+            python_features(tokenizer, b, None, args.seq_length)
 
     def run_python_tokenize_cold():
         cold = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
         for b in batches:
-            export.python_features(cold, b, None, args.seq_length)
+            python_features(cold, b, None, args.seq_length)
 
     paths = {"saved_model (strings -> probabilities)": run_saved,
              "python (FullTokenizer + tf.function model)": run_python,
