@@ -29,6 +29,13 @@ Signatures every single-SavedModel family shares (batch-first; strings are UTF-8
 All float outputs are float32, whatever the compute dtype (a ``mixed_bfloat16`` model
 computes in bfloat16 and casts its outputs).
 
+No request is padded to ``max_seq_length``: packing truncates and windows at
+``max_seq_length`` as the original, then ``trim_to_request`` cuts the padding beyond the
+request's longest row (rounded up to ``WIDTH_MULTIPLE``), so ``seq`` above is the
+request's width and the outputs equal the padded graph's. On ids a caller packed
+(``encode``, ``serving_tokenized``) the model runs on that width and the outputs return at
+the caller's (``pad_positions``: zeros where only padding was cut).
+
 Adding a task family's export (the extension point)
 ---------------------------------------------------
 1. Write ``<task package>/export.py`` with a ``ServingConfig`` subclass holding the
@@ -320,6 +327,38 @@ def ids_specs():
             for k in ("input_ids", "input_mask", "segment_ids")}
 
 
+# A request runs the encoder on its longest row, that length rounded up to a multiple of
+# this (never beyond the window): fewer distinct shapes for the kernels' caches, at most
+# 7 padding positions per row (measured in docs/export.md#request-width).
+WIDTH_MULTIPLE = 8
+
+
+def request_width(input_mask):
+    """Scalar int32: the positions a request needs, from its ``input_mask`` [..., seq]:
+    up to the last position holding a real token in any row, rounded up to
+    ``WIDTH_MULTIPLE``, at least 1 and at most ``seq``."""
+    seq = tf.shape(input_mask)[-1]
+    used = tf.reduce_any(tf.not_equal(tf.reshape(input_mask, [-1, seq]), 0), axis=0)
+    last = tf.reduce_max(tf.where(used, tf.range(1, seq + 1), 0))   # 0: no real token
+    width = (tf.maximum(last, 1) + WIDTH_MULTIPLE - 1) // WIDTH_MULTIPLE * WIDTH_MULTIPLE
+    return tf.minimum(width, seq)
+
+
+def trim_to_request(features: dict) -> dict:
+    """int32 features [..., seq] -> the same, cut to ``request_width`` positions: only
+    padding is cut, so the model's outputs on real tokens do not change."""
+    width = request_width(features["input_mask"])
+    return {name: value[..., :width] for name, value in features.items()}
+
+
+def pad_positions(x, width, axis: int = 1):
+    """``x`` zero-padded along ``axis`` (its positions) to ``width``: outputs of a trimmed
+    request returned at the width the caller passed."""
+    extra = width - tf.shape(x)[axis]
+    paddings = [[0, 0]] * axis + [[0, extra]] + [[0, 0]] * (len(x.shape) - axis - 1)
+    return tf.pad(x, paddings)
+
+
 class ServingModule(tf.Module):
     """The exported object: the Keras model, the in-graph tokenizer and the signatures.
 
@@ -353,60 +392,72 @@ class ServingModule(tf.Module):
 
     def pack(self, text, text_pair=None):
         """Raw strings [batch] -> int32 model inputs [batch, seq], the classifier rules of
-        the original (``[CLS] a [SEP] (b [SEP])``, pair trimming, zero padding)."""
+        the original (``[CLS] a [SEP] (b [SEP])``, pair trimming at ``max_seq_length``,
+        zero padding), ``seq`` the request's width (``trim_to_request``)."""
         tok = self.tokenizer
         seq = self.config.max_seq_length
         ids_a = tok.tokenize(text)
         single = tok.pack_inputs(ids_a, None, max_seq_length=seq)
         if text_pair is None:
-            return single
+            return trim_to_request(single)
         ids_b = tok.tokenize(text_pair)
         pair = tok.pack_inputs(ids_a, ids_b, max_seq_length=seq)
         # As the original: a text_b that is empty (or tokenizes to nothing) means one segment.
         is_pair = tf.expand_dims(ids_b.row_lengths() > 0, 1)
-        return {k: tf.where(is_pair, pair[k], single[k]) for k in single}
+        return trim_to_request({k: tf.where(is_pair, pair[k], single[k]) for k in single})
 
     def model_outputs(self, features):
         """The task model in inference mode on int32 features."""
         return self.model(features, training=False)
 
-    def encode(self, features):
-        """The encoder on int32 features -> float32 outputs, layers stacked batch-first."""
+    def encode(self, features, layers: bool = True):
+        """The encoder on int32 features -> float32 outputs (``encoder_outputs``: every
+        layer, stacked batch-first, only if ``layers``)."""
         out = self.encoder(features, training=False)
-        return {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
-                "sequence_output": tf.cast(out["sequence_output"], tf.float32),
-                "encoder_outputs": tf.cast(tf.stack(out["encoder_outputs"], axis=1),
-                                           tf.float32)}
+        outputs = {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
+                   "sequence_output": tf.cast(out["sequence_output"], tf.float32)}
+        if layers:
+            outputs["encoder_outputs"] = tf.cast(tf.stack(out["encoder_outputs"], axis=1),
+                                                 tf.float32)
+        return outputs
+
+    def encode_ids(self, features):
+        """``encode`` on ids a caller packed: run on the request's width, the outputs
+        returned at the caller's (zeros at positions cut as padding)."""
+        width = tf.shape(features["input_ids"])[1]
+        out = self.encode(trim_to_request(features))
+        return {"pooled_output": out["pooled_output"],
+                "sequence_output": pad_positions(out["sequence_output"], width),
+                "encoder_outputs": pad_positions(out["encoder_outputs"], width, axis=2)}
 
     def signatures(self) -> dict:
         """Concrete functions by signature name: ``encode`` plus the family's."""
-        encode = tf.function(lambda **f: self.encode(f))
+        encode = tf.function(lambda **f: self.encode_ids(f))
         sigs = {"encode": encode.get_concrete_function(**ids_specs())}
         sigs.update(get_family(self.config.model_type).signatures(self))
         return sigs
 
 
-def text_signatures(module: ServingModule, head, text_pair: bool) -> dict:
-    """``serving_default`` and ``preprocess`` on ``text`` (+ ``text_pair`` for pairs):
-    strings -> ``module.pack`` -> ``head(features)``."""
+def text_function(module: ServingModule, fn, text_pair: bool):
+    """The concrete function ``fn(module.pack(text[, text_pair]))`` on [batch] strings."""
     if text_pair:
         def serve(text, text_pair):
-            return head(module.pack(text, text_pair))
-
-        def preprocess(text, text_pair):
-            return module.pack(text, text_pair)
+            return fn(module.pack(text, text_pair))
 
         strings = {"text": string_spec("text"), "text_pair": string_spec("text_pair")}
     else:
         def serve(text):
-            return head(module.pack(text))
-
-        def preprocess(text):
-            return module.pack(text)
+            return fn(module.pack(text))
 
         strings = {"text": string_spec("text")}
-    return {"serving_default": tf.function(serve).get_concrete_function(**strings),
-            "preprocess": tf.function(preprocess).get_concrete_function(**strings)}
+    return tf.function(serve).get_concrete_function(**strings)
+
+
+def text_signatures(module: ServingModule, head, text_pair: bool) -> dict:
+    """``serving_default`` and ``preprocess`` on ``text`` (+ ``text_pair`` for pairs):
+    strings -> ``module.pack`` -> ``head(features)``."""
+    return {"serving_default": text_function(module, head, text_pair),
+            "preprocess": text_function(module, lambda features: features, text_pair)}
 
 
 def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings: str,
@@ -687,7 +738,11 @@ class EncoderServing(ServingFamily):
         _expect_model(model, BertEncoder, config)
 
     def signatures(self, module):
-        return text_signatures(module, module.encode, module.config.text_pair)
+        text_pair = module.config.text_pair
+        sigs = text_signatures(module, lambda f: module.encode(f, layers=False), text_pair)
+        # Every layer's output is large (MiniLM: ~38 MB for 32 rows of 128): on request.
+        sigs["serving_all_layers"] = text_function(module, module.encode, text_pair)
+        return sigs
 
 
 FAMILY = register(EncoderServing())

@@ -75,12 +75,18 @@ class HubEncoder(tf.__internal__.tracking.AutoTrackable):
 
         @tf.function
         def call(inputs, training=False):
-            out = encoder({ours: inputs[hub] for ours, hub in zip(_OUR_INPUTS, HUB_INPUTS)},
-                          training=training)
+            # Run on the request's width (its longest row), not the preprocessor's
+            # seq_length; the outputs come back at the width passed (zeros where only
+            # padding was cut), as TF Hub's interface has them.
+            width = tf.shape(inputs["input_word_ids"])[1]
+            features = export.trim_to_request(
+                {ours: inputs[hub] for ours, hub in zip(_OUR_INPUTS, HUB_INPUTS)})
+            out = encoder(features, training=training)
             pooled = tf.cast(out["pooled_output"], tf.float32)
             return {"pooled_output": pooled, "default": pooled,
-                    "sequence_output": tf.cast(out["sequence_output"], tf.float32),
-                    "encoder_outputs": [tf.cast(x, tf.float32)
+                    "sequence_output": export.pad_positions(
+                        tf.cast(out["sequence_output"], tf.float32), width),
+                    "encoder_outputs": [export.pad_positions(tf.cast(x, tf.float32), width)
                                         for x in out["encoder_outputs"]]}
 
         for training in (False, True):

@@ -114,7 +114,8 @@ class ClassifierServing(export.ServingFamily):
 
         sigs = export.text_signatures(module, classify, module.config.text_pair)
         sigs["serving_tokenized"] = tf.function(
-            lambda **f: classify(f)).get_concrete_function(**export.ids_specs())
+            lambda **f: classify(export.trim_to_request(f))).get_concrete_function(
+                **export.ids_specs())
         return sigs
 
 

@@ -17,7 +17,8 @@ Signatures:
 * ``serving_tokenized``: those three int32 [batch, choices, seq] tensors -> the outputs of
   ``serving_default``.
 
-A request costs batch x choices sequences of ``max_seq_length``: bounded by its size.
+A request costs batch x choices sequences of its longest choice's length (at most
+``max_seq_length``): bounded by its size.
 """
 
 from __future__ import annotations
@@ -77,12 +78,14 @@ class MultipleChoiceServing(export.ServingFamily):
             "serving_default": tf.function(serve).get_concrete_function(**strings),
             "preprocess": tf.function(preprocess).get_concrete_function(**strings),
             "serving_tokenized": tf.function(
-                lambda **f: _choose(module, f)).get_concrete_function(**ids),
+                lambda **f: _choose(module, export.trim_to_request(f))).get_concrete_function(
+                    **ids),
         }
 
 
 def pack_choices(module, context, question, endings):
-    """Raw strings -> int32 features [batch, choices, seq], run_swag.py's packing.
+    """Raw strings -> int32 features [batch, choices, seq], run_swag.py's packing (at
+    max_seq_length), ``seq`` the request's width (``export.trim_to_request``).
 
     Args:
       module: the ``export.ServingModule`` (its tokenizer and max_seq_length).
@@ -101,10 +104,10 @@ def pack_choices(module, context, question, endings):
     second = tf.where(question != "", tf.strings.join([question, endings], " "), endings)
     first = tf.reshape(tf.broadcast_to(tf.expand_dims(context, 1), shape), [-1])
     tok = module.tokenizer
-    packed = tok.pack_inputs(tok.tokenize(first), tok.tokenize(tf.reshape(second, [-1])),
-                             max_seq_length=module.config.max_seq_length)
-    seq = module.config.max_seq_length
-    return {k: tf.reshape(v, [batch, choices, seq]) for k, v in packed.items()}
+    packed = export.trim_to_request(tok.pack_inputs(
+        tok.tokenize(first), tok.tokenize(tf.reshape(second, [-1])),
+        max_seq_length=module.config.max_seq_length))
+    return {k: tf.reshape(v, [batch, choices, -1]) for k, v in packed.items()}
 
 
 def _choose(module, features):

@@ -131,7 +131,7 @@ class SquadServing(export.ServingFamily):
             "serving_default": tf.function(serve).get_concrete_function(**strings),
             "preprocess": tf.function(preprocess).get_concrete_function(**strings),
             "serving_tokenized": tf.function(
-                lambda **f: _span_logits(module, f)).get_concrete_function(
+                lambda **f: _span_logits_ids(module, f)).get_concrete_function(
                     **export.ids_specs()),
         }
 
@@ -154,7 +154,8 @@ def pack_squad(module, question, context):
       question, context: [batch] strings.
 
     Returns:
-      (features, windows): features are int32 [windows, seq]; windows is a dict of
+      (features, windows): features are int32 [windows, seq], seq the longest window's
+      length (``export.trim_to_request``); windows is a dict of
       [windows] int64 tensors: example (row of the input batch), index (of the window
       within its example), doc_start (first context token of the window, in context
       sub-tokens), context_start (its position in the window), context_length, and the
@@ -181,9 +182,11 @@ def pack_squad(module, question, context):
         end_of_segment_id=tok.sep_id)
     input_ids, input_mask = tf_text.pad_model_inputs(ids, c.max_seq_length)
     segment_ids, _ = tf_text.pad_model_inputs(segments, c.max_seq_length)
-    features = {"input_ids": tf.cast(input_ids, tf.int32),
-                "input_mask": tf.cast(input_mask, tf.int32),
-                "segment_ids": tf.cast(segment_ids, tf.int32)}
+    # The request's longest window, not max_seq_length: the windows themselves are the
+    # original's (max_seq_length sets their span), only their padding is cut.
+    features = export.trim_to_request({"input_ids": tf.cast(input_ids, tf.int32),
+                                       "input_mask": tf.cast(input_mask, tf.int32),
+                                       "segment_ids": tf.cast(segment_ids, tf.int32)})
     windows.update(context_start=tf.gather(len_q, example) + 2,
                    context_length=windows["length"])
     return features, windows
@@ -202,6 +205,14 @@ def _span_logits(module, features):
     out = module.model_outputs(features)
     return {"start_logits": tf.cast(out["start_logits"], tf.float32),
             "end_logits": tf.cast(out["end_logits"], tf.float32)}
+
+
+def _span_logits_ids(module, features):
+    """``serving_tokenized``: the logits on the request's width, returned at the width
+    the caller passed (0 at the positions cut as padding)."""
+    width = tf.shape(features["input_ids"])[1]
+    out = _span_logits(module, export.trim_to_request(features))
+    return {name: export.pad_positions(value, width) for name, value in out.items()}
 
 
 def best_span(module, features, windows):

@@ -232,7 +232,8 @@ class TaggerServing(export.ServingFamily):
                 words=tf.TensorSpec([None, None], tf.string, name="words")),
             "preprocess": tf.function(preprocess).get_concrete_function(**text),
             "serving_tokenized": tf.function(
-                lambda **f: _logits(module, f)).get_concrete_function(**export.ids_specs()),
+                lambda **f: _logits_ids(module, f)).get_concrete_function(
+                    **export.ids_specs()),
         }
 
 
@@ -268,6 +269,14 @@ class ChunkTables:
 def _logits(module, features):
     logits = tf.cast(module.model_outputs(features)["logits"], tf.float32)
     return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1)}
+
+
+def _logits_ids(module, features):
+    """``serving_tokenized``: the model on the request's width, its outputs returned at
+    the width the caller passed (0 at the positions cut as padding)."""
+    width = tf.shape(features["input_ids"])[1]
+    out = _logits(module, export.trim_to_request(features))
+    return {name: export.pad_positions(value, width) for name, value in out.items()}
 
 
 def split_text(module, text):
@@ -333,9 +342,10 @@ def pack_words(module, words):
         [window], start_of_sequence_id=tok.cls_id, end_of_segment_id=tok.sep_id)
     input_ids, input_mask = tf_text.pad_model_inputs(ids, c.max_seq_length)
     segment_ids, _ = tf_text.pad_model_inputs(segments, c.max_seq_length)
-    features = {"input_ids": tf.cast(input_ids, tf.int32),
-                "input_mask": tf.cast(input_mask, tf.int32),
-                "segment_ids": tf.cast(segment_ids, tf.int32)}
+    # The request's longest window, not max_seq_length (only padding is cut).
+    features = export.trim_to_request({"input_ids": tf.cast(input_ids, tf.int32),
+                                       "input_mask": tf.cast(input_mask, tf.int32),
+                                       "segment_ids": tf.cast(segment_ids, tf.int32)})
 
     # Pieces numbered over the whole batch (pieces.flat_values order): which are first
     # pieces, and of which word (every word has at least one piece).
@@ -347,7 +357,7 @@ def pack_words(module, words):
                              tf.ones_like(first_piece, tf.bool), [total + 1])
     word_of_piece = tf.cumsum(tf.cast(is_first, tf.int64)) - 1
     # Each window position's piece in that numbering, and whether the window scores it.
-    pos = tf.range(c.max_seq_length, dtype=tf.int64)[tf.newaxis, :]
+    pos = tf.range(tf.shape(features["input_ids"], out_type=tf.int64)[1])[tf.newaxis, :]
     start = windows["context_start"][:, None]
     piece = (tf.gather(pieces.row_splits[:-1], windows["example"])[:, None]
              + windows["doc_start"][:, None] + pos - start)            # [windows, seq]
