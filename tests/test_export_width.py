@@ -85,6 +85,7 @@ def vocab(tmp_path_factory):
     return write_vocab(tmp_path_factory.mktemp("width") / "vocab.txt", VOCAB)
 
 
+@pytest.mark.slow  # two tracings of every signature of a family: ~30 s each
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_a_short_request_runs_on_its_width_with_todays_outputs(model_type, vocab,
                                                                 monkeypatch):
