@@ -30,12 +30,14 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-    from modeling.export import MODEL_TYPES
+    """The common flags, then every registered family's own (``FamilyFlag`` specs)."""
+    import tasks
 
-    flags.DEFINE_enum("model_type", "classifier", list(MODEL_TYPES),
+    model_types = tasks.register_serving_families()
+    flags.DEFINE_enum("model_type", "classifier", list(model_types),
                       "What to export: a fine-tuned BertClassifier, a SQuAD BertSpanLabeler, "
-                      "the bare encoder, or a TF Hub encoder + preprocessor (hub); the "
-                      "families registered in modeling.export.SERVING_FAMILIES.")
+                      "a multiple-choice model, a token tagger, the bare encoder, or a TF Hub "
+                      "encoder + preprocessor (hub): the registered serving families.")
     flags.DEFINE_string("init_checkpoint", None, "The trained model: our checkpoint (prefix or "
                         "output_dir), a TF1 checkpoint, or a Hugging Face directory.")
     flags.DEFINE_string("export_dir", None, "Directory of the SavedModel (written atomically).")
@@ -48,71 +50,54 @@ def define_flags():
     flags.DEFINE_integer("max_seq_length", None, "Padded sequence length (hub: the "
                          "preprocessor's default seq_length); default: the metadata's, else "
                          "128 (384 for squad).")
-    flags.DEFINE_list("label_list", None, "Classifier label names in id order (comma "
-                      "separated); default: the metadata's labels.")
-    flags.DEFINE_integer("num_labels", None, "Classifier outputs; checked against the label "
-                         "list. Without a label list, labels are named '0'..'n-1'.")
-    flags.DEFINE_bool("is_regression", None, "Classifier with one float output (score).")
-    flags.DEFINE_bool("text_pair", None, "Classifier/encoder: inputs are pairs (text + "
-                      "text_pair); default: the metadata's, else false.")
     flags.DEFINE_string("metadata_file", None, "export_metadata.json; default: the one "
                         "beside --init_checkpoint if present.")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype of the "
                       "trained model (bfloat16: mixed_bfloat16; outputs stay float32).")
-    flags.DEFINE_integer("max_query_length", 64, "squad: question tokens kept; default: the "
-                         "run's metadata, else 64.")
-    flags.DEFINE_integer("max_answer_length", 30, "squad: longest answer in tokens; default: "
-                         "the run's metadata, else 30.")
-    flags.DEFINE_integer("n_best_size", 20, "squad: candidate starts / ends per window (the "
-                         "original's filter before picking the best span); default: the "
-                         "run's metadata, else 20.")
-    flags.DEFINE_integer("doc_stride", 128, "squad, tagger: tokens between the starts of "
-                         "consecutive windows of a long context / text; default: the run's "
-                         "metadata, else 128 (tagger: half a window, as run_ner.py).")
-    flags.DEFINE_integer("max_context_windows", 64, "squad, tagger: most doc_stride windows "
-                         "one input may need; a longer one is refused with an error (bounded "
-                         "memory per request).")
-    flags.DEFINE_string("tag_scheme", "", "tagger: how entities are decoded from the tags: "
-                        "IOB1, IOB2, IOBES, IOE or none; default: the run's metadata, else "
-                        "detected from the labels.")
-    flags.DEFINE_bool("feature_based", False, "tagger: the run_ner.py --feature_based model "
-                      "(frozen encoder + BiLSTM); default: the run's metadata.")
-    flags.DEFINE_string("feature_layers", "", "tagger, feature-based: the run's "
-                        "--feature_layers; default: the run's metadata.")
-    flags.DEFINE_integer("lstm_units", 0, "tagger, feature-based: the run's --lstm_units "
-                         "(0: 768); default: the run's metadata.")
     flags.DEFINE_bool("overwrite", False, "Replace an existing --export_dir, only if it is an "
                       "export this project wrote (never a directory with other content, "
                       "never an input's directory).")
+    for spec, helps in family_flags().values():
+        # "squad: <its help> tagger: <its help>" (families with the same text share it).
+        by_text = {}
+        for model_type, text in helps.items():
+            by_text.setdefault(text, []).append(model_type)
+        getattr(flags, f"DEFINE_{spec.kind}")(spec.name, spec.default, " ".join(
+            f"{', '.join(names)}: {text}" for text, names in by_text.items()))
 
 
 class FlagError(ValueError):
     """A flag value that cannot work (the message names the flag)."""
 
 
-# Flags that set one family's ServingConfig field: given for another family, they would be
-# parsed and ignored, so they are refused.
-FAMILY_FLAGS = {"label_list": "labels", "num_labels": "labels",
-                "is_regression": "is_regression", "text_pair": "text_pair",
-                "max_query_length": "max_query_length",
-                "max_answer_length": "max_answer_length", "n_best_size": "n_best_size",
-                "doc_stride": "doc_stride", "max_context_windows": "max_context_windows",
-                "tag_scheme": "tag_scheme", "feature_based": "feature_based",
-                "feature_layers": "feature_layers", "lstm_units": "lstm_units"}
+def family_flags() -> dict:
+    """{flag name: (its FamilyFlag, {model type declaring it: its help})} over the
+    registered families; a flag declared by several families must be declared alike."""
+    found = {}
+    for model_type in _model_types():
+        for spec in _family(model_type).flags:
+            known, helps = found.setdefault(spec.name, (spec, {}))
+            if (known.kind, known.default) != (spec.kind, spec.default):
+                raise ValueError(f"--{spec.name}: {model_type} declares it as {spec.kind} "
+                                 f"(default {spec.default!r}), {next(iter(helps))} as "
+                                 f"{known.kind} (default {known.default!r})")
+            helps[model_type] = spec.help
+    return found
 
 
 def _check_family_flags(family) -> None:
-    for flag, field in FAMILY_FLAGS.items():
-        if FLAGS[flag].present and field not in family.fields:
-            users = sorted(t for t in _model_types() if field in _family(t).fields)
-            raise FlagError(f"--{flag} does not apply to --model_type={family.model_type} "
-                            f"(it is for: {', '.join(users) or 'no model type'})")
+    """A flag of other families, given for this one, would be parsed and ignored: refused."""
+    own = {spec.name for spec in family.flags}
+    for name, (_, families) in family_flags().items():
+        if FLAGS[name].present and name not in own:
+            raise FlagError(f"--{name} does not apply to --model_type={family.model_type} "
+                            f"(it is for: {', '.join(sorted(families))})")
 
 
 def _model_types():
-    from modeling.export import MODEL_TYPES
+    from modeling.export import model_types
 
-    return MODEL_TYPES
+    return model_types()
 
 
 def _family(model_type):
@@ -144,47 +129,9 @@ def _metadata(ckpt_dir: str, family):
         raise FlagError(str(err)) from None
 
 
-def _labels(meta, family):
-    """(labels, is_regression) from flags, then metadata; checks --num_labels."""
-    model_type = family.model_type
-    if "labels" not in family.fields:
-        return (), False
-    if model_type != "classifier":
-        labels = tuple(FLAGS.label_list) if FLAGS.label_list else tuple(
-            meta.labels if meta else ())
-        if not labels:
-            raise FlagError(f"a {model_type} export needs --label_list (or an "
-                            "export_metadata.json beside --init_checkpoint)")
-        if FLAGS.num_labels is not None and FLAGS.num_labels != len(labels):
-            raise FlagError(f"label count mismatch: --num_labels={FLAGS.num_labels} but the "
-                            f"label list has {len(labels)} labels: {list(labels)}")
-        if len(set(labels)) != len(labels):
-            raise FlagError(f"--label_list has repeated names: {list(labels)}")
-        return labels, False
-    is_regression = FLAGS.is_regression
-    if is_regression is None:
-        is_regression = bool(meta and meta.is_regression)
-    if is_regression:
-        if FLAGS.num_labels not in (None, 1):
-            raise FlagError(f"--num_labels={FLAGS.num_labels} with --is_regression: "
-                            "a regression head has exactly 1 output")
-        return (), True
-    labels = tuple(FLAGS.label_list) if FLAGS.label_list else tuple(meta.labels if meta else ())
-    if FLAGS.num_labels is not None:
-        if labels and len(labels) != FLAGS.num_labels:
-            raise FlagError(f"label count mismatch: --num_labels={FLAGS.num_labels} but the "
-                            f"label list has {len(labels)} labels: {list(labels)}")
-        labels = labels or tuple(str(i) for i in range(FLAGS.num_labels))
-    if not labels:
-        raise FlagError("a classifier export needs --label_list or --num_labels (or an "
-                        "export_metadata.json beside --init_checkpoint)")
-    if len(set(labels)) != len(labels):
-        raise FlagError(f"--label_list has repeated names: {list(labels)}")
-    return labels, False
-
-
 def build_serving_config(ckpt_dir: str):
-    """Flags + metadata -> (ServingConfig, BertConfig); raises FlagError before heavy work."""
+    """Flags + metadata -> (the family's ServingConfig, BertConfig); raises FlagError
+    before heavy work."""
     import tensorflow as tf
 
     from modeling import checkpoints, export
@@ -192,7 +139,19 @@ def build_serving_config(ckpt_dir: str):
 
     family = _family(FLAGS.model_type)
     meta = _metadata(ckpt_dir, family)
-    labels, is_regression = _labels(meta, family)
+    if FLAGS.max_seq_length is not None:
+        max_seq_length = FLAGS.max_seq_length
+    elif meta is not None and family.max_seq_length_from_run:
+        max_seq_length = meta.max_seq_length
+    else:
+        max_seq_length = family.default_max_seq_length
+    # The family's settings: its flags given, then the run's metadata, then its defaults.
+    given = {spec.name: FLAGS[spec.name].value for spec in family.flags
+             if FLAGS[spec.name].present}
+    try:
+        settings = family.settings(given, meta, max_seq_length)
+    except export.ExportError as err:
+        raise FlagError(str(err)) from None
     vocab_file = FLAGS.vocab_file or os.path.join(ckpt_dir, "vocab.txt")
     if not tf.io.gfile.exists(vocab_file):
         raise FlagError(f"--vocab_file: {vocab_file} does not exist"
@@ -206,41 +165,13 @@ def build_serving_config(ckpt_dir: str):
         if config is None:
             raise FlagError("--bert_config_file is required: no bert_config.json / "
                             f"config.json beside {FLAGS.init_checkpoint}")
-
-    def pick(flag_value, meta_value, default):
-        if flag_value is not None:
-            return flag_value
-        return meta_value if meta is not None else default
-
-    default_len = 384 if FLAGS.model_type == "squad" else 128
-    if FLAGS.max_seq_length is not None:
-        max_seq_length = FLAGS.max_seq_length
-    elif meta is not None and FLAGS.model_type != "hub":
-        max_seq_length = meta.max_seq_length
-    else:
-        # A hub preprocessor's default seq_length is TF Hub's 128, not the fine-tuning
-        # run's: callers choose theirs per call (bert_pack_inputs(..., seq_length=...)).
-        max_seq_length = default_len
-    # Family settings (ServingConfig fields named as their flags): the flag's default, the
-    # family's own default, what the run's metadata says, then a flag given explicitly.
-    fields = dict(
-        max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length,
-        doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size,
-        max_context_windows=FLAGS.max_context_windows, tag_scheme=FLAGS.tag_scheme,
-        feature_based=FLAGS.feature_based, feature_layers=FLAGS.feature_layers,
-        lstm_units=FLAGS.lstm_units)
-    given = {name: value for name, value in fields.items() if FLAGS[name].present}
-    fields.update(family.default_fields(max_seq_length))
-    fields.update(family.config_fields(meta) if meta is not None else {})
-    fields.update(given)
+    do_lower_case = FLAGS.do_lower_case
+    if do_lower_case is None:
+        do_lower_case = meta.do_lower_case if meta is not None else True
     try:
-        serving = export.ServingConfig(
-            model_type=FLAGS.model_type, vocab_file=vocab_file,
-            do_lower_case=pick(FLAGS.do_lower_case, meta and meta.do_lower_case, True),
-            max_seq_length=max_seq_length,
-            labels=labels, is_regression=is_regression,
-            text_pair=bool(pick(FLAGS.text_pair, meta and meta.text_pair, False)),
-            task=(meta.task if meta else ""), **fields)
+        serving = family.config_class(
+            vocab_file=vocab_file, do_lower_case=do_lower_case, max_seq_length=max_seq_length,
+            task=(meta.task if meta else ""), **settings)
     except export.ExportError as err:
         raise FlagError(str(err)) from None
     return serving, config
@@ -259,10 +190,7 @@ def load_weights(model, path: str, model_type: str) -> None:
         # partial: a pretraining checkpoint exported as an encoder has extra heads.
         report = checkpoints.load_pretrained(path, model, partial=True)
     except checkpoints.CheckpointError as err:
-        hint = ""
-        if model_type == "classifier" and "classifier" in str(err):
-            hint = ("\n  (the classifier head's size differs: check --label_list / "
-                    "--num_labels / --is_regression against the fine-tuned task)")
+        hint = _family(model_type).weights_hint(str(err))
         raise FlagError(f"--init_checkpoint={path}: {err}{hint}") from None
     if report.missing:
         what = _family(model_type).weights_description
@@ -304,10 +232,11 @@ def run() -> str:
     load_weights(model, FLAGS.init_checkpoint, serving.model_type)
     out = export.export_saved_model(model, serving, FLAGS.export_dir,
                                     overwrite=FLAGS.overwrite, inputs=inputs)
+    labels = getattr(serving, "labels", ())
     print(f"exported {serving.model_type} ({FLAGS.dtype}, max_seq_length="
           f"{serving.max_seq_length}, do_lower_case={serving.do_lower_case}"
-          + (f", labels={list(serving.labels)}" if serving.labels else "")
-          + (", text_pair" if serving.text_pair else "") + f") to {out}")
+          + (f", labels={list(labels)}" if labels else "")
+          + (", text_pair" if getattr(serving, "text_pair", False) else "") + f") to {out}")
     return out
 
 

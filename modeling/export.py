@@ -6,19 +6,13 @@
 Tokenization is ``data_prep.tf_tokenization.BertInGraphTokenizer`` baked into the graph
 with the model's own vocab (also packaged as the asset ``assets/vocab.txt``) and casing.
 
-What each ``--model_type`` exports is a *serving family*, found through the registry
-``SERVING_FAMILIES`` (model_type -> module holding ``FAMILY``):
-
-* ``classifier``: ``tasks.classification.export`` (text [+ text_pair] -> label
-  probabilities / regression score);
-* ``squad``: ``tasks.squad.export`` (question + context -> best answer span);
-* ``tagger``: ``tasks.tagging.export`` (raw text or pre-split words -> per-word tags and
-  the entities decoded from them, with character offsets);
-* ``multiple_choice``: ``tasks.multiple_choice.export`` (context + question + endings ->
-  choice probabilities);
-* ``encoder``: this module (text [+ text_pair] -> the encoder's outputs);
-* ``hub``: ``modeling.hub_export`` (a TF Hub encoder + preprocessor pair, not one
-  SavedModel).
+What each ``--model_type`` exports is a *serving family*: a ``ServingFamily`` registered
+with ``register`` by the module that defines it. This module defines the generic machinery
+and one family, ``encoder`` (text [+ text_pair] -> the encoder's outputs);
+``modeling.hub_export`` defines ``hub`` (a TF Hub encoder + preprocessor pair, not one
+SavedModel); every task package defines its own family in its ``export.py`` (its
+signatures, its settings, its flags). Nothing here names a task family: a family is
+known once its module is imported (``export_saved_model.py`` imports them all).
 
 Signatures every single-SavedModel family shares (batch-first; strings are UTF-8
 ``tf.string`` [batch]):
@@ -35,30 +29,38 @@ Signatures every single-SavedModel family shares (batch-first; strings are UTF-8
 All float outputs are float32, whatever the compute dtype (a ``mixed_bfloat16`` model
 computes in bfloat16 and casts its outputs).
 
+No request is padded to ``max_seq_length``: packing truncates and windows at
+``max_seq_length`` as the original, then ``trim_to_request`` cuts the padding beyond the
+request's longest row (rounded up to ``WIDTH_MULTIPLE``), so ``seq`` above is the
+request's width and the outputs equal the padded graph's. On ids a caller packed
+(``encode``, ``serving_tokenized``) the model runs on that width and the outputs return at
+the caller's (``pad_positions``: zeros where only padding was cut).
+
 Adding a task family's export (the extension point)
 ---------------------------------------------------
-1. Write ``tasks/<family>/export.py`` with a ``ServingFamily`` subclass and a module
-   attribute ``FAMILY = YourServing()``. It declares ``model_type``, the
-   ``ServingConfig`` fields it uses (``fields``: the CLI refuses flags of other
-   families), the ``ExportMetadata`` subclass its runner writes (``metadata_class``, with
-   ``model_type=FAMILY.model_type``: the family's runs are refused by the others) and
-   what the exporter takes from it (``config_fields(metadata)``; defaults that differ from
-   the flags' in ``default_fields(max_seq_length)``), ``validate(config)``,
-   ``build_model(config, bert_config, dtype_policy)``,
-   ``check_model(model, config)`` and ``signatures(module)``: concrete functions by name,
-   built on the ``ServingModule`` helpers (``module.pack`` for the classifier packing,
-   ``module.model_outputs``, ``text_signatures``). Override ``write`` only for a layout
-   other than one SavedModel (see ``modeling/hub_export.py``).
-2. Register it with one line in ``SERVING_FAMILIES``. ``export_saved_model.py``'s
-   ``--model_type`` choices, the weight checks, the overwrite rules and the atomic writer
-   then apply unchanged. A setting no existing ``ServingConfig`` field covers is added
-   there as a field with a default, plus its flag in ``export_saved_model.py`` (in its
-   table of family flags, which refuses the flag for other families).
+1. Write ``<task package>/export.py`` with a ``ServingConfig`` subclass holding the
+   family's own settings as fields with defaults (``model_type`` as a class attribute),
+   and a ``ServingFamily`` subclass registered at import: ``FAMILY =
+   export.register(YourServing())``. The family declares ``model_type``,
+   ``config_class``, its command-line flags (``flags``: ``FamilyFlag`` specs, which the
+   CLI defines and refuses for every other family), the ``ExportMetadata`` subclass its
+   runner writes (``metadata_class``, with ``model_type=FAMILY.model_type``: the
+   family's runs are refused by the others) and how its settings are chosen
+   (``settings(given, metadata, max_seq_length)``: the flags given, then the run's
+   metadata, then its defaults), ``validate(config)``,
+   ``build_model(config, bert_config, dtype_policy)``, ``check_model(model, config)`` and
+   ``signatures(module)``: concrete functions by name, built on the ``ServingModule``
+   helpers (``module.pack`` for the classifier packing, ``module.model_outputs``,
+   ``text_signatures``). Override ``write`` only for a layout other than one SavedModel
+   (see ``modeling/hub_export.py``).
+2. Nothing else changes: ``export_saved_model.py`` imports every task package's
+   ``export.py``; its ``--model_type`` choices, the family flags, the weight checks, the
+   overwrite rules and the atomic writer then apply.
 
 Files: ``export_metadata.json`` is the small contract between the fine-tuning runner and
 the exporter (labels, task settings; see ``ExportMetadata``). Its ``model_type`` says which
-family's run it is: ``read_run_metadata`` refuses it for another family (only ``encoder``
-and ``hub``, which export the encoder every run has, take any run). Every export carries
+family's run it is: ``read_run_metadata`` refuses it for another family (only the families
+that export the encoder every run has, ``encoder`` and ``hub``, take any run). Every export carries
 its own copy with ``"model_type"`` added in ``assets.extra/export_metadata.json``: that is also the
 marker by which ``--overwrite`` recognises an export this project wrote (``check_export_dir``).
 """
@@ -66,10 +68,9 @@ marker by which ``--overwrite`` recognises an export this project wrote (``check
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
-from typing import Optional, Sequence
+from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -77,16 +78,9 @@ import tensorflow as tf
 from data_prep import fileio
 from modeling.encoder import BertEncoder
 
-# The registry: model_type -> module with a FAMILY. One line per task family.
-SERVING_FAMILIES = {
-    "classifier": "tasks.classification.export",
-    "squad": "tasks.squad.export",
-    "multiple_choice": "tasks.multiple_choice.export",
-    "tagger": "tasks.tagging.export",
-    "encoder": "modeling.export",
-    "hub": "modeling.hub_export",
-}
-MODEL_TYPES = tuple(SERVING_FAMILIES)
+# The registry: model_type -> its ServingFamily, filled by ``register`` as the modules
+# defining families are imported.
+_FAMILIES: dict = {}
 DTYPES = ("float32", "bfloat16")
 METADATA_FILE = "export_metadata.json"
 # assets.extra/ is where SavedModel tooling keeps files that are not part of the graph.
@@ -118,7 +112,7 @@ class ExportMetadata:
       max_seq_length: the fine-tuning sequence length.
       text_pair: the task takes sentence pairs (text_a + text_b).
       model_type: the serving family the run trained (the ``--model_type`` that exports
-        it, a key of ``SERVING_FAMILIES``); "" in metadata written before it was
+        it, a registered family); "" in metadata written before it was
         recorded, whose family ``run_model_type`` then infers.
     """
 
@@ -185,7 +179,7 @@ def read_export_metadata(path: str, cls: Optional[type] = None) -> ExportMetadat
     path, data = _metadata_json(path)
     if cls is None:
         kind = run_model_type(data)
-        cls = get_family(kind).metadata_class if kind in SERVING_FAMILIES else ExportMetadata
+        cls = get_family(kind).metadata_class if kind in _FAMILIES else ExportMetadata
     return cls.from_dict(data, source=path)
 
 
@@ -198,7 +192,7 @@ def run_model_type(data: dict) -> Optional[str]:
     kind = data.get("model_type")
     if isinstance(kind, str) and kind:
         return kind
-    claims = [name for name in SERVING_FAMILIES if get_family(name).claims_legacy_run(data)]
+    claims = [name for name, family in _FAMILIES.items() if family.claims_legacy_run(data)]
     return claims[0] if len(claims) == 1 else None
 
 
@@ -215,8 +209,8 @@ def read_run_metadata(path: str, family: "ServingFamily") -> ExportMetadata:
     """
     path, data = _metadata_json(path)
     kind = run_model_type(data)
-    if kind is not None and kind not in SERVING_FAMILIES:
-        raise ExportError(f"{path}: model_type={kind!r} is not one of {MODEL_TYPES}")
+    if kind is not None and kind not in _FAMILIES:
+        raise ExportError(f"{path}: model_type={kind!r} is not one of {model_types()}")
     if kind is not None and kind != family.model_type and not family.exports_any_run:
         run = get_family(kind)
         raise ExportError(
@@ -232,87 +226,91 @@ def read_run_metadata(path: str, family: "ServingFamily") -> ExportMetadata:
 
 @dataclasses.dataclass(frozen=True)
 class ServingConfig:
-    """How the serving graph tokenizes and what it returns.
+    """How the serving graph tokenizes: what every family's export needs.
+
+    Each family's settings are the fields of its own subclass (its ``config_class``),
+    which sets the class attribute ``model_type``; ``serving_config`` builds the one of
+    a ``model_type``.
 
     Attributes:
-      model_type: a key of ``SERVING_FAMILIES``.
       vocab_file: the model's vocab.txt (baked into the graph and copied as an asset).
       do_lower_case: tokenizer casing.
-      max_seq_length: padded length of every window, special tokens included (hub: the
+      max_seq_length: the longest window, special tokens included (hub: the
         preprocessor's default ``seq_length``).
-      labels: classifier label names in id order (classification only).
-      is_regression: classifier with one float output.
-      text_pair: classifier/encoder inputs are pairs (``text`` + ``text_pair``).
-      max_query_length: squad: question tokens kept.
-      max_answer_length: squad: longest answer span in tokens.
-      doc_stride: squad: tokens between the starts of consecutive context windows.
-      n_best_size: squad: a span's start and end must be among the window's n_best_size
-        highest start / end logits (the original's candidate filter).
-      max_context_windows: squad, tagger: most windows one example's context may need;
-        a longer context is refused by the graph with an error instead of unbounded memory.
-      tag_scheme: tagger: the tag scheme entities are decoded with (IOB1, IOB2, IOBES, IOE,
-        or "none").
-      feature_based, feature_layers, lstm_units: tagger: the feature-based model (frozen
-        encoder + BiLSTM) and its settings, as the run trained it.
       task: informational, written to assets.extra/export_metadata.json.
     """
 
-    model_type: str
     vocab_file: str
     do_lower_case: bool = True
     max_seq_length: int = 128
-    labels: tuple = ()
-    is_regression: bool = False
-    text_pair: bool = False
-    max_query_length: int = 64
-    max_answer_length: int = 30
-    doc_stride: int = 128
-    n_best_size: int = 20
-    max_context_windows: int = 64
-    tag_scheme: str = ""
-    feature_based: bool = False
-    feature_layers: str = ""
-    lstm_units: int = 0
     task: str = ""
 
+    model_type: ClassVar[str] = ""
+
     def __post_init__(self):
-        if self.model_type not in MODEL_TYPES:
-            raise ExportError(f"model_type {self.model_type!r} is not one of {MODEL_TYPES}")
         if self.max_seq_length < 3:
             raise ExportError(f"max_seq_length={self.max_seq_length} cannot hold [CLS] [SEP]")
         get_family(self.model_type).validate(self)
 
-
-def get_family(model_type: str) -> "ServingFamily":
-    """The registered ``ServingFamily`` of ``model_type`` (imports its module)."""
-    if model_type not in SERVING_FAMILIES:
-        raise ExportError(f"model_type {model_type!r} is not one of {MODEL_TYPES}")
-    return importlib.import_module(SERVING_FAMILIES[model_type]).FAMILY
-
-
-# --------------------------------------------------------------------------- reference path
+    @classmethod
+    def settings_fields(cls) -> tuple:
+        """The family's own settings: the fields beyond ``ServingConfig``'s, in order."""
+        common = {field.name for field in dataclasses.fields(ServingConfig)}
+        return tuple(field.name for field in dataclasses.fields(cls)
+                     if field.name not in common)
 
 
-def python_features(tokenizer, texts: Sequence[str], text_pairs: Optional[Sequence[str]],
-                    max_seq_length: int) -> dict:
-    """The Python path's model inputs (FullTokenizer + the original classifier rules).
+def serving_config(model_type: str, vocab_file: str, do_lower_case: bool = True,
+                   max_seq_length: int = 128, **settings) -> ServingConfig:
+    """The ``ServingConfig`` of the family ``model_type`` (its ``config_class``).
 
     Args:
-      tokenizer: a ``data_prep.tokenization.FullTokenizer``.
-      texts, text_pairs: strings (text_pairs None for single-text).
-    Returns:
-      dict of int32 numpy arrays [batch, max_seq_length]: input_ids, input_mask, segment_ids.
-    """
-    from tasks.classification.data import InputExample, convert_single_example
+      settings: ``task`` and the family's own settings (``config_class`` fields).
 
-    rows = []
-    for i, text in enumerate(texts):
-        example = InputExample(str(i), text, None if text_pairs is None else text_pairs[i],
-                               label=0.0)
-        rows.append(convert_single_example(example, None, max_seq_length, tokenizer,
-                                           is_regression=True))
-    return {name: np.asarray([getattr(r, name) for r in rows], np.int32).reshape(
-        len(rows), max_seq_length) for name in ("input_ids", "input_mask", "segment_ids")}
+    Raises:
+      ExportError for an unknown ``model_type`` or a setting the family does not have.
+    """
+    cls = get_family(model_type).config_class
+    unknown = sorted(set(settings) - set(cls.settings_fields()) - {"task"})
+    if unknown:
+        raise ExportError(f"model_type {model_type!r} has no setting {unknown} (its "
+                          f"settings: {list(cls.settings_fields())})")
+    return cls(vocab_file=vocab_file, do_lower_case=do_lower_case,
+               max_seq_length=max_seq_length, **settings)
+
+
+def register(family: "ServingFamily") -> "ServingFamily":
+    """Adds ``family`` to the registry under its ``model_type``; returns it.
+
+    A family's module registers it at import (``FAMILY = register(YourServing())``).
+
+    Raises:
+      ValueError if another family class holds the ``model_type``, or the family's
+      ``config_class`` names another ``model_type``.
+    """
+    if family.config_class.model_type != family.model_type:
+        raise ValueError(f"{type(family).__name__}: config_class "
+                         f"{family.config_class.__name__} has model_type "
+                         f"{family.config_class.model_type!r}, not {family.model_type!r}")
+    known = _FAMILIES.get(family.model_type)
+    if known is not None and type(known).__qualname__ != type(family).__qualname__:
+        raise ValueError(f"model_type {family.model_type!r} is registered twice: "
+                         f"{type(known).__name__} and {type(family).__name__}")
+    _FAMILIES[family.model_type] = family
+    return family
+
+
+def model_types() -> tuple:
+    """The registered model types, in registration order."""
+    return tuple(_FAMILIES)
+
+
+def get_family(model_type: str) -> "ServingFamily":
+    """The registered ``ServingFamily`` of ``model_type``."""
+    if model_type not in _FAMILIES:
+        raise ExportError(f"model_type {model_type!r} is not one of {model_types()} (a "
+                          "family is known once the module defining it is imported)")
+    return _FAMILIES[model_type]
 
 
 # --------------------------------------------------------------------------- graph pieces
@@ -327,6 +325,38 @@ def ids_specs():
     """The three int32 [batch, seq] model inputs of ``encode`` / ``serving_tokenized``."""
     return {k: tf.TensorSpec([None, None], tf.int32, name=k)
             for k in ("input_ids", "input_mask", "segment_ids")}
+
+
+# A request runs the encoder on its longest row, that length rounded up to a multiple of
+# this (never beyond the window): fewer distinct shapes for the kernels' caches, at most
+# 7 padding positions per row (measured in docs/export.md#request-width).
+WIDTH_MULTIPLE = 8
+
+
+def request_width(input_mask):
+    """Scalar int32: the positions a request needs, from its ``input_mask`` [..., seq]:
+    up to the last position holding a real token in any row, rounded up to
+    ``WIDTH_MULTIPLE``, at least 1 and at most ``seq``."""
+    seq = tf.shape(input_mask)[-1]
+    used = tf.reduce_any(tf.not_equal(tf.reshape(input_mask, [-1, seq]), 0), axis=0)
+    last = tf.reduce_max(tf.where(used, tf.range(1, seq + 1), 0))   # 0: no real token
+    width = (tf.maximum(last, 1) + WIDTH_MULTIPLE - 1) // WIDTH_MULTIPLE * WIDTH_MULTIPLE
+    return tf.minimum(width, seq)
+
+
+def trim_to_request(features: dict) -> dict:
+    """int32 features [..., seq] -> the same, cut to ``request_width`` positions: only
+    padding is cut, so the model's outputs on real tokens do not change."""
+    width = request_width(features["input_mask"])
+    return {name: value[..., :width] for name, value in features.items()}
+
+
+def pad_positions(x, width, axis: int = 1):
+    """``x`` zero-padded along ``axis`` (its positions) to ``width``: outputs of a trimmed
+    request returned at the width the caller passed."""
+    extra = width - tf.shape(x)[axis]
+    paddings = [[0, 0]] * axis + [[0, extra]] + [[0, 0]] * (len(x.shape) - axis - 1)
+    return tf.pad(x, paddings)
 
 
 class ServingModule(tf.Module):
@@ -362,60 +392,72 @@ class ServingModule(tf.Module):
 
     def pack(self, text, text_pair=None):
         """Raw strings [batch] -> int32 model inputs [batch, seq], the classifier rules of
-        the original (``[CLS] a [SEP] (b [SEP])``, pair trimming, zero padding)."""
+        the original (``[CLS] a [SEP] (b [SEP])``, pair trimming at ``max_seq_length``,
+        zero padding), ``seq`` the request's width (``trim_to_request``)."""
         tok = self.tokenizer
         seq = self.config.max_seq_length
         ids_a = tok.tokenize(text)
         single = tok.pack_inputs(ids_a, None, max_seq_length=seq)
         if text_pair is None:
-            return single
+            return trim_to_request(single)
         ids_b = tok.tokenize(text_pair)
         pair = tok.pack_inputs(ids_a, ids_b, max_seq_length=seq)
         # As the original: a text_b that is empty (or tokenizes to nothing) means one segment.
         is_pair = tf.expand_dims(ids_b.row_lengths() > 0, 1)
-        return {k: tf.where(is_pair, pair[k], single[k]) for k in single}
+        return trim_to_request({k: tf.where(is_pair, pair[k], single[k]) for k in single})
 
     def model_outputs(self, features):
         """The task model in inference mode on int32 features."""
         return self.model(features, training=False)
 
-    def encode(self, features):
-        """The encoder on int32 features -> float32 outputs, layers stacked batch-first."""
+    def encode(self, features, layers: bool = True):
+        """The encoder on int32 features -> float32 outputs (``encoder_outputs``: every
+        layer, stacked batch-first, only if ``layers``)."""
         out = self.encoder(features, training=False)
-        return {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
-                "sequence_output": tf.cast(out["sequence_output"], tf.float32),
-                "encoder_outputs": tf.cast(tf.stack(out["encoder_outputs"], axis=1),
-                                           tf.float32)}
+        outputs = {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
+                   "sequence_output": tf.cast(out["sequence_output"], tf.float32)}
+        if layers:
+            outputs["encoder_outputs"] = tf.cast(tf.stack(out["encoder_outputs"], axis=1),
+                                                 tf.float32)
+        return outputs
+
+    def encode_ids(self, features):
+        """``encode`` on ids a caller packed: run on the request's width, the outputs
+        returned at the caller's (zeros at positions cut as padding)."""
+        width = tf.shape(features["input_ids"])[1]
+        out = self.encode(trim_to_request(features))
+        return {"pooled_output": out["pooled_output"],
+                "sequence_output": pad_positions(out["sequence_output"], width),
+                "encoder_outputs": pad_positions(out["encoder_outputs"], width, axis=2)}
 
     def signatures(self) -> dict:
         """Concrete functions by signature name: ``encode`` plus the family's."""
-        encode = tf.function(lambda **f: self.encode(f))
+        encode = tf.function(lambda **f: self.encode_ids(f))
         sigs = {"encode": encode.get_concrete_function(**ids_specs())}
         sigs.update(get_family(self.config.model_type).signatures(self))
         return sigs
 
 
-def text_signatures(module: ServingModule, head) -> dict:
-    """``serving_default`` and ``preprocess`` on ``text`` (+ ``text_pair`` when the config
-    says so): strings -> ``module.pack`` -> ``head(features)``."""
-    if module.config.text_pair:
+def text_function(module: ServingModule, fn, text_pair: bool):
+    """The concrete function ``fn(module.pack(text[, text_pair]))`` on [batch] strings."""
+    if text_pair:
         def serve(text, text_pair):
-            return head(module.pack(text, text_pair))
-
-        def preprocess(text, text_pair):
-            return module.pack(text, text_pair)
+            return fn(module.pack(text, text_pair))
 
         strings = {"text": string_spec("text"), "text_pair": string_spec("text_pair")}
     else:
         def serve(text):
-            return head(module.pack(text))
-
-        def preprocess(text):
-            return module.pack(text)
+            return fn(module.pack(text))
 
         strings = {"text": string_spec("text")}
-    return {"serving_default": tf.function(serve).get_concrete_function(**strings),
-            "preprocess": tf.function(preprocess).get_concrete_function(**strings)}
+    return tf.function(serve).get_concrete_function(**strings)
+
+
+def text_signatures(module: ServingModule, head, text_pair: bool) -> dict:
+    """``serving_default`` and ``preprocess`` on ``text`` (+ ``text_pair`` for pairs):
+    strings -> ``module.pack`` -> ``head(features)``."""
+    return {"serving_default": text_function(module, head, text_pair),
+            "preprocess": text_function(module, lambda features: features, text_pair)}
 
 
 def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings: str,
@@ -424,7 +466,7 @@ def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings
 
     A row of n tokens is covered by windows of at most ``span`` tokens, each starting
     ``stride`` tokens after the previous one, the last ending at the row's last token
-    (``tasks.squad.data.doc_spans_for``); an empty row gets one empty window. Each
+    (the original ``run_squad.py``'s doc spans); an empty row gets one empty window. Each
     window's tokens are gathered from the row by index (never a copy of the row per
     window), so the cost is linear in the rows' lengths.
 
@@ -436,8 +478,8 @@ def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings
       what, settings, advice: the error message's subject ("a context"), the settings
         that fixed the windows ("doc_stride=128, max_seq_length=384") and what to do.
       fill_before: a window shorter than ``span`` (a row's last) also holds the tokens
-        before it, up to ``span`` tokens in all, as context (the tagging path's windows,
-        ``tasks.tagging.data.sentence_windows``); the window itself is unchanged.
+        before it, up to ``span`` tokens in all, as context (as the tagger's Python
+        path fills its windows); the window itself is unchanged.
 
     Returns:
       (window tokens RaggedTensor [windows, (tokens)], windows): a dict of int64
@@ -479,8 +521,8 @@ def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings
 
 def max_context(windows, pos):
     """[windows, seq] bool: the window is the one where the token at each position has
-    the most context (``tasks.squad.data.max_context_span_index``: score min(left, right)
-    + 0.01 * window length, the earliest window on ties).
+    the most context (the original ``run_squad.py``'s ``_check_is_max_context``: score
+    min(left, right) + 0.01 * window length, the earliest window on ties).
 
     Without comparing every window with every other: all windows but the last are full
     (``span`` tokens) and start ``stride`` apart, so among them the score of a token at
@@ -520,20 +562,46 @@ def max_context(windows, pos):
 # --------------------------------------------------------------------------- families
 
 
+@dataclasses.dataclass(frozen=True)
+class FamilyFlag:
+    """A command-line flag of one family's settings (plain data: ``export_saved_model.py``
+    defines it, refuses it for the families that do not declare it, and passes its value
+    to ``ServingFamily.settings`` when given). Families declaring the same flag declare
+    it alike (kind and default).
+
+    Attributes:
+      name: the flag (without ``--``); by default it sets the config field of that name.
+      kind: "string", "integer", "bool" or "list" (comma separated strings).
+      default: its value when not given.
+      help: what it does for the family (the CLI prefixes the family's name).
+    """
+
+    name: str
+    kind: str
+    default: Any
+    help: str
+
+
 class ServingFamily:
     """What one ``--model_type`` exports (see the module docstring: the extension point).
 
     Attributes:
       model_type: the registry key.
+      config_class: its ``ServingConfig`` subclass (the family's own settings).
       weights_description: what a checkpoint must hold, for error messages.
-      fields: the ``ServingConfig`` fields beyond the common ones that the family uses.
+      flags: its ``FamilyFlag`` specs (the CLI refuses them for other families).
       metadata_class: the ``ExportMetadata`` (sub)class its fine-tuning runner writes.
+      default_max_seq_length: the export's window when neither a flag nor the run sets it.
+      max_seq_length_from_run: the run's ``max_seq_length`` is the export's default.
     """
 
     model_type = ""
+    config_class: type = ServingConfig
     weights_description = ""
-    fields: tuple = ()
+    flags: tuple = ()
     metadata_class: type = ExportMetadata
+    default_max_seq_length = 128
+    max_seq_length_from_run = True
     # Exports only the encoder, which every run has: any run's metadata is accepted.
     exports_any_run = False
 
@@ -543,14 +611,41 @@ class ServingFamily:
         return False
 
     def default_fields(self, max_seq_length: int) -> dict:
-        """``ServingConfig`` fields (of ``fields``) whose default for this family differs
-        from the flag's, used when neither the metadata nor a flag sets them."""
+        """Settings whose default for this family depends on ``max_seq_length`` (or
+        differs from the config class's), used when neither the metadata nor a flag sets
+        them."""
         return {}
 
     def config_fields(self, metadata) -> dict:
-        """``ServingConfig`` fields (of ``fields``) that the run's ``export_metadata.json``
-        (an instance of ``metadata_class``) sets; explicit flags override them."""
+        """Settings that the run's ``export_metadata.json`` (an instance of
+        ``metadata_class``) sets; flags given override them."""
         return {}
+
+    def settings(self, given: dict, metadata, max_seq_length: int) -> dict:
+        """The family's settings (``config_class`` fields) for an export.
+
+        Precedence: a flag given, then the run's metadata (``config_fields``), then
+        ``default_fields``, then the config class's defaults. A flag sets the field of
+        its name; a family with flags of other names overrides this to read them.
+
+        Args:
+          given: {flag name: value} of the family's flags given on the command line.
+          metadata: the run's ``export_metadata.json`` (``metadata_class``) or None.
+          max_seq_length: the export's.
+
+        Raises:
+          ExportError naming the flag, for values that do not fit together.
+        """
+        values = dict(self.default_fields(max_seq_length))
+        if metadata is not None:
+            values.update(self.config_fields(metadata))
+        fields = self.config_class.settings_fields()
+        values.update({name: value for name, value in given.items() if name in fields})
+        return values
+
+    def weights_hint(self, message: str) -> str:
+        """An extra line for a checkpoint that does not fit the model (``message``)."""
+        return ""
 
     def validate(self, config: ServingConfig) -> None:
         """Raises ExportError for settings this family cannot serve."""
@@ -574,13 +669,67 @@ class ServingFamily:
         write_marker(directory, config.model_type, config)
 
 
+def label_names(given: dict, metadata, model_type: str, *, name_by_count: bool = False):
+    """Label names in id order: ``--label_list`` if given, else the run's metadata's;
+    checked against ``--num_labels`` (which, with ``name_by_count``, alone names them
+    "0".."n-1").
+
+    Raises:
+      ExportError naming the flags: no labels, a count mismatch, a repeated name.
+    """
+    labels = tuple(given.get("label_list") or (metadata.labels if metadata else ()))
+    count = given.get("num_labels")
+    if count is not None:
+        if labels and len(labels) != count:
+            raise ExportError(f"label count mismatch: --num_labels={count} but the label "
+                              f"list has {len(labels)} labels: {list(labels)}")
+        if name_by_count:
+            labels = labels or tuple(str(i) for i in range(count))
+    if not labels:
+        raise ExportError(f"a {model_type} export needs --label_list"
+                          + (" or --num_labels" if name_by_count else "")
+                          + " (or an export_metadata.json beside --init_checkpoint)")
+    if len(set(labels)) != len(labels):
+        raise ExportError(f"--label_list has repeated names: {list(labels)}")
+    return labels
+
+
+TEXT_PAIR_FLAG = FamilyFlag(
+    "text_pair", "bool", None, "inputs are pairs (text + text_pair); default: the run's "
+    "metadata, else false.")
+
+
+def text_pair_setting(given: dict, metadata) -> bool:
+    """``--text_pair`` if given, else the run's metadata's, else False."""
+    if "text_pair" in given:
+        return bool(given["text_pair"])
+    return bool(metadata is not None and metadata.text_pair)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderServingConfig(ServingConfig):
+    """``--model_type=encoder``'s settings.
+
+    Attributes:
+      text_pair: inputs are pairs (``text`` + ``text_pair``).
+    """
+
+    text_pair: bool = False
+
+    model_type: ClassVar[str] = "encoder"
+
+
 class EncoderServing(ServingFamily):
     """``--model_type=encoder``: text (+ text_pair) -> the bare encoder's outputs."""
 
     model_type = "encoder"
+    config_class = EncoderServingConfig
     weights_description = "an encoder"
-    fields = ("text_pair",)
+    flags = (TEXT_PAIR_FLAG,)
     exports_any_run = True
+
+    def settings(self, given, metadata, max_seq_length):
+        return {"text_pair": text_pair_setting(given, metadata)}
 
     def build_model(self, config, bert_config, dtype_policy):
         return BertEncoder(bert_config, dtype=dtype_policy)
@@ -589,10 +738,14 @@ class EncoderServing(ServingFamily):
         _expect_model(model, BertEncoder, config)
 
     def signatures(self, module):
-        return text_signatures(module, module.encode)
+        text_pair = module.config.text_pair
+        sigs = text_signatures(module, lambda f: module.encode(f, layers=False), text_pair)
+        # Every layer's output is large (MiniLM: ~38 MB for 32 rows of 128): on request.
+        sigs["serving_all_layers"] = text_function(module, module.encode, text_pair)
+        return sigs
 
 
-FAMILY = EncoderServing()
+FAMILY = register(EncoderServing())
 
 
 def _expect_model(model, expected, config: ServingConfig) -> None:
@@ -613,12 +766,14 @@ def write_marker(directory: str, model_type: str, config: Optional[ServingConfig
     """``assets.extra/export_metadata.json``: the settings + ``model_type`` (our marker)."""
     data = {}
     if config is not None:
+        # The contract's keys first (a family without a setting writes its default), then
+        # the family's own settings.
         data = json.loads(ExportMetadata(
-            task=config.task, labels=tuple(config.labels), is_regression=config.is_regression,
+            task=config.task, labels=tuple(getattr(config, "labels", ())),
+            is_regression=getattr(config, "is_regression", False),
             do_lower_case=config.do_lower_case, max_seq_length=config.max_seq_length,
-            text_pair=config.text_pair).to_json())
-        family = get_family(config.model_type)
-        data.update({name: getattr(config, name) for name in family.fields
+            text_pair=getattr(config, "text_pair", False)).to_json())
+        data.update({name: getattr(config, name) for name in config.settings_fields()
                      if name not in data})
     data["model_type"] = model_type
     extra = os.path.join(directory, *MARKER_PATH[:-1])

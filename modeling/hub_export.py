@@ -35,7 +35,9 @@ reproduces the original's (see docs/tokenization.md for the measured corner case
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import ClassVar
 
 import tensorflow as tf
 
@@ -73,12 +75,18 @@ class HubEncoder(tf.__internal__.tracking.AutoTrackable):
 
         @tf.function
         def call(inputs, training=False):
-            out = encoder({ours: inputs[hub] for ours, hub in zip(_OUR_INPUTS, HUB_INPUTS)},
-                          training=training)
+            # Run on the request's width (its longest row), not the preprocessor's
+            # seq_length; the outputs come back at the width passed (zeros where only
+            # padding was cut), as TF Hub's interface has them.
+            width = tf.shape(inputs["input_word_ids"])[1]
+            features = export.trim_to_request(
+                {ours: inputs[hub] for ours, hub in zip(_OUR_INPUTS, HUB_INPUTS)})
+            out = encoder(features, training=training)
             pooled = tf.cast(out["pooled_output"], tf.float32)
             return {"pooled_output": pooled, "default": pooled,
-                    "sequence_output": tf.cast(out["sequence_output"], tf.float32),
-                    "encoder_outputs": [tf.cast(x, tf.float32)
+                    "sequence_output": export.pad_positions(
+                        tf.cast(out["sequence_output"], tf.float32), width),
+                    "encoder_outputs": [export.pad_positions(tf.cast(x, tf.float32), width)
                                         for x in out["encoder_outputs"]]}
 
         for training in (False, True):
@@ -171,13 +179,24 @@ class HubPreprocessor(tf.Module):
                     self.default_seq_length)
 
 
+@dataclasses.dataclass(frozen=True)
+class HubServingConfig(export.ServingConfig):
+    """``--model_type=hub``'s settings: the common ones (``max_seq_length`` is the
+    preprocessor's default ``seq_length``)."""
+
+    model_type: ClassVar[str] = "hub"
+
+
 class HubServing(export.ServingFamily):
     """``--model_type=hub``: the pretrained (or fine-tuned) encoder for TF Hub users."""
 
     model_type = "hub"
+    config_class = HubServingConfig
     weights_description = "an encoder"
-    fields = ()
     exports_any_run = True
+    # A hub preprocessor's default seq_length is TF Hub's 128, not the fine-tuning run's:
+    # callers choose theirs per call (bert_pack_inputs(..., seq_length=...)).
+    max_seq_length_from_run = False
 
     def build_model(self, config, bert_config, dtype_policy):
         return BertEncoder(bert_config, dtype=dtype_policy)
@@ -203,4 +222,4 @@ class HubServing(export.ServingFamily):
         export.write_marker(preprocessor_dir, "hub_preprocessor", config)
 
 
-FAMILY = HubServing()
+FAMILY = export.register(HubServing())

@@ -19,7 +19,12 @@ from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier, BertSpanLabeler
 from modeling.optimization import OptimizerConfig, create_optimizer
+from tasks import register_serving_families
+from tasks.classification.export import python_features
 from training import checkpointing
+
+# The families register as their modules are imported (export_saved_model.py does this).
+register_serving_families()
 
 # Enough non-Latin pieces that Greek, CJK and Arabic give real ids, not only [UNK]; the
 # sigma pieces and U+1DF00 show the one measured in-graph difference (final sigma).
@@ -112,10 +117,10 @@ def served(run_dir, tmp_path_factory):
 
     keras.utils.set_random_seed(2)
     encoder = BertEncoder(_config())
-    export.export_saved_model(encoder, export.ServingConfig(
+    export.export_saved_model(encoder, export.serving_config(
         "encoder", str(d / "vocab.txt"), True, SEQ), str(out / "encoder"))
     squad = BertSpanLabeler(_config())
-    export.export_saved_model(squad, export.ServingConfig(
+    export.export_saved_model(squad, export.serving_config(
         "squad", str(d / "vocab.txt"), True, SEQ, max_query_length=8, max_answer_length=5,
         doc_stride=DOC_STRIDE, n_best_size=N_BEST),
         str(out / "squad"))
@@ -123,13 +128,14 @@ def served(run_dir, tmp_path_factory):
     texts = TEXTS + [SIGMA_CASE]
     pairs = PAIRS + ["dog"]
     questions, contexts = SQUAD_QUESTIONS, SQUAD_CONTEXTS
-    ids = export.python_features(FullTokenizer(str(d / "vocab.txt")), texts, None, SEQ)
+    ids = python_features(FullTokenizer(str(d / "vocab.txt")), texts, None, SEQ)
     calls = {
         "classifier": {"dir": str(out / "classifier"), "calls": {
             "serving_default": {"text": texts, "text_pair": pairs},
             "preprocess": {"text": texts, "text_pair": pairs}}},
         "encoder": {"dir": str(out / "encoder"), "calls": {
             "serving_default": {"text": texts},
+            "serving_all_layers": {"text": texts},
             "preprocess": {"text": texts},
             "encode": {k: v.tolist() for k, v in ids.items()}}},
         "squad": {"dir": str(out / "squad"), "calls": {
@@ -142,7 +148,7 @@ def served(run_dir, tmp_path_factory):
 
 
 def _python_probabilities(model, vocab, texts, pairs):
-    features = export.python_features(FullTokenizer(vocab), texts, pairs, SEQ)
+    features = python_features(FullTokenizer(vocab), texts, pairs, SEQ)
     logits = model({k: tf.constant(v) for k, v in features.items()})["logits"]
     return features, tf.nn.softmax(tf.cast(logits, tf.float32)).numpy()
 
@@ -185,15 +191,19 @@ def test_in_graph_tokenization_difference_is_the_documented_one(served):
 def test_encoder_export_equals_python_path(served):
     out, encoder = served["outputs"], served["encoder"]
     texts = served["texts"][:-1]
-    features = export.python_features(FullTokenizer(served["vocab"]), texts, None, SEQ)
+    features = python_features(FullTokenizer(served["vocab"]), texts, None, SEQ)
     for key, value in features.items():
         np.testing.assert_array_equal(out[f"encoder/preprocess/{key}"][:-1], value, key)
     expected = encoder({k: tf.constant(v) for k, v in features.items()})
-    for sig in ("serving_default", "encode"):
+    # Every layer only where asked for (issue 25: ~38 MB a batch of 32 for MiniLM).
+    assert "encoder/serving_default/encoder_outputs" not in out
+    for sig in ("serving_default", "serving_all_layers", "encode"):
         n = -1  # the last row is SIGMA_CASE, tested above
         for key in ("pooled_output", "sequence_output"):
             np.testing.assert_allclose(out[f"encoder/{sig}/{key}"][:n], expected[key].numpy(),
                                        atol=1e-5, rtol=0, err_msg=f"{sig}/{key}")
+        if sig == "serving_default":
+            continue
         layers = out[f"encoder/{sig}/encoder_outputs"][:n]
         assert layers.shape == (len(texts), 2, SEQ, 32)
         np.testing.assert_allclose(layers, np.stack(
@@ -325,7 +335,7 @@ def test_bfloat16_model_exports_float32_outputs(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
     keras.utils.set_random_seed(3)
     model = BertClassifier(_config(), 2, dtype="mixed_bfloat16")
-    serving = export.ServingConfig("classifier", vocab, True, SEQ, labels=("no", "yes"))
+    serving = export.serving_config("classifier", vocab, True, SEQ, labels=("no", "yes"))
     export.export_saved_model(model, serving, str(tmp_path / "bf16"))
     loaded = tf.saved_model.load(str(tmp_path / "bf16"))
     got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
@@ -333,7 +343,7 @@ def test_bfloat16_model_exports_float32_outputs(tmp_path):
     _, expected = _python_probabilities(model, vocab, TEXTS, None)
     # Same bfloat16 arithmetic, but graph vs eager may fuse and round differently.
     np.testing.assert_allclose(got["probabilities"].numpy(), expected, atol=1e-2, rtol=0)
-    enc = loaded.signatures["encode"](**{k: tf.constant(v) for k, v in export.python_features(
+    enc = loaded.signatures["encode"](**{k: tf.constant(v) for k, v in python_features(
         FullTokenizer(vocab), TEXTS, None, SEQ).items()})
     assert enc["sequence_output"].dtype == tf.float32
 
@@ -342,13 +352,13 @@ def test_regression_export_gives_score(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
     keras.utils.set_random_seed(4)
     model = BertClassifier(_config(), 1)
-    export.export_saved_model(model, export.ServingConfig(
+    export.export_saved_model(model, export.serving_config(
         "classifier", vocab, True, SEQ, is_regression=True, text_pair=True),
         str(tmp_path / "reg"))
     serve = tf.saved_model.load(str(tmp_path / "reg")).signatures["serving_default"]
     got = serve(text=tf.constant(TEXTS), text_pair=tf.constant(PAIRS))
     assert set(got) == {"score", "logits"} and got["score"].shape == (len(TEXTS),)
-    features = export.python_features(FullTokenizer(vocab), TEXTS, PAIRS, SEQ)
+    features = python_features(FullTokenizer(vocab), TEXTS, PAIRS, SEQ)
     expected = model({k: tf.constant(v) for k, v in features.items()})["logits"][:, 0]
     np.testing.assert_allclose(got["score"].numpy(), expected.numpy(), atol=1e-5, rtol=0)
 
@@ -359,11 +369,11 @@ def test_export_is_atomic_and_refuses_to_overwrite(tmp_path):
     target = tmp_path / "exp"
     target.mkdir()
     (target / "keep.txt").write_text("old")
-    serving = export.ServingConfig("classifier", vocab, True, SEQ, labels=("a", "b"))
+    serving = export.serving_config("classifier", vocab, True, SEQ, labels=("a", "b"))
     with pytest.raises(export.ExportError, match="exists and is not empty"):
         export.export_saved_model(model, serving, str(target))
     with pytest.raises(export.ExportError, match="2 outputs but 3 labels"):
-        export.export_saved_model(model, export.ServingConfig(
+        export.export_saved_model(model, export.serving_config(
             "classifier", vocab, True, SEQ, labels=("a", "b", "c")), str(tmp_path / "x"))
     assert sorted(os.listdir(tmp_path)) == ["exp", "vocab.txt"]  # no temporary left behind
 
@@ -457,7 +467,7 @@ def test_overwrite_swaps_in_the_new_export_and_cleans_stale_temporaries(tmp_path
     from data_prep import fileio
 
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
-    serving = export.ServingConfig("classifier", vocab, True, SEQ, labels=("a", "b"))
+    serving = export.serving_config("classifier", vocab, True, SEQ, labels=("a", "b"))
     target = tmp_path / "exp"
     keras.utils.set_random_seed(21)
     first, second = BertClassifier(_config(), 2), BertClassifier(_config(), 2)
@@ -522,7 +532,7 @@ def long_squad(run_dir, tmp_path_factory):
     keras.utils.set_random_seed(8)
     model = BertSpanLabeler(_config())
     out = tmp_path_factory.mktemp("squad_long") / "squad"
-    export.export_saved_model(model, export.ServingConfig(
+    export.export_saved_model(model, export.serving_config(
         "squad", str(d / "vocab.txt"), True, SEQ, max_query_length=8, max_answer_length=5,
         doc_stride=DOC_STRIDE, n_best_size=N_BEST, max_context_windows=LONG_CONTEXT_WINDOWS),
         str(out))

@@ -22,6 +22,7 @@ from data_prep.tokenization import FullTokenizer
 from modeling import export
 from modeling.config import BertConfig
 from modeling.models import BertClassifier
+from tasks.classification.export import python_features
 from test_export import LONG, PAIRS, TEXTS, VOCAB, _save_like_training
 
 HIDDEN, LAYERS = 32, 2
@@ -151,7 +152,7 @@ def test_preprocessor_equals_python_tokenizer_and_packing(hub_export):
     out = hub_export["outputs"]
     assert list(out["leaked"]) == []
     tokenizer = FullTokenizer(hub_export["vocab"])
-    expected = export.python_features(tokenizer, TEXTS, None, 128)
+    expected = python_features(tokenizer, TEXTS, None, 128)
     hub_names = {"input_ids": "input_word_ids", "input_mask": "input_mask",
                  "segment_ids": "input_type_ids"}
     for ours, hub_name in hub_names.items():
@@ -161,7 +162,7 @@ def test_preprocessor_equals_python_tokenizer_and_packing(hub_export):
             np.testing.assert_array_equal(got, expected[ours], f"{route}/{hub_name}")
     # Pairs through tokenize + bert_pack_inputs(seq_length=...): the original's packing
     # and trimming (Hub's round robin is the same rule), both API routes.
-    expected = export.python_features(tokenizer, TEXTS, PAIRS, PAIR_SEQ)
+    expected = python_features(tokenizer, TEXTS, PAIRS, PAIR_SEQ)
     assert expected["input_mask"][TEXTS.index(LONG)].sum() == PAIR_SEQ  # trimmed
     # Except that, as Hub's, an empty second segment keeps its [SEP] (the original's
     # classifier drops the segment: the classifier export does that).
@@ -193,7 +194,7 @@ def test_preprocessor_equals_python_tokenizer_and_packing(hub_export):
 @pytest.mark.slow
 def test_encoder_equals_python_encoder_via_load_and_hub(hub_export):
     out, encoder = hub_export["outputs"], hub_export["model"].encoder
-    features = export.python_features(FullTokenizer(hub_export["vocab"]), TEXTS, None, 128)
+    features = python_features(FullTokenizer(hub_export["vocab"]), TEXTS, None, 128)
     expected = encoder({k: tf.constant(v) for k, v in features.items()}, training=False)
     layers = np.stack([x.numpy() for x in expected["encoder_outputs"]], axis=1)
     for mode in ("load", "hub"):

@@ -12,6 +12,7 @@ from conftest import write_vocab
 from data_prep.tokenization import FullTokenizer
 from modeling import export
 from modeling.models import BertClassifier, BertMultipleChoice
+from tasks.classification.export import python_features
 from tasks.multiple_choice import data
 from test_export import LONG, PAIRS, TEXTS, VOCAB, _config
 
@@ -49,7 +50,7 @@ def exported(tmp_path_factory):
     vocab = write_vocab(root / "vocab.txt", VOCAB)
     keras.utils.set_random_seed(5)
     model = BertMultipleChoice(_config())
-    config = export.ServingConfig("multiple_choice", vocab, True, SEQ, task="swag")
+    config = export.serving_config("multiple_choice", vocab, True, SEQ, task="swag")
     export.export_saved_model(model, config, str(root / "export"))
     return dict(model=model, vocab=vocab, loaded=tf.saved_model.load(str(root / "export")),
                 dir=root / "export")
@@ -87,7 +88,7 @@ def test_served_probabilities_equal_the_keras_model(exported):
 
 def test_a_classifier_is_not_exported_as_multiple_choice(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
-    config = export.ServingConfig("multiple_choice", vocab, True, SEQ)
+    config = export.serving_config("multiple_choice", vocab, True, SEQ)
     with pytest.raises(export.ExportError, match="needs a BertMultipleChoice"):
         export.export_saved_model(BertClassifier(_config(), 2), config, str(tmp_path / "x"))
     assert not (tmp_path / "x").exists()

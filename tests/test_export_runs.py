@@ -61,7 +61,7 @@ def test_each_family_exports_only_its_own_runs(tmp_path, legacy):
             data = json.loads(path.read_text())
             del data["model_type"]
             path.write_text(json.dumps(data))
-        for asked in export.MODEL_TYPES:
+        for asked in export.model_types():
             family = export.get_family(asked)
             if asked == run_type or asked in ENCODER_FAMILIES:
                 got = export.read_run_metadata(str(directory), family)
@@ -147,3 +147,120 @@ def test_squad_export_takes_the_runs_windows_and_flags_override_them(tmp_path):
     got = marker("flags")
     assert (got["doc_stride"], got["max_query_length"]) == (5, 4)
     assert (got["max_answer_length"], got["n_best_size"]) == (6, 7)
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+def _alternatives(spec):
+    """Values of a family flag to try, for each kind."""
+    return {"bool": [True, False], "integer": [(spec.default or 0) + 3, 1, 2],
+            "list": [["x", "y"], ["O", "B-X", "I-X"]],
+            "string": ["IOB2", "none", "weighted_sum_all", "x"]}[spec.kind]
+
+
+def _flag_verdict(family, spec, metadata, vocab):
+    """"used" if some value of the flag changes the family's config, "refused" if its
+    values are refused with an error naming it, else "IGNORED" (parsed and dropped)."""
+    def config(given):
+        settings = family.settings(given, metadata, SEQ)
+        return family.config_class(vocab_file=vocab, max_seq_length=SEQ, **settings)
+
+    try:
+        baseline = config({})
+    except export.ExportError:
+        return "no baseline"  # e.g. a tagger without its run's labels
+    outcomes = []
+    for value in _alternatives(spec):
+        try:
+            if config({spec.name: value}) != baseline:
+                return "used"
+        except export.ExportError as err:
+            named = f"--{spec.name}" in str(err) or f"{spec.name}=" in str(err)
+            outcomes.append("refused" if named else f"CRASHED: {err}")
+    return "refused" if "refused" in outcomes else (outcomes or ["IGNORED"])[0]
+
+
+def test_every_family_flag_sets_its_familys_config(tmp_path):
+    """Each family owns its flags (issue 23 §5): every flag it declares reaches its
+    config (or is refused naming itself), from a run's metadata or without one."""
+    vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
+    verdicts = {}
+    for model_type in export.model_types():
+        family = export.get_family(model_type)
+        # No run; the family's runner's run (STS-B regression for the classifier); a
+        # labelled run.
+        runs = [None, family.metadata_class(labels=("O", "B-Y"), model_type=model_type)]
+        if model_type in RUN_FAMILIES:
+            runs.append(runner_metadata(model_type, tmp_path))
+        for spec in family.flags:
+            assert spec.kind in ("bool", "integer", "list", "string"), spec
+            found = [_flag_verdict(family, spec, metadata, vocab) for metadata in runs]
+            verdicts[f"{model_type} --{spec.name}"] = next(
+                (v for v in ("used", "refused") if v in found), found)
+    assert len(verdicts) >= 15, verdicts
+    wrong = {k: v for k, v in verdicts.items() if v not in ("used", "refused")}
+    assert not wrong, wrong
+    assert verdicts["tagger --num_labels"] == "refused"  # a check only, with labels
+    # The classifier's labels alone, then a regression run: no flag silently dropped.
+    classifier = export.get_family("classifier")
+    assert classifier.settings({"num_labels": 3}, None, SEQ)["labels"] == ("0", "1", "2")
+    with pytest.raises(export.ExportError, match="--label_list=a,b with a regression head"):
+        classifier.settings({"label_list": ["a", "b"]},
+                            runner_metadata("classifier", tmp_path), SEQ)
+
+
+def test_the_registry_refuses_a_second_family_of_a_model_type(tmp_path):
+    from tasks.classification.export import ClassifierServingConfig
+
+    class Impostor(export.ServingFamily):
+        model_type = "classifier"
+        config_class = ClassifierServingConfig
+
+    class Mismatched(export.ServingFamily):
+        model_type = "not_a_classifier"
+        config_class = ClassifierServingConfig
+
+    with pytest.raises(ValueError, match="'classifier' is registered twice"):
+        export.register(Impostor())
+    with pytest.raises(ValueError, match="has model_type 'classifier', not "
+                                         "'not_a_classifier'"):
+        export.register(Mismatched())
+    assert "not_a_classifier" not in export.model_types()
+    assert type(export.get_family("classifier")).__name__ == "ClassifierServing"
+    with pytest.raises(export.ExportError, match="model_type 'clasifier' is not one of"):
+        export.get_family("clasifier")
+    vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
+    with pytest.raises(export.ExportError, match=r"'squad' has no setting \['labels'\]"):
+        export.serving_config("squad", vocab, True, 384, labels=("a",))
+
+
+# The marker's keys, in order, as every export wrote them before the families owned their
+# settings (assets.extra/export_metadata.json: its format does not change).
+COMMON_MARKER_KEYS = ["task", "labels", "is_regression", "do_lower_case", "max_seq_length",
+                      "text_pair", "model_type"]
+MARKER_KEYS = {
+    "classifier": COMMON_MARKER_KEYS, "encoder": COMMON_MARKER_KEYS,
+    "hub": COMMON_MARKER_KEYS, "multiple_choice": COMMON_MARKER_KEYS,
+    "squad": COMMON_MARKER_KEYS + ["max_query_length", "max_answer_length", "doc_stride",
+                                   "n_best_size", "max_context_windows"],
+    "tagger": COMMON_MARKER_KEYS + ["tag_scheme", "doc_stride", "max_context_windows",
+                                    "feature_based", "feature_layers", "lstm_units"],
+}
+
+
+def test_the_export_marker_keeps_its_keys_for_every_family(tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
+    settings = {"classifier": dict(labels=("a", "b"), text_pair=True),
+                "encoder": dict(text_pair=True), "squad": dict(max_query_length=8),
+                "tagger": dict(labels=("O", "B-X", "I-X"))}
+    assert set(export.model_types()) == set(MARKER_KEYS)
+    for model_type, keys in MARKER_KEYS.items():
+        config = export.serving_config(model_type, vocab, True, SEQ, task="t",
+                                       **settings.get(model_type, {}))
+        directory = tmp_path / model_type
+        export.write_marker(str(directory), model_type, config)
+        data = json.loads((directory / "assets.extra" / export.METADATA_FILE).read_text())
+        assert list(data) == keys, model_type
+        assert data["model_type"] == model_type and data["max_seq_length"] == SEQ
+        assert data["text_pair"] == (model_type in ("classifier", "encoder"))

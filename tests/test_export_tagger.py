@@ -242,7 +242,7 @@ def _serving_module(vocab_file, labels, scheme="IOB2", dtype=None, **config):
     """The ServingModule and chunk tables of a random tagger (signatures run eagerly)."""
     keras.utils.set_random_seed(4)
     model = build_tagging_model(_config(), len(labels), dtype=dtype)
-    serving = export.ServingConfig("tagger", vocab_file, True, SEQ, labels=tuple(labels),
+    serving = export.serving_config("tagger", vocab_file, True, SEQ, labels=tuple(labels),
                                    tag_scheme=scheme, doc_stride=DOC_STRIDE, **config)
     module = export.ServingModule(model, serving)
     return module, tagger_export.ChunkTables(serving)
@@ -268,7 +268,7 @@ def test_entity_decoding_equals_metrics_chunks(vocab_file, scheme):
         tables = tagger_export.ChunkTables(types.SimpleNamespace(labels=labels,
                                                                  tag_scheme="IOB2"))
     else:
-        tables = tagger_export.ChunkTables(export.ServingConfig(
+        tables = tagger_export.ChunkTables(export.serving_config(
             "tagger", vocab_file, True, SEQ, labels=labels, tag_scheme=scheme))
     rng = np.random.default_rng(len(scheme))
     sequences = [rng.integers(0, len(labels), int(rng.integers(0, 12))).tolist()
@@ -284,13 +284,13 @@ def test_entity_decoding_equals_metrics_chunks(vocab_file, scheme):
 
 def test_tag_scheme_none_returns_no_entities(vocab_file):
     labels = ("NN", "VB", "DT")
-    serving = export.ServingConfig("tagger", vocab_file, True, SEQ, labels=labels,
+    serving = export.serving_config("tagger", vocab_file, True, SEQ, labels=labels,
                                    tag_scheme="none")
     got = tagger_export.decode_entities(tagger_export.ChunkTables(serving),
                                         tf.ragged.constant([[0, 1, 2, 0]], tf.int32))
     assert got["example"].shape == (0,)
     with pytest.raises(export.ExportError, match="not all chunk tags"):
-        export.ServingConfig("tagger", vocab_file, True, SEQ, labels=labels,
+        export.serving_config("tagger", vocab_file, True, SEQ, labels=labels,
                              tag_scheme="IOB2")
 
 
@@ -307,7 +307,7 @@ def test_tagger_settings_that_cannot_work_are_refused(vocab_file, settings, mess
     config = dict(labels=IOB2)
     config.update(settings)
     with pytest.raises(export.ExportError, match=message):
-        export.ServingConfig("tagger", vocab_file, True, SEQ, **config)
+        export.serving_config("tagger", vocab_file, True, SEQ, **config)
 
 
 def test_bfloat16_tagger_outputs_float32_and_too_many_windows(vocab_file):
@@ -462,7 +462,7 @@ def test_request_memory_grows_linearly_with_the_text(served, tmp_path):
     for x4 words); the linear one +15 MB and +67 MB. The bounds (300 MB, and x2.5 the
     linear extrapolation) leave room for allocator noise and fail for the quadratic one."""
     directory = tmp_path / "export"
-    export.export_saved_model(served["models"]["fine"], export.ServingConfig(
+    export.export_saved_model(served["models"]["fine"], export.serving_config(
         "tagger", served["vocab"], True, SEQ, labels=IOB2, tag_scheme="IOB2",
         doc_stride=DOC_STRIDE, max_context_windows=4000), str(directory))
     script = tmp_path / "memory.py"

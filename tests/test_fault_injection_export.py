@@ -30,6 +30,7 @@ from data_prep import fileio
 from data_prep.tokenization import FullTokenizer
 from modeling import export
 from modeling.models import BertClassifier
+from tasks.classification.export import python_features
 from test_export import LABELS, SEQ, TEXTS, VOCAB, _config, _save_like_training
 
 pytestmark = pytest.mark.slow
@@ -51,7 +52,7 @@ def _run_dir(root, name, seed):
     _save_like_training(model, directory)
     export.write_export_metadata(str(directory), export.ExportMetadata(
         labels=tuple(LABELS), max_seq_length=SEQ))
-    features = export.python_features(FullTokenizer(str(directory / "vocab.txt")), TEXTS,
+    features = python_features(FullTokenizer(str(directory / "vocab.txt")), TEXTS,
                                       None, SEQ)
     logits = model({k: tf.constant(v) for k, v in features.items()})["logits"]
     return directory, tf.nn.softmax(logits).numpy()

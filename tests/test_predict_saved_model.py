@@ -26,9 +26,9 @@ def exports(tmp_path_factory):
     root = tmp_path_factory.mktemp("predict")
     vocab = write_vocab(root / "vocab.txt", VOCAB)
     keras.utils.set_random_seed(3)
-    export.export_saved_model(BertClassifier(_config(), 2), export.ServingConfig(
+    export.export_saved_model(BertClassifier(_config(), 2), export.serving_config(
         "classifier", vocab, True, SEQ, labels=("no", "yes")), str(root / "classifier"))
-    export.export_saved_model(BertSpanLabeler(_config()), export.ServingConfig(
+    export.export_saved_model(BertSpanLabeler(_config()), export.serving_config(
         "squad", vocab, True, SEQ, max_query_length=8, doc_stride=16,
         max_context_windows=MAX_WINDOWS), str(root / "squad"))
     return {"classifier": str(root / "classifier"), "squad": str(root / "squad")}

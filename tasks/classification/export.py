@@ -12,22 +12,79 @@ the signatures every family shares). Signatures:
 
 from __future__ import annotations
 
+import dataclasses
+from typing import ClassVar, Optional, Sequence
+
+import numpy as np
 import tensorflow as tf
 
 from modeling import export
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierServingConfig(export.ServingConfig):
+    """``--model_type=classifier``'s settings.
+
+    Attributes:
+      labels: label names in id order (empty for regression).
+      is_regression: one float output (``score``) instead of label probabilities.
+      text_pair: inputs are pairs (``text`` + ``text_pair``).
+    """
+
+    labels: tuple = ()
+    is_regression: bool = False
+    text_pair: bool = False
+
+    model_type: ClassVar[str] = "classifier"
 
 
 class ClassifierServing(export.ServingFamily):
     """``--model_type=classifier``: a fine-tuned ``BertClassifier``."""
 
     model_type = "classifier"
+    config_class = ClassifierServingConfig
     weights_description = "a fine-tuned classifier (run_classifier.py output)"
-    fields = ("labels", "is_regression", "text_pair")
+    flags = (
+        export.FamilyFlag("label_list", "list", None, "label names in id order (comma "
+                          "separated); default: the run's metadata's labels."),
+        export.FamilyFlag("num_labels", "integer", None, "outputs of the head; checked "
+                          "against the label list. Without a label list, labels are named "
+                          "'0'..'n-1'."),
+        export.FamilyFlag("is_regression", "bool", None, "one float output (score); "
+                          "default: the run's metadata, else false."),
+        export.TEXT_PAIR_FLAG,
+    )
 
     def claims_legacy_run(self, data):
         # run_classifier.py's metadata: the shared keys only, with labels or regression.
         return (set(data) <= export.metadata_keys(export.ExportMetadata)
                 and bool(data.get("labels") or data.get("is_regression")))
+
+    def settings(self, given, metadata, max_seq_length):
+        text_pair = export.text_pair_setting(given, metadata)
+        is_regression = given.get("is_regression")
+        if is_regression is None:
+            is_regression = bool(metadata and metadata.is_regression)
+        if is_regression:
+            if given.get("num_labels") not in (None, 1):
+                raise export.ExportError(
+                    f"--num_labels={given['num_labels']} with --is_regression: a "
+                    "regression head has exactly 1 output")
+            if given.get("label_list"):
+                # Would be parsed and ignored: a regression head has no labels.
+                raise export.ExportError(
+                    f"--label_list={','.join(given['label_list'])} with a regression head "
+                    "(--is_regression, or the run's export_metadata.json): it has no "
+                    "labels; pass --nois_regression to export a classifier")
+            return {"labels": (), "is_regression": True, "text_pair": text_pair}
+        labels = export.label_names(given, metadata, self.model_type, name_by_count=True)
+        return {"labels": labels, "is_regression": False, "text_pair": text_pair}
+
+    def weights_hint(self, message):
+        if "classifier" not in message:
+            return ""
+        return ("\n  (the classifier head's size differs: check --label_list / "
+                "--num_labels / --is_regression against the fine-tuned task)")
 
     def validate(self, config):
         if not config.is_regression and len(config.labels) < 1:
@@ -55,9 +112,10 @@ class ClassifierServing(export.ServingFamily):
         def classify(features):
             return _classify(module, features)
 
-        sigs = export.text_signatures(module, classify)
+        sigs = export.text_signatures(module, classify, module.config.text_pair)
         sigs["serving_tokenized"] = tf.function(
-            lambda **f: classify(f)).get_concrete_function(**export.ids_specs())
+            lambda **f: classify(export.trim_to_request(f))).get_concrete_function(
+                **export.ids_specs())
         return sigs
 
 
@@ -73,4 +131,27 @@ def _classify(module, features):
             "label": tf.gather(labels, tf.argmax(probabilities, axis=-1))}
 
 
-FAMILY = ClassifierServing()
+FAMILY = export.register(ClassifierServing())
+
+
+def python_features(tokenizer, texts: Sequence[str], text_pairs: Optional[Sequence[str]],
+                    max_seq_length: int) -> dict:
+    """The Python path's model inputs (FullTokenizer + the original classifier rules): the
+    reference the in-graph packing is tested and benchmarked against.
+
+    Args:
+      tokenizer: a ``data_prep.tokenization.FullTokenizer``.
+      texts, text_pairs: strings (text_pairs None for single-text).
+    Returns:
+      dict of int32 numpy arrays [batch, max_seq_length]: input_ids, input_mask, segment_ids.
+    """
+    from tasks.classification.data import InputExample, convert_single_example
+
+    rows = []
+    for i, text in enumerate(texts):
+        example = InputExample(str(i), text, None if text_pairs is None else text_pairs[i],
+                               label=0.0)
+        rows.append(convert_single_example(example, None, max_seq_length, tokenizer,
+                                           is_regression=True))
+    return {name: np.asarray([getattr(r, name) for r in rows], np.int32).reshape(
+        len(rows), max_seq_length) for name in ("input_ids", "input_mask", "segment_ids")}

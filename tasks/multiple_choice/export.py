@@ -17,22 +17,34 @@ Signatures:
 * ``serving_tokenized``: those three int32 [batch, choices, seq] tensors -> the outputs of
   ``serving_default``.
 
-A request costs batch x choices sequences of ``max_seq_length``: bounded by its size.
+A request costs batch x choices sequences of its longest choice's length (at most
+``max_seq_length``): bounded by its size.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
 
 import tensorflow as tf
 
 from modeling import export
 
 
+@dataclasses.dataclass(frozen=True)
+class MultipleChoiceServingConfig(export.ServingConfig):
+    """``--model_type=multiple_choice``'s settings: the common ones (any number of
+    choices per request)."""
+
+    model_type: ClassVar[str] = "multiple_choice"
+
+
 class MultipleChoiceServing(export.ServingFamily):
     """``--model_type=multiple_choice``: a fine-tuned ``BertMultipleChoice`` (run_swag.py)."""
 
     model_type = "multiple_choice"
+    config_class = MultipleChoiceServingConfig
     weights_description = "a fine-tuned multiple-choice model (run_swag.py output)"
-    fields = ()
 
     def claims_legacy_run(self, data):
         # run_swag.py's metadata: task swag or custom, the shared keys, no labels.
@@ -66,12 +78,14 @@ class MultipleChoiceServing(export.ServingFamily):
             "serving_default": tf.function(serve).get_concrete_function(**strings),
             "preprocess": tf.function(preprocess).get_concrete_function(**strings),
             "serving_tokenized": tf.function(
-                lambda **f: _choose(module, f)).get_concrete_function(**ids),
+                lambda **f: _choose(module, export.trim_to_request(f))).get_concrete_function(
+                    **ids),
         }
 
 
 def pack_choices(module, context, question, endings):
-    """Raw strings -> int32 features [batch, choices, seq], run_swag.py's packing.
+    """Raw strings -> int32 features [batch, choices, seq], run_swag.py's packing (at
+    max_seq_length), ``seq`` the request's width (``export.trim_to_request``).
 
     Args:
       module: the ``export.ServingModule`` (its tokenizer and max_seq_length).
@@ -90,10 +104,10 @@ def pack_choices(module, context, question, endings):
     second = tf.where(question != "", tf.strings.join([question, endings], " "), endings)
     first = tf.reshape(tf.broadcast_to(tf.expand_dims(context, 1), shape), [-1])
     tok = module.tokenizer
-    packed = tok.pack_inputs(tok.tokenize(first), tok.tokenize(tf.reshape(second, [-1])),
-                             max_seq_length=module.config.max_seq_length)
-    seq = module.config.max_seq_length
-    return {k: tf.reshape(v, [batch, choices, seq]) for k, v in packed.items()}
+    packed = export.trim_to_request(tok.pack_inputs(
+        tok.tokenize(first), tok.tokenize(tf.reshape(second, [-1])),
+        max_seq_length=module.config.max_seq_length))
+    return {k: tf.reshape(v, [batch, choices, -1]) for k, v in packed.items()}
 
 
 def _choose(module, features):
@@ -103,4 +117,4 @@ def _choose(module, features):
             "label": tf.cast(tf.argmax(logits, axis=-1), tf.int32)}
 
 
-FAMILY = MultipleChoiceServing()
+FAMILY = export.register(MultipleChoiceServing())

@@ -18,10 +18,13 @@ Cost of a request: every intermediate is at most [windows, seq, k] with k one of
 max-context candidates), ``max_answer_length`` or the model's own sizes, and the context is
 tokenized once (windows index into it, never copy it): memory and time grow linearly with
 the context's length. An example whose context needs more than
-``ServingConfig.max_context_windows`` windows is refused with InvalidArgumentError.
+``SquadServingConfig.max_context_windows`` windows is refused with InvalidArgumentError.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import tensorflow as tf
@@ -32,13 +35,51 @@ from modeling.export import max_context
 from tasks.squad.task import SquadExportMetadata
 
 
+@dataclasses.dataclass(frozen=True)
+class SquadServingConfig(export.ServingConfig):
+    """``--model_type=squad``'s settings (``run_squad.py``'s flags of the same names).
+
+    Attributes:
+      max_query_length: question tokens kept.
+      max_answer_length: longest answer span in tokens.
+      doc_stride: tokens between the starts of consecutive context windows.
+      n_best_size: a span's start and end must be among the window's n_best_size
+        highest start / end logits (the original's candidate filter).
+      max_context_windows: most windows one example's context may need; a longer context
+        is refused by the graph with an error instead of unbounded memory.
+    """
+
+    max_query_length: int = 64
+    max_answer_length: int = 30
+    doc_stride: int = 128
+    n_best_size: int = 20
+    max_context_windows: int = 64
+
+    model_type: ClassVar[str] = "squad"
+
+
 class SquadServing(export.ServingFamily):
     """``--model_type=squad``: a fine-tuned ``BertSpanLabeler``."""
 
     model_type = "squad"
+    config_class = SquadServingConfig
     weights_description = "a fine-tuned SQuAD model (run_squad.py output)"
-    fields = ("max_query_length", "max_answer_length", "doc_stride", "n_best_size",
-              "max_context_windows")
+    flags = (
+        export.FamilyFlag("max_query_length", "integer", 64, "question tokens kept; "
+                          "default: the run's metadata, else 64."),
+        export.FamilyFlag("max_answer_length", "integer", 30, "longest answer in tokens; "
+                          "default: the run's metadata, else 30."),
+        export.FamilyFlag("n_best_size", "integer", 20, "candidate starts / ends per "
+                          "window (the original's filter before picking the best span); "
+                          "default: the run's metadata, else 20."),
+        export.FamilyFlag("doc_stride", "integer", 128, "tokens between the starts of "
+                          "consecutive windows of a long context; default: the run's "
+                          "metadata, else 128."),
+        export.FamilyFlag("max_context_windows", "integer", 64, "most windows one "
+                          "context may need; a longer one is refused with an error "
+                          "(bounded memory per request)."),
+    )
+    default_max_seq_length = 384
     # The run's settings that the export takes (explicit flags override them).
     RUN_SETTINGS = ("max_query_length", "doc_stride", "max_answer_length", "n_best_size")
 
@@ -90,12 +131,12 @@ class SquadServing(export.ServingFamily):
             "serving_default": tf.function(serve).get_concrete_function(**strings),
             "preprocess": tf.function(preprocess).get_concrete_function(**strings),
             "serving_tokenized": tf.function(
-                lambda **f: _span_logits(module, f)).get_concrete_function(
+                lambda **f: _span_logits_ids(module, f)).get_concrete_function(
                     **export.ids_specs()),
         }
 
 
-FAMILY = SquadServing()
+FAMILY = export.register(SquadServing())
 
 
 def pack_squad(module, question, context):
@@ -113,7 +154,8 @@ def pack_squad(module, question, context):
       question, context: [batch] strings.
 
     Returns:
-      (features, windows): features are int32 [windows, seq]; windows is a dict of
+      (features, windows): features are int32 [windows, seq], seq the longest window's
+      length (``export.trim_to_request``); windows is a dict of
       [windows] int64 tensors: example (row of the input batch), index (of the window
       within its example), doc_start (first context token of the window, in context
       sub-tokens), context_start (its position in the window), context_length, and the
@@ -140,9 +182,11 @@ def pack_squad(module, question, context):
         end_of_segment_id=tok.sep_id)
     input_ids, input_mask = tf_text.pad_model_inputs(ids, c.max_seq_length)
     segment_ids, _ = tf_text.pad_model_inputs(segments, c.max_seq_length)
-    features = {"input_ids": tf.cast(input_ids, tf.int32),
-                "input_mask": tf.cast(input_mask, tf.int32),
-                "segment_ids": tf.cast(segment_ids, tf.int32)}
+    # The request's longest window, not max_seq_length: the windows themselves are the
+    # original's (max_seq_length sets their span), only their padding is cut.
+    features = export.trim_to_request({"input_ids": tf.cast(input_ids, tf.int32),
+                                       "input_mask": tf.cast(input_mask, tf.int32),
+                                       "segment_ids": tf.cast(segment_ids, tf.int32)})
     windows.update(context_start=tf.gather(len_q, example) + 2,
                    context_length=windows["length"])
     return features, windows
@@ -161,6 +205,14 @@ def _span_logits(module, features):
     out = module.model_outputs(features)
     return {"start_logits": tf.cast(out["start_logits"], tf.float32),
             "end_logits": tf.cast(out["end_logits"], tf.float32)}
+
+
+def _span_logits_ids(module, features):
+    """``serving_tokenized``: the logits on the request's width, returned at the width
+    the caller passed (0 at the positions cut as padding)."""
+    width = tf.shape(features["input_ids"])[1]
+    out = _span_logits(module, export.trim_to_request(features))
+    return {name: export.pad_positions(value, width) for name, value in out.items()}
 
 
 def best_span(module, features, windows):

@@ -58,6 +58,9 @@ example 0's, then example 1's ...; int32 indexes, float32 probabilities):
 
 from __future__ import annotations
 
+import dataclasses
+from typing import ClassVar
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -75,14 +78,60 @@ from tasks.tagging.task import (
 TAGGING_TASK = "tagging"  # the `task` a tagging run writes in its export_metadata.json
 
 
+@dataclasses.dataclass(frozen=True)
+class TaggerServingConfig(export.ServingConfig):
+    """``--model_type=tagger``'s settings (``run_ner.py``'s, from its metadata).
+
+    Attributes:
+      labels: tag names in id order.
+      tag_scheme: the tag scheme entities are decoded with (IOB1, IOB2, IOBES, IOE, or
+        "none"); "" detects it from the labels.
+      doc_stride: pieces between the starts of consecutive windows of a long text.
+      max_context_windows: most windows one text may need; a longer text is refused by
+        the graph with an error instead of unbounded memory.
+      feature_based, feature_layers, lstm_units: the feature-based model (frozen encoder
+        + BiLSTM) and its settings, as the run trained it.
+    """
+
+    labels: tuple = ()
+    tag_scheme: str = ""
+    doc_stride: int = 128
+    max_context_windows: int = 64
+    feature_based: bool = False
+    feature_layers: str = ""
+    lstm_units: int = 0
+
+    model_type: ClassVar[str] = "tagger"
+
+
 class TaggerServing(export.ServingFamily):
     """``--model_type=tagger``: a ``run_ner.py`` model (``BertTokenTagger`` or, feature
     based, ``BertFeatureTagger``)."""
 
     model_type = "tagger"
+    config_class = TaggerServingConfig
     weights_description = "a fine-tuned token tagger (run_ner.py output)"
-    fields = ("labels", "tag_scheme", "doc_stride", "max_context_windows", "feature_based",
-              "feature_layers", "lstm_units")
+    flags = (
+        export.FamilyFlag("label_list", "list", None, "tag names in id order (comma "
+                          "separated); default: the run's metadata's labels."),
+        export.FamilyFlag("num_labels", "integer", None, "outputs of the head; checked "
+                          "against the label list."),
+        export.FamilyFlag("doc_stride", "integer", 128, "pieces between the starts of "
+                          "consecutive windows of a long text; default: the run's "
+                          "metadata, else half a window (as run_ner.py)."),
+        export.FamilyFlag("max_context_windows", "integer", 64, "most windows one text "
+                          "may need; a longer one is refused with an error (bounded "
+                          "memory per request)."),
+        export.FamilyFlag("tag_scheme", "string", "", "how entities are decoded from the "
+                          "tags: IOB1, IOB2, IOBES, IOE or none; default: the run's "
+                          "metadata, else detected from the labels."),
+        export.FamilyFlag("feature_based", "bool", False, "the run_ner.py --feature_based "
+                          "model (frozen encoder + BiLSTM); default: the run's metadata."),
+        export.FamilyFlag("feature_layers", "string", "", "feature-based: the run's "
+                          "--feature_layers; default: the run's metadata."),
+        export.FamilyFlag("lstm_units", "integer", 0, "feature-based: the run's "
+                          "--lstm_units (0: 768); default: the run's metadata."),
+    )
     metadata_class = TaggingExportMetadata
 
     def default_fields(self, max_seq_length):
@@ -91,6 +140,11 @@ class TaggerServing(export.ServingFamily):
 
     def claims_legacy_run(self, data):
         return data.get("task") == TAGGING_TASK
+
+    def settings(self, given, metadata, max_seq_length):
+        values = super().settings(given, metadata, max_seq_length)
+        values["labels"] = export.label_names(given, metadata, self.model_type)
+        return values
 
     def config_fields(self, metadata):
         fields = {"tag_scheme": metadata.tag_scheme, "feature_based": metadata.feature_based,
@@ -129,7 +183,7 @@ class TaggerServing(export.ServingFamily):
                                          "negative (0: the default, 768)")
 
     def build_model(self, config, bert_config, dtype_policy):
-        # What tasks.tagging.task.model_from_metadata builds, from the ServingConfig.
+        # What tasks.tagging.task.model_from_metadata builds, from the serving config.
         return build_tagging_model(
             bert_config, len(config.labels), feature_based=config.feature_based,
             feature_layers=config.feature_layers or DEFAULT_FEATURE_LAYERS,
@@ -178,11 +232,12 @@ class TaggerServing(export.ServingFamily):
                 words=tf.TensorSpec([None, None], tf.string, name="words")),
             "preprocess": tf.function(preprocess).get_concrete_function(**text),
             "serving_tokenized": tf.function(
-                lambda **f: _logits(module, f)).get_concrete_function(**export.ids_specs()),
+                lambda **f: _logits_ids(module, f)).get_concrete_function(
+                    **export.ids_specs()),
         }
 
 
-FAMILY = TaggerServing()
+FAMILY = export.register(TaggerServing())
 
 
 def tag_scheme(config) -> str:
@@ -214,6 +269,14 @@ class ChunkTables:
 def _logits(module, features):
     logits = tf.cast(module.model_outputs(features)["logits"], tf.float32)
     return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1)}
+
+
+def _logits_ids(module, features):
+    """``serving_tokenized``: the model on the request's width, its outputs returned at
+    the width the caller passed (0 at the positions cut as padding)."""
+    width = tf.shape(features["input_ids"])[1]
+    out = _logits(module, export.trim_to_request(features))
+    return {name: export.pad_positions(value, width) for name, value in out.items()}
 
 
 def split_text(module, text):
@@ -279,9 +342,10 @@ def pack_words(module, words):
         [window], start_of_sequence_id=tok.cls_id, end_of_segment_id=tok.sep_id)
     input_ids, input_mask = tf_text.pad_model_inputs(ids, c.max_seq_length)
     segment_ids, _ = tf_text.pad_model_inputs(segments, c.max_seq_length)
-    features = {"input_ids": tf.cast(input_ids, tf.int32),
-                "input_mask": tf.cast(input_mask, tf.int32),
-                "segment_ids": tf.cast(segment_ids, tf.int32)}
+    # The request's longest window, not max_seq_length (only padding is cut).
+    features = export.trim_to_request({"input_ids": tf.cast(input_ids, tf.int32),
+                                       "input_mask": tf.cast(input_mask, tf.int32),
+                                       "segment_ids": tf.cast(segment_ids, tf.int32)})
 
     # Pieces numbered over the whole batch (pieces.flat_values order): which are first
     # pieces, and of which word (every word has at least one piece).
@@ -293,7 +357,7 @@ def pack_words(module, words):
                              tf.ones_like(first_piece, tf.bool), [total + 1])
     word_of_piece = tf.cumsum(tf.cast(is_first, tf.int64)) - 1
     # Each window position's piece in that numbering, and whether the window scores it.
-    pos = tf.range(c.max_seq_length, dtype=tf.int64)[tf.newaxis, :]
+    pos = tf.range(tf.shape(features["input_ids"], out_type=tf.int64)[1])[tf.newaxis, :]
     start = windows["context_start"][:, None]
     piece = (tf.gather(pieces.row_splits[:-1], windows["example"])[:, None]
              + windows["doc_start"][:, None] + pos - start)            # [windows, seq]

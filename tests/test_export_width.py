@@ -1,0 +1,230 @@
+"""Every serving family runs the encoder on the request's longest row, not max_seq_length
+(issue 25), with outputs equal to the padded graph's (today's) on every position it
+returns: the same signatures traced with the width rounded up past max_seq_length are the
+reference. Tokenized signatures return the caller's width (zeros where only padding was
+cut); the hub preprocessor keeps TF Hub's seq_length."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import write_vocab
+from data_prep.tokenization import FullTokenizer
+from modeling import export, hub_export
+from modeling.encoder import BertEncoder
+from modeling.models import BertClassifier, BertMultipleChoice, BertSpanLabeler
+from tasks.classification.export import python_features
+from tasks.tagging.task import build_tagging_model
+from test_export import VOCAB, _config
+
+SEQ = 64
+SHORT = ["The cat sat on the mat.", "", "你好", "dogs! \U0001F600 ran far away home"]
+PAIRS = ["A dog ran.", "the mat", "", "Καλημέρα"]
+QUESTIONS = ["who sat?", "", "where did the dog run", "你好"]
+CONTEXTS = ["The cat sat on the mat far away.", "the dog", "the big red dog ran home .", ""]
+ENDINGS = [["ran far away.", "sat.", ""], ["the end", "Καλημέρα", "你好"],
+           ["short", "a b c", "dogs"], ["x", "", "the cat sat on the mat"]]
+FAMILIES = ("classifier", "encoder", "squad", "multiple_choice", "tagger")
+
+
+def _model(model_type):
+    keras.utils.set_random_seed(31)
+    return {"classifier": lambda: BertClassifier(_config(), 3),
+            "encoder": lambda: BertEncoder(_config()),
+            "squad": lambda: BertSpanLabeler(_config()),
+            "multiple_choice": lambda: BertMultipleChoice(_config()),
+            "tagger": lambda: build_tagging_model(_config(), 3)}[model_type]()
+
+
+def _settings(model_type):
+    return {"classifier": dict(labels=("a", "b", "c"), text_pair=True),
+            "encoder": dict(text_pair=True),
+            "squad": dict(max_query_length=8, doc_stride=16, n_best_size=5,
+                          max_answer_length=6),
+            "tagger": dict(labels=("O", "B-X", "I-X"), doc_stride=20)}.get(model_type, {})
+
+
+def _inputs(model_type, texts=SHORT):
+    if model_type in ("classifier", "encoder"):
+        return {"text": tf.constant(texts), "text_pair": tf.constant(PAIRS)}
+    if model_type == "squad":
+        return {"question": tf.constant(QUESTIONS), "context": tf.constant(CONTEXTS)}
+    if model_type == "multiple_choice":
+        return {"context": tf.constant(texts), "question": tf.constant(QUESTIONS),
+                "endings": tf.constant(ENDINGS)}
+    return {"text": tf.constant(texts)}
+
+
+def _signatures(model, config, monkeypatch, padded):
+    """The family's signatures, traced as exported or (``padded``) with every request
+    at max_seq_length: the graph before issue 25."""
+    with monkeypatch.context() as patch:
+        if padded:
+            patch.setattr(export, "WIDTH_MULTIPLE", 10 ** 6)
+        return export.ServingModule(model, config).signatures()
+
+
+def _assert_equal_where_returned(got, want, name, width):
+    """``got`` equals ``want`` (today's) on every position it has; a positions axis
+    shorter than today's is cut to ``width``."""
+    assert got.dtype == want.dtype, name
+    assert got.ndim == want.ndim, name
+    cut = [axis for axis in range(got.ndim) if got.shape[axis] != want.shape[axis]]
+    assert all(got.shape[a] == width and want.shape[a] == SEQ for a in cut), (
+        name, got.shape, want.shape)
+    want = want[tuple(slice(0, n) for n in got.shape)]
+    if got.dtype.kind == "f":  # (strings and ints: equal)
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0, err_msg=name)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory):
+    return write_vocab(tmp_path_factory.mktemp("width") / "vocab.txt", VOCAB)
+
+
+@pytest.mark.slow  # two tracings of every signature of a family: ~30 s each
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_a_short_request_runs_on_its_width_with_todays_outputs(model_type, vocab,
+                                                                monkeypatch):
+    model = _model(model_type)
+    config = export.serving_config(model_type, vocab, True, SEQ, **_settings(model_type))
+    now = _signatures(model, config, monkeypatch, padded=False)
+    before = _signatures(model, config, monkeypatch, padded=True)
+    assert set(now) == set(before)
+    inputs = _inputs(model_type)
+    features = now["preprocess"](**inputs)
+    mask = features["input_mask"].numpy()
+    longest = int(mask.sum(axis=-1).max())
+    width = mask.shape[-1]
+    # The longest row, rounded up to the multiple: far below max_seq_length here.
+    assert width == -(-longest // export.WIDTH_MULTIPLE) * export.WIDTH_MULTIPLE < SEQ, (
+        width, longest)
+    assert before["preprocess"](**inputs)["input_mask"].shape[-1] == SEQ
+    checked = 0
+    for name in now:
+        if name in ("encode", "serving_tokenized"):
+            continue
+        feed = inputs
+        if name == "tag_words":  # pre-split words, "" = padding
+            feed = {"words": tf.constant([t.split() + [""] * (6 - len(t.split()))
+                                          for t in SHORT])}
+        got, want = now[name](**feed), before[name](**feed)
+        assert set(got) == set(want), name
+        for key in got:
+            _assert_equal_where_returned(got[key].numpy(), want[key].numpy(),
+                                         f"{name}/{key}", width)
+            checked += 1
+    assert checked >= 4
+    # Ids a caller packed at max_seq_length: run on the request's width, returned at the
+    # caller's; equal to today's where a token is, zeros where only padding was cut.
+    full = before["preprocess"](**inputs)
+    ids = {k: full[k] for k in ("input_ids", "input_mask", "segment_ids")}
+    for name in ("encode", "serving_tokenized"):
+        if name not in now:
+            continue
+        feed = ids
+        if name == "encode":  # [rows, seq], whatever the family's features
+            feed = {k: tf.reshape(v, [-1, SEQ]) for k, v in ids.items()}
+        got, want = now[name](**feed), before[name](**feed)
+        for key in got:
+            g, w = got[key].numpy(), want[key].numpy()
+            assert g.shape == w.shape, (name, key)
+            axes = [axis for axis in range(1, g.ndim) if g.shape[axis] == SEQ]
+            if not axes:
+                _assert_equal_where_returned(g, w, f"{name}/{key}", width)
+                continue
+            head = (slice(None),) * axes[0] + (slice(0, width),)
+            tail = (slice(None),) * axes[0] + (slice(width, None),)
+            np.testing.assert_allclose(g[head], w[head], atol=1e-5, rtol=0,
+                                       err_msg=f"{name}/{key}")
+            assert not g[tail].any(), (name, key)
+
+
+def test_a_full_window_request_keeps_max_seq_length(vocab):
+    """A row that fills the window: the request runs at max_seq_length, never beyond."""
+    model = _model("classifier")
+    config = export.serving_config("classifier", vocab, True, SEQ, labels=("a", "b", "c"))
+    sigs = export.ServingModule(model, config).signatures()
+    long_text = " ".join(["the big red dog ran far away home"] * 20)
+    features = sigs["preprocess"](text=tf.constant(["a cat", long_text]))
+    assert features["input_ids"].shape == (2, SEQ)
+    python = python_features(FullTokenizer(vocab), ["a cat", long_text], None, SEQ)
+    for key, value in python.items():
+        np.testing.assert_array_equal(features[key].numpy(), value, key)
+
+
+def test_the_encoder_returns_every_layer_only_on_request(vocab):
+    """serving_default: pooled + sequence outputs; serving_all_layers adds the stacked
+    layers (large: [batch, layers, seq, hidden])."""
+    model = _model("encoder")
+    config = export.serving_config("encoder", vocab, True, SEQ)
+    sigs = export.ServingModule(model, config).signatures()
+    text = tf.constant(SHORT)
+    lean = sigs["serving_default"](text=text)
+    full = sigs["serving_all_layers"](text=text)
+    assert set(lean) == {"pooled_output", "sequence_output"}
+    assert set(full) == {"pooled_output", "sequence_output", "encoder_outputs"}
+    width = lean["sequence_output"].shape[1]
+    assert full["encoder_outputs"].shape == (len(SHORT), 2, width, 32)
+    np.testing.assert_allclose(full["encoder_outputs"][:, -1], lean["sequence_output"],
+                               atol=1e-6)
+    features = python_features(FullTokenizer(vocab), SHORT, None, SEQ)
+    expected = model({k: tf.constant(v) for k, v in features.items()}, training=False)
+    np.testing.assert_allclose(lean["sequence_output"], expected["sequence_output"][:, :width],
+                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(lean["pooled_output"], expected["pooled_output"], atol=1e-5,
+                               rtol=0)
+
+
+def test_hub_encoder_runs_on_the_request_width_and_answers_at_seq_length(vocab):
+    """The preprocessor keeps TF Hub's seq_length; the encoder cuts the padding inside and
+    returns [batch, seq_length, hidden], equal to the encoder on the padded inputs where a
+    token is, zeros past the request's width."""
+    from data_prep.tf_tokenization import BertInGraphTokenizer
+
+    model = _model("encoder")
+    preprocessor = hub_export.HubPreprocessor(BertInGraphTokenizer(vocab, True), SEQ)
+    encoder = hub_export.HubEncoder(model, vocab, True)
+    inputs = preprocessor(tf.constant(SHORT))
+    assert inputs["input_word_ids"].shape == (len(SHORT), SEQ)
+    got = encoder.__call__(inputs, training=False)
+    expected = model({ours: inputs[hub] for ours, hub in zip(
+        ("input_ids", "input_mask", "segment_ids"), hub_export.HUB_INPUTS)}, training=False)
+    longest = int(inputs["input_mask"].numpy().sum(axis=1).max())
+    width = -(-longest // export.WIDTH_MULTIPLE) * export.WIDTH_MULTIPLE
+    assert width < SEQ
+    np.testing.assert_allclose(got["pooled_output"], expected["pooled_output"], atol=1e-5,
+                               rtol=0)
+    for g, w in [(got["sequence_output"], expected["sequence_output"])] + list(
+            zip(got["encoder_outputs"], expected["encoder_outputs"])):
+        assert g.shape == (len(SHORT), SEQ, 32)
+        np.testing.assert_allclose(g[:, :width], w[:, :width], atol=1e-5, rtol=0)
+        assert not np.asarray(g[:, width:]).any()
+
+
+def test_request_width():
+    mask = tf.constant([[1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                        [1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]])
+    assert int(export.request_width(mask)) == 16            # 9 rounded up to 8k
+    assert int(export.request_width(mask[:, :12])) == 12    # never past the window
+    assert int(export.request_width(mask[:1])) == 8
+    assert int(export.request_width(tf.zeros([0, 20], tf.int32))) == 8   # empty request
+    assert int(export.request_width(tf.zeros([2, 3, 20], tf.int32) + mask[:1])) == 8
+
+
+def test_a_bfloat16_export_also_runs_on_the_request_width(vocab, monkeypatch):
+    """--dtype=bfloat16 with the padding cut: float32 outputs, the padded graph's values
+    within bfloat16's rounding (its 8-bit mantissa; different shapes may round apart)."""
+    keras.utils.set_random_seed(32)
+    model = BertClassifier(_config(), 3, dtype="mixed_bfloat16")
+    config = export.serving_config("classifier", vocab, True, SEQ, labels=("a", "b", "c"))
+    now = _signatures(model, config, monkeypatch, padded=False)
+    before = _signatures(model, config, monkeypatch, padded=True)
+    text = tf.constant(SHORT)
+    assert now["preprocess"](text=text)["input_ids"].shape[1] < SEQ
+    got, want = now["serving_default"](text=text), before["serving_default"](text=text)
+    assert got["probabilities"].dtype == tf.float32
+    np.testing.assert_allclose(got["probabilities"], want["probabilities"], atol=1e-2, rtol=0)
