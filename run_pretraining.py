@@ -19,6 +19,7 @@ from absl import app, flags, logging
 
 from training import flags as common_flags
 from training import runs
+from training.runtime import RuntimeConfig, setup_runtime
 
 FLAGS = flags.FLAGS
 
@@ -58,7 +59,7 @@ class PretrainingRun:
     train_batch_size: int
     eval_batch_size: int
     input_compression: str
-    runtime: common_flags.RuntimeConfig
+    runtime: RuntimeConfig
     optimizer: "object"
     loop: "object"
     # Dynamic masking (unmasked records): None where the flag was not given.
@@ -113,7 +114,7 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
 
 def run(cfg: PretrainingRun) -> dict:
     """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
-    strategy = common_flags.setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
+    strategy = setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
 
     from training import distribution, run_dir
 

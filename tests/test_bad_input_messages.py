@@ -23,7 +23,7 @@ from tests.conftest import TINY_VOCAB, write_vocab
 def _pretraining_cfg(records, out, config, **loop_overrides):
     import run_pretraining
     from modeling.optimization import OptimizerConfig
-    from training import flags as common_flags
+    from training.runtime import RuntimeConfig
     from training.loop import LoopConfig
 
     loop = dict(output_dir=str(out), num_train_steps=40, train_batch_size=4,
@@ -33,7 +33,7 @@ def _pretraining_cfg(records, out, config, **loop_overrides):
         bert_config_file=config, input_patterns=tuple(records), output_dir=str(out),
         init_checkpoint=None, max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS,
         do_train=True, do_eval=False, train_batch_size=4, eval_batch_size=4,
-        input_compression="auto", runtime=common_flags.RuntimeConfig("one_device", seed=1),
+        input_compression="auto", runtime=RuntimeConfig("one_device", seed=1),
         optimizer=OptimizerConfig(learning_rate=1e-3, num_train_steps=40, num_warmup_steps=0),
         loop=LoopConfig(**loop))
 
@@ -351,7 +351,7 @@ def _pair_data(directory):
 def test_finetuning_refuses_a_vocab_larger_than_the_model_before_any_work(tmp_path):
     import run_classifier
     from tasks.classification import data as cd
-    from training import flags as common_flags
+    from training.runtime import RuntimeConfig
 
     vocab = write_vocab(tmp_path / "vocab.txt")
     config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) - 9)
@@ -360,7 +360,7 @@ def test_finetuning_refuses_a_vocab_larger_than_the_model_before_any_work(tmp_pa
         bert_config_file=config, output_dir=str(tmp_path / "out"), max_seq_length=16,
         do_train=True, train_batch_size=4,
         custom=cd.CustomDataConfig(text_a_column="text", label_column="label"),
-        runtime=common_flags.RuntimeConfig("one_device"))
+        runtime=RuntimeConfig("one_device"))
     with pytest.raises(ValueError, match=rf"--vocab_file={vocab} has {len(TINY_VOCAB)} tokens "
                                          rf"but --bert_config_file={config} has vocab_size="
                                          rf"{len(TINY_VOCAB) - 9}"):

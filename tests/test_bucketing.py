@@ -111,7 +111,7 @@ def _sentence(rng):
 def classifier_env(tmp_path_factory):
     import run_classifier as rc
     from tasks.classification import data as cd
-    from training import flags as common_flags
+    from training.runtime import RuntimeConfig
 
     root = tmp_path_factory.mktemp("bucketing")
     rng = random.Random(2)
@@ -133,7 +133,7 @@ def classifier_env(tmp_path_factory):
                       learning_rate=1e-3, num_train_epochs=2.0,
                       custom=cd.CustomDataConfig(text_a_column="a", text_b_column="b",
                                                  label_column="label", labels=("no", "yes")),
-                      runtime=common_flags.RuntimeConfig("one_device", seed=4))
+                      runtime=RuntimeConfig("one_device", seed=4))
         values.update(overrides)
         return rc.make_run(**values)
 

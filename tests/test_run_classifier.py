@@ -162,7 +162,7 @@ def env(tmp_path_factory):
 
 def _run_config(env, task, out, **overrides):
     import run_classifier as rc
-    from training import flags as common_flags
+    from training.runtime import RuntimeConfig
 
     values = dict(task_name=task, data_dir=str(env[task]), vocab_file=env["vocab"],
                   bert_config_file=env["config"], output_dir=str(out), max_seq_length=SEQ,
@@ -170,7 +170,7 @@ def _run_config(env, task, out, **overrides):
                   eval_batch_size=4, predict_batch_size=4, learning_rate=2e-3,
                   num_train_epochs=3.0, save_checkpoints_steps=6, iterations_per_loop=3,
                   log_steps=3, seeds=(1,),
-                  runtime=common_flags.RuntimeConfig("one_device", seed=1))
+                  runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
     return rc.make_run(**values)
 

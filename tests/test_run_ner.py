@@ -301,14 +301,14 @@ def test_cli_feature_based_trains_only_the_bilstm(env, feature_based):
 
 def make(env, out, **overrides):
     import run_ner
-    from training import flags as common_flags
+    from training.runtime import RuntimeConfig
 
     values = dict(data_dir=env["data"], vocab_file=env["vocab"],
                   bert_config_file=env["config"], output_dir=str(out), max_seq_length=SEQ,
                   do_train=True, do_eval=True, do_predict=False, train_batch_size=4,
                   eval_batch_size=4, predict_batch_size=4, learning_rate=5e-3,
                   num_train_epochs=2.0, save_checkpoints_steps=15, iterations_per_loop=5,
-                  log_steps=5, runtime=common_flags.RuntimeConfig("one_device", seed=1))
+                  log_steps=5, runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
     return run_ner.make_run(**values)
 
