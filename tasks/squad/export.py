@@ -29,13 +29,13 @@ import tensorflow_text as tf_text
 
 from modeling import export
 from modeling.export import max_context
-from tasks.squad.task import SquadExportMetadata
+from tasks.squad.task import MODEL_TYPE, SquadExportMetadata
 
 
 class SquadServing(export.ServingFamily):
     """``--model_type=squad``: a fine-tuned ``BertSpanLabeler``."""
 
-    model_type = "squad"
+    model_type = MODEL_TYPE
     weights_description = "a fine-tuned SQuAD model (run_squad.py output)"
     fields = ("max_query_length", "max_answer_length", "doc_stride", "n_best_size",
               "max_context_windows")

@@ -20,6 +20,10 @@ from tasks.squad import data
 from training import finetuning, input_pipeline
 from training.loop import Task
 
+# The serving family that exports a SQuAD run (`tasks.squad.export`, which reads it from
+# here: the run's metadata names it, and the serving module imports this one).
+MODEL_TYPE = "squad"
+
 
 class SpanTask(Task):
     """Span labelling (the original run_squad's loss): mean of the start and end cross-entropy.
@@ -330,12 +334,10 @@ class SquadFamily(finetuning.TaskFamily):
         return list(paths.values())
 
     def export_metadata(self, run):
-        from tasks.squad.export import FAMILY
-
         cfg = self.settings
         return SquadExportMetadata(
             task="squad_v2" if cfg.version_2_with_negative else "squad",
             do_lower_case=run.do_lower_case, max_seq_length=run.max_seq_length,
-            model_type=FAMILY.model_type, max_query_length=cfg.max_query_length,
+            model_type=MODEL_TYPE, max_query_length=cfg.max_query_length,
             doc_stride=cfg.doc_stride, max_answer_length=cfg.max_answer_length,
             n_best_size=cfg.n_best_size)

@@ -68,6 +68,7 @@ from tasks.tagging import data, metrics
 from tasks.tagging.task import (
     DEFAULT_FEATURE_LAYERS,
     DEFAULT_LSTM_UNITS,
+    MODEL_TYPE,
     TaggingExportMetadata,
     build_tagging_model,
 )
@@ -79,7 +80,7 @@ class TaggerServing(export.ServingFamily):
     """``--model_type=tagger``: a ``run_ner.py`` model (``BertTokenTagger`` or, feature
     based, ``BertFeatureTagger``)."""
 
-    model_type = "tagger"
+    model_type = MODEL_TYPE
     weights_description = "a fine-tuned token tagger (run_ner.py output)"
     fields = ("labels", "tag_scheme", "doc_stride", "max_context_windows", "feature_based",
               "feature_layers", "lstm_units")

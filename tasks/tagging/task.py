@@ -33,6 +33,9 @@ from training.loop import Task
 
 DEFAULT_FEATURE_LAYERS = "concat_last_four"  # the paper's best feature-based row
 DEFAULT_LSTM_UNITS = 768
+# The serving family that exports a tagging run (`tasks.tagging.export`, which reads it
+# from here: the run's metadata names it, and the serving module imports this one).
+MODEL_TYPE = "tagger"
 
 
 class TaggingTask(Task):
@@ -314,11 +317,9 @@ class TaggingFamily(finetuning.TaskFamily):
         return list(texts)
 
     def export_metadata(self, run):
-        from tasks.tagging.export import FAMILY
-
         s = self.settings
         return TaggingExportMetadata(
-            model_type=FAMILY.model_type, task="tagging", labels=tuple(self.label_list),
+            model_type=MODEL_TYPE, task="tagging", labels=tuple(self.label_list),
             do_lower_case=run.do_lower_case,
             max_seq_length=run.max_seq_length, tag_scheme=self.tag_scheme,
             doc_stride=self.window.stride, document_context=s.document_context,
