@@ -16,12 +16,11 @@ File layouts, bad-row behaviour and the custom processor's options: docs/classif
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
 import os
-from typing import Iterator, Mapping, Sequence, Union
+from typing import Mapping, Sequence, Union
 
 from absl import logging
 
@@ -29,6 +28,8 @@ from data_prep import features as features_lib
 from data_prep import fileio
 from data_prep import tokenization
 from tasks.classification.metrics import normalize_task_name
+from tasks.common.delimited import Record, iter_records
+from tasks.common.pairs import truncate_seq_pair
 
 Column = Union[int, str]
 
@@ -108,58 +109,6 @@ class SplitExamples:
 
 
 # --- Reading delimited files --------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Record:
-    """One delimited record of a data file, with where it starts (for error messages)."""
-
-    index: int  # 0-based record number in the file, header included (the original's `i`)
-    line: int  # 1-based line where the record starts
-    fields: list[str]
-    error: str | None = None
-
-
-def iter_records(path: str, delimiter: str, quotechar: str | None) -> Iterator[Record]:
-    """Yields the records of a delimited UTF-8 file with their line numbers.
-
-    Lines end at "\\n" only (a stray "\\r" inside a line is data, as in the original's
-    reader); a leading byte-order mark is dropped. Undecodable lines and csv errors become
-    records with `error` set instead of stopping the read.
-    """
-    undecodable: set[int] = set()
-
-    def lines() -> Iterator[str]:
-        with fileio.open_file(path, "rb") as reader:
-            for number, raw in enumerate(reader, start=1):
-                if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                    raw = raw[3:]
-                try:
-                    yield raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    undecodable.add(number)
-                    yield raw.decode("utf-8", errors="replace")
-
-    if quotechar is None:
-        reader = csv.reader(lines(), delimiter=delimiter, quoting=csv.QUOTE_NONE)
-    else:
-        reader = csv.reader(lines(), delimiter=delimiter, quotechar=quotechar)
-    index = 0
-    previous_end = 0
-    while True:
-        try:
-            fields = next(reader)
-            error = None
-        except StopIteration:
-            return
-        except csv.Error as err:
-            fields, error = [], f"unreadable row ({err})"
-        start = previous_end + 1
-        previous_end = reader.line_num
-        if error is None and any(start <= n <= previous_end for n in undecodable):
-            error = "invalid UTF-8"
-        yield Record(index=index, line=start, fields=fields, error=error)
-        index += 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -662,15 +611,6 @@ def get_processor(task_name: str, *, xnli_language: str = "zh",
 
 
 # --- Feature conversion -------------------------------------------------------------------
-
-
-def truncate_seq_pair(tokens_a: list, tokens_b: list, max_length: int) -> None:
-    """Pops tokens in place from the end of the longer list (b on ties) until the pair fits."""
-    while len(tokens_a) + len(tokens_b) > max_length:
-        if len(tokens_a) > len(tokens_b):
-            tokens_a.pop()
-        else:
-            tokens_b.pop()
 
 
 def _padding_features(max_seq_length: int, is_regression: bool) -> InputFeatures:

@@ -34,7 +34,8 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio, tokenization
-from tasks.classification.data import iter_records, truncate_seq_pair
+from tasks.common.delimited import iter_records
+from tasks.common.pairs import truncate_seq_pair
 
 CACHE_FORMAT_VERSION = 1
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")

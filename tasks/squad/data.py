@@ -27,6 +27,7 @@ from absl import logging
 from data_prep import features as features_lib
 from data_prep import fileio
 from data_prep import tokenization
+from tasks.common.windows import doc_spans_for, max_context_span_index
 
 FIRST_UNIQUE_ID = 1000000000
 
@@ -305,41 +306,6 @@ class SquadFeature:
     start_position: int | None = None
     end_position: int | None = None
     is_impossible: bool = False
-
-
-class DocSpan(NamedTuple):
-    start: int
-    length: int
-
-
-def doc_spans_for(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list[DocSpan]:
-    """Windows over `num_tokens` sub-tokens: each at most `max_tokens_for_doc` long, the next
-    starting `doc_stride` later, the last one ending at the final token."""
-    spans: list[DocSpan] = []
-    start = 0
-    while start < num_tokens:
-        length = min(num_tokens - start, max_tokens_for_doc)
-        spans.append(DocSpan(start, length))
-        if start + length == num_tokens:
-            break
-        start += min(length, doc_stride)
-    return spans
-
-
-def max_context_span_index(spans: Sequence[DocSpan], num_tokens: int) -> list[int]:
-    """For every sub-token, the window that scores it: the one where it has the most
-    context, min(left, right) + 0.01 * window length; the earliest window wins ties."""
-    best_score = [None] * num_tokens
-    best_index = [-1] * num_tokens
-    for span_index, (start, length) in enumerate(spans):
-        end = start + length - 1
-        bonus = 0.01 * length
-        for position in range(start, end + 1):
-            score = min(position - start, end - position) + bonus
-            if best_score[position] is None or score > best_score[position]:
-                best_score[position] = score
-                best_index[position] = span_index
-    return best_index
 
 
 def improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_answer_text):

@@ -13,9 +13,9 @@ Three layers, each usable alone:
    tokenizes to nothing becomes `[UNK]`, so every word has a first piece); its label sits
    on its FIRST piece, later pieces get weight 0. A sentence longer than the window
    (max_seq_length - 2 pieces) is never truncated: it is cut into windows `doc_stride`
-   pieces apart (`tasks.squad.data.doc_spans_for`), and at prediction each word is read
+   pieces apart (`tasks.common.windows.doc_spans_for`), and at prediction each word is read
    from the window where its first piece has the most context
-   (`tasks.squad.data.max_context_span_index`, SQuAD's rule). With `document_context`
+   (`tasks.common.windows.max_context_span_index`, SQuAD's rule). With `document_context`
    the room a window has left is filled with the neighbouring pieces of the same
    document, half before and half after (the other side takes what one side lacks);
    those context pieces carry no label.
@@ -41,7 +41,7 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio
-from tasks.squad.data import doc_spans_for, max_context_span_index
+from tasks.common.windows import doc_spans_for, max_context_span_index
 
 DOCSTART = "-DOCSTART-"
 OUTSIDE = "O"
