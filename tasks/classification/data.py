@@ -17,7 +17,6 @@ File layouts, bad-row behaviour and the custom processor's options: docs/classif
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import Mapping, Sequence, Union
@@ -30,6 +29,7 @@ from data_prep import tokenization
 from tasks.classification.metrics import normalize_task_name
 from tasks.common.delimited import Record, iter_records
 from tasks.common.pairs import truncate_seq_pair
+from tasks.common.record_cache import RecordCache, cache_key
 
 Column = Union[int, str]
 
@@ -794,54 +794,19 @@ class CachedSplit:
 
 def record_file_names(output_dir: str, split: str) -> tuple[str, str]:
     """(TFRecord path, metadata JSON path) of a split in output_dir."""
-    record = os.path.join(output_dir, f"{split}.tf_record")
-    return record, record + ".metadata.json"
-
-
-def _load_metadata(path: str) -> dict | None:
-    if not fileio.exists(path):
-        return None
-    try:
-        return json.loads(fileio.read_text(path))
-    except (ValueError, OSError):
-        return None
-
-
-def _write_atomically(path: str, write) -> None:
-    """Calls write(temporary path) and renames the temporary over `path` (all-or-nothing)."""
-    with fileio.AtomicOutputs([path]) as out:
-        write(out.temp(path))
+    cache = RecordCache.at(output_dir, f"{split}.tf_record")
+    return cache.record_file, cache.metadata_file
 
 
 def _cache_key(processor: TableProcessor, split: str, source: str, *, vocab_file,
                do_lower_case, max_seq_length, label_list, skip_bad_rows, pad_to_multiple
                ) -> dict:
-    key = {
-        "format_version": CACHE_FORMAT_VERSION,
-        "processor": processor.signature(),
-        "split": split,
-        "source": fileio.fingerprint(source),
-        "vocab_sha256": fileio.sha256(vocab_file),
-        "do_lower_case": bool(do_lower_case),
-        "max_seq_length": int(max_seq_length),
-        "label_list": list(label_list),
-        "skip_bad_rows": bool(skip_bad_rows),
-        "pad_to_multiple": int(pad_to_multiple or 1),
-    }
-    # The JSON round trip makes the key compare equal to the one loaded from disk.
-    return json.loads(json.dumps(key))
-
-
-def _fresh_metadata(record_file: str, metadata_file: str, key: dict) -> dict | None:
-    """The cached metadata when it was written for `key` and its record file is intact."""
-    metadata = _load_metadata(metadata_file)
-    if metadata is None or metadata.get("cache_key") != key:
-        return None
-    if not fileio.exists(record_file):
-        return None
-    if fileio.getsize(record_file) != metadata.get("record_file_size"):
-        return None
-    return metadata
+    return cache_key(
+        format_version=CACHE_FORMAT_VERSION, processor=processor.signature(), split=split,
+        source=fileio.fingerprint(source), vocab_sha256=fileio.sha256(vocab_file),
+        do_lower_case=bool(do_lower_case), max_seq_length=int(max_seq_length),
+        label_list=list(label_list), skip_bad_rows=bool(skip_bad_rows),
+        pad_to_multiple=int(pad_to_multiple or 1))
 
 
 def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: str,
@@ -881,8 +846,9 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
                      do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                      label_list=label_list, skip_bad_rows=skip_bad_rows,
                      pad_to_multiple=pad_to_multiple)
-    record_file, metadata_file = record_file_names(output_dir, layout_split)
-    cached = _fresh_metadata(record_file, metadata_file, key)
+    cache = RecordCache.at(output_dir, f"{layout_split}.tf_record")
+    record_file, metadata_file = cache.record_file, cache.metadata_file
+    cached = cache.load(key)
     if cached is not None:
         logging.info("Reusing cached %s records in %s", layout_split, record_file)
         return CachedSplit(record_file, metadata_file, cached, reused=True)
@@ -891,17 +857,13 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
     if tokenizer is None:
         tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
     examples = pad_examples(read.examples, pad_to_multiple) if pad_to_multiple else read.examples
-    fileio.makedirs(output_dir)
-    if fileio.exists(metadata_file):  # never leave metadata that describes other records
-        fileio.remove(metadata_file)
+    cache.begin()
     stats = _write_records(examples, processor, label_list, max_seq_length, tokenizer,
                            record_file)
-    metadata = {
+    metadata = cache.commit(key, {
         "task": processor.name,
         "split": layout_split,
         "source_file": source,
-        "record_file": os.path.basename(record_file),
-        "record_file_size": fileio.getsize(record_file),
         "label_list": label_list,
         "is_regression": processor.is_regression,
         "max_seq_length": int(max_seq_length),
@@ -911,18 +873,10 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
         "num_bad_rows": len(read.bad_rows),
         "bad_rows": [str(row) for row in read.bad_rows[:MAX_LISTED_BAD_ROWS]],
         **stats,
-        "cache_key": key,
-    }
-    _write_json(metadata_file, metadata)
+    })
     logging.info("Wrote %d %s records (%d real, %d truncated) to %s", len(examples),
                  layout_split, len(read.examples), stats["num_truncated"], record_file)
     return CachedSplit(record_file, metadata_file, metadata, reused=False)
-
-
-def _write_json(path: str, value: dict) -> None:
-    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"
-
-    fileio.write_text(path, text)
 
 
 def _write_records(examples, processor: TableProcessor, label_list, max_seq_length, tokenizer,
@@ -936,19 +890,17 @@ def _write_records(examples, processor: TableProcessor, label_list, max_seq_leng
     stats = {"max_tokens_seen": 0, "num_truncated": 0}
     label_counts = {label: 0 for label in label_list}
 
-    def write(tmp):
-        with tf.io.TFRecordWriter(tmp) as writer:
-            for example in examples:
-                features, length = _convert(example, label_map, max_seq_length, tokenizer,
-                                            is_regression)
-                if features.is_real_example:
-                    stats["max_tokens_seen"] = max(stats["max_tokens_seen"], length)
-                    stats["num_truncated"] += int(length > max_seq_length)
-                    if not is_regression:
-                        label_counts[example.label] += 1
-                writer.write(encoder.encode(classifier_record_values(features)))
-
-    _write_atomically(record_file, write)
+    with fileio.AtomicOutputs([record_file]) as out, \
+            tf.io.TFRecordWriter(out.temp(record_file)) as writer:
+        for example in examples:
+            features, length = _convert(example, label_map, max_seq_length, tokenizer,
+                                        is_regression)
+            if features.is_real_example:
+                stats["max_tokens_seen"] = max(stats["max_tokens_seen"], length)
+                stats["num_truncated"] += int(length > max_seq_length)
+                if not is_regression:
+                    label_counts[example.label] += 1
+            writer.write(encoder.encode(classifier_record_values(features)))
     if not is_regression:
         stats["label_counts"] = label_counts
     return stats

@@ -36,6 +36,7 @@ from data_prep import features as features_lib
 from data_prep import fileio, tokenization
 from tasks.common.delimited import iter_records
 from tasks.common.pairs import truncate_seq_pair
+from tasks.common.record_cache import RecordCache, cache_key
 
 CACHE_FORMAT_VERSION = 1
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
@@ -297,19 +298,20 @@ def prepare_records(data_dir: str, split: str, output_dir: str, *, fmt: ChoiceFo
     or reuses them while the file, vocab, casing, length, format and padding are unchanged.
 
     Padding rows (is_real_example 0) are appended up to a multiple of `pad_to_multiple`
-    (fixed-size eval batches). Records and metadata are written as one all-or-nothing set.
+    (fixed-size eval batches). Written as every family's cache (`tasks.common.record_cache`):
+    the records, then their metadata, each all-or-nothing.
     """
     source = split_file(data_dir, split)
     examples = read_examples(source, fmt, split=split, num_choices=num_choices)
     num_choices = len(examples[0].endings)
-    record_file = os.path.join(output_dir, f"{split}.mc.tf_record")
-    metadata_file = record_file + ".metadata.json"
-    key = json.loads(json.dumps({
-        "format_version": CACHE_FORMAT_VERSION, "format": dataclasses.asdict(fmt),
-        "source": fileio.fingerprint(source), "vocab_sha256": fileio.sha256(vocab_file),
-        "do_lower_case": bool(do_lower_case), "max_seq_length": int(max_seq_length),
-        "num_choices": num_choices, "pad_to_multiple": int(pad_to_multiple or 1)}))
-    cached = _cached_metadata(record_file, metadata_file, key)
+    cache = RecordCache.at(output_dir, f"{split}.mc.tf_record")
+    record_file = cache.record_file
+    key = cache_key(
+        format_version=CACHE_FORMAT_VERSION, format=dataclasses.asdict(fmt),
+        source=fileio.fingerprint(source), vocab_sha256=fileio.sha256(vocab_file),
+        do_lower_case=bool(do_lower_case), max_seq_length=int(max_seq_length),
+        num_choices=num_choices, pad_to_multiple=int(pad_to_multiple or 1))
+    cached = cache.load(key)
     if cached is not None:
         return CachedChoices(record_file, cached, examples)
     if tokenizer is None:
@@ -321,36 +323,20 @@ def prepare_records(data_dir: str, split: str, output_dir: str, *, fmt: ChoiceFo
     longest, truncated = 0, 0
     import tensorflow as tf
 
-    with fileio.AtomicOutputs([record_file, metadata_file]) as out:
-        with tf.io.TFRecordWriter(out.temp(record_file)) as writer:
-            for example in rows:
-                values, length = convert_example(example, num_choices, max_seq_length,
-                                                 tokenizer)
-                longest = max(longest, length)
-                truncated += int(length > max_seq_length)
-                writer.write(encoder.encode(values))
-        metadata = {"cache_key": key, "source_file": source, "num_examples": len(examples),
-                    "num_records": len(rows), "num_choices": num_choices,
-                    "max_tokens_seen": longest, "num_truncated": truncated,
-                    "record_file_size": fileio.getsize(out.temp(record_file))}
-        with out.open(metadata_file, "w") as f:
-            f.write(json.dumps(metadata, indent=2) + "\n")
+    cache.begin()
+    with fileio.AtomicOutputs([record_file]) as out, \
+            tf.io.TFRecordWriter(out.temp(record_file)) as writer:
+        for example in rows:
+            values, length = convert_example(example, num_choices, max_seq_length, tokenizer)
+            longest = max(longest, length)
+            truncated += int(length > max_seq_length)
+            writer.write(encoder.encode(values))
+    metadata = cache.commit(key, {
+        "source_file": source, "num_examples": len(examples), "num_records": len(rows),
+        "num_choices": num_choices, "max_tokens_seen": longest, "num_truncated": truncated})
     logging.info("Wrote %d %s examples (%d choices, %d truncated) to %s", len(examples), split,
                  num_choices, truncated, record_file)
     return CachedChoices(record_file, metadata, examples)
-
-
-def _cached_metadata(record_file, metadata_file, key) -> dict | None:
-    if not (fileio.exists(metadata_file) and fileio.exists(record_file)):
-        return None
-    try:
-        metadata = json.loads(fileio.read_text(metadata_file))
-    except (ValueError, OSError):
-        return None
-    if metadata.get("cache_key") != key or \
-            metadata.get("record_file_size") != fileio.getsize(record_file):
-        return None
-    return metadata
 
 
 def probabilities_text(probabilities: Sequence) -> str:

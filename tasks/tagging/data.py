@@ -31,7 +31,6 @@ scheme: IOB1, IOB2, IOBES (or IOE), or "none" for tags that are not chunk tags (
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import random
 import re
@@ -41,6 +40,7 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio
+from tasks.common.record_cache import RecordCache, cache_key
 from tasks.common.windows import doc_spans_for, max_context_span_index
 
 DOCSTART = "-DOCSTART-"
@@ -566,32 +566,18 @@ class PreparedTagging:
 
 def record_file_names(output_dir: str, split: str) -> tuple[str, str]:
     """(TFRecord path, metadata JSON path) of a split in output_dir."""
-    record = os.path.join(output_dir, f"{split}.tf_record")
-    return record, record + ".metadata.json"
+    cache = RecordCache.at(output_dir, f"{split}.tf_record")
+    return cache.record_file, cache.metadata_file
 
 
 def _cache_key(conll: ConllFile, split, *, vocab_file, do_lower_case, config, label_list,
                is_training) -> dict:
-    key = {"format_version": CACHE_FORMAT_VERSION, "split": split,
-           "source": fileio.fingerprint(conll.path), "vocab_sha256": fileio.sha256(vocab_file),
-           "do_lower_case": bool(do_lower_case), "window": dataclasses.asdict(config),
-           "label_list": list(label_list), "is_training": bool(is_training),
-           "shuffle_seed": TRAIN_SHUFFLE_SEED if is_training else None}
-    return json.loads(json.dumps(key))  # compares equal to the key read back from disk
-
-
-def _cached(record_file: str, metadata_file: str, key: dict) -> dict | None:
-    if not (fileio.exists(record_file) and fileio.exists(metadata_file)):
-        return None
-    try:
-        metadata = json.loads(fileio.read_text(metadata_file))
-    except (ValueError, OSError):
-        return None
-    if metadata.get("cache_key") != key:
-        return None
-    if fileio.getsize(record_file) != metadata.get("record_file_size"):
-        return None
-    return metadata
+    return cache_key(format_version=CACHE_FORMAT_VERSION, split=split,
+                     source=fileio.fingerprint(conll.path),
+                     vocab_sha256=fileio.sha256(vocab_file),
+                     do_lower_case=bool(do_lower_case), window=dataclasses.asdict(config),
+                     label_list=list(label_list), is_training=bool(is_training),
+                     shuffle_seed=TRAIN_SHUFFLE_SEED if is_training else None)
 
 
 def prepare_tagging_records(conll: ConllFile, split: str, output_dir: str, *,
@@ -614,10 +600,11 @@ def prepare_tagging_records(conll: ConllFile, split: str, output_dir: str, *,
 
     from data_prep import tokenization
 
-    record_file, metadata_file = record_file_names(output_dir, split)
+    cache = RecordCache.at(output_dir, f"{split}.tf_record")
+    record_file, metadata_file = cache.record_file, cache.metadata_file
     key = _cache_key(conll, split, vocab_file=vocab_file, do_lower_case=do_lower_case,
                      config=config, label_list=label_list, is_training=is_training)
-    cached = _cached(record_file, metadata_file, key)
+    cached = cache.load(key)
     if cached is not None:
         logging.info("Reusing cached %s records in %s", split, record_file)
         return PreparedTagging(record_file, metadata_file, cached, conll, reused=True)
@@ -630,24 +617,19 @@ def prepare_tagging_records(conll: ConllFile, split: str, output_dir: str, *,
         windows = list(windows)
         random.Random(TRAIN_SHUFFLE_SEED).shuffle(windows)
     encoder = TAGGING_SCHEMA.encoder(max_seq_length=config.max_seq_length)
-    fileio.makedirs(output_dir)
-    if fileio.exists(metadata_file):  # never leave metadata that describes other records
-        fileio.remove(metadata_file)
+    cache.begin()
     with fileio.AtomicOutputs([record_file]) as out, \
             tf.io.TFRecordWriter(out.temp(record_file)) as writer:
         for feature in windows:
             writer.write(encoder.encode(record_values(feature)))
     sentences = conll.sentences
-    metadata = {
+    metadata = cache.commit(key, {
         "split": split, "source_file": conll.path,
-        "record_file": os.path.basename(record_file),
-        "record_file_size": fileio.getsize(record_file),
         "label_list": list(label_list), "has_tags": conll.has_tags,
         "num_sentences": len(sentences),
         "num_documents": sum(isinstance(i, DocumentStart) for i in conll.items),
-        **stats, "cache_key": key,
-    }
-    fileio.write_text(metadata_file, json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
+        **stats,
+    })
     logging.info("%s: %d sentences, %d words -> %d windows (%d sentences longer than one "
                  "window, %d words as [UNK]) in %s", conll.path, len(sentences),
                  stats["num_words"], stats["num_windows"], stats["num_long_sentences"],
