@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 import re
-import sys
 
 from absl import app, flags, logging
 
@@ -369,17 +368,14 @@ def run():
 def main(argv):
     """Runs `run`; bad input ends with one line naming the file, line or flag, exit 1."""
     del argv
-    from data_prep import lifecycle
     from data_prep.pretraining_data import InputError
     from data_prep.tokenization import VocabError
     from modeling.checkpoints import CheckpointError
     from modeling.config import ConfigError
+    from training import cli
 
-    lifecycle.exit_cleanly_on_signals()
-    try:
-        run()
-    except (InputError, VocabError, ConfigError, CheckpointError) as err:
-        sys.exit(f"extract_features.py: error: {err}")
+    cli.run_cli(run, "extract_features.py", (InputError, VocabError, ConfigError,
+                                             CheckpointError))
 
 
 if __name__ == "__main__":

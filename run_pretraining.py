@@ -13,10 +13,10 @@ configs and calls the libraries:
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from absl import app, flags, logging
 
+from training import cli
 from training import flags as common_flags
 from training import runs
 from training.runtime import RuntimeConfig, setup_runtime
@@ -241,19 +241,7 @@ def dynamic_masking_for(cfg: PretrainingRun, bert_config, seed):
 
 def main(argv):
     del argv
-    from data_prep import lifecycle
-    from training import input_pipeline
-    from training.checkpointing import CheckpointRestoreError
-    from training.dynamic_masking import DynamicMaskingError
-    from training.run_dir import RunDirError
-
-    lifecycle.exit_cleanly_on_signals()
-    try:
-        with lifecycle.signal_decides_exit_status():
-            run(run_config_from_flags(FLAGS))
-    except (ValueError, RunDirError, CheckpointRestoreError, FileNotFoundError,
-            input_pipeline.RecordFileError, DynamicMaskingError) as err:
-        sys.exit(f"run_pretraining.py: error: {err}")
+    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_pretraining.py")
 
 
 if __name__ == "__main__":
