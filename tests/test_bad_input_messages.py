@@ -392,3 +392,48 @@ def test_finetuning_records_beyond_the_models_tables_are_a_one_line_error(tmp_pa
             f"type_vocab_size=1 of --bert_config_file={config}") in proc.stderr, \
         proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- issue 23
+# convert_checkpoint.py reads its config as every tool does (BertConfig.from_config_file)
+# and ends bad input with one line naming the file or flag, exit 2, nothing written.
+
+
+@pytest.fixture(scope="module")
+def our_checkpoint(tmp_path_factory):
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.encoder import BertEncoder
+
+    directory = tmp_path_factory.mktemp("ours")
+    config = BertConfig.from_json_file(S.write_config(directory / "bert_config.json"))
+    checkpoints.save_ours(BertEncoder(config), str(directory), config)
+    return directory
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["config_not_json", "hf_config_not_json", "missing_vocab",
+                                  "output_dir_is_a_file"])
+def test_convert_checkpoint_says_what_is_wrong_in_one_line(our_checkpoint, tmp_path, case):
+    flags = {"input": str(our_checkpoint), "output_dir": str(tmp_path / "out"),
+             "output_format": "hf"}
+    if case in ("config_not_json", "hf_config_not_json"):
+        bad = tmp_path / ("bert_config.json" if case == "config_not_json" else "config.json")
+        bad.write_text('{"hidden_size": 32,', encoding="utf-8")
+        flags["bert_config_file"] = str(bad)
+        expected = f"{bad}: not valid JSON"
+    elif case == "missing_vocab":
+        flags["vocab_file"] = str(tmp_path / "nowhere" / "vocab.txt")
+        expected = f"--vocab_file={flags['vocab_file']}: no such file"
+    else:
+        (tmp_path / "out").write_text("not a directory", encoding="utf-8")
+        expected = f"--output_dir={tmp_path / 'out'} is a file"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(S.REPO_ROOT, "convert_checkpoint.py")]
+        + [f"--{name}={value}" for name, value in flags.items()],
+        env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True, text=True, timeout=240,
+        check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"convert_checkpoint.py: error: {expected}" in proc.stderr, proc.stderr[-2000:]
+    assert not os.path.isdir(tmp_path / "out")
