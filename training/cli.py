@@ -40,5 +40,10 @@ def run_cli(main_fn: Callable[[], object], program: str, errors: tuple | None = 
         with lifecycle.signal_decides_exit_status():
             main_fn()
     except reported as err:
-        print(f"{program}: error: {err}", file=sys.stderr, flush=True)
+        message = f"{program}: error: {err}"
+        if status == 1:
+            # SystemExit(message): Python prints it and exits 1, and a caller of main()
+            # in-process finds the message in the exception.
+            sys.exit(message)
+        print(message, file=sys.stderr, flush=True)
         sys.exit(status)
