@@ -216,10 +216,7 @@ class ClassificationFamily(finetuning.TaskFamily):
             texts[os.path.join(run_dir, name)] = metrics.glue_submission_text(
                 self.settings.task_name, submission,
                 None if self.is_regression else self.label_list)
-        with fileio.AtomicOutputs(list(texts)) as outputs:
-            for path, text in texts.items():
-                with outputs.open(path, "w", newline="\n") as f:
-                    f.write(text)
+        fileio.write_texts(texts)
         for path in texts:
             logging.info("Wrote %d predictions (%s) to %s", len(values), split.name, path)
         return list(texts)

@@ -318,10 +318,7 @@ class SquadFamily(finetuning.TaskFamily):
         if scores is not None:
             texts["eval_results.json"] = metrics.eval_results_text(scores)
         paths = {name: os.path.join(run_dir, name) for name in texts}
-        with fileio.AtomicOutputs(list(paths.values())) as out:
-            for name, text in texts.items():
-                with out.open(paths[name], "w", newline="\n") as f:
-                    f.write(text)
+        fileio.write_texts({paths[name]: text for name, text in texts.items()})
         for path in paths.values():
             logging.info("Wrote %s", path)
         if scores is None:

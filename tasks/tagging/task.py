@@ -26,6 +26,7 @@ import os
 
 import numpy as np
 
+from data_prep import fileio
 from modeling import export, losses
 from tasks.tagging import data, metrics
 from training import finetuning, input_pipeline
@@ -239,8 +240,6 @@ class TaggingFamily(finetuning.TaskFamily):
         that does not fit at its random initial weights, and predict with it."""
         import json
 
-        from data_prep import fileio
-
         path = run.init_checkpoint
         if run.do_train or not path or not fileio.isdir(path):
             return
@@ -287,7 +286,7 @@ class TaggingFamily(finetuning.TaskFamily):
         self._written.pop((split.name, run_dir), None)
         if write:
             path = os.path.join(run_dir, "dev_predictions.txt")
-            self._write({path: data.predictions_text(split.data.conll, predicted)})
+            fileio.write_texts({path: data.predictions_text(split.data.conll, predicted)})
             self._written[(split.name, run_dir)] = [path]
         return results
 
@@ -310,7 +309,7 @@ class TaggingFamily(finetuning.TaskFamily):
                 f"{key} = {scores[key]}\n" for key in sorted(scores))
             for key in sorted(scores):
                 logging.info("  %s = %s", key, scores[key])
-        self._write(texts)
+        fileio.write_texts(texts)
         for path in texts:
             logging.info("Wrote %s (%d sentences, %d words)", path, len(predicted),
                          conll.num_words)
@@ -347,15 +346,6 @@ class TaggingFamily(finetuning.TaskFamily):
         out = {prefix + key: float(value) for key, value in figures.items()}
         out[prefix + "loss"] = float(np.mean(gold_nll)) if gold_nll is not None else 0.0
         return out
-
-    @staticmethod
-    def _write(texts: dict) -> None:
-        from data_prep import fileio
-
-        with fileio.AtomicOutputs(list(texts)) as out:
-            for path, text in texts.items():
-                with out.open(path, "w", newline="\n") as f:
-                    f.write(text)
 
 
 def _label_types(label_list) -> list:
