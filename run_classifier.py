@@ -79,7 +79,7 @@ def _column(value):
 
 def run_config_from_flags(values=FLAGS) -> ClassifierRun:
     """Validates the flags and turns them into a `ClassifierRun`."""
-    from tasks.classification import data as cd
+    from tasks.classification import processors
     from tasks.classification.metrics import normalize_task_name
     from tasks.classification.task import ClassificationSettings
 
@@ -91,7 +91,7 @@ def run_config_from_flags(values=FLAGS) -> ClassifierRun:
     if task == "custom":
         if _column(values.text_a_column) is None or _column(values.label_column) is None:
             raise ValueError("--task_name=custom needs --text_a_column and --label_column")
-        custom = cd.CustomDataConfig(
+        custom = processors.CustomDataConfig(
             text_a_column=_column(values.text_a_column),
             label_column=_column(values.label_column),
             text_b_column=_column(values.text_b_column), delimiter=values.delimiter,

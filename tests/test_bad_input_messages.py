@@ -350,7 +350,7 @@ def _pair_data(directory):
 
 def test_finetuning_refuses_a_vocab_larger_than_the_model_before_any_work(tmp_path):
     import run_classifier
-    from tasks.classification import data as cd
+    from tasks.classification import processors
     from training.runtime import RuntimeConfig
 
     vocab = write_vocab(tmp_path / "vocab.txt")
@@ -359,7 +359,7 @@ def test_finetuning_refuses_a_vocab_larger_than_the_model_before_any_work(tmp_pa
         task_name="custom", data_dir=_pair_data(tmp_path / "data"), vocab_file=vocab,
         bert_config_file=config, output_dir=str(tmp_path / "out"), max_seq_length=16,
         do_train=True, train_batch_size=4,
-        custom=cd.CustomDataConfig(text_a_column="text", label_column="label"),
+        custom=processors.CustomDataConfig(text_a_column="text", label_column="label"),
         runtime=RuntimeConfig("one_device"))
     with pytest.raises(ValueError, match=rf"--vocab_file={vocab} has {len(TINY_VOCAB)} tokens "
                                          rf"but --bert_config_file={config} has vocab_size="

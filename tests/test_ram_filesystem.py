@@ -48,7 +48,7 @@ def ram_env():
 
 def test_run_classifier_on_ram_paths(ram_env):
     import run_classifier as rc
-    from tasks.classification import data as cd
+    from tasks.classification import processors
     from training import loop
 
     out = f"{ROOT}/classifier_out"
@@ -58,7 +58,7 @@ def test_run_classifier_on_ram_paths(ram_env):
         do_train=True, do_eval=True, do_predict=True, train_batch_size=4, eval_batch_size=4,
         predict_batch_size=4, num_train_epochs=1.0, save_checkpoints_steps=3,
         bucket_boundaries=(8, 16), seeds=(1, 2),
-        custom=cd.CustomDataConfig(text_a_column="text", label_column="label"),
+        custom=processors.CustomDataConfig(text_a_column="text", label_column="label"),
         runtime=RuntimeConfig("one_device", seed=1))
     result = rc.run(cfg)
     names = set(tf.io.gfile.listdir(out))

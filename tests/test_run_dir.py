@@ -113,7 +113,7 @@ def env(tmp_path_factory):
 
 def _cfg(env, out, labels=("neg", "pos"), **overrides):
     import run_classifier as rc
-    from tasks.classification import data as cd
+    from tasks.classification import processors
     from training.runtime import RuntimeConfig
 
     values = dict(task_name="custom", data_dir=env["data"], vocab_file=env["vocab"],
@@ -121,7 +121,7 @@ def _cfg(env, out, labels=("neg", "pos"), **overrides):
                   do_train=True, do_eval=True, do_predict=False, train_batch_size=4,
                   eval_batch_size=4, predict_batch_size=4, learning_rate=1e-3,
                   num_train_epochs=1.0, save_checkpoints_steps=3, iterations_per_loop=3,
-                  custom=cd.CustomDataConfig(text_a_column="text", label_column="label",
+                  custom=processors.CustomDataConfig(text_a_column="text", label_column="label",
                                              labels=tuple(labels)),
                   runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)

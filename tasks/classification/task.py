@@ -16,7 +16,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tasks.classification import data, metrics
+from tasks.classification import data, metrics, processors
 from tasks.common.classifier_task import ClassifierTask
 from training import finetuning, input_pipeline
 
@@ -91,14 +91,14 @@ class ClassificationSettings:
       task_name: normalised GLUE/XNLI task name or "custom".
       data_dir: the task's data directory.
       xnli_language: XNLI's language.
-      custom: `tasks.classification.data.CustomDataConfig` for task "custom".
+      custom: `tasks.classification.processors.CustomDataConfig` for task "custom".
       skip_bad_rows: skip malformed rows (counted) instead of failing on the first.
     """
 
     task_name: str
     data_dir: str
     xnli_language: str = "zh"
-    custom: "data.CustomDataConfig | None" = None
+    custom: "processors.CustomDataConfig | None" = None
     skip_bad_rows: bool = False
 
 
@@ -110,7 +110,7 @@ class ClassificationFamily(finetuning.TaskFamily):
     def __init__(self, settings: ClassificationSettings, max_seq_length: int):
         self.settings = settings
         self.max_seq_length = max_seq_length
-        self.processor = data.get_processor(settings.task_name,
+        self.processor = processors.get_processor(settings.task_name,
                                             xnli_language=settings.xnli_language,
                                             custom=settings.custom)
         self.label_list = list(self.processor.get_labels(settings.data_dir))
