@@ -29,7 +29,7 @@ from modeling.checkpoints.common import (HF, HF_INDEX, KINDS, OURS, TF1, Checkpo
                                          LoadReport, checkpoint_reader)
 from modeling.checkpoints.hf import pickle_refusal
 from modeling.checkpoints.loading import (checkpoint_has_pretraining_heads, config_for,
-                                          load_pretrained, resolve)
+                                          load_pretrained, resolve, vocab_for)
 from modeling.checkpoints.names import WeightEntry, weight_table
 from modeling.checkpoints.ours import save_ours
 from modeling.checkpoints.writing import (EXPORTERS, convert, export_hf_checkpoint,
@@ -38,6 +38,6 @@ from modeling.checkpoints.writing import (EXPORTERS, convert, export_hf_checkpoi
 __all__ = [
     "TF1", "HF", "OURS", "KINDS", "HF_INDEX", "CheckpointError", "LoadReport",
     "checkpoint_reader", "pickle_refusal", "checkpoint_has_pretraining_heads", "config_for",
-    "load_pretrained", "resolve", "WeightEntry", "weight_table", "save_ours", "EXPORTERS",
+    "load_pretrained", "resolve", "vocab_for", "WeightEntry", "weight_table", "save_ours", "EXPORTERS",
     "convert", "export_hf_checkpoint", "export_tf1_checkpoint", "tf1_arrays",
 ]

@@ -93,6 +93,13 @@ def config_for(path: str) -> Optional[BertConfig]:
     return BertConfig.from_json_file(cfg) if tf.io.gfile.exists(cfg) else None
 
 
+def vocab_for(path: str) -> Optional[str]:
+    """The ``vocab.txt`` beside a checkpoint, if there is one (its releases ship it there)."""
+    _, location = resolve(path)
+    vocab = os.path.join(os.path.dirname(location), "vocab.txt")
+    return vocab if tf.io.gfile.exists(vocab) else None
+
+
 def checkpoint_has_pretraining_heads(path: str) -> bool:
     """True when the checkpoint at `path` holds the masked-LM head (any kind)."""
     kind, location = resolve(path)

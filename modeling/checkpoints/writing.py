@@ -12,7 +12,7 @@ import tensorflow as tf
 from data_prep import fileio
 from modeling.checkpoints.common import HF, KINDS, OURS, TF1, CheckpointError
 from modeling.checkpoints.loading import (checkpoint_has_pretraining_heads, config_for,
-                                          load_pretrained, resolve)
+                                          load_pretrained, resolve, vocab_for)
 from modeling.checkpoints.names import weight_table
 from modeling.checkpoints.ours import save_ours, write_checkpoint_state
 from modeling.config import BertConfig
@@ -108,7 +108,7 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
 
     if output_kind not in KINDS:
         raise ValueError(f"output kind {output_kind!r} is not one of {KINDS}")
-    _, location = resolve(input_path)
+    resolve(input_path)  # what is not a checkpoint is refused first, naming the path
     config = config or config_for(input_path)
     if config is None:
         raise CheckpointError(f"{input_path}: no bert_config.json / config.json beside the "
@@ -120,8 +120,7 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
     if report.missing:
         raise CheckpointError(report.describe())
     if vocab_file is None:
-        beside = os.path.join(os.path.dirname(location), "vocab.txt")
-        vocab_file = beside if tf.io.gfile.exists(beside) else None
+        vocab_file = vocab_for(input_path)
     if output_kind == OURS:
         prefix = save_ours(network, output_dir, config)
         if vocab_file:

@@ -24,7 +24,7 @@ from data_prep import fileio
 from data_prep import tokenization
 from tasks.classification.examples import InputExample, PaddingInputExample
 from tasks.classification.readers import TableProcessor
-from tasks.common.pairs import truncate_seq_pair
+from tasks.common.pairs import pack_pair
 from tasks.common.record_cache import RecordCache, cache_key
 
 # Bump when the records or the metadata change meaning: old caches are then rebuilt.
@@ -70,28 +70,19 @@ def _convert(example, label_map, max_seq_length: int, tokenizer, is_regression: 
         return _padding_features(max_seq_length, is_regression), 0
     tokens_a = tokenizer.tokenize(example.text_a)
     # As the original: an empty text_b, or one that tokenizes to nothing, means one segment.
-    tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
+    tokens_b = (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
     if tokens_b:
         if max_seq_length < 3:
             raise ValueError(f"max_seq_length {max_seq_length} leaves no room for a pair")
         full_length = len(tokens_a) + len(tokens_b) + 3
-        truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
     else:
         if max_seq_length < 2:
             raise ValueError(f"max_seq_length {max_seq_length} leaves no room for [CLS] [SEP]")
         full_length = len(tokens_a) + 2
-        tokens_a = tokens_a[:max_seq_length - 2]
-    tokens = ["[CLS]", *tokens_a, "[SEP]"]
-    segment_ids = [0] * len(tokens)
-    if tokens_b:
-        tokens += [*tokens_b, "[SEP]"]
-        segment_ids += [1] * (len(tokens_b) + 1)
-    input_ids = tokenizer.convert_tokens_to_ids(tokens)
-    padding = [0] * (max_seq_length - len(input_ids))
+    _, input_ids, input_mask, segment_ids = pack_pair(tokens_a, tokens_b, max_seq_length,
+                                                      tokenizer)
     features = InputFeatures(
-        input_ids=list(input_ids) + padding,
-        input_mask=[1] * len(input_ids) + padding,
-        segment_ids=segment_ids + padding,
+        input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
         label_id=_label_id(example, label_map, is_regression),
         is_real_example=True)
     return features, full_length

@@ -35,7 +35,7 @@ from absl import logging
 from data_prep import features as features_lib
 from data_prep import fileio, tokenization
 from tasks.common.delimited import iter_records
-from tasks.common.pairs import truncate_seq_pair
+from tasks.common.pairs import pack_pair
 from tasks.common.record_cache import RecordCache, cache_key
 
 CACHE_FORMAT_VERSION = 1
@@ -241,14 +241,11 @@ def convert_example(example: ChoiceExample | None, num_choices: int, max_seq_len
         tokens_a = tokenizer.tokenize(text_a)
         tokens_b = tokenizer.tokenize(text_b)
         longest = max(longest, len(tokens_a) + len(tokens_b) + 3)
-        truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-        tokens = ["[CLS]", *tokens_a, "[SEP]", *tokens_b, "[SEP]"]
-        types = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
-        token_ids = tokenizer.convert_tokens_to_ids(tokens)
-        pad = [0] * (max_seq_length - len(token_ids))
-        ids += list(token_ids) + pad
-        mask += [1] * len(token_ids) + pad
-        segments += types + pad
+        _, choice_ids, choice_mask, choice_segments = pack_pair(tokens_a, tokens_b,
+                                                                max_seq_length, tokenizer)
+        ids += choice_ids
+        mask += choice_mask
+        segments += choice_segments
     return ({"input_ids": ids, "input_mask": mask, "segment_ids": segments,
              "label_ids": [example.label if example.label is not None else 0],
              "is_real_example": [1]}, longest)
