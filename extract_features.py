@@ -72,13 +72,13 @@ def read_examples(input_file: str) -> list:
     with no tokens. Bad input is refused before any model is loaded.
 
     Raises:
-      pretraining_data.InputError naming the file (and line): a path that is missing, a
-      directory or unreadable; invalid UTF-8 (line and byte offset, as
-      create_pretraining_data reports it); a line with "|||" outside the pair format;
+      text_input.InputError naming the file (and line): a path that is missing, a
+      directory or unreadable; invalid UTF-8 (line and byte offset, as every data tool
+      reports it); a line with "|||" outside the pair format;
       no example at all (an empty file, or only blank lines).
     """
     from data_prep import fileio
-    from data_prep.pretraining_data import InputError, line_number_at
+    from data_prep.text_input import InputError, decode_utf8
 
     if fileio.isdir(input_file):
         raise InputError(f"--input_file={input_file} is a directory; expected a text file "
@@ -93,12 +93,7 @@ def read_examples(input_file: str) -> list:
                 "tensorflow":
             raise
         raise InputError(f"--input_file={input_file}: cannot read it ({err})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(
-            f"{input_file}:{line_number_at(input_file, err.start)}: invalid UTF-8 at byte "
-            f"offset {err.start} ({err.reason}); the input must be UTF-8 text") from None
+    text = decode_utf8(raw, input_file)
     lines = text.replace("\r", "").split("\n")
     if lines[-1] == "":
         lines.pop()  # after the last "\n": not a line
@@ -228,7 +223,7 @@ def run():
 def main(argv):
     """Runs `run`; bad input ends with one line naming the file, line or flag, exit 1."""
     del argv
-    from data_prep.pretraining_data import InputError
+    from data_prep.text_input import InputError
     from data_prep.tokenization import VocabError
     from modeling.checkpoints import CheckpointError
     from modeling.config import ConfigError

@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import tensorflow as tf  # noqa: E402
 
 from bench_pretraining import SIZES, VOCAB, build_ours, synthetic_batch, time_rounds  # noqa: E402
-from data_prep import features, pretraining_data  # noqa: E402
+from data_prep import features  # noqa: E402
+from data_prep.pretraining_data.masking import MaskingVocab  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from training import dynamic_masking, input_pipeline  # noqa: E402
 
@@ -43,9 +44,9 @@ CLS, SEP, MASK = 101, 102, 103
 
 def masking_vocab():
     pieces = bytes(int(i >= VOCAB * 0.8) for i in range(VOCAB))
-    return pretraining_data.MaskingVocab(cls_id=CLS, sep_id=SEP, mask_id=MASK,
-                                         replacement_ids=tuple(range(VOCAB)),
-                                         is_continuation=pieces)
+    return MaskingVocab(cls_id=CLS, sep_id=SEP, mask_id=MASK,
+                        replacement_ids=tuple(range(VOCAB)),
+                        is_continuation=pieces)
 
 
 def write_records(directory, kind, seq, preds, records=4096):

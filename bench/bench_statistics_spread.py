@@ -2,8 +2,8 @@
 
 Issue 12 reported that on one seed the default (numpy masking) mode's statistics differed
 from the original's by a few points. This runs the instance builder of a single chunk
-(`pretraining_data.unit_instances`, what the CLI runs for a corpus within one chunk) for
-`--seeds` seeds in the default mode and with `--exact_draws` (record for record the
+(`pretraining_data.instances.unit_instances`, what the CLI runs for a corpus within one
+chunk) for `--seeds` seeds in the default mode and with `--exact_draws` (record for record the
 original's, tests/test_pretraining_data.py), on bench_create_pretraining_data.py's corpus
 (standard-library docstrings, one document per module, repeated to size) and 16k vocab,
 and reports per statistic each mode's mean and standard deviation over the seeds and the
@@ -26,7 +26,11 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 from bench_create_pretraining_data import learn_vocab, stdlib_documents, write_corpus  # noqa: E402
-from data_prep import pretraining_data as pd  # noqa: E402
+from data_prep.pretraining_data.chunks import load_tokenizer  # noqa: E402
+from data_prep.pretraining_data.config import PretrainingConfig  # noqa: E402
+from data_prep.pretraining_data.documents import ByteRange, read_documents  # noqa: E402
+from data_prep.pretraining_data.instances import unit_instances  # noqa: E402
+from data_prep.pretraining_data.stats import Stats  # noqa: E402
 
 NAMES = ("instances", "short_instance_share", "mean_tokens_per_instance",
          "random_next_share", "masked_fraction")
@@ -42,20 +46,20 @@ def main():
     corpus, vocab = os.path.join(work, "corpus.txt"), os.path.join(work, "vocab.txt")
     write_corpus(corpus, int(args.size_mb * 1e6), stdlib_documents())
     learn_vocab(corpus, vocab)
-    config = pd.PretrainingConfig(max_seq_length=128, max_predictions_per_seq=20,
-                                  dupe_factor=args.dupe_factor)
-    tokenize_ids, masking_vocab = pd.load_tokenizer(vocab, True)
-    text = pd.read_documents([pd.ByteRange(corpus, 0, os.path.getsize(corpus))],
-                             tokenize_ids)
+    config = PretrainingConfig(max_seq_length=128, max_predictions_per_seq=20,
+                               dupe_factor=args.dupe_factor)
+    tokenize_ids, masking_vocab = load_tokenizer(vocab, True)
+    text = read_documents([ByteRange(corpus, 0, os.path.getsize(corpus))],
+                          tokenize_ids)
     print(f"{os.path.getsize(corpus) / 1e6:.2f} MB, {len(text)} documents, dupe_factor "
           f"{args.dupe_factor}, {args.seeds} seeds per mode")
     values = {}
     for mode, exact in (("default", False), ("exact_draws", True)):
         rows = []
         for seed in range(args.seeds):
-            stats = pd.Stats()
-            pd.unit_instances([list(d) for d in text], config, masking_vocab, seed=seed,
-                              index=0, exact_draws=exact, stats=stats)
+            stats = Stats()
+            unit_instances([list(d) for d in text], config, masking_vocab, seed=seed,
+                           index=0, exact_draws=exact, stats=stats)
             summary = stats.summary()
             rows.append([summary[name] for name in NAMES])
         values[mode] = np.array(rows, dtype=float)

@@ -4,23 +4,24 @@
         --input_file='corpus/*.txt' --output_file=out/train.tfrecord --vocab_file=vocab.txt \\
         --num_output_shards=16 [--runner=DataflowRunner --project=... --region=... ...]
 
-The flags of `create_pretraining_data` (the original's, with their names, meanings and
-defaults, plus --num_output_shards, --gzip, --chunk_size_mb, --exact_draws,
---dynamic_masking), `--pool_size_mb`, and any Apache Beam pipeline option (`--runner`,
-`--direct_num_workers`, Dataflow's `--project`/`--region`/`--temp_location`, Flink's
-`--flink_master`, Spark's `--spark_master_url`, ...), passed to Beam. Without `--runner`
-the pipeline runs here on the DirectRunner's in-process engine (`FnApiRunner`, which
-never downloads anything). See docs/beam_pretraining_data.md.
+The flags both pretraining-data drivers share (`pretraining_cli`: the original's, with
+their names, meanings and defaults, plus --num_output_shards, --gzip, --chunk_size_mb,
+--exact_draws, --dynamic_masking), this driver's `--pool_size_mb`, and any Apache Beam
+pipeline option (`--runner`, `--direct_num_workers`, Dataflow's `--project`/`--region`/
+`--temp_location`/`--num_workers`, Flink's `--flink_master`, Spark's
+`--spark_master_url`, ...), passed to Beam. Without `--runner` the pipeline runs here on
+the DirectRunner's in-process engine (`FnApiRunner`, which never downloads anything).
+See docs/beam_pretraining_data.md.
 
 The algorithm is `pretraining_data`'s, the one the local pipeline runs: only the driver
 differs.
 
 1. The driver cuts the input files into chunks at document boundaries
-   (`pretraining_data.plan_chunks`); workers read and tokenize them. Each document's key
+   (`documents.plan_chunks`); workers read and tokenize them. Each document's key
    is (input file number, byte offset of its first line), whatever the chunks.
 2. Documents are dealt to pools by a hash of (seed, key): a pool is about
    `--pool_size_mb` of text drawn from the whole corpus, the unit in which
-   `pretraining_data.unit_instances` builds instances (random next sentences come from
+   `instances.unit_instances` builds instances (random next sentences come from
    the pool) with the generators of the seed and the pool number. Its documents are
    sorted by key first, so a pool's instances depend on the seed and the input only. A
    corpus within one pool, with --exact_draws, gives exactly the original's instances.
@@ -36,6 +37,12 @@ into place, with the summary (`DIR/_NAME.summary.json`), only when the pipeline
 succeeded (`fileio.AtomicOutputs`, synced on a local disk). The sorting buckets live in a
 hidden work folder (`fileio.work_directory`), removed at the end; one that a killed run
 left is removed by the next run with the same first output.
+
+Paths may be local or any `tf.io.gfile` URL (gs://, ...): workers read and write through
+`fileio`, so every path must be one they all see (on a cluster: gs://, not a local
+disk). The temporaries are written by the workers, so they live beside the outputs on
+the same file system, also on an object store, where putting them in place is a copy
+(`fileio.AtomicOutputs(..., shared_temporaries=True)`).
 """
 
 from __future__ import annotations
@@ -53,52 +60,40 @@ from absl import app, flags, logging
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
-from data_prep import create_pretraining_data as cpd
-from data_prep import features, fileio, lifecycle, pretraining_data
+from data_prep import features, fileio, lifecycle, pretraining_cli
+from data_prep.pretraining_cli import CliError
+from data_prep.pretraining_data.chunks import load_tokenizer
+from data_prep.pretraining_data.documents import plan_chunks, read_documents
+from data_prep.pretraining_data.instances import unit_instances
+from data_prep.pretraining_data.records import CompactSerializer, record_encoder
+from data_prep.pretraining_data.stats import Stats
 
 FLAGS = flags.FLAGS
 
 # Records per sorting bucket, at most about (a bucket is sorted in one worker's memory:
 # ~65k records of 128 tokens are ~50 MB).
 BUCKET_RECORDS = 65536
-# Flags of create_pretraining_data that drive its local process pool; they have no
-# meaning here (Beam options such as --direct_num_workers or Dataflow's --max_num_workers
-# decide the parallelism; the shuffle is global).
-LOCAL_ONLY_FLAGS = ("num_workers", "shuffle_buffer_size", "progress_seconds")
 
 
 def define_flags() -> None:
-    """This CLI's own flags (create_pretraining_data's are defined by importing it)."""
+    """The shared flags (`pretraining_cli`) and this driver's own, when the command starts.
+    The local pool's flags are not defined: here Beam's options (--direct_num_workers,
+    Dataflow's --max_num_workers, ...) decide the parallelism, and the shuffle is global."""
+    pretraining_cli.define_flags()
     flags.DEFINE_float(
         "pool_size_mb", 16.0,
         "Megabytes of text per pool: documents are dealt to pools by a hash, across all "
         "input files; random next sentences are drawn from the document's pool, and a "
         "worker holds one pool at a time (about 40 MB of memory per MB of text at "
         "dupe_factor 10).")
-    for name in ("input_file", "output_file", "vocab_file", "do_lower_case",
-                 "do_whole_word_mask", "max_seq_length", "max_predictions_per_seq",
-                 "random_seed", "dupe_factor", "masked_lm_prob", "short_seq_prob",
-                 "num_output_shards", "gzip", "chunk_size_mb", "exact_draws",
-                 "dynamic_masking"):
-        flags.declare_key_flag(name)  # shown by --help as this CLI's flags
 
 
 @dataclasses.dataclass(frozen=True)
-class BeamJob:
-    """One run of the pipeline, from the flags."""
+class BeamJob(pretraining_cli.DataJob):
+    """One run of the pipeline: the shared job (hash range f of F goes to outputs[f]) and
+    the size of a pool."""
 
-    config: pretraining_data.PretrainingConfig
-    input_files: tuple
-    outputs: tuple  # physical output files (hash range f of F goes to outputs[f])
-    summary_path: str
-    vocab_file: str
-    do_lower_case: bool = True
-    seed: int = 12345
-    gzip: bool = False
-    chunk_bytes: int = 0  # 0: automatic, as create_pretraining_data
     pool_bytes: int = 16 * 1024 * 1024
-    exact_draws: bool = False
-    dynamic_masking: bool = False
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,11 +151,10 @@ class ReadDocuments(beam.DoFn):
 
     def process(self, element):
         _, ranges = element
-        tokenize_ids, _ = pretraining_data.load_tokenizer(self.job.vocab_file,
-                                                          self.job.do_lower_case)
-        stats = pretraining_data.Stats()
+        tokenize_ids, _ = load_tokenizer(self.job.vocab_file, self.job.do_lower_case)
+        stats = Stats()
         starts: list = []
-        documents = pretraining_data.read_documents(ranges, tokenize_ids, stats, starts)
+        documents = read_documents(ranges, tokenize_ids, stats, starts)
         for (path, offset), document in zip(starts, documents):
             key = (self.file_numbers[path], offset)
             yield pool_of(self.job.seed, key, self.num_pools), (key, document)
@@ -178,15 +172,15 @@ class BuildPool(beam.DoFn):
     def process(self, element):
         pool, keyed = element
         job = self.job
-        _, masking_vocab = pretraining_data.load_tokenizer(job.vocab_file, job.do_lower_case)
+        _, masking_vocab = load_tokenizer(job.vocab_file, job.do_lower_case)
         documents = [document for _, document in sorted(keyed, key=lambda kd: kd[0])]
-        stats = pretraining_data.Stats()
-        compact = pretraining_data.unit_instances(
+        stats = Stats()
+        compact = unit_instances(
             documents, job.config, masking_vocab, seed=job.seed, index=pool,
             exact_draws=job.exact_draws, dynamic_masking=job.dynamic_masking, stats=stats)
         del documents
-        serializer = pretraining_data.CompactSerializer(
-            pretraining_data.record_encoder(job.config, job.dynamic_masking), masking_vocab)
+        serializer = CompactSerializer(record_encoder(job.config, job.dynamic_masking),
+                                       masking_vocab)
         number = 0
         for records, lengths in serializer.blocks(compact):
             data, framed_lengths = features.frame_concatenated(records, lengths)
@@ -253,7 +247,7 @@ def write_file(element, temps: tuple, gzip: bool):
 
 
 def _merge_stats(stats_list):
-    total = pretraining_data.Stats()
+    total = Stats()
     for stats in stats_list:
         total.add(stats)
     return total
@@ -277,9 +271,9 @@ def plan(job: BeamJob) -> Plan:
     """Chunks, pools and input sizes (on the driver; reads only near chunk boundaries)."""
     total_bytes = sum(fileio.getsize(f) for f in job.input_files)
     if total_bytes == 0:
-        raise cpd.CliError(f"--input_file: the input is empty ({', '.join(job.input_files)})")
-    chunk_bytes = job.chunk_bytes or cpd.auto_chunk_bytes(total_bytes)
-    chunks, warnings = pretraining_data.plan_chunks(list(job.input_files), chunk_bytes)
+        raise CliError(f"--input_file: the input is empty ({', '.join(job.input_files)})")
+    chunk_bytes = job.chunk_bytes or pretraining_cli.auto_chunk_bytes(total_bytes)
+    chunks, warnings = plan_chunks(list(job.input_files), chunk_bytes)
     for warning in warnings:
         logging.warning("%s", warning)
     return Plan(chunks=list(enumerate(chunks)),
@@ -329,7 +323,8 @@ def run_job(job: BeamJob, options: PipelineOptions) -> dict:
                  len(job.input_files), the_plan.total_bytes / 1e6, len(the_plan.chunks),
                  the_plan.num_pools, the_plan.total_bytes / the_plan.num_pools / 1e6)
     finals = list(job.outputs) + [job.summary_path]
-    with fileio.AtomicOutputs(finals) as atomic:
+    # The workers write the temporaries: beside the outputs, where they all can.
+    with fileio.AtomicOutputs(finals, shared_temporaries=True) as atomic:
         temps = tuple(atomic.temp(path) for path in job.outputs)
         # DIR/.NAME.beam-work.tmp-HOST-PID-HEX; a killed run's is removed here.
         with fileio.work_directory(job.outputs[0] + ".beam-work") as work_dir:
@@ -338,12 +333,12 @@ def run_job(job: BeamJob, options: PipelineOptions) -> dict:
             result = pipeline.run()
             state = result.wait_until_finish()
             if state not in (None, PipelineState.DONE):
-                raise cpd.CliError(f"the pipeline ended in state {state}")
+                raise CliError(f"the pipeline ended in state {state}")
             with fileio.open_file(f"{work_dir}/stats.json", "r") as f:
-                stats = pretraining_data.Stats(**json.load(f))
+                stats = Stats(**json.load(f))
         stats.split_documents += the_plan.split_documents
         if stats.instances == 0:
-            raise cpd.CliError(
+            raise CliError(
                 f"--input_file: no instances: the {stats.lines} line(s) of input hold no "
                 f"text that tokenizes to anything ({', '.join(job.input_files)})")
         for temp in temps:  # a hash range that got no record: an empty file
@@ -373,25 +368,6 @@ def run_job(job: BeamJob, options: PipelineOptions) -> dict:
 # The CLI.
 
 
-def expand_inputs(patterns: str) -> list:
-    """create_pretraining_data's expansion for local globs; URL globs (gs://, hdfs://,
-    s3://) through fileio, for workers that read them where they are."""
-    files = []
-    for pattern in (p.strip() for p in patterns.split(",")):
-        if not pattern:
-            continue
-        if fileio.is_url(pattern):
-            matches = [m for m in fileio.glob(pattern) if not fileio.isdir(m)]
-            if not matches:
-                raise cpd.CliError(f"--input_file: {pattern!r} matches no file")
-            files.extend(matches)
-        else:
-            files.extend(cpd.expand_inputs(pattern))
-    if not files:
-        raise cpd.CliError("--input_file names no file")
-    return files
-
-
 def unknown_pipeline_args(args) -> list:
     """The arguments that are neither this CLI's flags nor Beam pipeline options."""
     from apache_beam.options import pipeline_options
@@ -417,7 +393,7 @@ def pipeline_options(args) -> PipelineOptions:
     honours --direct_num_workers and --direct_running_mode."""
     unknown = unknown_pipeline_args(args)
     if unknown:
-        raise cpd.CliError(f"unknown flag(s) {' '.join(unknown)}: neither a flag of this "
+        raise CliError(f"unknown flag(s) {' '.join(unknown)}: neither a flag of this "
                            "tool (--helpfull lists them) nor an Apache Beam pipeline option")
     args = list(args)
     runner = PipelineOptions(args).get_all_options()["runner"]
@@ -436,40 +412,13 @@ def pipeline_options(args) -> PipelineOptions:
 
 
 def job_from_flags() -> BeamJob:
-    """Validates the flags (create_pretraining_data's rules) into a BeamJob."""
-    given = [f"--{name}" for name in LOCAL_ONLY_FLAGS if FLAGS[name].present]
-    if given:
-        raise cpd.CliError(
-            f"{', '.join(given)}: a flag of create_pretraining_data's local process pool; "
-            "in the Beam pipeline the runner's options decide the parallelism (e.g. "
-            "--direct_num_workers, Dataflow's --max_num_workers) and the shuffle is global")
+    """Validates the flags (the shared rules, `pretraining_cli`) into a BeamJob."""
     if FLAGS.pool_size_mb <= 0:
-        raise cpd.CliError(f"--pool_size_mb={FLAGS.pool_size_mb} must be positive")
-    config = cpd.config_from_flags()
-    input_files = expand_inputs(FLAGS.input_file)
-    outputs = cpd.output_paths(FLAGS.output_file, FLAGS.num_output_shards)
-    summary_path = cpd.summary_path_for(FLAGS.output_file)
-    if any(fileio.is_url(p) for p in outputs):
-        try:
-            fileio.check_outputs([("--output_file", p) for p in outputs + [summary_path]],
-                                 [("--input_file", f) for f in input_files]
-                                 + [("--vocab_file", FLAGS.vocab_file)])
-        except fileio.OutputError as err:
-            raise cpd.CliError(str(err)) from None
-    else:
-        cpd.check_output_names(outputs, summary_path, input_files, FLAGS.vocab_file)
-    from data_prep import tokenization
-
-    try:
-        tokenization.check_vocab(tokenization.load_vocab(FLAGS.vocab_file), FLAGS.vocab_file)
-    except tokenization.VocabError as err:
-        raise cpd.CliError(f"--vocab_file: {err}") from None
-    return BeamJob(config=config, input_files=tuple(input_files), outputs=tuple(outputs),
-                   summary_path=summary_path, vocab_file=FLAGS.vocab_file,
-                   do_lower_case=FLAGS.do_lower_case, seed=FLAGS.random_seed, gzip=FLAGS.gzip,
-                   chunk_bytes=int(FLAGS.chunk_size_mb * 1024 * 1024),
-                   pool_bytes=int(FLAGS.pool_size_mb * 1024 * 1024),
-                   exact_draws=FLAGS.exact_draws, dynamic_masking=FLAGS.dynamic_masking)
+        raise CliError(f"--pool_size_mb={FLAGS.pool_size_mb} must be positive")
+    job = pretraining_cli.job_from_flags(FLAGS)
+    return BeamJob(**{field.name: getattr(job, field.name)
+                      for field in dataclasses.fields(job)},
+                   pool_bytes=int(FLAGS.pool_size_mb * 1024 * 1024))
 
 
 def main(argv):
@@ -477,14 +426,14 @@ def main(argv):
         options = pipeline_options(argv[1:])
         job = job_from_flags()
         summary = run_job(job, options)
-    except (cpd.CliError, pretraining_data.ConfigError, pretraining_data.InputError) as err:
+    except pretraining_cli.USER_ERRORS as err:
         print(f"beam_pretraining_data: error: {err}", file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
         print("beam_pretraining_data: interrupted; no output written (earlier outputs are "
               "unchanged)", file=sys.stderr, flush=True)
         return 130
-    cpd.log_summary(summary)
+    pretraining_cli.log_summary(summary)
     logging.info("Summary written to %s", job.summary_path)
     return 0
 
@@ -492,7 +441,6 @@ def main(argv):
 def run():
     lifecycle.exit_cleanly_on_signals()
     define_flags()
-    flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
     # Our flags are parsed here; the rest (Beam's options) reach main() for Beam.
     app.run(main, flags_parser=lambda argv: FLAGS(argv, known_only=True))
 

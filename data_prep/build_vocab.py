@@ -42,7 +42,7 @@ import random
 import sys
 import time
 
-from data_prep import fileio, tokenization
+from data_prep import fileio, text_input, tokenization
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 LAYOUTS = ("bert", "compact")
@@ -154,7 +154,7 @@ def iter_text_lines(files: list[str], stats: TextStats, config: VocabConfig):
     lines is stored in `stats.sample_lines` for the [UNK] check.
 
     Raises:
-      BuildVocabError: invalid UTF-8 (names file, line and byte offset in the line).
+      text_input.InputError: invalid UTF-8 (names the file, line and byte offset).
     """
     stats.input_bytes = sum(fileio.getsize(f) for f in files)
     limit = int(config.max_input_mb * 1_000_000)
@@ -164,13 +164,11 @@ def iter_text_lines(files: list[str], stats: TextStats, config: VocabConfig):
     reservoir_rng = random.Random(config.seed + 1)
     for path in files:
         with fileio.open_file(path, "rb") as reader:
+            offset = 0
             for line_number, raw in enumerate(reader, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise BuildVocabError(
-                        f"{path}:{line_number}: invalid UTF-8 (byte 0x{raw[err.start]:02x} at "
-                        f"byte {err.start} of the line); input text must be UTF-8") from err
+                line = text_input.decode_utf8(raw, path, first_line=line_number,
+                                              first_offset=offset)
+                offset += len(raw)
                 stats.lines_read += 1
                 if stats.sample_probability < 1.0 and rng.random() >= stats.sample_probability:
                     continue
@@ -519,7 +517,7 @@ def main(argv) -> int:
             max_input_mb=FLAGS.max_input_mb, seed=FLAGS.random_seed)
         summary = build_vocab(FLAGS.input_file, FLAGS.output_file, config, log=logging.info)
         summary_path = write_summary(summary, FLAGS.output_file)
-    except (BuildVocabError, OSError) as err:
+    except (BuildVocabError, text_input.InputError, OSError) as err:
         print(f"build_vocab: error: {err}", file=sys.stderr)
         return 1
     logging.info("summary: %s", summary_path)

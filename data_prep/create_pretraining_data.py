@@ -5,17 +5,26 @@
         --vocab_file=vocab.txt --max_seq_length=128 --max_predictions_per_seq=20
 
 Every flag of Google's create_pretraining_data.py, same names, meanings and defaults,
-plus --num_workers, --num_output_shards, --gzip, --chunk_size_mb,
---shuffle_buffer_size, --exact_draws, --dynamic_masking. The corpus is cut into chunks
-of documents that worker processes turn into framed TFRecord bytes (`pretraining_data.process_chunk`);
-this process writes them in chunk order, so the output depends on the seed and the
-input, never on the number of workers. No process imports TensorFlow. See
-docs/create_pretraining_data.md.
+plus --num_output_shards, --gzip, --chunk_size_mb, --exact_draws, --dynamic_masking
+(shared with the Beam pipeline: `pretraining_cli`) and this driver's --num_workers,
+--shuffle_buffer_size, --progress_seconds. The corpus is cut into chunks of documents
+that worker processes turn into framed TFRecord bytes (`pretraining_data.chunks`); this
+process writes them in chunk order, so the output depends on the seed and the input,
+never on the number of workers. See docs/create_pretraining_data.md.
+
+Paths are local or any `tf.io.gfile` URL (gs://, ...), as the original's. Local inputs
+are read by the workers themselves; a URL input is read here, range by range as the
+chunks are handed out, and its bytes go to the workers with the chunk (forked workers,
+which also inherit the tokenizer, never open a URL: only TensorFlow's file systems can,
+and they do not survive a fork). Records
+always travel back to this process, which alone writes the outputs. With local paths
+only, no process imports TensorFlow.
 
 Outputs are all-or-nothing as a set: the records and the summary
 (`DIR/_NAME.summary.json` beside the first output `DIR/NAME`, so that the glob
 `DIR/NAME*` matches records only) are written under hidden temporaries
-(`fileio.AtomicOutputs`) and renamed into place only when all are complete. On an
+(`fileio.AtomicOutputs`; on an object store such as gs://, staged locally and uploaded
+under their final names) and put in place only when all are complete. On an
 error, Ctrl-C or SIGTERM the temporaries are removed, the workers stopped, and earlier
 outputs stay as they were; workers die with this process even on `kill -9`
 (`lifecycle.init_worker_process`), and the hidden temporaries such a kill leaves are
@@ -47,236 +56,107 @@ import numpy as np
 import numpy.random
 from absl import app, flags, logging
 
-from data_prep import fileio, lifecycle, pretraining_data, shared_results, tokenization
+from data_prep import fileio, lifecycle, pretraining_cli, shared_results, tokenization
+from data_prep.pretraining_cli import CliError
+from data_prep.pretraining_data import documents
+from data_prep.pretraining_data.chunks import ChunkTask, load_tokenizer, process_chunk
+from data_prep.pretraining_data.stats import Stats
 
 FLAGS = flags.FLAGS
 
-# --- The original's flags (same names and defaults). ---
-flags.DEFINE_string("input_file", None,
-                    "Input raw text file(s): comma-separated list of files or globs. One "
-                    "sentence per line, blank lines between documents, UTF-8.")
-flags.DEFINE_string("output_file", None,
-                    "Output TFRecord file(s), comma-separated; instances are spread "
-                    "round-robin over them.")
-flags.DEFINE_string("vocab_file", None, "The vocabulary file of the BERT model.")
-flags.DEFINE_bool("do_lower_case", True,
-                  "Lower-case the input (True for uncased models, False for cased).")
-flags.DEFINE_bool("do_whole_word_mask", False,
-                  "Mask all WordPieces of a word together instead of each independently.")
-flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
-flags.DEFINE_integer("max_predictions_per_seq", 20,
-                     "Maximum number of masked LM predictions per sequence.")
-flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
-flags.DEFINE_integer("dupe_factor", 10,
-                     "Number of times to duplicate the input data (with different masks).")
-flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
-flags.DEFINE_float("short_seq_prob", 0.1,
-                   "Probability of creating sequences shorter than the maximum length.")
-
-# --- Ours. ---
-flags.DEFINE_integer("num_workers", None,
-                     "Worker processes (default: all available cores). The output does not "
-                     "depend on it.")
-flags.DEFINE_integer("num_output_shards", 1,
-                     "Split each output file into this many shards named "
-                     "NAME-00000-of-0000N (1: no split, NAME as given).")
-flags.DEFINE_bool("gzip", False, "Write GZIP-compressed TFRecords "
-                  "(read them with compression_type='GZIP').")
-flags.DEFINE_float("chunk_size_mb", 0.0,
-                   "Megabytes of input text per chunk, the unit of parallel work and the "
-                   "pool random next sentences are drawn from. 0: automatic (the input "
-                   "size / 16, between 0.25 and 2 MB).")
-flags.DEFINE_integer("shuffle_buffer_size", 200_000,
-                     "Instances held in the output shuffle buffer that mixes chunks.")
-flags.DEFINE_float("progress_seconds", 5.0, "Seconds between progress lines on stderr.")
-flags.DEFINE_bool("exact_draws", False,
-                  "Draw every random number as the original does (Python's random, in the "
-                  "original's order), so that a corpus within one chunk gives exactly the "
-                  "original's records; about 1.5x the CPU time. Otherwise masking is drawn with "
-                  "numpy for a whole chunk at once: the same distribution, other draws.")
-flags.DEFINE_bool("dynamic_masking", False,
-                  "Write the next-sentence pairs unmasked (input_ids, input_mask, segment_ids, "
-                  "next_sentence_labels), for run_pretraining.py to mask on the fly with a "
-                  "fresh mask every epoch (RoBERTa's dynamic masking). One copy of the pairs "
-                  "unless --dupe_factor is given; the masking flags (--masked_lm_prob, "
-                  "--max_predictions_per_seq, --do_whole_word_mask) then belong to "
-                  "run_pretraining.py.")
-
-MIN_AUTO_CHUNK = 256 * 1024
-MAX_AUTO_CHUNK = 2 * 1024 * 1024
-# The summary beside the first output DIR/NAME is DIR/_NAME.summary.json (summary_path_for).
-SUMMARY_PREFIX = "_"
-SUMMARY_SUFFIX = ".summary.json"
 # Lines longer than this many bytes per position of an instance are warned about: a line
 # is one sentence, of which an instance keeps at most max_seq_length tokens.
 LONG_LINE_BYTES_PER_POSITION = 100
 
 
-class CliError(Exception):
-    """A problem with the command line or the files it names; exit status 1."""
+def define_flags() -> None:
+    """The shared flags (`pretraining_cli`) and this driver's own, when the command starts."""
+    pretraining_cli.define_flags()
+    flags.DEFINE_integer("num_workers", None,
+                         "Worker processes (default: all available cores). The output does "
+                         "not depend on it.")
+    flags.DEFINE_integer("shuffle_buffer_size", 200_000,
+                         "Instances held in the output shuffle buffer that mixes chunks.")
+    flags.DEFINE_float("progress_seconds", 5.0, "Seconds between progress lines on stderr.")
+    pretraining_cli.at_least("num_workers", 1)
+    pretraining_cli.at_least("shuffle_buffer_size", 0)
 
 
-def _positive(name, minimum=1):
-    flags.register_validator(
-        name, lambda v: v is None or v >= minimum,
-        message=f"--{name} must be at least {minimum}")
+class LongLines:
+    """The lines of one file longer than `limit` bytes, found from its bytes fed in order.
 
-
-_positive("num_workers")
-_positive("num_output_shards")
-_positive("shuffle_buffer_size", 0)
-_positive("chunk_size_mb", 0)
-
-
-def expand_inputs(patterns: str) -> list:
-    """Files matching each comma-separated glob, in order (each glob sorted).
-
-    As with the original's `tf.gfile.Glob`, `*` also matches hidden names; `fileio`
-    temporaries (of a run in progress or killed) never match, and directories are not
-    read.
+    Finds the line ends with numpy (about 2 GB/s; splitting each block into Python bytes
+    objects took 4x as long), so the check costs little next to tokenizing the same text.
     """
-    files = []
-    for pattern in (p.strip() for p in patterns.split(",")):
-        if not pattern:
-            continue
-        if fileio.is_url(pattern):
-            raise CliError(f"--input_file: {pattern!r}: only local files are read (the "
-                           "workers do not use TensorFlow's file systems); copy the corpus "
-                           "to a local disk first")
-        found = fileio.glob(pattern)
-        matches = [m for m in found if fileio.isfile(m)]
-        if not matches:
-            directories = [m.rstrip("/") for m in found if fileio.isdir(m)]
-            if directories:
-                raise CliError(
-                    f"--input_file: {pattern!r} is a directory ({directories[0]}), not a "
-                    "text file; to read the files in it, pass a glob such as "
-                    f"--input_file='{directories[0]}/*.txt'")
-            raise CliError(f"--input_file: {pattern!r} matches no file")
-        files.extend(matches)
-    if not files:
-        raise CliError("--input_file names no file")
-    return files
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.found: list = []  # (line number, bytes)
+        self.line = 1
+        self.current = 0  # bytes of the line being read so far
+        self.position = 0  # bytes fed so far
+
+    def feed(self, block: bytes) -> None:
+        """The file's next bytes."""
+        self.position += len(block)
+        ends = np.flatnonzero(np.frombuffer(block, np.uint8) == ord("\n"))
+        if not len(ends):
+            self.current += len(block)
+            return
+        first = self.current + int(ends[0])  # the line that began before this block
+        if first > self.limit:
+            self.found.append((self.line, first))
+        inner = np.diff(ends) - 1  # lines between two line ends of this block
+        self.found.extend((self.line + 1 + k, int(inner[k]))
+                          for k in np.flatnonzero(inner > self.limit).tolist())
+        self.line += len(ends)
+        self.current = len(block) - 1 - int(ends[-1])
+
+    def finish(self) -> list:
+        """(line number, bytes) of every long line, the file's last line included."""
+        if self.current > self.limit:
+            self.found.append((self.line, self.current))
+            self.current = 0
+        return self.found
 
 
 def find_long_lines(path: str, limit: int, block_bytes: int = 1 << 24) -> list:
-    """(line number, bytes) of every line of `path` longer than `limit` bytes.
-
-    Reads the file in blocks and finds the line ends with numpy (about 2 GB/s; splitting
-    each block into Python bytes objects took 4x as long), so the check costs little next
-    to tokenizing the same text, which it runs beside.
-    """
-    found, line, current = [], 1, 0  # current: bytes of the line being read so far
+    """(line number, bytes) of every line of `path` longer than `limit` bytes."""
+    scan = LongLines(limit)
     with fileio.open_file(path, "rb") as f:
-        while True:
-            block = f.read(block_bytes)
-            if not block:
-                break
-            ends = np.flatnonzero(np.frombuffer(block, np.uint8) == ord("\n"))
-            if not len(ends):
-                current += len(block)
-                continue
-            first = current + int(ends[0])  # the line that began before this block
-            if first > limit:
-                found.append((line, first))
-            inner = np.diff(ends) - 1  # lines between two line ends of this block
-            found.extend((line + 1 + k, int(inner[k]))
-                         for k in np.flatnonzero(inner > limit).tolist())
-            line += len(ends)
-            current = len(block) - 1 - int(ends[-1])
-    if current > limit:
-        found.append((line, current))
-    return found
+        for block in iter(lambda: f.read(block_bytes), b""):
+            scan.feed(block)
+    return scan.finish()
 
 
-def warn_long_lines(input_files, max_seq_length: int) -> int:
-    """Warns, per file, about lines far longer than one instance; returns their number.
+def long_line_limit(max_seq_length: int) -> int:
+    return LONG_LINE_BYTES_PER_POSITION * max_seq_length
+
+
+def warn_long_lines(path: str, long_lines: list, max_seq_length: int) -> int:
+    """Warns about a file's lines far longer than one instance; returns their number.
 
     As in the original, a line is one sentence, and an instance keeps at most
     max_seq_length tokens of it (the pair is trimmed): the rest of such a line never
     reaches the output. The records stay the original's; the warning tells the user that
     the file is probably not one sentence per line.
     """
-    limit = LONG_LINE_BYTES_PER_POSITION * max_seq_length
-    total = 0
-    for path in input_files:
-        long_lines = find_long_lines(path, limit)
-        if not long_lines:
-            continue
-        total += len(long_lines)
-        line, size = long_lines[0]
-        longest = max(long_lines, key=lambda item: item[1])
-        logging.warning(
-            "%s:%d: a line of %s; %d line(s) of this file exceed %d bytes (the longest: "
-            "line %d, %s). A line is one sentence, and an instance keeps at most "
-            "--max_seq_length=%d tokens of it: the rest of such a line is dropped, as in "
-            "the original. Is the file one sentence per line, with \\n line ends?",
-            path, line, _size_text(size), len(long_lines), limit, longest[0],
-            _size_text(longest[1]), max_seq_length)
-    return total
+    if not long_lines:
+        return 0
+    line, size = long_lines[0]
+    longest = max(long_lines, key=lambda item: item[1])
+    logging.warning(
+        "%s:%d: a line of %s; %d line(s) of this file exceed %d bytes (the longest: "
+        "line %d, %s). A line is one sentence, and an instance keeps at most "
+        "--max_seq_length=%d tokens of it: the rest of such a line is dropped, as in "
+        "the original. Is the file one sentence per line, with \\n line ends?",
+        path, line, _size_text(size), len(long_lines), long_line_limit(max_seq_length),
+        longest[0], _size_text(longest[1]), max_seq_length)
+    return len(long_lines)
 
 
 def _size_text(size: int) -> str:
     return f"{size / 1e6:.2f} MB" if size >= 10_000 else f"{size} bytes"
-
-
-def output_paths(output_file: str, num_shards: int) -> list:
-    """Physical files, ordered so that instance i goes to paths[i % len(paths)] and
-    consecutive instances go round-robin over the given output files first."""
-    names = [p.strip() for p in output_file.split(",") if p.strip()]
-    if not names:
-        raise CliError("--output_file names no file")
-    if num_shards == 1:
-        return names
-    return [f"{name}-{shard:05d}-of-{num_shards:05d}"
-            for shard in range(num_shards) for name in names]
-
-
-def summary_path_for(output_file: str) -> str:
-    """The summary of a run whose first output is `DIR/NAME`: `DIR/_NAME.summary.json`.
-
-    Beside the records but not extending their name, so the glob `DIR/NAME*` (the
-    original README's `--input_file=tf_examples.tfrecord*`) matches records only and the
-    original's `run_pretraining.py` reads what it matches. A leading `_` also marks a side
-    file for Hadoop-style readers (Spark, Beam); the `.summary.json` ending is what this
-    project's readers skip in wider globs such as `DIR/*`.
-    """
-    first = next(p.strip() for p in output_file.split(",") if p.strip())
-    directory, name = os.path.split(first)
-    return os.path.join(directory, SUMMARY_PREFIX + name + SUMMARY_SUFFIX)
-
-
-def check_output_names(outputs, summary_path, input_files, vocab_file) -> None:
-    """Refuses, before any work, outputs that would destroy data or mislead readers.
-
-    Refused: an output that is an input (also through a glob, a relative path or a link),
-    the same output twice, an output that is a directory, an output in a directory that
-    does not exist, a URL (this CLI writes local files), and output names whose glob
-    `NAME*` would match the summary file.
-    """
-    named = [("--output_file", p) for p in outputs] + [("--output_file (summary)",
-                                                        summary_path)]
-    for flag, path in named:
-        if fileio.is_url(path):
-            raise CliError(f"{flag}: {path!r}: only local files are written; write them "
-                           "locally and copy them to their destination")
-        directory = os.path.dirname(path) or "."
-        if not fileio.isdir(directory):
-            raise CliError(f"--output_file: cannot write {path!r}: the directory "
-                           f"{directory!r} does not exist")
-    try:
-        fileio.check_outputs(named, [("--input_file", f) for f in input_files]
-                             + [("--vocab_file", vocab_file)])
-    except fileio.OutputError as err:
-        raise CliError(str(err)) from None
-    summary_dir, summary_name = os.path.split(summary_path)
-    for path in outputs:
-        directory, name = os.path.split(path)
-        if summary_name.startswith(name) and fileio.same_path(directory or ".",
-                                                                summary_dir or "."):
-            raise CliError(f"--output_file: the glob {path}* would match the summary file "
-                           f"{summary_path}; choose output names that do not start with "
-                           f"{SUMMARY_PREFIX!r}")
 
 
 def clean_legacy_temporaries(paths) -> None:
@@ -284,8 +164,11 @@ def clean_legacy_temporaries(paths) -> None:
 
     They match the glob `NAME*`; this run owns NAME, and a file is removed only when its
     process no longer runs. (Temporaries are now hidden: see `fileio.temporary_path`.)
+    Those versions wrote local files only.
     """
     for path in paths:
+        if fileio.is_url(path):
+            continue
         directory, name = os.path.split(path)
         pattern = re.compile(re.escape(name) + r"(?:\.summary\.json)?\.tmp-(\d+)")
         try:
@@ -434,7 +317,7 @@ def start_workers(num_workers, vocab_file, do_lower_case):
     fork = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
     shared = None
     if fork:
-        pretraining_data.load_tokenizer(vocab_file, do_lower_case)
+        load_tokenizer(vocab_file, do_lower_case)
         tokenization.load_tables()
         shared = shared_results.SharedResults.create()
     context = multiprocessing.get_context("fork" if fork else "spawn")
@@ -476,12 +359,12 @@ def ordered_results(tasks, pool, window, shared=None):
     submitted now, so workers start while this process goes on. With `shared`, the
     records come through its slots (a result's data is then a read-only memoryview)."""
     if pool is None:
-        return (pretraining_data.process_chunk(task) for task in tasks)
+        return (process_chunk(task) for task in tasks)
     task_iter = iter(tasks)
 
     def submit(task):
         if shared is None:
-            return pool.submit(pretraining_data.process_chunk, task), None
+            return pool.submit(process_chunk, task), None
         slot = shared.acquire()
         return pool.submit(shared_results.process_chunk, task, slot), slot
 
@@ -529,45 +412,6 @@ class Progress:
               f"ETA {eta:.0f}s", file=sys.stderr, flush=True)
 
 
-# Flags that only decide the masking: with --dynamic_masking nothing is masked here
-# (run_pretraining.py masks, with its own flags of the first three names).
-MASKING_FLAGS = ("masked_lm_prob", "max_predictions_per_seq", "do_whole_word_mask",
-                 "exact_draws")
-
-
-def config_from_flags() -> pretraining_data.PretrainingConfig:
-    dupe_factor = FLAGS.dupe_factor
-    if FLAGS.dynamic_masking:
-        given = [f"--{name}" for name in MASKING_FLAGS if FLAGS[name].present]
-        if given:
-            raise CliError(
-                f"{', '.join(given)}: no effect with --dynamic_masking, which writes the "
-                "pairs unmasked; give the masking flags to run_pretraining.py, which masks "
-                "them on the fly")
-        # One copy: the mask varies from epoch to epoch instead (RoBERTa); more copies
-        # (other pairings and truncations) only when asked for.
-        if not FLAGS["dupe_factor"].present:
-            dupe_factor = 1
-    config = pretraining_data.PretrainingConfig(
-        max_seq_length=FLAGS.max_seq_length,
-        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-        masked_lm_prob=FLAGS.masked_lm_prob,
-        short_seq_prob=FLAGS.short_seq_prob,
-        dupe_factor=dupe_factor,
-        do_whole_word_mask=FLAGS.do_whole_word_mask)
-    config.validate()
-    if config.max_predictions_per_seq > config.max_seq_length - 3:
-        logging.warning("--max_predictions_per_seq=%d: at most %d tokens of a %d-token "
-                        "sequence can be masked; the rest is padding",
-                        config.max_predictions_per_seq, config.max_seq_length - 3,
-                        config.max_seq_length)
-    return config
-
-
-def auto_chunk_bytes(total_bytes: int) -> int:
-    return int(min(MAX_AUTO_CHUNK, max(MIN_AUTO_CHUNK, total_bytes // 16)))
-
-
 def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, num_workers,
              gzip, chunk_bytes, shuffle_buffer_size, progress_seconds,
              exact_draws=False, summary_path=None, dynamic_masking=False) -> dict:
@@ -577,23 +421,24 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
     set: they appear under their final names only if the whole run succeeds.
     """
     start = time.monotonic()
-    total_bytes = sum(os.path.getsize(f) for f in input_files)
+    total_bytes = sum(fileio.getsize(f) for f in input_files)
     if total_bytes == 0:
         raise CliError(f"--input_file: the input is empty ({', '.join(input_files)})")
-    chunk_bytes = chunk_bytes or auto_chunk_bytes(total_bytes)
-    chunks, warnings = pretraining_data.plan_chunks(input_files, chunk_bytes)
+    chunk_bytes = chunk_bytes or pretraining_cli.auto_chunk_bytes(total_bytes)
+    chunks, warnings = documents.plan_chunks(input_files, chunk_bytes)
     for warning in warnings:
         logging.warning("%s", warning)
     num_workers = max(1, min(num_workers, len(chunks)))
     logging.info("%d input file(s), %.1f MB, %d chunk(s) of ~%.2f MB, %d worker(s)",
                  len(input_files), total_bytes / 1e6, len(chunks), chunk_bytes / 1e6,
                  num_workers)
-    tasks = (pretraining_data.ChunkTask(index=i, ranges=ranges, vocab_file=vocab_file,
-                                        do_lower_case=do_lower_case, config=config, seed=seed,
-                                        exact_draws=exact_draws,
-                                        dynamic_masking=dynamic_masking)
-             for i, ranges in enumerate(chunks))
-    stats = pretraining_data.Stats(split_documents=len(warnings))
+    limit = long_line_limit(config.max_seq_length)
+    # URL inputs are scanned for long lines as this process reads them (`chunk_tasks`).
+    remote_scans = {path: LongLines(limit) for path in input_files if fileio.is_url(path)}
+    tasks = chunk_tasks(chunks, remote_scans, vocab_file=vocab_file,
+                        do_lower_case=do_lower_case, config=config, seed=seed,
+                        exact_draws=exact_draws, dynamic_masking=dynamic_masking)
+    stats = Stats(split_documents=len(warnings))
     finals = list(outputs) + ([summary_path] if summary_path else [])
     clean_legacy_temporaries(finals)
     pool, shared = start_workers(num_workers, vocab_file, do_lower_case)
@@ -601,12 +446,18 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
     try:
         with fileio.AtomicOutputs(finals) as atomic:
             results = ordered_results(tasks, pool, window=num_workers + 2, shared=shared)
-            # Scanned while the workers start on the first chunks (a warning only).
-            long_lines = warn_long_lines(input_files, config.max_seq_length)
+            # Local files are scanned while the workers start on the first chunks (a
+            # warning only).
+            long_lines = sum(
+                warn_long_lines(path, find_long_lines(path, limit), config.max_seq_length)
+                for path in dict.fromkeys(input_files) if path not in remote_scans)
             writers = RecordWriters(atomic, outputs, gzip)
             try:
                 write_all(results, writers, stats, len(chunks), shuffle_buffer_size, seed,
                           Progress(total_bytes, progress_seconds, start))
+                long_lines += sum(
+                    warn_long_lines(path, scan.finish(), config.max_seq_length)
+                    for path, scan in remote_scans.items())
                 if stats.instances == 0:
                     raise CliError(
                         f"--input_file: no instances: the {stats.lines} line(s) of input "
@@ -656,6 +507,25 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
     return summary
 
 
+def chunk_tasks(chunks, remote_scans: dict, **settings):
+    """The chunks' tasks, in order. A range of a URL input is read here, as its task is
+    handed out (workers read local files only), and scanned for long lines on the way:
+    its file's bytes go by once, in order."""
+    for index, ranges in enumerate(chunks):
+        ranges = tuple(_loaded(byte_range, remote_scans) for byte_range in ranges)
+        yield ChunkTask(index=index, ranges=ranges, **settings)
+
+
+def _loaded(byte_range: documents.ByteRange, remote_scans: dict) -> documents.ByteRange:
+    if byte_range.path not in remote_scans:
+        return byte_range
+    byte_range = documents.loaded(byte_range)
+    scan = remote_scans[byte_range.path]
+    if scan.position == byte_range.start:  # not a file named twice, read again
+        scan.feed(byte_range.data)
+    return byte_range
+
+
 def write_all(results, writers, stats, num_chunks, shuffle_buffer_size, seed, progress):
     """Writes the chunks' records as they arrive, mixed by the shuffle buffer."""
     # One chunk is already shuffled exactly as the original shuffles its instances.
@@ -689,48 +559,20 @@ def write_summary(atomic: fileio.AtomicOutputs, path: str, summary: dict) -> Non
                        "(an earlier output there is unchanged)") from None
 
 
-def log_summary(summary: dict) -> None:
-    def pct(x):
-        return "n/a" if x is None else f"{100 * x:.1f}%"
-
-    logging.info(
-        "Wrote %d instances from %d documents (%d tokens, %.1f per instance) in %.1fs, "
-        "%.2f MB/s, %.0f instances/s", summary["instances"], summary["documents"],
-        summary["tokens"], summary["mean_tokens_per_instance"] or 0, summary["seconds"],
-        summary["mb_per_second"], summary["instances_per_second"])
-    logging.info(
-        "masked %s of tokens ([MASK] %s, kept %s, random %s); random next %s; "
-        "shorter than max_seq_length %s", pct(summary["masked_fraction"]),
-        pct(summary["mask_token_share"]), pct(summary["kept_token_share"]),
-        pct(summary["random_token_share"]), pct(summary["random_next_share"]),
-        pct(summary["short_instance_share"]))
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     try:
-        config = config_from_flags()
-        input_files = expand_inputs(FLAGS.input_file)
-        try:
-            vocab = tokenization.load_vocab(FLAGS.vocab_file)
-            tokenization.check_vocab(vocab, FLAGS.vocab_file)
-        except tokenization.VocabError as err:
-            raise CliError(f"--vocab_file: {err}") from None
-        outputs = output_paths(FLAGS.output_file, FLAGS.num_output_shards)
-        summary_path = summary_path_for(FLAGS.output_file)
-        check_output_names(outputs, summary_path, input_files, FLAGS.vocab_file)
+        job = pretraining_cli.job_from_flags(FLAGS)
         num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
         summary = generate(
-            config, input_files, outputs, vocab_file=FLAGS.vocab_file,
-            do_lower_case=FLAGS.do_lower_case, seed=FLAGS.random_seed,
-            num_workers=num_workers, gzip=FLAGS.gzip,
-            chunk_bytes=int(FLAGS.chunk_size_mb * 1024 * 1024),
+            job.config, job.input_files, job.outputs, vocab_file=job.vocab_file,
+            do_lower_case=job.do_lower_case, seed=job.seed, num_workers=num_workers,
+            gzip=job.gzip, chunk_bytes=job.chunk_bytes,
             shuffle_buffer_size=FLAGS.shuffle_buffer_size,
-            progress_seconds=FLAGS.progress_seconds,
-            exact_draws=FLAGS.exact_draws, summary_path=summary_path,
-            dynamic_masking=FLAGS.dynamic_masking)
-    except (CliError, pretraining_data.ConfigError, pretraining_data.InputError) as err:
+            progress_seconds=FLAGS.progress_seconds, exact_draws=job.exact_draws,
+            summary_path=job.summary_path, dynamic_masking=job.dynamic_masking)
+    except pretraining_cli.USER_ERRORS as err:
         print(f"create_pretraining_data: error: {err}", file=sys.stderr, flush=True)
         return 1
     except BrokenProcessPool as err:
@@ -740,8 +582,8 @@ def main(argv):
         return 1
     except KeyboardInterrupt:  # Ctrl-C; `generate` said what became of the outputs
         return 130
-    log_summary(summary)
-    logging.info("Summary written to %s", summary_path)
+    pretraining_cli.log_summary(summary)
+    logging.info("Summary written to %s", job.summary_path)
     return 0
 
 
@@ -749,7 +591,7 @@ def run():
     """The command: raises SystemExit with `main`'s status (`app.run`), so the run ends as
     every Python program does (`lifecycle` module docstring)."""
     lifecycle.exit_cleanly_on_signals()
-    flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
+    define_flags()
     app.run(main)
 
 

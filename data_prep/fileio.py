@@ -31,11 +31,19 @@
   An `fsync` that fails (EIO, ENOSPC on some file systems) fails the commit before any
   rename: the temporaries are removed and the previous outputs stay. A file system that
   cannot sync a directory (EINVAL) gives its entries the durability it has.
-* URL paths have no `fsync`: there the guarantee is the file system's. An object store
-  (gs://, s3://) makes an object visible, complete, only when its upload is closed, so a
-  single file is all-or-nothing; a rename there is a copy and a delete, so a set (or a
-  directory) of several objects can be seen half-renamed after a crash. `ram://` is
-  memory and is lost with the process.
+* URL paths have no `fsync`: there the guarantee is the file system's. A file system that
+  renames (HDFS, `ram://`, ...) gets temporaries beside the outputs and renames, as a
+  local disk. An object store (`OBJECT_STORE_SCHEMES`: gs://, s3://, ...) cannot rename
+  (a rename is a copy and a delete: the data written twice, and not atomic), but it makes
+  an object visible, complete, only when its upload is closed. So there each output is
+  staged under a local temporary (`staging_name`, in the system's temporary folder:
+  TensorFlow's own GCS writer buffers every file it writes in a local file too) and, on
+  commit, uploaded once under its final name: each object appears complete or not at all,
+  and nothing is uploaded before the whole set is complete. A set (or a directory) of
+  several objects can still be seen half-uploaded after a crash during the uploads, as a
+  local set inside its renames. Temporaries written by other processes or machines (the
+  Beam pipeline's workers: `shared_temporaries=True`) stay beside the outputs, on the
+  store, and are copied into place. `ram://` is memory and is lost with the process.
 * `check_outputs` refuses, before any work, an output that is also an input, two outputs
   with the same name, and an output that is an existing directory.
 """
@@ -47,10 +55,14 @@ import errno
 import os
 import socket
 import sys
+import tempfile
 import uuid
 from typing import Iterable, Mapping, Sequence
 
 TEMP_MARK = ".tmp-"
+# URL schemes of object stores: no rename (a copy and a delete), but an object appears,
+# complete, only when its upload is closed (see the module docstring).
+OBJECT_STORE_SCHEMES = frozenset({"gs", "s3", "az", "oss"})
 
 
 class OutputError(ValueError):
@@ -63,6 +75,12 @@ class OutputError(ValueError):
 def is_url(path: str) -> bool:
     """True for paths with a scheme (gs://, ram://, ...) that only tf.io.gfile can open."""
     return "://" in str(path)
+
+
+def is_object_store(path: str) -> bool:
+    """True for a path on an object store (`OBJECT_STORE_SCHEMES`), where outputs are
+    uploaded once, complete, instead of renamed."""
+    return is_url(path) and str(path).split("://", 1)[0].lower() in OBJECT_STORE_SCHEMES
 
 
 def _gfile():
@@ -79,10 +97,26 @@ def open_file(path: str, mode: str = "r", encoding: str = "utf-8", newline: str 
     """
     path = str(path)
     if is_url(path):
-        return _gfile().GFile(path, mode)
+        return _gfile_class()(path, mode)
     if "b" in mode:
         return open(path, mode)
     return open(path, mode, encoding=encoding, newline=newline)
+
+
+def _gfile_class():
+    """`tf.io.gfile.GFile` that also writes memoryviews (records mapped from shared
+    memory), as local files do."""
+    global _GFILE_CLASS
+    if _GFILE_CLASS is None:
+        class GFile(_gfile().GFile):
+            def write(self, data):
+                super().write(bytes(data) if isinstance(data, memoryview) else data)
+
+        _GFILE_CLASS = GFile
+    return _GFILE_CLASS
+
+
+_GFILE_CLASS = None
 
 
 def exists(path: str) -> bool:
@@ -331,20 +365,32 @@ class AtomicOutputs:
         or summary files last).
       replace_directories: a final path that is an existing directory (a previous export)
         is replaced by the new one; otherwise outputs are files.
+      shared_temporaries: the temporaries are written by other processes or machines
+        (Beam workers), so they stay beside the final paths also on an object store,
+        rather than staged in this machine's temporary folder.
     """
 
-    def __init__(self, paths: Sequence[str], replace_directories: bool = False):
+    def __init__(self, paths: Sequence[str], replace_directories: bool = False,
+                 shared_temporaries: bool = False):
         self.paths = [str(p) for p in paths]
         if len(set(self.paths)) != len(self.paths):
             raise OutputError(f"an output is named twice: {self.paths}")
         self.replace_directories = replace_directories
-        self.temps = {p: temporary_path(p) for p in self.paths}
+        # Outputs on an object store are staged locally and uploaded on commit.
+        self.staged = set() if shared_temporaries else {
+            p for p in self.paths if is_object_store(p)}
+        self.staging = temporary_path(staging_name()) if self.staged else None
+        self.temps = {p: f"{self.staging}/{i}-{basename(p)}" if p in self.staged
+                      else temporary_path(p) for i, p in enumerate(self.paths)}
         self.committed = False
 
     def __enter__(self):
         for path in self.paths:
             makedirs(parent_dir(path))
             clean_stale_temporaries(path)
+        if self.staging:
+            clean_stale_temporaries(staging_name())  # a killed run's staged outputs
+            makedirs(self.staging)
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -378,7 +424,9 @@ class AtomicOutputs:
         3. Each output's parent directory is synced (`sync_directory`), so the new names
            are on disk when this returns.
 
-        URL paths skip 1 and 3 (no fsync there: see the module docstring).
+        URL paths skip 1 and 3 (no fsync there: see the module docstring); in 2 an
+        output on an object store is uploaded from its local stage (`_upload`) rather
+        than renamed.
         """
         from data_prep import lifecycle
 
@@ -386,17 +434,21 @@ class AtomicOutputs:
         if missing:
             raise RuntimeError(f"outputs were never written: {missing}")
         for path in self.paths:
-            sync(self.temps[path])
+            if not is_url(path):
+                sync(self.temps[path])
         with lifecycle.signals_deferred():
             for path in self.paths:
                 temp = self.temps[path]
-                if isdir(temp):
+                if path in self.staged:
+                    _upload(temp, path, self.replace_directories)
+                elif isdir(temp):
                     _replace_directory(temp, path, self.replace_directories)
                 else:
                     rename(temp, path, overwrite=True)
             self.committed = True
             for directory in dict.fromkeys(parent_dir(path) for path in self.paths):
                 sync_directory(directory)
+        self._remove_staging()
 
     def abort(self) -> None:
         """Removes every temporary (best effort: called while failing anyway)."""
@@ -405,6 +457,46 @@ class AtomicOutputs:
                 remove(temp)
             except Exception:  # noqa: BLE001
                 pass
+        self._remove_staging()
+
+    def _remove_staging(self) -> None:
+        if self.staging:
+            try:
+                remove(self.staging)
+            except OSError:
+                pass
+
+
+def staging_name() -> str:
+    """Whose temporaries are the local staging folders of outputs bound for an object
+    store: `TMPDIR/.bert-staging.tmp-HOST-PID-HEX`, in the system's temporary folder."""
+    return os.path.join(tempfile.gettempdir(), "bert-staging")
+
+
+def _upload(local: str, final: str, replace_directory: bool) -> None:
+    """Puts a staged local file or directory at `final` on an object store: every object
+    written once, under its final name, by one upload that makes it visible only when
+    complete (`tf.io.gfile.copy`). A directory that replaces an earlier one (an export)
+    gets every new file first, then loses the earlier files it no longer holds."""
+    if not os.path.isdir(local):
+        _gfile().copy(local, final, overwrite=True)
+        return
+    earlier = set()
+    if exists(final):
+        if not replace_directory:
+            raise OutputError(f"{final} exists and is not replaced")
+        earlier = {f"{root.rstrip('/')}/{name}" for root, _, names in _gfile().walk(final)
+                   for name in names}
+    written = set()
+    for root, _, names in os.walk(local):
+        relative = os.path.relpath(root, local)
+        target = final if relative == "." else f"{final}/{relative.replace(os.sep, '/')}"
+        makedirs(target)
+        for name in names:
+            _gfile().copy(os.path.join(root, name), f"{target}/{name}", overwrite=True)
+            written.add(f"{target}/{name}")
+    for stale in sorted(earlier - written):
+        remove(stale)
 
 
 def sync(path: str) -> None:

@@ -21,9 +21,10 @@ process maps them (`mmap`, no copy) and hands the mapping on as the result's dat
 
 What it buys, and why it is kept: the ~8 ms per chunk is main-process CPU, proportional
 to the corpus, and the main process alone receives, shuffles and writes every record, so
-its CPU per chunk bounds the run's speed however many workers are added. What it costs a maintainer: a second transport (Linux, fork only) beside the
-executor's pipe, with slot bookkeeping (a finalizer per mapping) and three fallbacks, all
-of which must give the same bytes (tests/test_shared_results.py checks each).
+its CPU per chunk bounds the run's speed however many workers are added. What it costs a
+maintainer: a second transport (Linux, fork only) beside the executor's pipe, with slot
+bookkeeping (a finalizer per mapping) and three fallbacks, all of which must give the
+same bytes (tests/test_shared_results.py checks each).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import mmap
 import os
 import weakref
 
-from data_prep import pretraining_data
+from data_prep.pretraining_data import chunks
 
 # Offset between slots: the most one chunk's records can take through shared memory.
 SLOT_BYTES = 1 << 30
@@ -75,8 +76,8 @@ class SharedResults:
         self.slots += 1
         return self.slots - 1
 
-    def receive(self, result: pretraining_data.ChunkResult, slot: int,
-                nbytes: int | None) -> pretraining_data.ChunkResult:
+    def receive(self, result: chunks.ChunkResult, slot: int,
+                nbytes: int | None) -> chunks.ChunkResult:
         """The result with its data in place: mapped from `slot` if the worker wrote
         `nbytes` there, else as sent. The slot is free again once the mapping is gone."""
         if nbytes is None:
@@ -100,10 +101,10 @@ class SharedResults:
             pass
 
 
-def process_chunk(task: pretraining_data.ChunkTask, slot: int | None):
-    """`pretraining_data.process_chunk` in a worker: (the result, the bytes written to
+def process_chunk(task: chunks.ChunkTask, slot: int | None):
+    """`chunks.process_chunk` in a worker: (the result, the bytes written to
     `slot` of the shared file, or None when its data travels in the result)."""
-    result = pretraining_data.process_chunk(task)
+    result = chunks.process_chunk(task)
     data = result.data
     if slot is None or _FD is None or not data or len(data) > SLOT_BYTES:
         return result, None

@@ -58,11 +58,12 @@ def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
                 "tensorflow":
             raise
         raise VocabError(f"cannot read vocab file {vocab_file!r}: {err}") from err
+    from data_prep import text_input
+
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise VocabError(f"{vocab_file}:{line}: vocab file is not valid UTF-8") from err
+        text = text_input.decode_utf8(raw, vocab_file)
+    except text_input.InputError as err:
+        raise VocabError(f"vocab file {err}") from None
     lines = text.replace("\r", "").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -728,20 +729,22 @@ def tokenize_stream(tokenizer: FullTokenizer, source, sink, batch_lines: int = 4
     r"""Writes one line of space-separated tokens to `sink` (binary) per line of `source`.
 
     `source` is a binary stream split on b"\n" only. Returns the number of lines. Raises
-    ValueError naming the (1-based) line and byte offset of invalid UTF-8.
+    `text_input.InputError` (a ValueError) naming the line and byte offset of invalid
+    UTF-8, after writing the lines before it.
     """
+    from data_prep import text_input
+
     out: list[str] = []
-    count = 0
+    count = offset = 0
     for count, raw in enumerate(source, start=1):
-        if raw.endswith(b"\n"):
-            raw = raw[:-1]
         try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
+            line = text_input.decode_utf8(raw, "stdin", first_line=count, first_offset=offset)
+        except text_input.InputError:
             sink.write("".join(out).encode("utf-8"))
-            raise ValueError(
-                f"stdin line {count}: invalid UTF-8 at byte {err.start} of the line "
-                f"({raw[err.start:err.start + 4]!r})") from err
+            raise
+        offset += len(raw)
+        if line.endswith("\n"):
+            line = line[:-1]
         out.append(" ".join(tokenizer.tokenize(line)) + "\n")
         if len(out) >= batch_lines:
             sink.write("".join(out).encode("utf-8"))

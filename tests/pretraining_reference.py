@@ -55,7 +55,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from data_prep import build_vocab, pretraining_data as pd, sample_corpus, tokenization  # noqa: E402
+from data_prep import build_vocab, sample_corpus, tokenization  # noqa: E402
+from data_prep.pretraining_data.chunks import load_tokenizer  # noqa: E402
+from data_prep.pretraining_data.config import PretrainingConfig  # noqa: E402
+from data_prep.pretraining_data.documents import ByteRange, read_documents  # noqa: E402
+from data_prep.pretraining_data.instances import CompactInstances, unit_instances  # noqa: E402
 
 # Tolerance, in standard errors of a difference (see the module docstring).
 Z = 4.0
@@ -66,8 +70,8 @@ SE_RUNS = 4  # our runs whose variance estimates are averaged
 MASKING_REPEATS = 2  # the original masks its unmasked instances this many times
 # The configuration of the reference runs: the original's defaults but shorter sequences
 # (more instances per MB, so a few thousand instances come from a small corpus).
-CONFIG = pd.PretrainingConfig(max_seq_length=64, max_predictions_per_seq=10,
-                              masked_lm_prob=0.15, short_seq_prob=0.1, dupe_factor=6)
+CONFIG = PretrainingConfig(max_seq_length=64, max_predictions_per_seq=10,
+                           masked_lm_prob=0.15, short_seq_prob=0.1, dupe_factor=6)
 WWM_CONFIG = dataclasses.replace(CONFIG, do_whole_word_mask=True)
 
 
@@ -213,7 +217,7 @@ class InstanceTable:
                    kept=((at == parsed["masked_lm_ids"]) & weights).sum(axis=1))
 
     @classmethod
-    def from_compact(cls, compact: "pd.CompactInstances", documents: list,
+    def from_compact(cls, compact: "CompactInstances", documents: list,
                      dupe_factor: int, mask_id: int) -> "InstanceTable":
         """Our instances in creation order, with each one's (document, pass).
 
@@ -311,11 +315,11 @@ _CACHE: dict = {}
 def our_table(files, vocab, config, seed, *, exact_draws=False, dynamic_masking=False):
     """Our single-pool run (the local pipeline's code path for one chunk) as an
     InstanceTable with cells, plus the CompactInstances."""
-    tokenize_ids, masking_vocab = pd.load_tokenizer(vocab, True)
-    documents = pd.read_documents([pd.ByteRange(f, 0, os.path.getsize(f)) for f in files],
-                                  tokenize_ids)
-    compact = pd.unit_instances(documents, config, masking_vocab, seed=seed, index=0,
-                                exact_draws=exact_draws, dynamic_masking=dynamic_masking)
+    tokenize_ids, masking_vocab = load_tokenizer(vocab, True)
+    documents = read_documents([ByteRange(f, 0, os.path.getsize(f)) for f in files],
+                               tokenize_ids)
+    compact = unit_instances(documents, config, masking_vocab, seed=seed, index=0,
+                             exact_draws=exact_draws, dynamic_masking=dynamic_masking)
     table = InstanceTable.from_compact(compact, documents, config.dupe_factor,
                                        masking_vocab.mask_id)
     return table, compact

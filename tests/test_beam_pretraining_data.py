@@ -14,7 +14,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import pretraining_reference as reference_runs
-from data_prep import pretraining_data as pd
+from data_prep.pretraining_data.config import PretrainingConfig
 
 from data_prep import beam_pretraining_data as bpd  # noqa: E402
 
@@ -121,8 +121,8 @@ def test_random_next_sentences_come_from_other_files(tmp_path):
                 for _ in range(150)]
         (tmp_path / name).write_text("\n\n".join(docs) + "\n", encoding="utf-8")
         files.append(str(tmp_path / name))
-    config = pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=4,
-                                  dupe_factor=2)
+    config = PretrainingConfig(max_seq_length=32, max_predictions_per_seq=4,
+                               dupe_factor=2)
     outputs, _ = run_beam(tmp_path, files, vocab, config, pool_bytes=6000,
                           dynamic_masking=True)
     parsed, _ = reference_runs.read_records(outputs)
@@ -149,8 +149,8 @@ def test_what_a_step_holds_does_not_grow_with_the_corpus(prose, tmp_path, monkey
     the pools and buckets, each within the sampling spread of its bound. (The DirectRunner
     engine itself holds whole collections: bench/RESULTS.md.)"""
     text = open(prose["corpus"], encoding="utf-8").read().rstrip("\n") + "\n\n"
-    config = pd.PretrainingConfig(max_seq_length=64, max_predictions_per_seq=10,
-                                  dupe_factor=1)
+    config = PretrainingConfig(max_seq_length=64, max_predictions_per_seq=10,
+                               dupe_factor=1)
     bucket_records = 400
     monkeypatch.setattr(bpd, "BUCKET_RECORDS", bucket_records)
     seen = {"pools": [], "keys": []}
@@ -236,13 +236,15 @@ def test_cli_output_depends_on_the_seed_only(prose, tmp_path):
 
 @pytest.mark.slow
 def test_cli_refuses_what_it_would_ignore(prose, tmp_path):
-    """Flags of the local process pool, unknown flags and masking flags with
-    --dynamic_masking are errors naming the flag; nothing is written."""
+    """Flags of the local process pool (not this tool's flags, nor Beam options), unknown
+    flags and masking flags with --dynamic_masking are errors naming the flag; nothing is
+    written. (--num_workers is Beam's own option: Dataflow's initial worker count.)"""
     out = str(tmp_path / "o.tfrecord")
     common = [f"--input_file={prose['corpus']}", f"--vocab_file={prose['vocab']}",
               f"--output_file={out}"]
     for extra, message in [
-            (["--num_workers=2"], "--num_workers"),
+            (["--shuffle_buffer_size=2"], "--shuffle_buffer_size"),
+            (["--progress_seconds=1"], "--progress_seconds"),
             (["--no_such_flag=1"], "--no_such_flag"),
             (["--dynamic_masking", "--masked_lm_prob=0.2"], "--masked_lm_prob"),
             (["--pool_size_mb=0"], "--pool_size_mb")]:

@@ -173,7 +173,8 @@ def test_cli_bad_input_fails_clearly(tmp_path, case):
     elif case == "invalid_utf8":
         (tmp_path / "bad.txt").write_bytes(b"fine line\nanother\nbroken \xff\xfe here\n")
         flags["input_file"] = f"{good},{tmp_path}/bad.txt"
-        expected = "bad.txt:3: invalid UTF-8"
+        # "fine line\n" (10 bytes), "another\n" (8), "broken " (7): offset 25.
+        expected = "bad.txt:3: invalid UTF-8 at byte offset 25 (invalid start byte)"
     elif case == "small_vocab":
         flags["vocab_size"] = "100"
         expected = "--vocab_size=100 is too small: the special tokens alone take 105"

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import demo
+from demo_lib import reports, stages as demo_stages
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,7 +27,7 @@ def _write_fake_tfrecords(path, payloads, compress=False):
 def test_count_tfrecords(tmp_path, compress):
     path = str(tmp_path / ("x.tfrecord" + (".gz" if compress else "")))
     _write_fake_tfrecords(path, [b"a" * n for n in (0, 1, 70000, 5)], compress)
-    assert demo.count_tfrecords(path) == 4
+    assert reports.count_tfrecords(path) == 4
 
 
 def test_count_tfrecords_reports_truncation(tmp_path):
@@ -34,7 +35,7 @@ def test_count_tfrecords_reports_truncation(tmp_path):
     _write_fake_tfrecords(path, [b"abc"])
     path.write_bytes(path.read_bytes() + b"\x01\x02")
     with pytest.raises(demo.StageError, match="truncated"):
-        demo.count_tfrecords(str(path))
+        reports.count_tfrecords(str(path))
 
 
 def _settings(tmp_path, **overrides):
@@ -134,10 +135,10 @@ def test_failing_tool_reports_exit_code_log_and_message(tmp_path, capsys):
 
 
 def test_noise_filter():
-    assert demo._is_noise("I0000 00:00:1795319551.993275    8293 port.cc:153] oneDNN custom")
-    assert demo._is_noise("WARNING: All log messages before absl::InitializeLog() is called")
-    assert not demo._is_noise("I1122 03:52:31.110223 1404 build_vocab.py:379] reading 1 file")
-    assert not demo._is_noise("Instances written: 10")
+    assert demo_stages.is_noise("I0000 00:00:1795319551.993275    8293 port.cc:153] oneDNN custom")
+    assert demo_stages.is_noise("WARNING: All log messages before absl::InitializeLog() is called")
+    assert not demo_stages.is_noise("I1122 03:52:31.110223 1404 build_vocab.py:379] reading 1 file")
+    assert not demo_stages.is_noise("Instances written: 10")
 
 
 @pytest.mark.slow
@@ -175,7 +176,7 @@ def test_quick_demo_end_to_end(tmp_path):
     records = sorted((output_dir / "pretraining_data").glob("*.tfrecord*"))
     records = [p for p in records if not p.name.endswith(".json")]
     assert records
-    instances = sum(demo.count_tfrecords(str(p)) for p in records)
+    instances = sum(reports.count_tfrecords(str(p)) for p in records)
     assert instances > 100
     pretraining = stages["pretraining_data"]
     assert pretraining["summary"]["instances"] == instances

@@ -39,7 +39,7 @@ def test_bert_config_and_run_identity(tmp_path, monkeypatch):
     calls = Syscalls(monkeypatch).calls
     BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                intermediate_size=64).to_json_file(str(tmp_path / "bert_config.json"))
-    RunDir(str(tmp_path), {"model": "tiny"}).check_identity()
+    RunDir(str(tmp_path), {"model": "tiny"}).commit()
     assert sorted(os.listdir(tmp_path)) == ["bert_config.json", "run_identity.json"]
     assert_durable(calls, tmp_path)
 
@@ -109,7 +109,8 @@ def test_sample_corpus(tmp_path, monkeypatch):
 def test_create_pretraining_data_records_and_summary(tmp_path, monkeypatch):
     """The CLI's set (records + summary), written in this process (one worker)."""
     from data_prep import create_pretraining_data as cpd
-    from data_prep import pretraining_data
+    from data_prep.pretraining_cli import summary_path_for
+    from data_prep.pretraining_data.config import PretrainingConfig
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join("the cat sat on the mat .\nthe dog ran far away ."
@@ -119,10 +120,9 @@ def test_create_pretraining_data_records_and_summary(tmp_path, monkeypatch):
     out.mkdir()
     outputs = [str(out / "train.tfrecord")]
     calls = Syscalls(monkeypatch).calls
-    cpd.generate(pretraining_data.PretrainingConfig(max_seq_length=32,
-                                                    max_predictions_per_seq=5, dupe_factor=2),
+    cpd.generate(PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2),
                  [str(corpus)], outputs, vocab_file=vocab, do_lower_case=True, seed=1,
                  num_workers=1, gzip=False, chunk_bytes=0, shuffle_buffer_size=100,
-                 progress_seconds=100, summary_path=cpd.summary_path_for(outputs[0]))
+                 progress_seconds=100, summary_path=summary_path_for(outputs[0]))
     assert sorted(os.listdir(out)) == ["_train.tfrecord.summary.json", "train.tfrecord"]
     assert_durable(calls, out)

@@ -20,8 +20,12 @@ import pytest
 import tensorflow as tf
 
 import pretraining_reference as reference_runs
+import reference_instances as per_instance
 from data_prep import features
-from data_prep import pretraining_data as pd
+from data_prep.pretraining_data.chunks import ChunkTask, load_tokenizer, process_chunk
+from data_prep.pretraining_data.documents import ByteRange, read_documents
+from data_prep.pretraining_data.instances import unit_instances
+from data_prep.pretraining_data.masking import create_masked_lm_predictions, mask_vectorized
 from training import dynamic_masking as dm
 from training import input_pipeline
 
@@ -53,7 +57,7 @@ def pairs(prose):
 
 
 def masking_of(prose, **settings):
-    _, vocab = pd.load_tokenizer(prose["vocab"], True)
+    _, vocab = load_tokenizer(prose["vocab"], True)
     return dm.DynamicMasking(max_predictions_per_seq=PREDS, vocab=vocab,
                              masked_lm_prob=CONFIG.masked_lm_prob, **settings)
 
@@ -257,15 +261,15 @@ def test_static_masks_agree_with_the_dynamic_ones(prose, pairs):
     vocab = masking.vocab
     rows = prose["original_unmasked_rows"]
     # Our instances of these pairs (they are ours too), masked by mask_vectorized.
-    tokenize_ids, _ = pd.load_tokenizer(prose["vocab"], True)
+    tokenize_ids, _ = load_tokenizer(prose["vocab"], True)
     path = prose["corpus"]
-    documents = pd.read_documents([pd.ByteRange(path, 0, os.path.getsize(path))],
-                                  tokenize_ids)
-    compact = pd.unit_instances(documents, CONFIG, vocab, seed=reference_runs.SEED, index=0,
-                                dynamic_masking=True)
-    pd.mask_vectorized(compact, CONFIG, vocab, np.random.default_rng(9))
+    documents = read_documents([ByteRange(path, 0, os.path.getsize(path))],
+                               tokenize_ids)
+    compact = unit_instances(documents, CONFIG, vocab, seed=reference_runs.SEED, index=0,
+                             dynamic_masking=True)
+    mask_vectorized(compact, CONFIG, vocab, np.random.default_rng(9))
     static = []
-    for instance, row in zip(compact.to_instances(vocab), rows):
+    for instance, row in zip(per_instance.to_instances(compact, vocab), rows):
         ids = list(instance.input_ids)
         for p, label in zip(instance.masked_lm_positions, instance.masked_lm_ids):
             ids[p] = label
@@ -285,7 +289,7 @@ def test_static_masks_agree_with_the_dynamic_ones(prose, pairs):
 
 def test_whole_word_masks_agree_with_the_static_port(prose, pairs):
     """Whole-word masking (bert-tensorflow 1.0.4 predates it): ours on the fly against our
-    static port of the original's rule (`pd.create_masked_lm_predictions`, Python
+    static port of the original's rule (`create_masked_lm_predictions`, Python
     draws) on the same pairs, paired per pair over repeats: predictions per pair and the
     share of `##` pieces among them within 4 standard errors of the paired differences."""
     masking = masking_of(prose, do_whole_word_mask=True)
@@ -300,7 +304,7 @@ def test_whole_word_masks_agree_with_the_static_port(prose, pairs):
             n = int(pairs["input_mask"][i].sum())
             ids = pairs["input_ids"][i][:n].tolist()
             num_a = int((pairs["segment_ids"][i][:n] == 0).sum()) - 2
-            positions, labels = pd.create_masked_lm_predictions(
+            positions, labels = create_masked_lm_predictions(
                 ids, num_a, dataclasses.replace(CONFIG, do_whole_word_mask=True), vocab, rng)
             static.append((np.array(ids), positions, labels))
 
@@ -328,9 +332,9 @@ def unmasked_records(prose, tmp_path_factory):
     """Unmasked TFRecords (what create_pretraining_data --dynamic_masking writes) of the
     first part of the corpus: ~300 pairs."""
     path = prose["corpus"]
-    task = pd.ChunkTask(0, (pd.ByteRange(path, 0, 20_000),), prose["vocab"], True,
-                        dataclasses.replace(CONFIG, dupe_factor=1), 3, dynamic_masking=True)
-    result = pd.process_chunk(task)
+    task = ChunkTask(0, (ByteRange(path, 0, 20_000),), prose["vocab"], True,
+                     dataclasses.replace(CONFIG, dupe_factor=1), 3, dynamic_masking=True)
+    result = process_chunk(task)
     out = str(tmp_path_factory.mktemp("unmasked") / "pairs.tfrecord")
     with open(out, "wb") as f:
         f.write(result.data)

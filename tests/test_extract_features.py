@@ -165,7 +165,7 @@ def test_json_layout_and_rounding():
 
 
 def _read_error(path):
-    from data_prep.pretraining_data import InputError
+    from data_prep.text_input import InputError
 
     with pytest.raises(InputError) as caught:
         extract_features.read_examples(str(path))

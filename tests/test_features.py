@@ -134,10 +134,13 @@ def test_writer_side_does_not_import_tensorflow(tmp_path, tiny_vocab_file):
     corpus.write_text("the cat sat on the mat .\nthe dog ran far away .\n\nhe ran home .\n"
                       "she sat .\n", encoding="utf-8")
     code = (
-        "import sys; from data_prep import features, pretraining_data as p\n"
-        f"t = p.ChunkTask(0, (p.ByteRange({str(corpus)!r}, 0, 10**6),), {tiny_vocab_file!r}, "
-        "True, p.PretrainingConfig(max_seq_length=16, max_predictions_per_seq=3), 1)\n"
-        "r = p.process_chunk(t); assert r.data and r.records()\n"
+        "import sys\n"
+        "from data_prep.pretraining_data.chunks import ChunkTask, process_chunk\n"
+        "from data_prep.pretraining_data.config import PretrainingConfig\n"
+        "from data_prep.pretraining_data.documents import ByteRange\n"
+        f"t = ChunkTask(0, (ByteRange({str(corpus)!r}, 0, 10**6),), {tiny_vocab_file!r}, "
+        "True, PretrainingConfig(max_seq_length=16, max_predictions_per_seq=3), 1)\n"
+        "r = process_chunk(t); assert r.data and r.records()\n"
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, "-c", code], cwd=root, check=False, capture_output=True,

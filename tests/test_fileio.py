@@ -177,6 +177,110 @@ def test_atomic_outputs_on_a_url_filesystem():
     assert sorted(fileio.listdir(base)) == ["out.bin", "out.txt"]
 
 
+@pytest.fixture
+def object_store(monkeypatch, tmp_path):
+    """ram:// counted as an object store (as gs:// is), with renames there refused and the
+    system's temporary folder in tmp_path/tmp; yields a fresh ram:// folder."""
+    monkeypatch.setattr(fileio, "OBJECT_STORE_SCHEMES", fileio.OBJECT_STORE_SCHEMES | {"ram"})
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    rename = fileio.rename
+
+    def no_rename_on_the_store(src, dst, overwrite=True):
+        assert not (src.startswith("ram://") or dst.startswith("ram://")), (src, dst)
+        return rename(src, dst, overwrite)
+
+    monkeypatch.setattr(fileio, "rename", no_rename_on_the_store)
+    # TensorFlow's ram:// appends to an existing file where an object store replaces it.
+    gfile = fileio._gfile()
+    copy = gfile.copy
+
+    def replacing_copy(src, dst, overwrite=False):
+        if overwrite and gfile.exists(dst):
+            gfile.remove(dst)
+        return copy(src, dst, overwrite=overwrite)
+
+    monkeypatch.setattr(gfile, "copy", replacing_copy)
+    return f"ram://object_store_{os.getpid()}_{len(os.listdir(tmp_path))}_{time.time_ns()}"
+
+
+def test_an_object_store_gets_each_output_once_complete_under_its_final_name(
+        object_store, tmp_path):
+    """Outputs are written to a local stage and uploaded only when the whole set is
+    complete: nothing on the store meanwhile, no temporary there, no rename there."""
+    base = object_store
+    fileio.write_text(f"{base}/old.txt", "previous")
+    with fileio.AtomicOutputs([f"{base}/a.bin", f"{base}/b.txt"]) as out:
+        with out.open(f"{base}/a.bin", "wb") as f:
+            f.write(memoryview(b"\x00\x01"))
+        assert out.temp(f"{base}/a.bin").startswith(str(tmp_path / "tmp") + "/.bert-staging")
+        with out.open(f"{base}/b.txt", "w") as f:
+            f.write("text")
+        assert fileio.listdir(base) == ["old.txt"]  # nothing uploaded before the commit
+    assert sorted(fileio.listdir(base)) == ["a.bin", "b.txt", "old.txt"]
+    with fileio.open_file(f"{base}/a.bin", "rb") as f:
+        assert f.read() == b"\x00\x01"
+    assert fileio.read_text(f"{base}/b.txt") == "text"
+    assert os.listdir(tmp_path / "tmp") == []  # the stage is gone
+
+
+def test_an_object_store_keeps_the_previous_outputs_on_an_error(object_store, tmp_path):
+    base = object_store
+    fileio.write_text(f"{base}/a.txt", "previous")
+    stale = fileio.temporary_path(fileio.staging_name()).replace(f"-{os.getpid()}-",
+                                                                 "-999999999-")
+    os.makedirs(stale)  # a killed run's stage: removed by the next run that stages
+    with pytest.raises(ValueError):
+        with fileio.AtomicOutputs([f"{base}/a.txt", f"{base}/b.txt"]) as out:
+            for name in ("a.txt", "b.txt"):
+                with out.open(f"{base}/{name}", "w") as f:
+                    f.write("new")
+            raise ValueError
+    assert sorted(fileio.listdir(base)) == ["a.txt"]
+    assert fileio.read_text(f"{base}/a.txt") == "previous"
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_an_object_store_directory_replaces_the_previous_one(object_store):
+    """An export on an object store: every new file uploaded under the final name, then
+    the previous export's files that the new one does not hold removed."""
+    base = object_store
+    for name, text in (("export/a.txt", "old a"), ("export/gone.txt", "old")):
+        fileio.write_text(f"{base}/{name}", text)
+
+    def export(replace):
+        with fileio.AtomicOutputs([f"{base}/export"], replace_directories=replace) as out:
+            os.makedirs(os.path.join(out.temp(f"{base}/export"), "sub"))
+            for name, text in (("a.txt", "new a"), ("sub/b.txt", "new b")):
+                with open(os.path.join(out.temp(f"{base}/export"), name), "w") as f:
+                    f.write(text)
+
+    with pytest.raises(fileio.OutputError, match="exists and is not replaced"):
+        export(replace=False)
+    assert sorted(fileio.listdir(f"{base}/export")) == ["a.txt", "gone.txt"]
+    export(replace=True)
+    files = sorted(f"{root}/{name}"[len(base) + 1:]
+                   for root, _, names in fileio._gfile().walk(f"{base}/export")
+                   for name in names)
+    assert files == ["export/a.txt", "export/sub/b.txt"]
+    assert fileio.read_text(f"{base}/export/a.txt") == "new a"
+
+
+def test_shared_temporaries_stay_beside_the_outputs_on_an_object_store(object_store,
+                                                                       monkeypatch):
+    """Temporaries that other machines write (the Beam workers) must be where they all
+    see them: beside the outputs on the store, copied into place."""
+    base = object_store
+    monkeypatch.setattr(fileio, "rename", lambda src, dst, overwrite=True:
+                        fileio._gfile().rename(src, dst, overwrite=overwrite))
+    with fileio.AtomicOutputs([f"{base}/a.txt"], shared_temporaries=True) as out:
+        assert fileio.parent_dir(out.temp(f"{base}/a.txt")) == base
+        with out.open(f"{base}/a.txt", "w") as f:
+            f.write("from a worker")
+    assert fileio.listdir(base) == ["a.txt"]
+    assert fileio.read_text(f"{base}/a.txt") == "from a worker"
+
+
 # ------------------------------------------------------------------------- durability
 
 

@@ -11,8 +11,17 @@ import numpy as np
 import pytest
 
 import pretraining_reference as reference_runs
+import reference_instances as per_instance
 from conftest import TINY_VOCAB, write_vocab
-from data_prep import pretraining_data as pd
+from data_prep.pretraining_data.chunks import ChunkTask, load_tokenizer, process_chunk
+from data_prep.pretraining_data.config import ConfigError, PretrainingConfig
+from data_prep.pretraining_data.documents import ByteRange, plan_chunks, read_documents
+from data_prep.pretraining_data.draws import chunk_masking_rng, chunk_rng, shuffle
+from data_prep.pretraining_data.instances import create_compact_instances, unit_instances
+from data_prep.pretraining_data.masking import MaskingVocab, create_masked_lm_predictions
+from data_prep.pretraining_data.records import CompactSerializer, _varints
+from data_prep.pretraining_data.stats import Stats
+from data_prep.text_input import InputError
 from data_prep import tokenization
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,13 +89,13 @@ def original_instances(runs):
 
 
 def _exact_config(max_seq_length, max_predictions, short_seq_prob):
-    return pd.PretrainingConfig(max_seq_length=max_seq_length,
-                                max_predictions_per_seq=max_predictions,
-                                short_seq_prob=short_seq_prob, dupe_factor=2)
+    return PretrainingConfig(max_seq_length=max_seq_length,
+                             max_predictions_per_seq=max_predictions,
+                             short_seq_prob=short_seq_prob, dupe_factor=2)
 
 
-WWM_CONFIG = pd.PretrainingConfig(max_seq_length=48, max_predictions_per_seq=8,
-                                  dupe_factor=2, do_whole_word_mask=True)
+WWM_CONFIG = PretrainingConfig(max_seq_length=48, max_predictions_per_seq=8,
+                               dupe_factor=2, do_whole_word_mask=True)
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +128,12 @@ def as_rows(instances):
 def ours_single_pool(files, vocab, config, seed, fast=False):
     """Our instances from one pool; `fast`: masking vectorised with numpy (the default of
     the pipeline), else drawn exactly as the original."""
-    tokenize_ids, masking_vocab = pd.load_tokenizer(vocab, True)
-    documents = pd.read_documents([pd.ByteRange(f, 0, os.path.getsize(f)) for f in files],
-                                  tokenize_ids)
-    return pd.create_training_instances(documents, config, masking_vocab, random.Random(seed),
-                                        masking_rng=np.random.default_rng(seed) if fast
-                                        else None)
+    tokenize_ids, masking_vocab = load_tokenizer(vocab, True)
+    documents = read_documents([ByteRange(f, 0, os.path.getsize(f)) for f in files],
+                               tokenize_ids)
+    return per_instance.create_training_instances(
+        documents, config, masking_vocab, random.Random(seed),
+        masking_rng=np.random.default_rng(seed) if fast else None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -160,10 +169,10 @@ def _unmasked_rows(instances):
 
 
 def _prose_documents(prose):
-    tokenize_ids, masking_vocab = pd.load_tokenizer(prose["vocab"], True)
+    tokenize_ids, masking_vocab = load_tokenizer(prose["vocab"], True)
     path = prose["corpus"]
-    return pd.read_documents([pd.ByteRange(path, 0, os.path.getsize(path))],
-                             tokenize_ids), masking_vocab
+    return read_documents([ByteRange(path, 0, os.path.getsize(path))],
+                          tokenize_ids), masking_vocab
 
 
 def test_default_mode_builds_the_originals_instances(prose):
@@ -180,19 +189,19 @@ def test_default_mode_builds_the_originals_instances(prose):
     assert len(expected) > 5000 and all(not r[2] for r in prose["original_unmasked_rows"])
     for dynamic_masking in (False, True):
         documents, masking_vocab = _prose_documents(prose)
-        compact = pd.unit_instances(documents, reference_runs.CONFIG, masking_vocab,
-                                    seed=reference_runs.SEED, index=0,
-                                    dynamic_masking=dynamic_masking)
-        instances = compact.to_instances(masking_vocab)
+        compact = unit_instances(documents, reference_runs.CONFIG, masking_vocab,
+                                 seed=reference_runs.SEED, index=0,
+                                 dynamic_masking=dynamic_masking)
+        instances = per_instance.to_instances(compact, masking_vocab)
         assert all(i.masked_lm_positions for i in instances) != dynamic_masking
         assert _unmasked_rows(instances) == expected
 
 
 def test_exact_draws_reproduce_the_original_on_prose(prose):
     documents, masking_vocab = _prose_documents(prose)
-    compact = pd.unit_instances(documents, reference_runs.CONFIG, masking_vocab,
-                                seed=reference_runs.SEED, index=0, exact_draws=True)
-    assert as_rows(compact.to_instances(masking_vocab)) == prose["original_rows"]
+    compact = unit_instances(documents, reference_runs.CONFIG, masking_vocab,
+                             seed=reference_runs.SEED, index=0, exact_draws=True)
+    assert as_rows(per_instance.to_instances(compact, masking_vocab)) == prose["original_rows"]
 
 
 def test_default_mode_statistics_match_the_original(prose):
@@ -201,9 +210,9 @@ def test_default_mode_statistics_match_the_original(prose):
     errors from the pass-to-pass variance within documents: pretraining_reference)."""
     config = reference_runs.CONFIG
     documents, masking_vocab = _prose_documents(prose)
-    stats = pd.Stats()
-    compact = pd.unit_instances(documents, config, masking_vocab, seed=reference_runs.SEED,
-                                index=0, stats=stats)
+    stats = Stats()
+    compact = unit_instances(documents, config, masking_vocab, seed=reference_runs.SEED,
+                             index=0, stats=stats)
     table = reference_runs.InstanceTable.from_compact(compact, documents, config.dupe_factor,
                                                       masking_vocab.mask_id)
     ours = table.values(config.max_seq_length)
@@ -222,14 +231,14 @@ def test_default_mode_statistics_match_the_original(prose):
 
 
 def _chunked(files, vocab, config, seed, chunk_bytes, fast=False):
-    chunks, _ = pd.plan_chunks(files, chunk_bytes)
-    rows, stats = [], pd.Stats()
+    chunks, _ = plan_chunks(files, chunk_bytes)
+    rows, stats = [], Stats()
     for index, ranges in enumerate(chunks):
-        tokenize_ids, masking_vocab = pd.load_tokenizer(vocab, True)
-        documents = pd.read_documents(ranges, tokenize_ids, stats)
-        rows += as_rows(pd.create_training_instances(
-            documents, config, masking_vocab, pd.chunk_rng(seed, index), stats,
-            pd.chunk_masking_rng(seed, index) if fast else None))
+        tokenize_ids, masking_vocab = load_tokenizer(vocab, True)
+        documents = read_documents(ranges, tokenize_ids, stats)
+        rows += as_rows(per_instance.create_training_instances(
+            documents, config, masking_vocab, chunk_rng(seed, index), stats,
+            chunk_masking_rng(seed, index) if fast else None))
     return rows, stats, len(chunks)
 
 
@@ -268,9 +277,9 @@ def test_special_tokens_are_never_masked(tmp_path, vocab_file, fast):
     files = [write_corpus(tmp_path / "a.txt", 60, 8)]
     vocab = tokenization.load_vocab(vocab_file)
     for wwm in (False, True):
-        config = pd.PretrainingConfig(max_seq_length=24, max_predictions_per_seq=6,
-                                      masked_lm_prob=0.5, dupe_factor=3,
-                                      do_whole_word_mask=wwm)
+        config = PretrainingConfig(max_seq_length=24, max_predictions_per_seq=6,
+                                   masked_lm_prob=0.5, dupe_factor=3,
+                                   do_whole_word_mask=wwm)
         instances = ours_single_pool(files, vocab_file, config, 1, fast=fast)
         assert len(instances) > 50
         for inst in instances:
@@ -301,15 +310,15 @@ def _words(ids, num_tokens_a, continuation):
 
 def test_whole_word_masking_masks_whole_words_only(tmp_path, vocab_file):
     files = [write_corpus(tmp_path / "a.txt", 80, 9)]
-    config = pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5,
-                                  dupe_factor=3, do_whole_word_mask=True)
-    _, masking_vocab = pd.load_tokenizer(vocab_file, True)
+    config = PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5,
+                               dupe_factor=3, do_whole_word_mask=True)
+    _, masking_vocab = load_tokenizer(vocab_file, True)
     multi_piece_masked = 0
-    stats = pd.Stats()
-    tokenize_ids, _ = pd.load_tokenizer(vocab_file, True)
-    documents = pd.read_documents([pd.ByteRange(files[0], 0, 10**9)], tokenize_ids)
-    for inst in pd.create_training_instances(documents, config, masking_vocab,
-                                             random.Random(2), stats):
+    stats = Stats()
+    tokenize_ids, _ = load_tokenizer(vocab_file, True)
+    documents = read_documents([ByteRange(files[0], 0, 10**9)], tokenize_ids)
+    for inst in per_instance.create_training_instances(documents, config, masking_vocab,
+                                                       random.Random(2), stats):
         masked = set(inst.masked_lm_positions)
         assert 1 <= len(masked) <= 5
         for group in _words(_original_ids(inst), inst.num_tokens_a,
@@ -324,13 +333,13 @@ def test_whole_word_masking_masks_whole_words_only(tmp_path, vocab_file):
 def test_wordpiece_opening_b_joins_the_last_word_of_a():
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "x": 5, "y": 6,
              "##z": 7}
-    masking_vocab = pd.MaskingVocab.from_vocab(vocab)
-    config = pd.PretrainingConfig(max_seq_length=8, max_predictions_per_seq=2,
-                                  masked_lm_prob=0.3, do_whole_word_mask=True)
+    masking_vocab = MaskingVocab.from_vocab(vocab)
+    config = PretrainingConfig(max_seq_length=8, max_predictions_per_seq=2,
+                               masked_lm_prob=0.3, do_whole_word_mask=True)
     seen_pair = 0
     for seed in range(200):
         ids = [2, 5, 6, 3, 7, 5, 3]  # [CLS] x y [SEP] ##z x [SEP]
-        positions, labels = pd.create_masked_lm_predictions(
+        positions, labels = create_masked_lm_predictions(
             ids, 2, config, masking_vocab, random.Random(seed))
         # round(7 * 0.3) = 2 predictions: either {y, ##z} together, or x and x.
         assert positions in ([2, 4], [1, 5]), positions
@@ -340,25 +349,25 @@ def test_wordpiece_opening_b_joins_the_last_word_of_a():
 
 def test_number_of_predictions_rounds_half_to_even():
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "x": 5}
-    masking_vocab = pd.MaskingVocab.from_vocab(vocab)
-    config = pd.PretrainingConfig(max_seq_length=200, max_predictions_per_seq=100)
+    masking_vocab = MaskingVocab.from_vocab(vocab)
+    config = PretrainingConfig(max_seq_length=200, max_predictions_per_seq=100)
     for length, expected in [(30, 4), (50, 8), (128, 19), (3 + 1, 1), (10, 2)]:
         ids = [2, 5, 3] + [5] * (length - 4) + [3]
-        positions, _ = pd.create_masked_lm_predictions(ids, 1, config, masking_vocab,
-                                                       random.Random(0))
+        positions, _ = create_masked_lm_predictions(ids, 1, config, masking_vocab,
+                                                    random.Random(0))
         assert len(positions) == expected, length
 
 
 def test_random_replacements_come_from_the_whole_vocab():
     vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
                                          "[unused0]", "x"])}
-    masking_vocab = pd.MaskingVocab.from_vocab(vocab)
-    config = pd.PretrainingConfig(max_seq_length=64, max_predictions_per_seq=60,
-                                  masked_lm_prob=1.0)
+    masking_vocab = MaskingVocab.from_vocab(vocab)
+    config = PretrainingConfig(max_seq_length=64, max_predictions_per_seq=60,
+                               masked_lm_prob=1.0)
     seen = set()
     for seed in range(30):
         ids = [2] + [6] * 30 + [3] + [6] * 29 + [3]
-        pd.create_masked_lm_predictions(ids, 30, config, masking_vocab, random.Random(seed))
+        create_masked_lm_predictions(ids, 30, config, masking_vocab, random.Random(seed))
         seen.update(ids)
     assert seen == set(range(7))
 
@@ -368,7 +377,7 @@ def test_shuffle_draws_like_random_shuffle():
         a, b = list(range(n)), list(range(n))
         r1, r2 = random.Random(n), random.Random(n)
         r1.shuffle(a)
-        pd.shuffle(b, r2)
+        shuffle(b, r2)
         assert a == b and r1.random() == r2.random()
 
 
@@ -385,7 +394,7 @@ def test_truncation_windows_match_popping_tokens():
                 del longer[0]
             else:
                 longer.pop()
-        a0, a1, b0, b1 = pd.truncate_seq_pair(len_a, len_b, limit, random.Random(seed))
+        a0, a1, b0, b1 = per_instance.truncate_seq_pair(len_a, len_b, limit, random.Random(seed))
         assert (list(range(a0, a1)), list(range(b0, b1))) == (a, b)
 
 
@@ -397,10 +406,10 @@ def test_reading_documents_like_the_original(tmp_path, vocab_file):
     path = tmp_path / "c.txt"
     path.write_text("the cat sat\n\x07\nthe dog ran\n \t\nhe ran\n\n\n\xa0\nshe sat\r\n"
                     "\u3000\nred mat", encoding="utf-8")
-    tokenize_ids, _ = pd.load_tokenizer(vocab_file, True)
+    tokenize_ids, _ = load_tokenizer(vocab_file, True)
     vocab = tokenization.load_vocab(vocab_file)
-    stats = pd.Stats()
-    docs = pd.read_documents([pd.ByteRange(str(path), 0, 10**9)], tokenize_ids, stats)
+    stats = Stats()
+    docs = read_documents([ByteRange(str(path), 0, 10**9)], tokenize_ids, stats)
     ids = [[[vocab[t] for t in s.split()] for s in d]
            for d in (["the cat sat", "the dog ran"], ["he ran"], ["she sat"], ["red mat"])]
     assert docs == ids
@@ -410,20 +419,20 @@ def test_reading_documents_like_the_original(tmp_path, vocab_file):
 def test_invalid_utf8_names_file_line_and_offset(tmp_path, vocab_file):
     path = tmp_path / "bad.txt"
     path.write_bytes(b"the cat\n\nthe dog\nhe \xff\xfe ran\n")
-    tokenize_ids, _ = pd.load_tokenizer(vocab_file, True)
-    with pytest.raises(pd.InputError, match=r"bad\.txt:4: invalid UTF-8 at byte offset 20"):
-        pd.read_documents([pd.ByteRange(str(path), 0, 100)], tokenize_ids)
+    tokenize_ids, _ = load_tokenizer(vocab_file, True)
+    with pytest.raises(InputError, match=r"bad\.txt:4: invalid UTF-8 at byte offset 20"):
+        read_documents([ByteRange(str(path), 0, 100)], tokenize_ids)
 
 
 def test_chunks_cut_at_document_boundaries_and_cover_everything(tmp_path, vocab_file):
     files = [write_corpus(tmp_path / "a.txt", 120, 1), write_corpus(tmp_path / "b.txt", 3, 2),
              write_corpus(tmp_path / "c.txt", 80, 3)]
-    chunks, warnings = pd.plan_chunks(files, 5000)
+    chunks, warnings = plan_chunks(files, 5000)
     assert not warnings and len(chunks) > 5
-    tokenize_ids, _ = pd.load_tokenizer(vocab_file, True)
-    whole = pd.read_documents([pd.ByteRange(f, 0, os.path.getsize(f)) for f in files],
-                              tokenize_ids)
-    pieces = [doc for ranges in chunks for doc in pd.read_documents(ranges, tokenize_ids)]
+    tokenize_ids, _ = load_tokenizer(vocab_file, True)
+    whole = read_documents([ByteRange(f, 0, os.path.getsize(f)) for f in files],
+                           tokenize_ids)
+    pieces = [doc for ranges in chunks for doc in read_documents(ranges, tokenize_ids)]
     assert pieces == whole
     covered = {}
     for ranges in chunks:
@@ -436,7 +445,7 @@ def test_chunks_cut_at_document_boundaries_and_cover_everything(tmp_path, vocab_
 def test_a_file_without_blank_lines_is_split_into_pieces_with_a_warning(tmp_path):
     path = tmp_path / "one_doc.txt"
     path.write_text("the cat sat on the mat .\n" * 2000, encoding="utf-8")
-    chunks, warnings = pd.plan_chunks([str(path)], 10_000)
+    chunks, warnings = plan_chunks([str(path)], 10_000)
     assert len(chunks) >= 4 and len(warnings) == len(chunks) - 1
     assert "one_doc.txt:" in warnings[0] and "no blank line" in warnings[0]
     assert all(r.end - r.start < 2 * 10_000 + 100 for c in chunks for r in c)
@@ -446,7 +455,7 @@ def test_one_sentence_documents_always_get_a_random_next(tmp_path, vocab_file):
     path = tmp_path / "c.txt"
     path.write_text("\n\n".join(f"the cat sat {'on the mat ' * (i % 5)}." for i in range(50)),
                     encoding="utf-8")
-    config = pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2)
+    config = PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2)
     instances = ours_single_pool([str(path)], vocab_file, config, 4)
     assert len(instances) == 100 and all(i.is_random_next for i in instances)
 
@@ -456,7 +465,7 @@ def test_a_multi_megabyte_line_is_linear(tmp_path, vocab_file):
     path.write_text("he sat .\n" + "the cat sat on the mat . " * 60_000 + "\nshe ran .\n\n"
                     "the dog ran far away .\n", encoding="utf-8")
     assert path.stat().st_size > 1_400_000
-    config = pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2)
+    config = PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2)
     start = time.process_time()
     instances = ours_single_pool([str(path)], vocab_file, config, 0)
     assert time.process_time() - start < 30
@@ -464,13 +473,13 @@ def test_a_multi_megabyte_line_is_linear(tmp_path, vocab_file):
 
 
 def test_chunk_zero_uses_the_seed_and_chunks_are_reproducible(tmp_path, vocab_file):
-    assert pd.chunk_rng(5, 0).random() == random.Random(5).random()
-    assert pd.chunk_rng(5, 1).random() != pd.chunk_rng(5, 2).random()
+    assert chunk_rng(5, 0).random() == random.Random(5).random()
+    assert chunk_rng(5, 1).random() != chunk_rng(5, 2).random()
     path = write_corpus(tmp_path / "a.txt", 30, 1)
-    task = pd.ChunkTask(3, (pd.ByteRange(path, 0, os.path.getsize(path)),), vocab_file, True,
-                        pd.PretrainingConfig(max_seq_length=32, max_predictions_per_seq=4,
-                                             dupe_factor=2), 9)
-    first, second = pd.process_chunk(task), pd.process_chunk(task)
+    task = ChunkTask(3, (ByteRange(path, 0, os.path.getsize(path)),), vocab_file, True,
+                     PretrainingConfig(max_seq_length=32, max_predictions_per_seq=4,
+                                          dupe_factor=2), 9)
+    first, second = process_chunk(task), process_chunk(task)
     assert first.data and first.lengths and sum(first.lengths) == len(first.data)
     assert first.data == second.data and first.stats == second.stats
     assert len(first.records()) == first.stats.instances
@@ -485,9 +494,9 @@ def test_chunk_zero_uses_the_seed_and_chunks_are_reproducible(tmp_path, vocab_fi
     (dict(dupe_factor=0), "--dupe_factor"),
 ])
 def test_invalid_settings_name_the_flag(kwargs, flag):
-    with pytest.raises(pd.ConfigError, match=flag.replace("(", r"\(")):
-        pd.PretrainingConfig(**kwargs).validate()
-    pd.PretrainingConfig(max_seq_length=5, max_predictions_per_seq=2).validate()
+    with pytest.raises(ConfigError, match=flag.replace("(", r"\(")):
+        PretrainingConfig(**kwargs).validate()
+    PretrainingConfig(max_seq_length=5, max_predictions_per_seq=2).validate()
 
 
 def test_fast_serialisation_equals_the_schema_encoder(reference):
@@ -499,7 +508,7 @@ def test_fast_serialisation_equals_the_schema_encoder(reference):
     instances = ours_single_pool(reference["exact_files"], reference["vocab"], config, 1)
     assert any(i.is_random_next for i in instances) and not all(i.is_random_next
                                                                  for i in instances)
-    serialize = pd.InstanceSerializer(encoder)
+    serialize = per_instance.InstanceSerializer(encoder)
     for instance in instances:
         assert serialize(instance) == encoder.encode(instance.to_features())
 
@@ -509,13 +518,13 @@ def _check_compact_serialisation(compact, config, masking_vocab):
 
     encoder = features.PRETRAINING.encoder(max_seq_length=config.max_seq_length,
                                            max_predictions_per_seq=config.max_predictions_per_seq)
-    serialize = pd.InstanceSerializer(encoder)
-    expected = [serialize(i) for i in compact.to_instances(masking_vocab)]
-    data, lengths = pd.CompactSerializer(encoder, masking_vocab)(compact)
+    serialize = per_instance.InstanceSerializer(encoder)
+    expected = [serialize(i) for i in per_instance.to_instances(compact, masking_vocab)]
+    data, lengths = CompactSerializer(encoder, masking_vocab)(compact)
     assert lengths.tolist() == [len(r) for r in expected]
     assert data.tobytes() == b"".join(expected)
     # And the schema's general encoder agrees with the fast per-instance path.
-    for instance, record in zip(compact.to_instances(masking_vocab)[:50], expected):
+    for instance, record in zip(per_instance.to_instances(compact, masking_vocab)[:50], expected):
         assert encoder.encode(instance.to_features()) == record
 
 
@@ -524,14 +533,14 @@ def test_vectorised_serialisation_equals_the_per_instance_one(reference, fast):
     """CompactSerializer (the pipeline's writer) gives the same bytes as serialising each
     instance, for both masking modes, whole-word masking and sequences over 128 (two-byte
     position varints)."""
-    tokenize_ids, masking_vocab = pd.load_tokenizer(reference["vocab"], True)
+    tokenize_ids, masking_vocab = load_tokenizer(reference["vocab"], True)
     for config in (_exact_config(*EXACT_CASES[0]), WWM_CONFIG,
-                   pd.PretrainingConfig(max_seq_length=300, max_predictions_per_seq=45,
-                                        dupe_factor=1)):
-        documents = pd.read_documents(
-            [pd.ByteRange(f, 0, os.path.getsize(f)) for f in reference["exact_files"]],
+                   PretrainingConfig(max_seq_length=300, max_predictions_per_seq=45,
+                                     dupe_factor=1)):
+        documents = read_documents(
+            [ByteRange(f, 0, os.path.getsize(f)) for f in reference["exact_files"]],
             tokenize_ids)
-        compact = pd.create_compact_instances(
+        compact = create_compact_instances(
             documents, config, masking_vocab, random.Random(4), None,
             np.random.default_rng(4) if fast else None)
         assert len(compact) > 50
@@ -549,7 +558,7 @@ def test_vectorised_varints_equal_the_encoder_s_for_every_width():
         values = rng.integers(0, 2**min(bits, 63), (37, 11), dtype=np.uint64)
         values[0, 0] = 2**bits - 1  # the widest value of this width
         values[1, :3] = (0, 127, 128)
-        payload, used, nbytes = pd._varints(values, np)
+        payload, used, nbytes = _varints(values, np)
         expected = [features.encode_varint(int(v)) for v in values.ravel()]
         assert payload[used].tobytes() == b"".join(expected), bits
         assert nbytes.ravel().tolist() == [len(e) for e in expected], bits
@@ -560,16 +569,16 @@ def test_vectorised_serialisation_of_large_ids():
     """Ids needing 3- and 4-byte varints (vocabularies beyond 16k and 2M entries)."""
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 2**21 + 7,
              "big": 2**22 + 1, "x": 127, "y": 128, "z": 16384}
-    masking_vocab = pd.MaskingVocab.from_vocab(vocab)
+    masking_vocab = MaskingVocab.from_vocab(vocab)
     rng = random.Random(0)
     documents = [[[rng.choice(list(vocab.values())) for _ in range(rng.randint(1, 9))]
                   for _ in range(rng.randint(1, 6))] for _ in range(30)]
-    config = pd.PretrainingConfig(max_seq_length=20, max_predictions_per_seq=4,
-                                  dupe_factor=2, masked_lm_prob=0.3)
+    config = PretrainingConfig(max_seq_length=20, max_predictions_per_seq=4,
+                               dupe_factor=2, masked_lm_prob=0.3)
     for masking_rng in (None, np.random.default_rng(1)):
-        compact = pd.create_compact_instances([list(d) for d in documents], config,
-                                              masking_vocab, random.Random(1), None,
-                                              masking_rng)
+        compact = create_compact_instances([list(d) for d in documents], config,
+                                           masking_vocab, random.Random(1), None,
+                                           masking_rng)
         _check_compact_serialisation(compact, config, masking_vocab)
 
 
@@ -579,17 +588,17 @@ def test_vectorised_masking_rules():
     whole vocabulary, kept tokens unchanged, 80/10/10 within two points."""
     vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
                                          "[unused0]", "x", "y"])}
-    masking_vocab = pd.MaskingVocab.from_vocab(vocab)
+    masking_vocab = MaskingVocab.from_vocab(vocab)
     rng = random.Random(3)
     documents = [[[rng.choice([6, 7]) for _ in range(rng.randint(1, 12))]
                   for _ in range(rng.randint(1, 8))] for _ in range(300)]
     for prob, max_pred in ((0.15, 20), (1.0, 64)):
-        config = pd.PretrainingConfig(max_seq_length=64, max_predictions_per_seq=max_pred,
-                                      masked_lm_prob=prob, dupe_factor=2)
-        stats = pd.Stats()
-        instances = pd.create_training_instances([list(d) for d in documents], config,
-                                                 masking_vocab, random.Random(5), stats,
-                                                 np.random.default_rng(5))
+        config = PretrainingConfig(max_seq_length=64, max_predictions_per_seq=max_pred,
+                                   masked_lm_prob=prob, dupe_factor=2)
+        stats = Stats()
+        instances = per_instance.create_training_instances([list(d) for d in documents], config,
+                                                           masking_vocab, random.Random(5), stats,
+                                                           np.random.default_rng(5))
         assert len(instances) > 500
         replaced_with = set()
         for inst in instances:
@@ -615,19 +624,19 @@ def test_vectorised_masking_rules():
 def test_inlined_loop_equals_the_per_document_functions(reference):
     """create_compact_instances (the inlined hot loop) against the readable per-document
     functions it inlines, on the same documents and seed."""
-    tokenize_ids, masking_vocab = pd.load_tokenizer(reference["vocab"], True)
+    tokenize_ids, masking_vocab = load_tokenizer(reference["vocab"], True)
     for config in (_exact_config(*EXACT_CASES[1]), WWM_CONFIG):
         def documents():
-            return pd.read_documents([pd.ByteRange(f, 0, os.path.getsize(f))
-                                      for f in reference["exact_files"]], tokenize_ids)
+            return read_documents([ByteRange(f, 0, os.path.getsize(f))
+                                   for f in reference["exact_files"]], tokenize_ids)
 
         rng, docs, expected = random.Random(9), documents(), []
         rng.shuffle(docs)
         for _ in range(config.dupe_factor):
             for index in range(len(docs)):
-                expected += pd.create_instances_from_document(docs, index, config,
-                                                              masking_vocab, rng)
+                expected += per_instance.create_instances_from_document(docs, index, config,
+                                                                        masking_vocab, rng)
         rng.shuffle(expected)
-        ours = pd.create_training_instances(documents(), config, masking_vocab,
-                                            random.Random(9))
+        ours = per_instance.create_training_instances(documents(), config, masking_vocab,
+                                                      random.Random(9))
         assert as_rows(ours) == as_rows(expected)

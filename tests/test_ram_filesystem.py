@@ -4,7 +4,8 @@ examples keep config, vocab, data, checkpoints and outputs in a bucket).
 
 `ram://` exists only inside this process, so nothing here can reach it through `open()`:
 a single local read or write would fail the run (or, for writes, leave a stray local
-`ram:` directory, which is checked too).
+`ram:` directory, which is checked too). The data tools and extract_features.py, against
+the same runs on local paths: test_ram_filesystem_data_tools.py.
 """
 
 import json
@@ -98,58 +99,3 @@ def test_run_pretraining_on_ram_paths(ram_env):
     assert results["global_step"] == 4
     assert tf.train.latest_checkpoint(out).endswith("ckpt-4")
     assert tf.io.gfile.exists(f"{out}/eval_results.txt")
-
-
-EXTRACT_SCRIPT = """
-import json, os, sys
-import tensorflow as tf
-from absl import flags
-sys.argv = ["extract_features.py"] + sys.argv[1:]
-import extract_features
-from modeling import checkpoints
-from modeling.config import BertConfig
-from modeling.encoder import BertEncoder
-
-root = "ram://extract"
-def write(path, text):
-    tf.io.gfile.makedirs(os.path.dirname(path))
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write(text)
-write(root + "/vocab.txt", sys.stdin.readline().replace("|", "\\n"))
-write(root + "/bert_config.json", sys.stdin.readline())
-write(root + "/input.txt", "the cat sat on the mat .\\na dog ran far away . ||| the cat sat .\\n")
-encoder = BertEncoder(BertConfig.from_json_file(root + "/bert_config.json"))
-checkpoints.save_ours(encoder, root + "/encoder")
-extract_features.define_flags()
-flags.FLAGS(sys.argv)
-extract_features.main([])
-with tf.io.gfile.GFile(root + "/features/out.jsonl") as f:
-    records = [json.loads(line) for line in f]
-print("RESULT" + json.dumps({"ids": [r["linex_index"] for r in records],
-      "first": records[0]["features"][0]["token"],
-      "n_values": len(records[1]["features"][-1]["layers"][0]["values"]),
-      "listing": tf.io.gfile.listdir(root + "/features")}))
-"""
-
-
-def test_extract_features_on_ram_paths(ram_env):
-    """The CLI's own main, every path on ram:// (one process: ram:// is per process)."""
-    import subprocess
-    import sys
-
-    root = "ram://extract"
-    argv = [f"--input_file={root}/input.txt", f"--output_file={root}/features/out.jsonl",
-            f"--init_checkpoint={root}/encoder", f"--bert_config_file={root}/bert_config.json",
-            f"--vocab_file={root}/vocab.txt", "--max_seq_length=16", "--batch_size=2",
-            "--layers=-1"]
-    stdin = "|".join(TINY_VOCAB) + "\n" + json.dumps(
-        S.tiny_config_dict(vocab_size=len(TINY_VOCAB))) + "\n"
-    proc = subprocess.run([sys.executable, "-c", EXTRACT_SCRIPT] + argv, input=stdin,
-                          env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
-                          text=True, timeout=240, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(next(line for line in proc.stdout.splitlines()
-                             if line.startswith("RESULT"))[len("RESULT"):])
-    assert result["ids"] == [0, 1] and result["first"] == "[CLS]"
-    assert result["n_values"] == 32 and result["listing"] == ["out.jsonl"]
-    assert not os.path.exists(os.path.join(S.REPO_ROOT, "ram:"))

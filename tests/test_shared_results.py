@@ -9,7 +9,10 @@ import sys
 import pytest
 
 from conftest import TINY_VOCAB, write_vocab
-from data_prep import pretraining_data, shared_results
+from data_prep import shared_results
+from data_prep.pretraining_data.chunks import ChunkTask, process_chunk
+from data_prep.pretraining_data.config import PretrainingConfig
+from data_prep.pretraining_data.documents import ByteRange
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["the", "a", "of", "and", "to", "in", "is", "was", "it", "he", "she", "on", "cat",
@@ -31,11 +34,11 @@ def write_corpus(path, num_docs, seed):
 def task(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt", list(dict.fromkeys(TINY_VOCAB)))
     corpus = write_corpus(tmp_path / "corpus.txt", 40, 1)
-    config = pretraining_data.PretrainingConfig(
+    config = PretrainingConfig(
         max_seq_length=32, max_predictions_per_seq=5, masked_lm_prob=0.15,
         short_seq_prob=0.1, dupe_factor=2, do_whole_word_mask=False)
-    return pretraining_data.ChunkTask(
-        index=3, ranges=(pretraining_data.ByteRange(corpus, 0, os.path.getsize(corpus)),),
+    return ChunkTask(
+        index=3, ranges=(ByteRange(corpus, 0, os.path.getsize(corpus)),),
         vocab_file=vocab, do_lower_case=True, config=config, seed=7)
 
 
@@ -47,7 +50,7 @@ def shared():
 
 
 def test_a_slot_carries_the_chunk_and_is_reused_only_once_nothing_refers_to_it(task, shared):
-    direct = pretraining_data.process_chunk(task)
+    direct = process_chunk(task)
     assert len(direct.data) > 1000
     slot = shared.acquire()
     sent, nbytes = shared_results.process_chunk(task, slot)  # as a worker runs it
@@ -69,7 +72,7 @@ def test_a_slot_carries_the_chunk_and_is_reused_only_once_nothing_refers_to_it(t
 
 
 def test_data_that_does_not_fit_travels_in_the_result(task, shared, monkeypatch):
-    direct = pretraining_data.process_chunk(task)
+    direct = process_chunk(task)
     monkeypatch.setattr(shared_results, "SLOT_BYTES", len(direct.data) - 1)
     slot = shared.acquire()
     sent, nbytes = shared_results.process_chunk(task, slot)
@@ -143,7 +146,7 @@ def test_the_output_is_the_same_through_shared_memory_the_pipe_or_the_fallback(t
 
 
 def test_a_failed_write_sends_the_records_in_the_result(task, shared, monkeypatch):
-    direct = pretraining_data.process_chunk(task)
+    direct = process_chunk(task)
 
     def no_memory(*args):
         raise OSError(12, "Cannot allocate memory")

@@ -6,8 +6,8 @@ reads, inside the tf.data pipeline, with the original's masking rules.
 masks each batch here, so every epoch sees other masks (RoBERTa's dynamic masking)
 instead of the `dupe_factor` fixed masks of the original's static records. The rules are
 those of the original's `create_masked_lm_predictions`
-(`data_prep.pretraining_data.create_masked_lm_predictions` is our port of it, including
-whole-word masking):
+(`data_prep.pretraining_data.masking.create_masked_lm_predictions` is our port of it,
+including whole-word masking):
 
 * predictions per sequence: min(max_predictions_per_seq, max(1, round(n *
   masked_lm_prob))), n the real tokens, [CLS] and [SEP] included, rounded half to even
@@ -33,7 +33,9 @@ import dataclasses
 
 import tensorflow as tf
 
-from data_prep import pretraining_data, tokenization
+from data_prep import tokenization
+from data_prep.pretraining_data.config import PretrainingConfig
+from data_prep.pretraining_data.masking import MaskingVocab
 
 
 class DynamicMaskingError(ValueError):
@@ -54,7 +56,7 @@ class DynamicMasking:
     """
 
     max_predictions_per_seq: int
-    vocab: pretraining_data.MaskingVocab
+    vocab: MaskingVocab
     masked_lm_prob: float = 0.15
     do_whole_word_mask: bool = False
     seed: int | None = None
@@ -66,11 +68,10 @@ class DynamicMasking:
         for token in ("[CLS]", "[SEP]", "[MASK]"):
             if token not in vocab:
                 raise DynamicMaskingError(f"--vocab_file={vocab_file} has no {token} token")
-        return cls(vocab=pretraining_data.MaskingVocab.from_vocab(vocab), vocab_file=vocab_file,
-                   **settings)
+        return cls(vocab=MaskingVocab.from_vocab(vocab), vocab_file=vocab_file, **settings)
 
     def validate(self) -> None:
-        pretraining_data.PretrainingConfig(
+        PretrainingConfig(
             max_seq_length=max(self.max_predictions_per_seq, 5),
             max_predictions_per_seq=self.max_predictions_per_seq,
             masked_lm_prob=self.masked_lm_prob).validate()

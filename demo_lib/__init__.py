@@ -1,0 +1,1 @@
+"""Pieces of demo.py: stage machinery (`stages`), stage reports (`reports`), the summary."""
