@@ -413,7 +413,7 @@ def our_checkpoint(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["config_not_json", "hf_config_not_json", "missing_vocab",
-                                  "output_dir_is_a_file"])
+                                  "output_dir_is_a_file", "output_dir_is_the_input"])
 def test_convert_checkpoint_says_what_is_wrong_in_one_line(our_checkpoint, tmp_path, case):
     flags = {"input": str(our_checkpoint), "output_dir": str(tmp_path / "out"),
              "output_format": "hf"}
@@ -425,9 +425,13 @@ def test_convert_checkpoint_says_what_is_wrong_in_one_line(our_checkpoint, tmp_p
     elif case == "missing_vocab":
         flags["vocab_file"] = str(tmp_path / "nowhere" / "vocab.txt")
         expected = f"--vocab_file={flags['vocab_file']}: no such file"
-    else:
+    elif case == "output_dir_is_a_file":
         (tmp_path / "out").write_text("not a directory", encoding="utf-8")
         expected = f"--output_dir={tmp_path / 'out'} is a file"
+    else:  # ours into the input's directory would write its ckpt files over the input's
+        flags.update(output_dir=str(our_checkpoint), output_format="ours")
+        expected = f"output_dir {our_checkpoint} holds the input checkpoint"
+    before = {path.name: path.read_bytes() for path in our_checkpoint.iterdir()}
     proc = subprocess.run(
         [sys.executable, os.path.join(S.REPO_ROOT, "convert_checkpoint.py")]
         + [f"--{name}={value}" for name, value in flags.items()],
@@ -437,3 +441,4 @@ def test_convert_checkpoint_says_what_is_wrong_in_one_line(our_checkpoint, tmp_p
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert f"convert_checkpoint.py: error: {expected}" in proc.stderr, proc.stderr[-2000:]
     assert not os.path.isdir(tmp_path / "out")
+    assert {path.name: path.read_bytes() for path in our_checkpoint.iterdir()} == before

@@ -103,12 +103,21 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
 
     Returns:
       The written checkpoint (prefix or file).
+
+    Raises:
+      fileio.OutputError: ``output_dir`` is the input's own directory (refused before any
+        work: the outputs would replace the input's files).
     """
     from modeling.models import BertPretrainer
 
     if output_kind not in KINDS:
         raise ValueError(f"output kind {output_kind!r} is not one of {KINDS}")
-    resolve(input_path)  # what is not a checkpoint is refused first, naming the path
+    _, location = resolve(input_path)  # what is not a checkpoint is refused first
+    if fileio.same_path(output_dir, os.path.dirname(location) or "."):
+        # The outputs (checkpoint, config, vocab.txt) would replace the input's own files.
+        raise fileio.OutputError(
+            f"output_dir {output_dir} holds the input checkpoint {location}; converting "
+            "into it would overwrite the input: choose another directory")
     config = config or config_for(input_path)
     if config is None:
         raise CheckpointError(f"{input_path}: no bert_config.json / config.json beside the "
