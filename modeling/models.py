@@ -78,20 +78,21 @@ class _DenseHeadModel(_TaskModel):
             name=self.head_name))
         self.build()
 
-    @property
-    def head(self) -> DenseLogitsHead:
+    def _head(self) -> DenseLogitsHead:
+        # A method, not a property: Keras' saving walks every attribute, and a property
+        # holding the head would store its weights under "head" in .keras files.
         return getattr(self, self.head_name)
 
     def build(self, input_shape=None):
         if self.built:
             return
-        self.head.build()
+        self._head().build()
         self.built = True
 
     def _head_logits(self, inputs, training=None):
         """The head's float32 logits on the encoder's ``encoder_output``."""
         outputs = self.encoder(self._encoder_inputs(inputs), training=training)
-        return self.head(outputs[self.encoder_output], training=training)
+        return self._head()(outputs[self.encoder_output], training=training)
 
 
 class _LabelsModel(_DenseHeadModel):

@@ -124,3 +124,45 @@ def test_the_saved_keras_config_is_the_one_written_before(name):
         "trainable": True, "config": CONFIG, **extra}
     assert config["dtype"]["config"] == {"name": "float32"}
     assert type(model).from_config(config).get_config() == config
+
+
+# model name -> where a .keras file written before stores the head's weights (the paths of
+# model.weights.h5 outside the encoder); Keras walks the model's attributes to name them.
+KERAS_HEAD_WEIGHTS = {
+    "bert_pretrainer": ["layers/dense_logits_head/dense/vars/0",
+                        "layers/dense_logits_head/dense/vars/1",
+                        "layers/masked_lm_head/layer_norm/vars/0",
+                        "layers/masked_lm_head/layer_norm/vars/1",
+                        "layers/masked_lm_head/transform/vars/0",
+                        "layers/masked_lm_head/transform/vars/1",
+                        "layers/masked_lm_head/vars/0"],
+    "bert_classifier": ["classifier/dense/vars/0", "classifier/dense/vars/1"],
+    "bert_multiple_choice": ["classifier/dense/vars/0", "classifier/dense/vars/1"],
+    "bert_span_labeler": ["layers/dense_logits_head/dense/vars/0",
+                          "layers/dense_logits_head/dense/vars/1"],
+    "bert_token_tagger": ["layers/dense_logits_head/dense/vars/0",
+                          "layers/dense_logits_head/dense/vars/1"],
+    "bert_feature_tagger": [
+        f"bilstm_{i}/{side}_layer/cell/vars/{j}" for i in range(2)
+        for side in ("backward", "forward") for j in range(3)] + [
+        "layers/dense_logits_head/dense/vars/0", "layers/dense_logits_head/dense/vars/1",
+        "layers/scalar_mix/vars/0", "layers/scalar_mix/vars/1"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_keras_file_stores_the_head_where_it_did_before(name, tmp_path):
+    import io
+    import zipfile
+
+    import h5py
+
+    make, _, _ = MODELS[name]
+    path = str(tmp_path / "model.keras")
+    make(BertConfig(**CONFIG)).save(path)
+    with zipfile.ZipFile(path) as archive:
+        weights = h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r")
+        found = []
+        weights.visit(lambda key: found.append(key)
+                      if isinstance(weights[key], h5py.Dataset) else None)
+    assert sorted(k for k in found if "encoder" not in k) == sorted(KERAS_HEAD_WEIGHTS[name])
