@@ -1,21 +1,23 @@
 """Benchmark: the Apache Beam pipeline (DirectRunner) against the local process pool.
 
-Same corpus, vocab and flags as bench_create_pretraining_data.py (whose corpus, vocab,
-measuring and counting helpers this reuses): Python standard-library docstrings repeated
-to each size, a 16k vocab learned from it, max_seq_length 128, max_predictions_per_seq
-20, dupe_factor 5, seed 12345. For each size and worker count it runs, as subprocesses,
+Same corpus, vocab and flags as bench_create_pretraining_data.py (whose measuring and
+counting helpers this reuses): bench/corpus.py's text, no line repeated (or with
+`--corpus=repeated` 0.58 MB of it repeated), cut to each size, its ~21k vocab,
+max_seq_length 128, max_predictions_per_seq 20, dupe_factor 5, seed 12345. For each size
+and worker count it runs, as subprocesses,
 
 * `python -m data_prep.create_pretraining_data --num_workers=W` (the local pool), and
 * `python -m data_prep.beam_pretraining_data --runner=DirectRunner --direct_num_workers=W`
   (the DirectRunner's in-process engine; with W > 1 in worker processes,
   `--direct_running_mode=multi_processing`), once per `--pool_sizes_mb`,
 
-and reports wall time, MB/s, CPU seconds of all processes, peak memory (largest process,
-the whole tree, the tool's main process and its largest worker process) and the Beam
-run's wall-time ratio to the local pool with the same number of workers, measured in the
-same run.
+`--repeats` times, the runs of one size and worker count interleaved round by round, and
+reports the medians of wall time, MB/s, CPU seconds of all processes, peak memory (largest
+process, the whole tree, the tool's main process and its largest worker process) and the
+Beam run's wall-time ratio to the local pool with the same number of workers (the median
+of the ratios within each round).
 
-    .venv/bin/python bench/bench_beam_pretraining_data.py --sizes_mb=1,10
+    .venv/bin/python bench/bench_beam_pretraining_data.py --sizes_mb=1,10 --repeats=3
 """
 
 from __future__ import annotations
@@ -24,14 +26,17 @@ import argparse
 import glob
 import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
+import corpus as bench_corpus  # noqa: E402
 from bench_create_pretraining_data import (  # noqa: E402
-    count_records, learn_vocab, measure, stdlib_documents, write_corpus)
+    count_records, measure, run_header, startup_command)
 
 
 def main():
@@ -41,6 +46,9 @@ def main():
     parser.add_argument("--pool_sizes_mb", default="16,2",
                         help="Beam --pool_size_mb values (16 is the default)")
     parser.add_argument("--dupe_factor", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="interleaved rounds per size and worker count; medians reported")
+    parser.add_argument("--corpus", default="unique", choices=bench_corpus.CORPORA)
     parser.add_argument("--work_dir", default=None)
     args = parser.parse_args()
 
@@ -51,14 +59,18 @@ def main():
     common = ["--max_seq_length=128", "--max_predictions_per_seq=20",
               f"--dupe_factor={args.dupe_factor}", "--masked_lm_prob=0.15",
               "--random_seed=12345", "--do_lower_case=true"]
-    documents = stdlib_documents()
     vocab = os.path.join(work, "vocab.txt")
+    bench_corpus.write_vocab(vocab)
+    # Bytecode and the tokenizer's table cache, as a user's second run finds them.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "data_prep"], cwd=ROOT,
+                   env={k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                   check=True)
+    measure(startup_command(work, vocab, common), env=env, cwd=ROOT)
+    load_before = os.getloadavg()
     rows = []
     for size_mb in [float(s) for s in args.sizes_mb.split(",")]:
         corpus = os.path.join(work, f"corpus_{size_mb:g}mb.txt")
-        mb = write_corpus(corpus, int(size_mb * 1e6), documents) / 1e6
-        if not os.path.exists(vocab):
-            learn_vocab(corpus, vocab)
+        mb = bench_corpus.write_corpus(corpus, size_mb, args.corpus) / 1e6
         data = [f"--input_file={corpus}", f"--vocab_file={vocab}", *common]
         for workers in [int(w) for w in args.workers.split(",")]:
             runs = [(f"local pool, {workers} worker(s)",
@@ -70,34 +82,47 @@ def main():
                              ["-m", "data_prep.beam_pretraining_data", *data,
                               "--runner=DirectRunner", f"--direct_num_workers={workers}",
                               f"--pool_size_mb={pool}", *mode]))
-            local = None
-            for name, cmd in runs:
-                out = os.path.join(work, "out.tfrecord")
-                load = os.getloadavg()[0]
-                peaks = {}
-                seconds, cpu, max_rss, tree_rss = measure(
-                    [sys.executable, *cmd, f"--output_file={out}"], env=env,
-                    process_peaks=peaks)
-                main_rss = max((r for d, r in peaks.values() if d == 1), default=0) / 2**20
-                worker_rss = max((r for d, r in peaks.values() if d >= 2), default=0) / 2**20
-                instances = count_records([out])
-                local = seconds if local is None else local
-                rows.append(dict(size_mb=mb, run=name, seconds=seconds, mb_s=mb / seconds,
-                                 cpu_s=cpu, instances=instances, max_rss_mb=max_rss,
-                                 tree_rss_mb=tree_rss, main_rss_mb=main_rss,
-                                 worker_rss_mb=worker_rss, load=load,
-                                 vs_local=local / seconds))
+            measured = {name: [] for name, _ in runs}
+            for round_index in range(args.repeats):
+                local = None
+                for name, cmd in runs:
+                    out = os.path.join(work, "out.tfrecord")
+                    load = os.getloadavg()[0]
+                    peaks = {}
+                    seconds, cpu, max_rss, tree_rss = measure(
+                        [sys.executable, *cmd, f"--output_file={out}"], env=env,
+                        process_peaks=peaks)
+                    main_rss = max((r for d, r in peaks.values() if d == 1), default=0)
+                    worker_rss = max((r for d, r in peaks.values() if d >= 2), default=0)
+                    local = seconds if local is None else local
+                    measured[name].append(dict(
+                        seconds=seconds, cpu_s=cpu, max_rss_mb=max_rss, tree_rss_mb=tree_rss,
+                        main_rss_mb=main_rss / 2**20, worker_rss_mb=worker_rss / 2**20,
+                        load=load, vs_local=local / seconds, instances=count_records([out])))
+                    print(json.dumps(dict(run=name, round=round_index, **measured[name][-1])),
+                          flush=True)
+                    for path in glob.glob(os.path.join(work, "*out.tfrecord*")):
+                        os.remove(path)
+            for name, results in measured.items():
+                median = {key: statistics.median(r[key] for r in results)
+                          for key in results[0] if key not in ("instances",)}
+                for key in ("max_rss_mb", "tree_rss_mb", "main_rss_mb", "worker_rss_mb"):
+                    median[key] = max(r[key] for r in results)  # peaks: the highest
+                rows.append(dict(size_mb=mb, run=name, mb_s=mb / median["seconds"],
+                                 instances=results[0]["instances"], runs=len(results),
+                                 wall_range=(min(r["seconds"] for r in results),
+                                             max(r["seconds"] for r in results)),
+                                 **median))
                 print(json.dumps(rows[-1]), flush=True)
-                for path in glob.glob(os.path.join(work, "*out.tfrecord*")):
-                    os.remove(path)
-    print(format_table(rows, args))
+    print(format_table(rows, args, load_before, os.getloadavg()))
 
 
-def format_table(rows, args):
+def format_table(rows, args, load_before, load_after):
     lines = [
-        f"Corpus: Python {sys.version.split()[0]} standard-library docstrings repeated to "
-        "size; vocab learned from it (16k); max_seq_length 128, max_predictions_per_seq 20, "
-        f"dupe_factor {args.dupe_factor}, seed 12345. {len(os.sched_getaffinity(0))} cores.",
+        f"Corpus: bench/corpus.py, {args.corpus}; its ~21k vocab; max_seq_length 128, "
+        f"max_predictions_per_seq 20, dupe_factor {args.dupe_factor}, seed 12345. Medians "
+        f"of {args.repeats} interleaved round(s) (wall range in brackets; peak memory: the "
+        "highest). " + run_header(load_before, load_after),
         "",
         "| corpus | run | wall s | MB/s | CPU s (all processes) | instances "
         "| peak RSS, largest process (MB) | peak RSS, all processes (MB) "
@@ -106,9 +131,11 @@ def format_table(rows, args):
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        low, high = r["wall_range"]
+        spread = f" ({low:.2f}-{high:.2f})" if high > low else ""
         lines.append(
-            f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.2f} | {r['mb_s']:.2f} "
-            f"| {r['cpu_s']:.2f} | {r['instances']} | {r['max_rss_mb']:.0f} "
+            f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.2f}{spread} "
+            f"| {r['mb_s']:.2f} | {r['cpu_s']:.2f} | {r['instances']} | {r['max_rss_mb']:.0f} "
             f"| {r['tree_rss_mb']:.0f} | {r['main_rss_mb']:.0f} | {r['worker_rss_mb']:.0f} "
             f"| {r['vs_local']:.2f}x | {r['load']:.1f} |")
     lines += ["", "Command: `.venv/bin/python bench/bench_beam_pretraining_data.py "

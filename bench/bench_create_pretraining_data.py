@@ -1,10 +1,13 @@
 """Benchmark: data_prep.create_pretraining_data against Google's original, side by side.
 
-Offline and deterministic: the corpus is the Python standard library's docstrings,
-reflowed to one sentence per line with a blank line between documents and repeated up
-to each requested size; the vocab is learned from it (frequent words + characters).
-For each size it runs, as subprocesses with the same flags (max_seq_length 128,
-max_predictions_per_seq 20, dupe_factor 5 by default):
+Offline and deterministic: the corpus is bench/corpus.py's (docstrings and comments of the
+standard library and of the installed TensorFlow, Keras, numpy, scipy, ... sources, one
+sentence per line, no line repeated), cut to each requested size, and its vocab (about
+21k entries learned from its first 5 MB). `--corpus=repeated` (or `unique,repeated`)
+times the same tools on the first 0.58 MB of that text repeated to size, the kind of
+corpus this bench used before, to show how much repetition flatters our cached tokenizer.
+For each corpus and size it runs, as subprocesses with the same flags (max_seq_length
+128, max_predictions_per_seq 20, dupe_factor 5 by default):
 
 * the original (`python -m bert.create_pretraining_data`, PyPI bert-tensorflow),
 * ours with 1 worker and with all cores (the default: vectorised masking),
@@ -27,8 +30,7 @@ with that cache and with caching off (the tokenizer's Unicode tables computed in
     .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=10 \
         --compare_root=/tmp/before   # e.g. `git archive HEAD | tar -x -C /tmp/before`
 
-With --write_results the table replaces the create_pretraining_data section of
-bench/RESULTS.md.
+It prints a markdown table (with the command and the load) for bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -36,9 +38,6 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import importlib
-import inspect
-import io
 import json
 import os
 import re
@@ -48,89 +47,13 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 
+import corpus as bench_corpus  # noqa: E402
 from data_prep import tokenization  # noqa: E402
-
-SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"[unused{i}]" for i in range(100)]
-SECTION_TITLE = "## create_pretraining_data (bench/bench_create_pretraining_data.py)"
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
-
-
-# --- Corpus and vocab -------------------------------------------------------------------
-
-
-def stdlib_documents():
-    """Documents (lists of sentences) from stdlib docstrings, one per module, in order."""
-    documents = []
-    names = sorted(n for n in sys.stdlib_module_names
-                   if not n.startswith("_") and n not in ("antigravity", "this", "idlelib",
-                                                          "tkinter", "turtle", "turtledemo"))
-    for name in names:
-        try:
-            with warnings.catch_warnings(), \
-                    io.StringIO() as sink:
-                warnings.simplefilter("ignore")
-                stdout, sys.stdout = sys.stdout, sink
-                try:
-                    module = importlib.import_module(name)
-                finally:
-                    sys.stdout = stdout
-        except BaseException:  # noqa: BLE001 - some modules are platform-specific
-            continue
-        docs = [inspect.getdoc(module)]
-        for _, member in sorted(vars(module).items()):
-            if (inspect.isclass(member) or inspect.isfunction(member)) and \
-                    getattr(member, "__module__", None) == name:
-                docs.append(inspect.getdoc(member))
-        # One document per module (its docstring, then its classes' and functions'),
-        # so documents have the length of an article rather than of one docstring.
-        sentences = []
-        for doc in docs:
-            for paragraph in re.split(r"\n\s*\n", doc or ""):
-                text = " ".join(paragraph.split())
-                if len(text) < 20 or text.startswith(">>>"):
-                    continue
-                sentences.extend(s for s in _SENTENCE_END.split(text) if s)
-        if sentences:
-            documents.append(sentences)
-    return documents
-
-
-def write_corpus(path, size_bytes, documents):
-    """Repeats the documents until the file holds `size_bytes` (cut at a document)."""
-    written = 0
-    with open(path, "w", encoding="utf-8") as f:
-        while written < size_bytes:
-            for sentences in documents:
-                text = "\n".join(sentences) + "\n\n"
-                f.write(text)
-                written += len(text.encode("utf-8"))
-                if written >= size_bytes:
-                    break
-    return written
-
-
-def learn_vocab(corpus_path, vocab_path, size=16000, sample_bytes=2_000_000):
-    """Frequent basic-tokenized words plus every character (alone and as ##piece)."""
-    basic = tokenization.BasicTokenizer(do_lower_case=True)
-    words = collections.Counter()
-    with open(corpus_path, encoding="utf-8") as f:
-        words.update(basic.tokenize(f.read(sample_bytes)))
-    chars = sorted({c for w in words for c in w})
-    vocab = list(SPECIAL) + chars + ["##" + c for c in chars]
-    seen = set(vocab)
-    for word, _ in words.most_common():
-        if len(vocab) >= size:
-            break
-        if word not in seen:
-            vocab.append(word)
-            seen.add(word)
-    with open(vocab_path, "w", encoding="utf-8") as f:
-        f.write("\n".join(vocab) + "\n")
 
 
 # --- Measuring ---------------------------------------------------------------------------
@@ -241,12 +164,19 @@ def main():
                         help="also time start-up alone (a 2 KB corpus)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of ours (each checkout, interleaved); medians reported")
-    parser.add_argument("--write_results", action="store_true")
+    parser.add_argument("--original_repeats", type=int, default=1,
+                        help="runs of the original (in the first rounds); median reported")
+    parser.add_argument("--corpus", default="unique",
+                        help="comma-separated corpora of bench/corpus.py, timed one after the "
+                        "other: unique (no line repeats) and/or repeated (0.58 MB repeated)")
     args = parser.parse_args()
+    corpora = args.corpus.split(",")
+    for kind in corpora:
+        if kind not in bench_corpus.CORPORA:
+            parser.error(f"--corpus: {kind!r} is not one of {bench_corpus.CORPORA}")
 
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_cpd_")
     os.makedirs(work, exist_ok=True)
-    documents = stdlib_documents()
     common = [f"--max_seq_length={args.max_seq_length}",
               f"--max_predictions_per_seq={args.max_predictions_per_seq}",
               f"--dupe_factor={args.dupe_factor}", "--masked_lm_prob=0.15",
@@ -255,19 +185,32 @@ def main():
                BERT_KERAS3_CACHE_DIR=os.path.join(work, "cache"))
     rows = []
     vocab_path = os.path.join(work, "vocab.txt")
-    for size_mb in [float(s) for s in args.sizes_mb.split(",")]:
-        corpus = os.path.join(work, f"corpus_{size_mb:g}mb.txt")
-        nbytes = write_corpus(corpus, int(size_mb * 1e6), documents)
-        if not os.path.exists(vocab_path):
-            learn_vocab(corpus, vocab_path)
-        mb = nbytes / 1e6
+    bench_corpus.write_vocab(vocab_path)
+    load_before = os.getloadavg()
+    checkouts = [("ours", args.ours_root)] + (
+        [(f"ours from {args.compare_root}", args.compare_root)] if args.compare_root else [])
+    # Bytecode caches, as a user's second run (or any pip install) has them: the
+    # original's site-packages have them; without this, an environment with
+    # PYTHONDONTWRITEBYTECODE=1 would compile our modules in every timed run (~30 ms).
+    # Then one run fills the tokenizer's table cache, as a user's first run does.
+    for _, root in checkouts:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "data_prep"], cwd=root,
+                       env={k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                       check=True)
+        measure(startup_command(work, vocab_path, common), env=env, cwd=root)
+    groups = []  # (corpus kind, MB, runs), every run of one corpus file
+    for kind, size_mb in [(k, float(s)) for k in corpora
+                          for s in args.sizes_mb.split(",")]:
+        corpus = os.path.join(work, f"corpus_{kind}_{size_mb:g}mb.txt")
+        mb = bench_corpus.write_corpus(corpus, size_mb, kind) / 1e6
         tok_mbs, tok_tps = tokenizer_speed(corpus, vocab_path)
-        rows.append(dict(size_mb=mb, run="tokenizer alone (1 core)", seconds=mb / tok_mbs,
-                         mb_s=tok_mbs, note=f"{tok_tps / 1e3:.0f}k tokens/s"))
+        rows.append(dict(size_mb=mb, corpus=kind, run="tokenizer alone (1 core)",
+                         seconds=mb / tok_mbs, mb_s=tok_mbs,
+                         note=f"{tok_tps / 1e3:.0f}k tokens/s"))
         print(json.dumps(rows[-1]), flush=True)
         runs = []
         if not args.skip_original:
-            out = os.path.join(work, f"orig_{size_mb:g}.tfrecord")
+            out = os.path.join(work, f"orig_{kind}_{size_mb:g}.tfrecord")
             runs.append(("original (bert-tensorflow 1.0.4)", out,
                          ["-m", "bert.create_pretraining_data", f"--input_file={corpus}",
                           f"--output_file={out}", f"--vocab_file={vocab_path}", *common],
@@ -276,12 +219,9 @@ def main():
         variants = [(int(w), []) for w in args.workers.split(",")]
         if args.exact_draws_run:
             variants.append((all_cores, ["--exact_draws"]))
-        checkouts = [("ours", args.ours_root)] + (
-            [(f"ours from {args.compare_root}", args.compare_root)] if args.compare_root
-            else [])
         for workers, extra in variants:
             for label, root in checkouts:
-                out = os.path.join(work, f"ours_{size_mb:g}_{workers}_{len(extra)}_"
+                out = os.path.join(work, f"ours_{kind}_{size_mb:g}_{workers}_{len(extra)}_"
                                          f"{len(label)}.tfrecord")
                 runs.append((f"{label}, {workers} worker(s)"
                              f"{', --exact_draws' if extra else ''}", out,
@@ -289,43 +229,44 @@ def main():
                               f"--input_file={corpus}", f"--output_file={out}",
                               f"--vocab_file={vocab_path}", f"--num_workers={workers}",
                               *extra, *common], root))
-        # Bytecode caches, as a user's second run (or any pip install) has them: the
-        # original's site-packages have them; without this, an environment with
-        # PYTHONDONTWRITEBYTECODE=1 would compile our modules in every timed run (~30 ms).
-        for _, root in checkouts:
-            subprocess.run([sys.executable, "-m", "compileall", "-q", "data_prep"], cwd=root,
-                           env={k: v for k, v in env.items()
-                                if k != "PYTHONDONTWRITEBYTECODE"}, check=True)
-        # The original runs once (~35 s: its spread is small against its length); ours
-        # `--repeats` times, the checkouts interleaved round by round, and the median of
-        # each measure is reported (single 2-s runs swing by +-20% on this shared VM).
-        measured = {}
-        for round_index in range(args.repeats):
+        groups.append((kind, mb, runs))
+    # The original runs in the first `--original_repeats` rounds (~35-60 s at 10 MB: its
+    # spread is small against its length); ours `--repeats` times. Each round runs every
+    # corpus and size (so corpora compared in one run see the same load), the checkouts
+    # interleaved, and the median of each measure is reported (single 2-s runs swing by
+    # +-20% on this shared VM).
+    measured = {}
+    for round_index in range(max(args.repeats, args.original_repeats)):
+        for kind, mb, runs in groups:
             for name, out, cmd, root in runs:
-                if name.startswith("original") and round_index:
+                is_original = name.startswith("original")
+                if round_index >= (args.original_repeats if is_original else args.repeats):
                     continue
                 load = os.getloadavg()[0]  # before the run: the load it competes with
                 figures = measure([sys.executable, *cmd], env=env, cwd=root)
-                measured.setdefault(name, []).append((*figures, load, count_records([out])))
-                print(json.dumps(dict(run=name, round=round_index, seconds=figures[0],
-                                      cpu_s=figures[1])), flush=True)
-                os.remove(out)
+                measured.setdefault((kind, mb, name), []).append(
+                    (*figures, load, count_records([out])))
+                print(json.dumps(dict(corpus=kind, mb=mb, run=name, round=round_index,
+                                      seconds=figures[0], cpu_s=figures[1])), flush=True)
                 summary = os.path.join(os.path.dirname(out), "_" + os.path.basename(out)
                                        + ".summary.json")
                 for extra in glob.glob(out + "*") + glob.glob(summary):
                     os.remove(extra)
-        original_seconds = None
+    for kind, mb, runs in groups:
+        original = None
         for name, _, _, _ in runs:
-            results = measured[name]
+            results = measured[(kind, mb, name)]
             seconds = statistics.median(r[0] for r in results)
             cpu = statistics.median(r[1] for r in results)
             instances = results[0][5]
             if name.startswith("original"):
-                original_seconds = seconds
-            elif args.repeats > 1:
+                original = (seconds, cpu)
+            if len(results) > 1:
                 name += f", median of {len(results)}"
-            rows.append(dict(size_mb=mb, run=name, seconds=seconds, mb_s=mb / seconds,
-                             speedup=original_seconds / seconds if original_seconds else None,
+            rows.append(dict(size_mb=mb, corpus=kind, run=name, seconds=seconds,
+                             mb_s=mb / seconds,
+                             speedup=original[0] / seconds if original else None,
+                             speedup_cpu=original[1] / cpu if original else None,
                              cpu_s=cpu, mb_per_cpu_s=mb / cpu,
                              load=statistics.median(r[4] for r in results),
                              instances=instances, inst_s=instances / seconds,
@@ -335,26 +276,32 @@ def main():
                                          max(r[0] for r in results))))
             print(json.dumps(rows[-1]), flush=True)
     if args.startup:  # after the sizes: the vocab is learned from the first corpus
-        rows += startup_rows(work, documents, vocab_path, common, env, args.ours_root)
+        rows += startup_rows(work, vocab_path, common, env, args.ours_root)
         if args.compare_root:
-            rows += startup_rows(work, documents, vocab_path, common, env, args.compare_root,
+            rows += startup_rows(work, vocab_path, common, env, args.compare_root,
                                  label=f"ours from {args.compare_root}")
-    table = format_table(rows, args)
-    print(table)
-    if args.write_results:
-        write_results(table)
+    print(format_table(rows, args, load_before, os.getloadavg()))
 
 
-def startup_rows(work, documents, vocab_path, common, env, ours_root, label="ours",
+def startup_command(work, vocab_path, common):
+    """Ours on a 2 KB corpus in two chunks (two workers start, as in a real run): the
+    start-up run, and the warm-up that fills the table cache before the timed runs."""
+    corpus = os.path.join(work, "corpus_startup.txt")
+    if not os.path.exists(corpus):
+        bench_corpus.write_corpus(corpus, 0.002)
+    out = os.path.join(work, "startup.tfrecord")
+    return [sys.executable, "-m", "data_prep.create_pretraining_data", f"--input_file={corpus}",
+            f"--output_file={out}", f"--vocab_file={vocab_path}", "--chunk_size_mb=0.001",
+            *common]
+
+
+def startup_rows(work, vocab_path, common, env, ours_root, label="ours",
                  repeats=5):
     """Ours on a 2 KB corpus in two chunks (start-up dominates, workers included): with
     the table cache, and with caching off."""
-    corpus = os.path.join(work, "corpus_startup.txt")
-    nbytes = write_corpus(corpus, 2000, documents)
-    out = os.path.join(work, "startup.tfrecord")
-    cmd = [sys.executable, "-m", "data_prep.create_pretraining_data", f"--input_file={corpus}",
-           f"--output_file={out}", f"--vocab_file={vocab_path}", "--chunk_size_mb=0.001",
-           *common]  # two chunks: two workers, as in a real run
+    cmd = startup_command(work, vocab_path, common)
+    out = os.path.join(work, "startup.tfrecord")  # startup_command's output
+    nbytes = os.path.getsize(os.path.join(work, "corpus_startup.txt"))
     measure(cmd, env=env, cwd=ours_root)  # fills the cache
     rows = []
     for name, run_env in ((f"{label}, start-up (2 KB corpus), table cache", env),
@@ -365,8 +312,9 @@ def startup_rows(work, documents, vocab_path, common, env, ours_root, label="our
                    key=lambda m: m[0])
         seconds, cpu, max_rss, tree_rss = best
         instances = count_records([out])
-        rows.append(dict(size_mb=nbytes / 1e6, run=name + f", best of {repeats}",
-                         seconds=seconds, mb_s=nbytes / 1e6 / seconds, speedup=None,
+        rows.append(dict(size_mb=nbytes / 1e6, corpus="unique",
+                         run=name + f", best of {repeats}", seconds=seconds,
+                         mb_s=nbytes / 1e6 / seconds, speedup=None, speedup_cpu=None,
                          cpu_s=cpu, mb_per_cpu_s=nbytes / 1e6 / cpu, load=load,
                          instances=instances, inst_s=instances / seconds,
                          max_rss_mb=max_rss, tree_rss_mb=tree_rss))
@@ -380,47 +328,44 @@ def spread(row):
     return f" ({low:.2f}-{high:.2f})" if low is not None and high > low else ""
 
 
-def format_table(rows, args):
+def run_header(load_before, load_after):
+    """The line that dates a bench's table: UTC time, cores, load average before and after."""
+    return (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+            f"{len(os.sched_getaffinity(0))} cores, load average (1 min) "
+            f"{load_before[0]:.1f} before, {load_after[0]:.1f} after.")
+
+
+def format_table(rows, args, load_before, load_after):
     lines = [
-        f"Corpus: Python {sys.version.split()[0]} standard-library docstrings, one sentence "
-        "per line, repeated to size; vocab learned from it (16k). Flags: "
+        "Corpus: bench/corpus.py (unique: no line repeats; repeated: 0.58 MB repeated to "
+        "size), one sentence per line; its ~21k vocab. Flags: "
         f"max_seq_length {args.max_seq_length}, max_predictions_per_seq "
         f"{args.max_predictions_per_seq}, dupe_factor {args.dupe_factor}, seed 12345. "
-        f"{len(os.sched_getaffinity(0))} cores.",
+        + run_header(load_before, load_after),
         "",
         "| corpus | run | wall s | MB/s | x original (wall) | CPU s (all processes) "
-        "| MB per CPU-s | instances | instances/s | peak RSS, largest process (MB) "
-        "| peak RSS, all processes (MB) | load avg before |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| x original (CPU) | MB per CPU-s | instances | instances/s "
+        "| peak RSS, largest process (MB) | peak RSS, all processes (MB) | load avg before |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        corpus = f"{r['size_mb']:.3g} MB {r['corpus']}"
         if "instances" in r:
             speedup = "" if r.get("speedup") is None else f"{r['speedup']:.1f}x"
+            speedup_cpu = "" if r.get("speedup_cpu") is None else f"{r['speedup_cpu']:.1f}x"
             lines.append(
-                f"| {r['size_mb']:.3g} MB | {r['run']} | {r['seconds']:.2f}{spread(r)} "
-                f"| {r['mb_s']:.2f} "
-                f"| {speedup} | {r['cpu_s']:.2f} | {r['mb_per_cpu_s']:.2f} | {r['instances']} "
+                f"| {corpus} | {r['run']} | {r['seconds']:.2f}{spread(r)} "
+                f"| {r['mb_s']:.2f} | {speedup} | {r['cpu_s']:.2f} | {speedup_cpu} "
+                f"| {r['mb_per_cpu_s']:.2f} | {r['instances']} "
                 f"| {r['inst_s']:.0f} | {r['max_rss_mb']:.0f} | {r['tree_rss_mb']:.0f} "
                 f"| {r['load']:.1f} |")
         else:
-            lines.append(f"| {r['size_mb']:.1f} MB | {r['run']} | {r['seconds']:.2f} | "
-                         f"{r['mb_s']:.2f} | | {r['seconds']:.2f} | {r['mb_s']:.2f} | "
+            lines.append(f"| {corpus} | {r['run']} | {r['seconds']:.2f} | "
+                         f"{r['mb_s']:.2f} | | {r['seconds']:.2f} | | {r['mb_s']:.2f} | "
                          f"{r['note']} | | | | |")
     lines += ["", "Command: `.venv/bin/python bench/bench_create_pretraining_data.py "
               + " ".join(a for a in sys.argv[1:]) + "`"]
     return "\n".join(lines)
-
-
-def write_results(table):
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    start = text.index(SECTION_TITLE)
-    end = text.find("\n## ", start + len(SECTION_TITLE))
-    end = len(text) if end < 0 else end + 1
-    text = text[:start] + SECTION_TITLE + "\n\n" + table + "\n\n" + text[end:]
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
 
 
 if __name__ == "__main__":

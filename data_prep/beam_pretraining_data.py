@@ -6,7 +6,8 @@
 
 The flags both pretraining-data drivers share (`pretraining_cli`: the original's, with
 their names, meanings and defaults, plus --num_output_shards, --gzip, --chunk_size_mb,
---exact_draws, --dynamic_masking), this driver's `--pool_size_mb`, and any Apache Beam
+--exact_draws, --dynamic_masking, --next_sentence_prediction, --mask_token_rate,
+--random_token_rate), this driver's `--pool_size_mb`, and any Apache Beam
 pipeline option (`--runner`, `--direct_num_workers`, Dataflow's `--project`/`--region`/
 `--temp_location`/`--num_workers`, Flink's `--flink_master`, Spark's
 `--spark_master_url`, ...), passed to Beam. Without `--runner` the pipeline runs here on

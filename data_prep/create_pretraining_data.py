@@ -5,12 +5,14 @@
         --vocab_file=vocab.txt --max_seq_length=128 --max_predictions_per_seq=20
 
 Every flag of Google's create_pretraining_data.py, same names, meanings and defaults,
-plus --num_output_shards, --gzip, --chunk_size_mb, --exact_draws, --dynamic_masking
-(shared with the Beam pipeline: `pretraining_cli`) and this driver's --num_workers,
---shuffle_buffer_size, --progress_seconds. The corpus is cut into chunks of documents
-that worker processes turn into framed TFRecord bytes (`pretraining_data.chunks`); this
-process writes them in chunk order, so the output depends on the seed and the input,
-never on the number of workers. See docs/create_pretraining_data.md.
+plus --num_output_shards, --gzip, --chunk_size_mb, --exact_draws, --dynamic_masking and
+the BERT paper's studies (--next_sentence_prediction, --mask_token_rate,
+--random_token_rate), shared with the Beam pipeline (`pretraining_cli`), and this
+driver's --num_workers, --shuffle_buffer_size, --progress_seconds. The corpus is cut into
+chunks of documents that worker processes turn into framed TFRecord bytes
+(`pretraining_data.chunks`); this process writes them in chunk order, so the output
+depends on the seed and the input, never on the number of workers. See
+docs/create_pretraining_data.md.
 
 Paths are local or any `tf.io.gfile` URL (gs://, ...), as the original's. Local inputs
 are read by the workers themselves; a URL input is read here, range by range as the

@@ -3,10 +3,12 @@
 `create_pretraining_data` (the local process pool) and `beam_pretraining_data` (Apache
 Beam) take the same flags of the data and the records: the original's, with their names,
 meanings and defaults, plus `--num_output_shards`, `--gzip`, `--chunk_size_mb`,
-`--exact_draws` and `--dynamic_masking`. They are defined here (`define_flags`) and read
-into one `DataJob` (`job_from_flags`); each driver defines only its own further flags
-(the local pool's `--num_workers`, `--shuffle_buffer_size`, `--progress_seconds`; Beam's
-`--pool_size_mb`), so neither takes a flag it would ignore.
+`--exact_draws`, `--dynamic_masking` and the studies of the BERT paper's Tables 5 and 8
+(`--next_sentence_prediction`, `--mask_token_rate`, `--random_token_rate`). They are
+defined here (`define_flags`) and read into one `DataJob` (`job_from_flags`); each
+driver defines only its own further flags (the local pool's `--num_workers`,
+`--shuffle_buffer_size`, `--progress_seconds`; Beam's `--pool_size_mb`), so neither
+takes a flag it would ignore.
 
 Also here, because both drivers name and check their files the same way: the input
 globs (`expand_inputs`), the output shards (`output_paths`), the summary beside them
@@ -35,7 +37,7 @@ SUMMARY_SUFFIX = ".summary.json"
 # Flags that only decide the masking: with --dynamic_masking nothing is masked here
 # (run_pretraining.py masks, with its own flags of the first three names).
 MASKING_FLAGS = ("masked_lm_prob", "max_predictions_per_seq", "do_whole_word_mask",
-                 "exact_draws")
+                 "mask_token_rate", "random_token_rate", "exact_draws")
 
 
 class CliError(Exception):
@@ -92,8 +94,24 @@ def define_flags() -> None:
                       "segment_ids, next_sentence_labels), for run_pretraining.py to mask on "
                       "the fly with a fresh mask every epoch (RoBERTa's dynamic masking). One "
                       "copy of the pairs unless --dupe_factor is given; the masking flags "
-                      "(--masked_lm_prob, --max_predictions_per_seq, --do_whole_word_mask) "
-                      "then belong to run_pretraining.py.")
+                      "(--masked_lm_prob, --max_predictions_per_seq, --do_whole_word_mask, "
+                      "--mask_token_rate, --random_token_rate) then belong to "
+                      "run_pretraining.py.")
+    # --- Ours, the studies of the BERT paper (Tables 5 and 8), in both drivers. ---
+    flags.DEFINE_bool("next_sentence_prediction", True,
+                      "Build next-sentence pairs (B is random half the time, labelled 1). "
+                      "False: no next-sentence task (the paper's 'No NSP' and 'LTR & No "
+                      "NSP' models, run_pretraining.py --next_sentence_prediction=false): "
+                      "B is always the text that follows A (labels all 0), and a chunk of "
+                      "one sentence is one segment, [CLS] A [SEP]. With --dynamic_masking: "
+                      "contiguous text for a left-to-right LM as well.")
+    flags.DEFINE_float("mask_token_rate", 0.8,
+                       "Of the positions chosen for prediction, the share shown as [MASK] "
+                       "(keras-hub's name; the paper's Table 8 'MASK').")
+    flags.DEFINE_float("random_token_rate", 0.1,
+                       "Of the positions chosen for prediction, the share replaced by a "
+                       "random vocabulary entry (Table 8 'RND'); the rest, 1 - "
+                       "mask_token_rate - random_token_rate, keep their token ('SAME').")
     at_least("num_output_shards", 1)
     at_least("chunk_size_mb", 0)
     flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
@@ -168,7 +186,10 @@ def config_from_flags(values=FLAGS) -> PretrainingConfig:
         masked_lm_prob=values.masked_lm_prob,
         short_seq_prob=values.short_seq_prob,
         dupe_factor=dupe_factor,
-        do_whole_word_mask=values.do_whole_word_mask)
+        do_whole_word_mask=values.do_whole_word_mask,
+        mask_token_rate=values.mask_token_rate,
+        random_token_rate=values.random_token_rate,
+        next_sentence_prediction=values.next_sentence_prediction)
     config.validate()
     if config.max_predictions_per_seq > config.max_seq_length - 3:
         logging.warning("--max_predictions_per_seq=%d: at most %d tokens of a %d-token "

@@ -1,13 +1,14 @@
 """Chunk results from forked workers through shared memory instead of the executor's pipe.
 
-A chunk's framed records are about ten times its text (6.4 MB for a 0.63 MB chunk at
-`dupe_factor` 5). Returned as a result, they are pickled, pushed through the executor's
-64 KB pipe and copied three more times on the way in (the reader's pieces, its buffer,
-unpickling): ~8 ms of this process's CPU per chunk, taken from the workers on a machine
-whose cores they fill, and ~5 ms of the worker's. Here each task gets a slot of one
-anonymous in-memory file (`os.memfd_create`) that the workers inherit by fork: the
-worker writes its records into the slot (one `pwrite`) and returns only their size; this
-process maps them (`mmap`, no copy) and hands the mapping on as the result's data.
+A chunk's framed records are about ten times its text (6.7 MB for a 0.62 MB chunk of the
+benches' text at `dupe_factor` 5). Returned as a result, they are pickled, pushed through
+the executor's 64 KB pipe and copied three more times on the way in (the reader's pieces,
+its buffer, unpickling): ~8 ms of this process's CPU per chunk, taken from the workers on
+a machine whose cores they fill, and ~5 ms of the worker's (bench/RESULTS.md, measured on
+6.4 MB results). Here each task gets a slot of one anonymous in-memory file
+(`os.memfd_create`) that the workers inherit by fork: the worker writes its records into
+the slot (one `pwrite`) and returns only their size; this process maps them (`mmap`, no
+copy) and hands the mapping on as the result's data.
 
 * Nothing to leak: the file has no name and is freed with the last process holding it,
   even after `kill -9` (workers die with this process, `lifecycle.init_worker_process`).

@@ -99,7 +99,7 @@ class BertInGraphTokenizer(tf.Module):
       max_chars_per_word: longer words become [UNK] (the original's 200 characters).
 
     The first construction in a process builds the character classes from all 1.1M code
-    points (about 2 s); later ones reuse them.
+    points (1-2 s); later ones reuse them.
     """
 
     def __init__(self, vocab_file: str, do_lower_case: bool = True,

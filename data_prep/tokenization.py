@@ -262,7 +262,7 @@ def _char_class(code_points) -> str:
 # The fast path needs, for every code point, the classes the reference predicates define.
 # Classifying all 1.1M code points one Python call at a time took ~0.75 CPU-s, a large
 # part of a short run, so the classes are computed with C-level passes over whole strings
-# (`_compute_table_ranges`, ~0.25 s), kept as inclusive ranges in a small JSON cache file
+# (`_compute_table_ranges`, ~0.3 s), kept as inclusive ranges in a small JSON cache file
 # (`_table_ranges`, a few ms), and only loaded when text that is not ASCII first arrives
 # (`_FastBasic.__getattr__`): ASCII needs only tables of 128 entries.
 

@@ -25,7 +25,8 @@ from data_prep.pretraining_data.stats import Stats
 
 
 class Instance:
-    """One training pair: `[CLS] A [SEP] B [SEP]` as ids, masking already applied."""
+    """One training pair: `[CLS] A [SEP] B [SEP]` as ids, masking already applied (or
+    `[CLS] A [SEP]`: a one-segment instance, only without the next-sentence task)."""
 
     __slots__ = ("input_ids", "num_tokens_a", "masked_lm_positions", "masked_lm_ids",
                  "is_random_next")
@@ -136,7 +137,7 @@ def create_instances_from_document(documents: Sequence[Sequence[Sequence[int]]],
             a_segments = chunk[:a_end]
             len_a = sum(map(len, a_segments))
 
-            if len(chunk) == 1 or rng.random() < 0.5:
+            if config.next_sentence_prediction and (len(chunk) == 1 or rng.random() < 0.5):
                 is_random_next = True
                 target_b_length = target_seq_length - len_a
                 for _ in range(10):
@@ -154,6 +155,10 @@ def create_instances_from_document(documents: Sequence[Sequence[Sequence[int]]],
                         break
                 # The chunk's segments after A were not used: go back and reuse them.
                 i -= len(chunk) - a_end
+            elif len(chunk) == 1:  # no next-sentence task: one segment, [CLS] A [SEP]
+                is_random_next = False
+                b_segments = []
+                len_b = 0
             else:
                 is_random_next = False
                 b_segments = chunk[a_end:]
@@ -165,8 +170,9 @@ def create_instances_from_document(documents: Sequence[Sequence[Sequence[int]]],
             input_ids = [vocab.cls_id]
             input_ids += tokens_a
             input_ids.append(vocab.sep_id)
-            input_ids += tokens_b
-            input_ids.append(vocab.sep_id)
+            if tokens_b:
+                input_ids += tokens_b
+                input_ids.append(vocab.sep_id)
             positions, labels = create_masked_lm_predictions(
                 input_ids, len(tokens_a), config, vocab, rng, stats)
             instance = Instance(input_ids, len(tokens_a), positions, labels, is_random_next)
@@ -201,8 +207,9 @@ def to_instances(compact: CompactInstances, vocab: MaskingVocab) -> List[Instanc
     for t in compact.order:
         a0, la = compact.a_start[t], compact.a_len[t]
         b0, lb = compact.b_start[t], compact.b_len[t]
-        ids = [vocab.cls_id, *toks[a0:a0 + la], vocab.sep_id, *toks[b0:b0 + lb],
-               vocab.sep_id]
+        ids = [vocab.cls_id, *toks[a0:a0 + la], vocab.sep_id]
+        if lb:  # else a one-segment instance (no next-sentence task)
+            ids += [*toks[b0:b0 + lb], vocab.sep_id]
         lo, hi = offsets[t], offsets[t] + int(num_masked[t])
         positions = [int(p) for p in compact.positions[lo:hi]]
         labels = [ids[p] for p in positions]

@@ -2,6 +2,7 @@
 the same records for a corpus within one pool, the original's statistics with pools,
 determinism whatever the workers, random next sentences across files, and the CLI."""
 
+import dataclasses
 import glob
 import json
 import os
@@ -102,6 +103,93 @@ def test_dynamic_masking_writes_the_pairs_unmasked(prose, tmp_path):
     assert reference_runs.compare(ours, prose["original"], prose["se"],
                                   names=("instances", "short", "mean_tokens",
                                          "random_next")) == []
+
+
+def run_local(tmp_path, files, vocab, config, *, name="local.tfrecord",
+              seed=reference_runs.SEED, **kwargs):
+    """The local pool's run (create_pretraining_data.generate, in this process)."""
+    from data_prep import create_pretraining_data
+
+    out = str(tmp_path / name)
+    summary = create_pretraining_data.generate(
+        config, list(files), [out], vocab_file=vocab, do_lower_case=True, seed=seed,
+        num_workers=1, gzip=False, chunk_bytes=0, shuffle_buffer_size=1000,
+        progress_seconds=1000, summary_path=str(tmp_path / f"_{name}.summary.json"),
+        **kwargs)
+    return [out], summary
+
+
+# The BERT paper's studies (issue 26): Table 8's splits of the masked positions (MASK,
+# SAME, RND in percent) and Table 5's objectives without next-sentence prediction.
+STUDIES = {
+    "no_nsp_0_20_80": (dict(next_sentence_prediction=False, mask_token_rate=0.0,
+                            random_token_rate=0.8), {}),
+    "100_0_0_exact_draws": (dict(mask_token_rate=1.0, random_token_rate=0.0),
+                            dict(exact_draws=True)),
+    "80_20_0": (dict(mask_token_rate=0.8, random_token_rate=0.0), {}),
+    "ltr_no_nsp_unmasked": (dict(next_sentence_prediction=False), dict(dynamic_masking=True)),
+}
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_both_drivers_write_the_same_records_for_the_studies(prose, tmp_path, study):
+    """A corpus within one chunk and one pool, one seed: the local pool and the Beam
+    pipeline write the same records (as sets: each its own order) and count the same, for
+    each study's settings. The records hold what was asked: the share of masked
+    positions shown as [MASK], as their own token, as another token within 5 binomial
+    standard errors of the split (a random entry is [MASK] or the token itself 1/V of the
+    time), exact where a share is 0 or 1; without NSP no random next, one segment or B
+    the text after A; the summaries record the settings."""
+    settings, job = STUDIES[study]
+    config = dataclasses.replace(reference_runs.CONFIG, dupe_factor=2, **settings)
+    local, local_summary = run_local(tmp_path, [prose["corpus"]], prose["vocab"], config,
+                                     **job)
+    beam_out, beam_summary = run_beam(tmp_path, [prose["corpus"]], prose["vocab"], config,
+                                      **job)
+    assert local_summary["num_chunks"] == beam_summary["num_pools"] == 1
+    _, local_raw = reference_runs.read_records(local)
+    parsed, beam_raw = reference_runs.read_records(beam_out)
+    assert len(local_raw) > 1500
+    assert sorted(local_raw) == sorted(beam_raw)
+    counts = ("instances", "tokens", "random_next", "masked", "masked_as_mask",
+              "masked_kept", "masked_random", "short_instances")
+    assert {k: local_summary[k] for k in counts} == {k: beam_summary[k] for k in counts}
+    for summary in (local_summary, beam_summary):
+        assert {k: summary["config"][k] for k in settings} == settings
+        assert summary["config"]["next_sentence_prediction"] == config.next_sentence_prediction
+    labels = parsed["next_sentence_labels"][:, 0]
+    segments = parsed["segment_ids"]
+    n = parsed["input_mask"].sum(axis=1)
+    if not config.next_sentence_prediction:
+        assert not labels.any() and beam_summary["random_next"] == 0
+        # One segment ([CLS] A [SEP]: ids 0) or two (0 then 1 up to the end).
+        two = segments.any(axis=1)
+        assert two.sum() > 100 and (~two).sum() > 100
+        ends = segments[np.arange(len(n)), n - 1]
+        assert (ends == two).all()
+    else:  # random next half the time, and always after a one-sentence chunk
+        assert 0.5 < labels.mean() < 0.8
+    assert labels.sum() == beam_summary["random_next"]
+    if job.get("dynamic_masking"):
+        assert "masked_lm_ids" not in parsed and beam_summary["masked"] == 0
+        return
+    weights = parsed["masked_lm_weights"] > 0
+    shown = np.take_along_axis(parsed["input_ids"], parsed["masked_lm_positions"], axis=1)
+    total = int(weights.sum())
+    assert total == beam_summary["masked"] > 10_000
+    observed = {"mask": int(((shown == prose["mask_id"]) & weights).sum()),
+                "same": int(((shown == parsed["masked_lm_ids"]) & weights).sum())}
+    observed["other"] = total - observed["mask"] - observed["same"]
+    m, r = config.mask_token_rate, config.random_token_rate
+    size = len(open(prose["vocab"], encoding="utf-8").read().split())
+    keep = round(1 - m - r, 9)
+    expected = {"mask": m + r / size, "same": keep + r / size, "other": r * (1 - 2 / size)}
+    for name, p in expected.items():
+        if p == 0:
+            assert observed[name] == 0, (name, observed)
+        else:
+            assert abs(observed[name] / total - p) <= 5 * np.sqrt(p * (1 - p) / total), (
+                name, observed, p)
 
 
 def test_random_next_sentences_come_from_other_files(tmp_path):
@@ -247,10 +335,50 @@ def test_cli_refuses_what_it_would_ignore(prose, tmp_path):
             (["--progress_seconds=1"], "--progress_seconds"),
             (["--no_such_flag=1"], "--no_such_flag"),
             (["--dynamic_masking", "--masked_lm_prob=0.2"], "--masked_lm_prob"),
+            (["--dynamic_masking", "--mask_token_rate=0.5"], "--mask_token_rate"),
+            (["--mask_token_rate=nan"], "--mask_token_rate=nan must be a number in [0, 1]"),
+            (["--random_token_rate=-0.1"], "--random_token_rate=-0.1 must be a number"),
+            (["--mask_token_rate=0.9", "--random_token_rate=0.2"],
+             "--mask_token_rate=0.9 plus --random_token_rate=0.2 is more than 1"),
             (["--pool_size_mb=0"], "--pool_size_mb")]:
         done = run_cli(*common, *extra)
         assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
         assert not os.listdir(tmp_path), os.listdir(tmp_path)
+
+
+@pytest.mark.slow
+def test_cli_studies_give_the_local_pools_records(prose, tmp_path):
+    """The studies' flags on both command lines (Beam on the DirectRunner, named
+    explicitly, offline): --next_sentence_prediction=false with Table 8's 0/0/100 row, a
+    corpus within one chunk and one pool: the same records from both tools, no random
+    next, no [MASK] but where a random replacement drew it; the summaries record the
+    settings."""
+    common = [f"--input_file={prose['corpus']}", f"--vocab_file={prose['vocab']}",
+              "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=2",
+              "--next_sentence_prediction=false", "--mask_token_rate=0",
+              "--random_token_rate=1"]
+    beam_out, local_out = tmp_path / "beam.tfrecord", tmp_path / "local.tfrecord"
+    done = run_cli(*common, f"--output_file={beam_out}", "--runner=DirectRunner")
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = subprocess.run([sys.executable, "-m", "data_prep.create_pretraining_data",
+                           *common, f"--output_file={local_out}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parsed, beam_raw = reference_runs.read_records([str(beam_out)])
+    _, local_raw = reference_runs.read_records([str(local_out)])
+    assert sorted(beam_raw) == sorted(local_raw) and len(beam_raw) > 1500
+    assert not parsed["next_sentence_labels"].any()
+    weights = parsed["masked_lm_weights"] > 0
+    shown = np.take_along_axis(parsed["input_ids"], parsed["masked_lm_positions"], axis=1)
+    # Every prediction is a random entry: [MASK] about 1/V of the time (V = 2500).
+    assert ((shown == prose["mask_id"]) & weights).sum() < 0.002 * weights.sum()
+    for name in ("beam", "local"):
+        summary = json.loads((tmp_path / f"_{name}.tfrecord.summary.json").read_text())
+        assert summary["config"]["next_sentence_prediction"] is False
+        assert summary["config"]["mask_token_rate"] == 0.0
+        assert summary["config"]["random_token_rate"] == 1.0
+        assert summary["masked_random"] == summary["masked"] == int(weights.sum())
+        assert summary["random_next"] == 0
 
 
 @pytest.mark.slow

@@ -272,6 +272,46 @@ def test_bad_inputs_fail_with_a_clear_message(tmp_path, vocab_file):
         tmp_path, vocab_file, "--max_predictions_per_seq=40")
 
 
+def test_bad_masking_rates_are_refused_naming_the_flag(tmp_path, vocab_file):
+    """--mask_token_rate / --random_token_rate (Table 8 of the BERT paper): negative,
+    above 1, NaN, or adding up to more than 1 is an error naming the flag, before any
+    work; with --dynamic_masking they belong to run_pretraining.py."""
+    for args, message in [
+            (["--mask_token_rate=-0.2"], "--mask_token_rate=-0.2 must be a number in [0, 1]"),
+            (["--random_token_rate=1.5"], "--random_token_rate=1.5 must be a number in [0, 1]"),
+            (["--mask_token_rate=nan"], "--mask_token_rate=nan must be a number in [0, 1]"),
+            (["--mask_token_rate=0.9", "--random_token_rate=0.2"],
+             "--mask_token_rate=0.9 plus --random_token_rate=0.2 is more than 1"),
+            (["--dynamic_masking", "--random_token_rate=0.2"],
+             # (SMALL gives --max_predictions_per_seq, named too)
+             "--max_predictions_per_seq, --random_token_rate: no effect with "
+             "--dynamic_masking")]:
+        err = _error(tmp_path, vocab_file, *args)
+        assert f"create_pretraining_data: error: {message}" in err, err[-2000:]
+
+
+def test_no_nsp_and_table_8_rates_from_the_command_line(tmp_path, vocab_file):
+    """--next_sentence_prediction=false with Table 8's 0/20/80 row: records of the usual
+    features, no random next, the summary records the objective and the split."""
+    corpus = write_corpus(tmp_path / "corpus.txt", 150, 8)
+    out = str(tmp_path / "o.tfrecord")
+    done = run_cli(f"--input_file={corpus}", f"--output_file={out}",
+                   f"--vocab_file={vocab_file}", "--next_sentence_prediction=false",
+                   "--mask_token_rate=0", "--random_token_rate=0.8", "--num_workers=2",
+                   "--chunk_size_mb=0.004", *SMALL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(open(summary_of(out), encoding="utf-8").read())
+    config = summary["config"]
+    assert config["next_sentence_prediction"] is False
+    assert (config["mask_token_rate"], config["random_token_rate"]) == (0.0, 0.8)
+    assert summary["random_next"] == 0 and summary["masked_as_mask"] == 0
+    assert summary["num_chunks"] > 3 and summary["instances"] > 300
+    rows = parse_all([out])
+    assert len(rows) == summary["instances"]
+    assert not any(r["next_sentence_labels"][0] for r in rows)
+    assert summary["kept_token_share"] is not None and summary["kept_token_share"] > 0.1
+
+
 def test_bad_vocab_and_output_paths(tmp_path, vocab_file):
     corpus = write_corpus(tmp_path / "c.txt", 5, 5)
     malformed = write_vocab(tmp_path / "malformed.txt", ["[PAD]", "[UNK]", "the", "cat"])

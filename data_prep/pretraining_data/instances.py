@@ -7,6 +7,13 @@ the chunk's flat token list: an instance is A's and B's windows over it
 (`CompactInstances`), so truncating a multi-megabyte line is linear, not quadratic, and
 nothing is copied. The original's per-instance formulation is kept as a reference in
 tests/reference_instances.py, which the tests compare with this one.
+
+Without the next-sentence task (`PretrainingConfig.next_sentence_prediction` False: the
+paper's "No NSP" and "LTR & No NSP" models) the packing is the same, draw for draw,
+except the random-next coin, which is not drawn: B is always the rest of the gathered
+sentences, the text that follows A, and a single gathered sentence makes a one-segment
+instance `[CLS] A [SEP]` (B empty) instead of being paired with a random document
+(docs/create_pretraining_data.md, "No next-sentence prediction").
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from data_prep.pretraining_data.masking import (
     MaskingVocab,
     create_masked_lm_predictions,
     mask_vectorized,
+    two_draw_thresholds,
 )
 from data_prep.pretraining_data.stats import Stats
 
@@ -38,9 +46,10 @@ class CompactInstances:
 
     Instance t is `[CLS] toks[a_start:a_start+a_len] [SEP] toks[b_start:b_start+b_len]
     [SEP]` (A and B are runs of consecutive segments, trimmed at either end, so each is one
-    window of the flat list), with `num_masked[t]` masked positions, ascending, in
-    `positions` and the value written there in `values` (-1: the original token is kept).
-    `order` is the final (shuffled) order of the instances.
+    window of the flat list), or `[CLS] A [SEP]` where `b_len` is 0 (only without the
+    next-sentence task: `next_sentence_prediction` False), with `num_masked[t]` masked
+    positions, ascending, in `positions` and the value written there in `values` (-1:
+    the original token is kept). `order` is the final (shuffled) order of the instances.
     """
 
     __slots__ = ("tokens", "a_start", "a_len", "b_start", "b_len", "random_next",
@@ -81,6 +90,9 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
     With `mask=False` nothing is masked (`num_masked`, `positions` and `values` stay
     empty): the unmasked pairs of dynamic masking (`features.PRETRAINING_UNMASKED`),
     built with exactly the draws of the masked modes' instances.
+
+    With `config.next_sentence_prediction` False no random next is drawn (module
+    docstring): B follows A, and a one-sentence chunk is a one-segment instance.
     """
     vectorized_masking = not mask or (
         masking_rng is not None and not config.do_whole_word_mask)
@@ -110,6 +122,9 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
     replacements = vocab.replacement_ids
     num_replacements = len(replacements)
     mask_id = vocab.mask_id
+    mask_below, keep_below = two_draw_thresholds(config.mask_token_rate,
+                                                 config.random_token_rate)
+    nsp = config.next_sentence_prediction
     a_start_out, a_len_out = out.a_start.append, out.a_len.append
     b_start_out, b_len_out = out.b_start.append, out.b_len.append
     random_next_out, num_masked_out = out.random_next.append, out.num_masked.append
@@ -139,7 +154,7 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
                         a_end = 1 + randbelow(count - 1)
                     len_a = sum(lens[first:first + a_end])
                     a0 = starts[first]
-                    if count == 1 or draw() < 0.5:
+                    if nsp and (count == 1 or draw() < 0.5):
                         is_random_next = True
                         target_b_length = target_seq_length - len_a
                         for _ in range(10):
@@ -156,6 +171,10 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
                                 break
                         # The chunk's segments after A were not used: go back to them.
                         i = first + a_end - 1
+                    elif count == 1:  # no NSP: the sentence alone, [CLS] A [SEP]
+                        is_random_next = False
+                        b0 = a0 + len_a
+                        len_b = 0
                     else:
                         is_random_next = False
                         b0 = starts[first + a_end]
@@ -186,9 +205,11 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
                         chunk_length = 0
                         i += 1
                         continue
+                    if not lb:  # no NSP's one-segment instance: [CLS] A [SEP]
+                        n -= 1
                     if whole_word:
                         ids = [vocab.cls_id, *tokens[a0:a0 + la], vocab.sep_id,
-                               *tokens[b0:b0 + lb], vocab.sep_id]
+                               *tokens[b0:b0 + lb], vocab.sep_id][:n]
                         masked_before = list(ids)
                         positions, _ = create_masked_lm_predictions(ids, la, config, vocab,
                                                                     rng, stats)
@@ -204,10 +225,12 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
                             # shuffle(candidates, rng), inlined. Only the first
                             # num_to_predict are read afterwards: above them, step c
                             # just moves candidates[c] to j (its own final value unused).
-                            steps = shuffle_steps.get(n)
+                            # Keyed by the number of candidates, la + lb.
+                            steps = shuffle_steps.get(la + lb)
                             if steps is None:
-                                steps = shuffle_steps[n] = [
-                                    (c, bit_lengths[c + 1]) for c in range(n - 4, 0, -1)]
+                                steps = shuffle_steps[la + lb] = [
+                                    (c, bit_lengths[c + 1])
+                                    for c in range(la + lb - 1, 0, -1)]
                             for c, bits in steps:
                                 j = getrandbits(bits)
                                 while j > c:
@@ -224,10 +247,10 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
                         # position.
                         by_position = {}
                         for index in candidates[:num_to_predict]:
-                            if draw() < 0.8:
+                            if draw() < mask_below:
                                 by_position[index] = mask_id
                                 as_mask += 1
-                            elif draw() < 0.5:
+                            elif draw() < keep_below:
                                 by_position[index] = -1
                                 kept += 1
                             else:
@@ -248,7 +271,7 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
                     chunk_length = 0
                 i += 1
     if vectorized_masking:
-        n_tokens, n_short, n_random = _count_vectorized(out, max_seq_length)
+        n_tokens, n_short, n_random = _count_vectorized(out, max_seq_length, nsp)
         if mask:
             n_masked, as_mask, kept, replaced = mask_vectorized(out, config, vocab,
                                                                 masking_rng)
@@ -267,8 +290,14 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
     return out
 
 
-def _count_vectorized(out: CompactInstances, max_seq_length: int):
-    n = np.array(out.a_len, dtype=np.int64) + np.array(out.b_len, dtype=np.int64) + 3
+def _count_vectorized(out: CompactInstances, max_seq_length: int,
+                      next_sentence_prediction: bool = True):
+    """(tokens, short instances, random nexts) of `out` (counted at once when the loop
+    does not mask)."""
+    b_len = np.array(out.b_len, dtype=np.int64)
+    n = np.array(out.a_len, dtype=np.int64) + b_len + 3
+    if not next_sentence_prediction:
+        n -= b_len == 0  # one segment: [CLS] A [SEP]
     return int(n.sum()), int((n < max_seq_length).sum()), int(sum(out.random_next))
 
 

@@ -5,18 +5,24 @@
 * `mask_vectorized`: the same rules and distribution for all instances of a chunk at
   once with numpy, other draws (the default of the pipelines: masking is most of the
   original's random draws);
+* `two_draw_thresholds` / `one_draw_thresholds`: the [MASK] / kept / random split of
+  the chosen positions (`--mask_token_rate`, `--random_token_rate`; 80/10/10 by
+  default) as the thresholds of the original's two draws or of one draw; the defaults
+  give exactly the original's constants (0.8 and 0.5; 0.8 and 0.9), so the default
+  draws, records and statistics are the original's;
 * `MaskingVocab`: what masking needs of the vocabulary, as ids.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from typing import List, Optional
 
 import numpy as np
 
-from data_prep.pretraining_data.config import PretrainingConfig
+from data_prep.pretraining_data.config import PretrainingConfig, exact_rate
 from data_prep.pretraining_data.draws import shuffle
 from data_prep.pretraining_data.stats import Stats
 
@@ -45,10 +51,38 @@ class MaskingVocab:
                    replacement_ids=tuple(vocab.values()), is_continuation=bytes(continuation))
 
 
+@functools.lru_cache(maxsize=64)  # called per instance by whole-word masking
+def two_draw_thresholds(mask_token_rate: float = 0.8,
+                        random_token_rate: float = 0.1) -> tuple:
+    """(t1, t2) of the original's two draws per chosen position: [MASK] if a first
+    uniform draw is below t1; otherwise the token is kept if a second draw is below t2,
+    else replaced by a random vocabulary entry. So P([MASK]) = t1 = mask_token_rate,
+    P(kept) = (1 - t1) t2 = 1 - mask_token_rate - random_token_rate, P(random) the rest;
+    with t1 = 1 the second draw is never made. Computed on the rates as decimals
+    (`config.exact_rate`): the defaults give exactly the original's (0.8, 0.5)."""
+    mask, random_ = exact_rate(mask_token_rate), exact_rate(random_token_rate)
+    if mask >= 1:
+        return 1.0, 0.0
+    return float(mask), float(max(0, 1 - mask - random_) / (1 - mask))
+
+
+@functools.lru_cache(maxsize=64)
+def one_draw_thresholds(mask_token_rate: float = 0.8,
+                        random_token_rate: float = 0.1) -> tuple:
+    """(c1, c2) of one uniform draw per chosen position: [MASK] below c1, kept in
+    [c1, c2), a random vocabulary entry from c2 on. The defaults give exactly (0.8, 0.9),
+    the constants of the vectorised masking before the rates were flags."""
+    mask, random_ = exact_rate(mask_token_rate), exact_rate(random_token_rate)
+    return float(mask), float(max(mask, 1 - random_))
+
+
 def create_masked_lm_predictions(input_ids: List[int], num_tokens_a: int,
                                  config: PretrainingConfig, vocab: MaskingVocab,
                                  rng: random.Random, stats: Optional[Stats] = None):
-    """Masks `input_ids` (`[CLS] A [SEP] B [SEP]`) in place.
+    """Masks `input_ids` (`[CLS] A [SEP] B [SEP]`, or `[CLS] A [SEP]` for the one-segment
+    instances of no next-sentence task) in place: each chosen position becomes [MASK],
+    stays, or becomes a random vocabulary entry with the config's `mask_token_rate` /
+    `random_token_rate` (`two_draw_thresholds`: the original's two draws).
 
     Returns (masked_lm_positions, masked_lm_ids), sorted by position.
     """
@@ -86,16 +120,18 @@ def create_masked_lm_predictions(input_ids: List[int], num_tokens_a: int,
             chosen.extend(group)
 
     draw = rng.random
+    mask_below, keep_below = two_draw_thresholds(config.mask_token_rate,
+                                                 config.random_token_rate)
     replacements = vocab.replacement_ids
     last_replacement = len(replacements) - 1
     originals = {}
     as_mask = kept = replaced = 0
     for index in chosen:
         originals[index] = input_ids[index]
-        if draw() < 0.8:
+        if draw() < mask_below:
             input_ids[index] = vocab.mask_id
             as_mask += 1
-        elif draw() < 0.5:
+        elif draw() < keep_below:
             kept += 1
         else:
             input_ids[index] = replacements[rng.randint(0, last_replacement)]
@@ -115,11 +151,17 @@ def mask_vectorized(out, config: PretrainingConfig, vocab: MaskingVocab,
     the original's rules and distribution, drawn from `gen`: per instance,
     `min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))` positions (half to
     even, as Python's round), a uniformly random subset of the tokens other than
-    [CLS]/[SEP] (random keys, smallest first), each then [MASK] with probability 0.8,
-    kept 0.1, a uniformly random vocabulary entry 0.1. Returns (masked, as_mask, kept,
-    replaced) counts."""
+    [CLS]/[SEP] (random keys, smallest first), each then [MASK] with probability
+    `mask_token_rate` (0.8), a uniformly random vocabulary entry with
+    `random_token_rate` (0.1), else kept (`one_draw_thresholds`). Returns (masked,
+    as_mask, kept, replaced) counts."""
     la_all = np.array(out.a_len, dtype=np.int64)
-    n_all = la_all + np.array(out.b_len, dtype=np.int64) + 3
+    lb_all = np.array(out.b_len, dtype=np.int64)
+    n_all = la_all + lb_all + 3
+    if not config.next_sentence_prediction:
+        n_all -= lb_all == 0  # one segment: [CLS] A [SEP]
+    mask_below, keep_below = one_draw_thresholds(config.mask_token_rate,
+                                                 config.random_token_rate)
     seq, preds = config.max_seq_length, config.max_predictions_per_seq
     num_all = np.minimum(preds, np.maximum(1, np.rint(n_all * config.masked_lm_prob)
                                            .astype(np.int64)))
@@ -157,9 +199,10 @@ def mask_vectorized(out, config: PretrainingConfig, vocab: MaskingVocab,
         real = slot < k[:, None]
         u = gen.random((rows, preds))
         replacement = replacements[gen.integers(0, len(replacements), (rows, preds))]
-        value = np.where(u < 0.8, vocab.mask_id, np.where(u < 0.9, -1, replacement))
-        as_mask += int(((u < 0.8) & real).sum())
-        kept += int(((u >= 0.8) & (u < 0.9) & real).sum())
+        value = np.where(u < mask_below, vocab.mask_id,
+                         np.where(u < keep_below, -1, replacement))
+        as_mask += int(((u < mask_below) & real).sum())
+        kept += int(((u >= mask_below) & (u < keep_below) & real).sum())
         positions.append(ascending[real])
         values.append(value[real])
         counts.append(k)

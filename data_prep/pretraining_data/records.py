@@ -144,7 +144,9 @@ class CompactSerializer:
         rows = len(num_masked)
         row_index = np.arange(rows)
         la = cols["a_len"][:, None]
-        n = (cols["a_len"] + cols["b_len"] + 3)[:, None]
+        # [CLS] A [SEP] B [SEP], or [CLS] A [SEP] where B is empty (the one-segment
+        # instances without the next-sentence task; never in the original's records).
+        n = (cols["a_len"] + cols["b_len"] + 3 - (cols["b_len"] == 0))[:, None]
         col = np.arange(seq)
         # Column c holds A's token a_start + c - 1 for c in 1..la, B's token
         # b_start + c - la - 2 for c in la+2..n-2: B's window, A's copied over it.
