@@ -25,7 +25,7 @@ from data_prep import tokenization
 from tasks.classification.examples import InputExample, PaddingInputExample
 from tasks.classification.readers import TableProcessor
 from tasks.common.pairs import pack_pair
-from tasks.common.record_cache import RecordCache, cache_key
+from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 
 # Bump when the records or the metadata change meaning: old caches are then rebuilt.
 CACHE_FORMAT_VERSION = 1
@@ -167,28 +167,16 @@ def classifier_parse_spec(max_seq_length: int, is_regression: bool = False) -> d
 
 def parse_record(serialized, max_seq_length: int, is_regression: bool = False) -> dict:
     """Parses one serialized record (scalar string) or a batch (vector); int64 -> int32."""
-    import tensorflow as tf
-
-    spec = classifier_parse_spec(max_seq_length, is_regression)
-    if serialized.shape.rank == 0:
-        parsed = tf.io.parse_single_example(serialized, spec)
-    else:
-        parsed = tf.io.parse_example(serialized, spec)
-    return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
-            for name, t in parsed.items()}
+    return features_lib.parse_with_spec(serialized,
+                                        classifier_parse_spec(max_seq_length, is_regression))
 
 
 # --- TFRecord cache -----------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class CachedSplit:
+@dataclasses.dataclass
+class CachedSplit(CachedRecords):
     """A split's TFRecord file, its metadata JSON and whether an existing cache was reused."""
-
-    record_file: str
-    metadata_file: str
-    metadata: dict
-    reused: bool
 
     @property
     def num_examples(self) -> int:

@@ -26,6 +26,23 @@ def cache_key(**fields) -> dict:
     return json.loads(json.dumps(fields))
 
 
+@dataclasses.dataclass
+class CachedRecords:
+    """A split's records as a family's cache has them (families subclass it with what
+    else their split needs: examples, the file as read, ...).
+
+    Attributes:
+      record_file, metadata_file: the TFRecords and their JSON metadata.
+      metadata: the stored metadata (counts of the family's own, and the cache key).
+      reused: the records were already there for the same key.
+    """
+
+    record_file: str
+    metadata_file: str
+    metadata: dict
+    reused: bool
+
+
 @dataclasses.dataclass(frozen=True)
 class RecordCache:
     """One split's cached records.

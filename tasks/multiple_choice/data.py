@@ -36,7 +36,7 @@ from data_prep import features as features_lib
 from data_prep import fileio, tokenization
 from tasks.common.delimited import iter_records
 from tasks.common.pairs import pack_pair
-from tasks.common.record_cache import RecordCache, cache_key
+from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 
 CACHE_FORMAT_VERSION = 1
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
@@ -275,11 +275,10 @@ def parse_spec(num_choices: int, max_seq_length: int) -> dict:
 
 
 @dataclasses.dataclass
-class CachedChoices:
-    """A split's TFRecord file, its metadata and the examples (for predictions)."""
+class CachedChoices(CachedRecords):
+    """A split's records (`tasks.common.record_cache.CachedRecords`) and its examples (for
+    predictions)."""
 
-    record_file: str
-    metadata: dict
     examples: list
 
     @property
@@ -310,7 +309,7 @@ def prepare_records(data_dir: str, split: str, output_dir: str, *, fmt: ChoiceFo
         num_choices=num_choices, pad_to_multiple=int(pad_to_multiple or 1))
     cached = cache.load(key)
     if cached is not None:
-        return CachedChoices(record_file, cached, examples)
+        return CachedChoices(record_file, cache.metadata_file, cached, True, examples)
     if tokenizer is None:
         tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
     rows = list(examples)
@@ -333,7 +332,7 @@ def prepare_records(data_dir: str, split: str, output_dir: str, *, fmt: ChoiceFo
         "num_choices": num_choices, "max_tokens_seen": longest, "num_truncated": truncated})
     logging.info("Wrote %d %s examples (%d choices, %d truncated) to %s", len(examples), split,
                  num_choices, truncated, record_file)
-    return CachedChoices(record_file, metadata, examples)
+    return CachedChoices(record_file, cache.metadata_file, metadata, False, examples)
 
 
 def probabilities_text(probabilities: Sequence) -> str:

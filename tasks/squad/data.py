@@ -27,7 +27,7 @@ from absl import logging
 from data_prep import features as features_lib
 from data_prep import fileio
 from data_prep import tokenization
-from tasks.common.record_cache import RecordCache, cache_key
+from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 from tasks.common.windows import doc_spans_for, max_context_span_index
 
 FIRST_UNIQUE_ID = 1000000000
@@ -590,17 +590,14 @@ _CACHE_FORMAT = 2
 
 
 @dataclasses.dataclass
-class PreparedSquad:
-    """What `prepare_squad_records` produced (or found cached) in output_dir.
+class PreparedSquad(CachedRecords):
+    """What `prepare_squad_records` produced (or found cached) in output_dir
+    (`tasks.common.record_cache.CachedRecords`).
 
     `examples` and `features` (prediction only) are what post-processing needs; the
     features carry no input ids (those are in the TFRecords).
     """
 
-    record_file: str
-    metadata_file: str
-    metadata: dict
-    reused: bool
     examples: list[SquadExample] | None = None
     features: list[SquadFeature] | None = None
 

@@ -40,7 +40,7 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio
-from tasks.common.record_cache import RecordCache, cache_key
+from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 from tasks.common.windows import doc_spans_for, max_context_span_index
 
 DOCSTART = "-DOCSTART-"
@@ -543,21 +543,16 @@ def record_values(feature: TaggingFeature) -> dict:
 
 
 @dataclasses.dataclass
-class PreparedTagging:
-    """A split's records (written or reused) and the file they came from.
+class PreparedTagging(CachedRecords):
+    """A split's records (written or reused; `tasks.common.record_cache.CachedRecords`) and
+    the file they came from.
 
     Attributes:
-      record_file, metadata_file: the TFRecords and their JSON metadata.
       metadata: counts (num_sentences, num_words, num_windows, ...) and the cache key.
       conll: the split's file as read (what predictions are written against).
-      reused: the records were already there.
     """
 
-    record_file: str
-    metadata_file: str
-    metadata: dict
     conll: ConllFile
-    reused: bool
 
     @property
     def num_sentences(self) -> int:
@@ -607,7 +602,7 @@ def prepare_tagging_records(conll: ConllFile, split: str, output_dir: str, *,
     cached = cache.load(key)
     if cached is not None:
         logging.info("Reusing cached %s records in %s", split, record_file)
-        return PreparedTagging(record_file, metadata_file, cached, conll, reused=True)
+        return PreparedTagging(record_file, metadata_file, cached, True, conll)
     if tokenizer is None:
         tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
     stats: dict = {}
@@ -634,7 +629,7 @@ def prepare_tagging_records(conll: ConllFile, split: str, output_dir: str, *,
                  "window, %d words as [UNK]) in %s", conll.path, len(sentences),
                  stats["num_words"], stats["num_windows"], stats["num_long_sentences"],
                  stats["num_unknown_words"], record_file)
-    return PreparedTagging(record_file, metadata_file, metadata, conll, reused=False)
+    return PreparedTagging(record_file, metadata_file, metadata, False, conll)
 
 
 # --- prediction files -------------------------------------------------------------------------
