@@ -14,8 +14,6 @@ The input kind is detected (``--input_format`` forces it); the GELU form of the 
 kept in every output (see docs/modeling.md).
 """
 
-import sys
-
 from absl import app, flags
 
 FLAGS = flags.FLAGS
@@ -39,33 +37,34 @@ def define_flags():
 
 
 def main(argv):
+    """Runs `run`; bad input ends with one line naming the file or flag, exit 2."""
     del argv
+    from data_prep import fileio
+    from data_prep.tokenization import VocabError
     from modeling.checkpoints import CheckpointError
     from modeling.config import ConfigError
+    from training import cli
 
     if not FLAGS.input or not FLAGS.output_dir:
         raise app.UsageError("--input and --output_dir are required")
-    try:
-        run()
-    except (CheckpointError, ConfigError) as err:
-        print(f"convert_checkpoint.py: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    cli.run_cli(run, "convert_checkpoint.py", (cli.FlagError, CheckpointError, ConfigError,
+                                               VocabError, fileio.OutputError), status=2)
 
 
 def run():
-    import json
-
-    import tensorflow as tf
-
+    """Checks the flags, converts --input to --output_format in --output_dir; prints what
+    it wrote."""
+    from data_prep import fileio
     from modeling import checkpoints
     from modeling.config import BertConfig
+    from training.cli import FlagError
 
-    config = None
-    if FLAGS.bert_config_file:
-        with tf.io.gfile.GFile(FLAGS.bert_config_file, "r") as f:
-            raw = json.loads(f.read())
-        config = (BertConfig.from_hf_config(raw) if "model_type" in raw
-                  else BertConfig.from_json_file(FLAGS.bert_config_file))
+    if FLAGS.vocab_file and not fileio.exists(FLAGS.vocab_file):
+        raise FlagError(f"--vocab_file={FLAGS.vocab_file}: no such file")
+    if fileio.exists(FLAGS.output_dir) and not fileio.isdir(FLAGS.output_dir):
+        raise FlagError(f"--output_dir={FLAGS.output_dir} is a file; expected a directory")
+    config = (BertConfig.from_config_file(FLAGS.bert_config_file)
+              if FLAGS.bert_config_file else None)
     written = checkpoints.convert(
         FLAGS.input, FLAGS.output_dir, FLAGS.output_format, config=config,
         input_kind=None if FLAGS.input_format == "auto" else FLAGS.input_format,

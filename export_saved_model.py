@@ -22,7 +22,6 @@ docs/export.md for the signatures.
 from __future__ import annotations
 
 import os
-import sys
 
 from absl import app, flags
 
@@ -242,23 +241,18 @@ def run() -> str:
 
 def main(argv):
     del argv
-    from data_prep import fileio, lifecycle
-
-    # SIGTERM/SIGHUP unwind like Ctrl-C: the temporary export is removed, the previous
-    # export (if any) stays.
-    lifecycle.exit_cleanly_on_signals()
+    from data_prep import fileio
     from data_prep.tokenization import VocabError
     from modeling import export
     from modeling.checkpoints import CheckpointError
     from modeling.config import ConfigError
+    from training import cli
 
-    try:
-        with lifecycle.signal_decides_exit_status():
-            run()
-    except (FlagError, export.ExportError, CheckpointError, ConfigError, VocabError,
-            fileio.OutputError) as err:
-        print(f"export_saved_model.py: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    # SIGTERM/SIGHUP unwind like Ctrl-C: the temporary export is removed, the previous
+    # export (if any) stays.
+    cli.run_cli(run, "export_saved_model.py", (FlagError, export.ExportError, CheckpointError,
+                                               ConfigError, VocabError, fileio.OutputError),
+                status=2)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,13 @@ config and vocab are then the defaults of ``--bert_config_file`` and ``--vocab_f
 
 from __future__ import annotations
 
-import collections
-import dataclasses
-import json
 import os
 import re
-import sys
 
 from absl import app, flags, logging
+
+from tasks.feature_extraction.extract import (Example, compute_layers, convert_examples,
+                                              feature_json)
 
 FLAGS = flags.FLAGS
 
@@ -60,22 +59,6 @@ def define_flags():
     from training import flags as common_flags
 
     common_flags.define_bucketing_flags()
-
-
-@dataclasses.dataclass
-class Example:
-    unique_id: int
-    text_a: str
-    text_b: str | None
-
-
-@dataclasses.dataclass
-class Feature:
-    unique_id: int
-    tokens: list
-    input_ids: list
-    input_mask: list
-    input_type_ids: list
 
 
 PAIR = re.compile(r"^(.*) \|\|\| (.*)$")  # the original's pair format, "a ||| b"
@@ -134,137 +117,12 @@ def read_examples(input_file: str) -> list:
     return examples
 
 
-def _truncate_pair(tokens_a: list, tokens_b: list, max_length: int) -> None:
-    """Drops tokens from the end of the longer list until both fit (ties: from b)."""
-    while len(tokens_a) + len(tokens_b) > max_length:
-        (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
-
-
-def convert_examples(examples: list, seq_length: int, tokenizer) -> list:
-    """[CLS] a [SEP] (b [SEP]) with segment ids 0 / 1, padded with zeros to seq_length."""
-    features = []
-    for example in examples:
-        tokens_a = tokenizer.tokenize(example.text_a)
-        tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
-        if tokens_b:
-            _truncate_pair(tokens_a, tokens_b, seq_length - 3)
-        else:
-            tokens_a = tokens_a[:seq_length - 2]
-        tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
-        type_ids = [0] * len(tokens)
-        if tokens_b:
-            tokens += tokens_b + ["[SEP]"]
-            type_ids += [1] * (len(tokens_b) + 1)
-        ids = tokenizer.convert_tokens_to_ids(tokens)
-        pad = seq_length - len(ids)
-        features.append(Feature(example.unique_id, tokens, ids + [0] * pad,
-                                [1] * len(ids) + [0] * pad, type_ids + [0] * pad))
-    return features
-
-
-def compute_layers(encoder, features: list, layer_indexes: list, batch_size: int,
-                   strategy=None, jit_compile: bool = False, bucket_boundaries=(),
-                   window_batches: int = 32):
-    """Yields (feature, float32 array [len(layer_indexes), length, hidden]) in input order.
-
-    `length` is the padded length of the feature's batch: max_seq_length, or with
-    `bucket_boundaries` the smallest boundary that holds it (attention masks make the
-    padding inert, so the vectors of the real tokens are the same); a bucket's batches
-    hold `input_pipeline.bucket_batch_size` rows (as many tokens as a padded batch).
-    Bucketing works on windows of `window_batches` batches, so memory stays bounded and
-    lines stream out in input order.
-    """
-    import numpy as np
-    import tensorflow as tf
-
-    from training import input_pipeline
-
-    strategy = strategy or tf.distribute.get_strategy()
-    seq_length = len(features[0].input_ids) if features else 0
-    boundaries = tuple(bucket_boundaries) or (seq_length,)
-
-    def forward(batch):
-        outputs = encoder(batch, training=False)["encoder_outputs"]
-        return tf.stack([tf.cast(outputs[i], tf.float32) for i in layer_indexes], axis=1)
-
-    forward_fn = tf.function(forward, jit_compile=jit_compile)
-
-    @tf.function
-    def step(batch):
-        return strategy.gather(strategy.run(forward_fn, args=(batch,)), axis=0)
-
-    def run_batch(rows, length, size):
-        arrays = {
-            "input_ids": [f.input_ids[:length] for f in rows],
-            "input_mask": [f.input_mask[:length] for f in rows],
-            "segment_ids": [f.input_type_ids[:length] for f in rows],
-        }
-        # Pad a short batch to the bucket's `size` rows (one static shape per bucket).
-        batch = {k: np.zeros([size, length], np.int32) for k in arrays}
-        for key, values in arrays.items():
-            batch[key][:len(rows)] = values
-        return step(distribute(batch, size)).numpy()[:len(rows)]
-
-    replicas = strategy.num_replicas_in_sync
-    if batch_size % replicas:
-        raise ValueError(f"--batch_size={batch_size} must be a multiple of the {replicas} "
-                         "replicas")
-
-    def distribute(batch, size):
-        """Replica r gets rows [r * per, (r + 1) * per): gather puts them back in order."""
-        per = size // replicas
-
-        def rows_of(context):
-            r = context.replica_id_in_sync_group
-            return {k: tf.constant(v[r * per:(r + 1) * per]) for k, v in batch.items()}
-
-        return strategy.experimental_distribute_values_from_function(rows_of)
-
-    window = batch_size * window_batches
-    for start in range(0, len(features), window):
-        chunk = features[start:start + window]
-        results = [None] * len(chunk)
-        by_bucket: dict = {}
-        for i, feature in enumerate(chunk):
-            length = sum(feature.input_mask)
-            bucket = next(b for b in boundaries if b >= length)
-            by_bucket.setdefault(bucket, []).append(i)
-        for length, positions in sorted(by_bucket.items()):
-            size = input_pipeline.bucket_batch_size(batch_size, length, seq_length)
-            for lo in range(0, len(positions), size):
-                part = positions[lo:lo + size]
-                picked = run_batch([chunk[i] for i in part], length, size)
-                for i, row in zip(part, picked):
-                    results[i] = row
-        yield from zip(chunk, results)
-
-
-def feature_json(feature: Feature, layers, layer_indexes: list) -> str:
-    """One output line, exactly the original's layout and rounding."""
-    tokens = []
-    for position, token in enumerate(feature.tokens):
-        entry = collections.OrderedDict()
-        entry["token"] = token
-        entry["layers"] = [
-            collections.OrderedDict(
-                [("index", layer_index),
-                 ("values", [round(float(x), 6) for x in layers[j, position]])])
-            for j, layer_index in enumerate(layer_indexes)
-        ]
-        tokens.append(entry)
-    line = collections.OrderedDict([("linex_index", feature.unique_id), ("features", tokens)])
-    return json.dumps(line) + "\n"
-
-
 def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
     """Config and vocab beside the checkpoint when the flags do not name them."""
-    import tensorflow as tf
-
     from modeling import checkpoints
     from modeling.config import BertConfig
 
     _, location = checkpoints.resolve(init_checkpoint)
-    directory = os.path.dirname(location)
     if bert_config_file:
         config = BertConfig.from_config_file(bert_config_file)
     else:
@@ -273,9 +131,10 @@ def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
             raise app.UsageError(f"--bert_config_file is required: no bert_config.json or "
                                  f"config.json beside {location}")
     if not vocab_file:
-        vocab_file = os.path.join(directory, "vocab.txt")
-        if not tf.io.gfile.exists(vocab_file):
-            raise app.UsageError(f"--vocab_file is required: no vocab.txt in {directory}")
+        vocab_file = checkpoints.vocab_for(init_checkpoint)
+        if vocab_file is None:
+            raise app.UsageError(f"--vocab_file is required: no vocab.txt in "
+                                 f"{os.path.dirname(location)}")
     return config, vocab_file
 
 
@@ -364,17 +223,14 @@ def run():
 def main(argv):
     """Runs `run`; bad input ends with one line naming the file, line or flag, exit 1."""
     del argv
-    from data_prep import lifecycle
     from data_prep.text_input import InputError
     from data_prep.tokenization import VocabError
     from modeling.checkpoints import CheckpointError
     from modeling.config import ConfigError
+    from training import cli
 
-    lifecycle.exit_cleanly_on_signals()
-    try:
-        run()
-    except (InputError, VocabError, ConfigError, CheckpointError) as err:
-        sys.exit(f"extract_features.py: error: {err}")
+    cli.run_cli(run, "extract_features.py", (InputError, VocabError, ConfigError,
+                                             CheckpointError))
 
 
 if __name__ == "__main__":

@@ -17,11 +17,10 @@ optimizer flags (training/flags.py), the custom-data flags, `--seeds` and
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from absl import app, flags
 
-from training import finetuning
+from training import cli, finetuning
 from training import flags as common_flags
 
 FLAGS = flags.FLAGS
@@ -80,7 +79,7 @@ def _column(value):
 
 def run_config_from_flags(values=FLAGS) -> ClassifierRun:
     """Validates the flags and turns them into a `ClassifierRun`."""
-    from tasks.classification import data as cd
+    from tasks.classification import processors
     from tasks.classification.metrics import normalize_task_name
     from tasks.classification.task import ClassificationSettings
 
@@ -92,7 +91,7 @@ def run_config_from_flags(values=FLAGS) -> ClassifierRun:
     if task == "custom":
         if _column(values.text_a_column) is None or _column(values.label_column) is None:
             raise ValueError("--task_name=custom needs --text_a_column and --label_column")
-        custom = cd.CustomDataConfig(
+        custom = processors.CustomDataConfig(
             text_a_column=_column(values.text_a_column),
             label_column=_column(values.label_column),
             text_b_column=_column(values.text_b_column), delimiter=values.delimiter,
@@ -130,20 +129,7 @@ def run(cfg: ClassifierRun) -> dict:
 
 def main(argv):
     del argv
-    from data_prep import fileio
-    from tasks.classification.data import DataFormatError
-    from training.run_dir import RunDirError
-
-    from data_prep import lifecycle
-    from training.checkpointing import CheckpointRestoreError
-
-    lifecycle.exit_cleanly_on_signals()
-    try:
-        with lifecycle.signal_decides_exit_status():
-            run(run_config_from_flags(FLAGS))
-    except (ValueError, FileNotFoundError, DataFormatError, RunDirError,
-            fileio.OutputError, CheckpointRestoreError) as err:
-        sys.exit(f"run_classifier.py: error: {err}")
+    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_classifier.py")
 
 
 if __name__ == "__main__":

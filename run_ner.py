@@ -20,11 +20,10 @@ see docs/run_ner.md. The runner parses flags into a `NerRun` and calls `run`; th
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from absl import app, flags
 
-from training import finetuning
+from training import cli, finetuning
 from training import flags as common_flags
 
 FLAGS = flags.FLAGS
@@ -120,18 +119,7 @@ def run(cfg: NerRun) -> dict:
 
 def main(argv):
     del argv
-    from data_prep import fileio, lifecycle
-    from tasks.tagging.data import DataFormatError
-    from training.checkpointing import CheckpointRestoreError
-    from training.run_dir import RunDirError
-
-    lifecycle.exit_cleanly_on_signals()
-    try:
-        with lifecycle.signal_decides_exit_status():
-            run(run_config_from_flags(FLAGS))
-    except (ValueError, FileNotFoundError, DataFormatError, RunDirError,
-            fileio.OutputError, CheckpointRestoreError) as err:
-        sys.exit(f"run_ner.py: error: {err}")
+    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_ner.py")
 
 
 if __name__ == "__main__":

@@ -13,12 +13,13 @@ configs and calls the libraries:
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from absl import app, flags, logging
 
+from training import cli
 from training import flags as common_flags
 from training import runs
+from training.runtime import RuntimeConfig, setup_runtime
 
 FLAGS = flags.FLAGS
 
@@ -58,7 +59,7 @@ class PretrainingRun:
     train_batch_size: int
     eval_batch_size: int
     input_compression: str
-    runtime: common_flags.RuntimeConfig
+    runtime: RuntimeConfig
     optimizer: "object"
     loop: "object"
     # Dynamic masking (unmasked records): None where the flag was not given.
@@ -113,7 +114,7 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
 
 def run(cfg: PretrainingRun) -> dict:
     """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
-    strategy = common_flags.setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
+    strategy = setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
 
     from training import distribution, run_dir
 
@@ -241,19 +242,7 @@ def dynamic_masking_for(cfg: PretrainingRun, bert_config, seed):
 
 def main(argv):
     del argv
-    from data_prep import lifecycle
-    from training import input_pipeline
-    from training.checkpointing import CheckpointRestoreError
-    from training.dynamic_masking import DynamicMaskingError
-    from training.run_dir import RunDirError
-
-    lifecycle.exit_cleanly_on_signals()
-    try:
-        with lifecycle.signal_decides_exit_status():
-            run(run_config_from_flags(FLAGS))
-    except (ValueError, RunDirError, CheckpointRestoreError, FileNotFoundError,
-            input_pipeline.RecordFileError, DynamicMaskingError) as err:
-        sys.exit(f"run_pretraining.py: error: {err}")
+    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_pretraining.py")
 
 
 if __name__ == "__main__":

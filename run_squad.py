@@ -17,11 +17,10 @@ post-processing, metrics, output files) is `tasks.squad`:
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from absl import app, flags
 
-from training import finetuning
+from training import cli, finetuning
 from training import flags as common_flags
 
 FLAGS = flags.FLAGS
@@ -120,20 +119,7 @@ def run(cfg: SquadRun) -> dict:
 
 def main(argv):
     del argv
-    from data_prep import fileio
-    from tasks.squad import data as squad
-    from training.run_dir import RunDirError
-
-    from data_prep import lifecycle
-    from training.checkpointing import CheckpointRestoreError
-
-    lifecycle.exit_cleanly_on_signals()
-    try:
-        with lifecycle.signal_decides_exit_status():
-            run(run_config_from_flags(FLAGS))
-    except (ValueError, FileNotFoundError, squad.SquadFormatError, RunDirError,
-            fileio.OutputError, CheckpointRestoreError) as err:
-        sys.exit(f"run_squad.py: error: {err}")
+    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_squad.py")
 
 
 if __name__ == "__main__":

@@ -17,11 +17,10 @@ choices, metrics, output files) is `tasks.multiple_choice`:
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from absl import app, flags
 
-from training import finetuning
+from training import cli, finetuning
 from training import flags as common_flags
 
 FLAGS = flags.FLAGS
@@ -111,18 +110,7 @@ def run(cfg: SwagRun) -> dict:
 
 def main(argv):
     del argv
-    from data_prep import fileio, lifecycle
-    from tasks.multiple_choice.data import MultipleChoiceFormatError
-    from training.checkpointing import CheckpointRestoreError
-    from training.run_dir import RunDirError
-
-    lifecycle.exit_cleanly_on_signals()
-    try:
-        with lifecycle.signal_decides_exit_status():
-            run(run_config_from_flags(FLAGS))
-    except (ValueError, FileNotFoundError, MultipleChoiceFormatError, RunDirError,
-            fileio.OutputError, CheckpointRestoreError) as err:
-        sys.exit(f"run_swag.py: error: {err}")
+    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_swag.py")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import tensorflow as tf  # noqa: E402
 from bench_squad import SIZES, Timer, write_vocab  # noqa: E402
 from data_prep import sample_corpus  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
-from tasks.classification import data as cd  # noqa: E402
+from tasks.classification import processors  # noqa: E402
 from tasks.classification.task import ClassificationFamily, ClassificationSettings  # noqa: E402
 from training import distribution, finetuning, input_pipeline, runs  # noqa: E402
 
@@ -108,7 +108,7 @@ def best_pass(run_pass, num_examples, repeats):
 def measure(task_dir, vocab, config, args, buckets, output_dir):
     """{phase: (examples/s wall, CPU s per example)} and the dev accuracy."""
     pair = task_dir.endswith("pair")
-    custom = cd.CustomDataConfig(text_a_column="a" if pair else "sentence",
+    custom = processors.CustomDataConfig(text_a_column="a" if pair else "sentence",
                                  text_b_column="b" if pair else None, label_column="label")
     settings, _ = finetuning.settings_from(
         vocab_file=vocab, bert_config_file="unused", output_dir=output_dir,

@@ -82,7 +82,7 @@ def build_trainer_runner(model_fn, task, batch, steps, jit):
 
 def build_classifier(config, batch_size, seq, steps, jit, args):
     from modeling.models import BertClassifier
-    from tasks.classification.task import ClassifierTask
+    from tasks.common.classifier_task import ClassifierTask
 
     rng, batch = encoder_batch(batch_size, seq, config.vocab_size)
     batch["label_ids"] = rng.integers(0, CLASSIFIER_LABELS, (batch_size,)).astype(np.int32)
@@ -130,7 +130,7 @@ def build_multiple_choice(config, batch_size, seq, steps, jit, args):
     batch_size // num_choices examples of num_choices choices, i.e. the classifier's number
     of sequences per step (its examples/s below are sequences/s)."""
     from modeling.models import BertMultipleChoice
-    from tasks.classification.task import ClassifierTask
+    from tasks.common.classifier_task import ClassifierTask
 
     examples = batch_size // args.num_choices
     rng, flat = encoder_batch(examples * args.num_choices, seq, config.vocab_size)

@@ -56,7 +56,7 @@ from tasks.squad import postprocess  # noqa: E402
 
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertSpanLabeler  # noqa: E402
-from training import flags as common_flags  # noqa: E402
+from training.runtime import RuntimeConfig, setup_runtime  # noqa: E402
 from tasks.squad import task as squad_task  # noqa: E402
 from training import runs  # noqa: E402
 
@@ -177,7 +177,7 @@ def main():
     bert_config = BertConfig(vocab_size=vocab_size, hidden_size=hidden,
                              num_hidden_layers=layers, num_attention_heads=heads,
                              intermediate_size=4 * hidden, max_position_embeddings=512)
-    strategy = common_flags.setup_runtime(common_flags.RuntimeConfig(""))  # run_squad's default
+    strategy = setup_runtime(RuntimeConfig(""))  # run_squad's default
     keras.utils.set_random_seed(args.seed)
     model, trainer = runs.build_trainer(
         strategy, lambda: BertSpanLabeler(bert_config), squad_task.SpanTask(),

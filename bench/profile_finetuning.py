@@ -28,7 +28,7 @@ from bench_bucketing import POLICIES, write_tasks  # noqa: E402
 from bench_squad import SIZES  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from profile_train_step import profile  # noqa: E402
-from tasks.classification import data as cd  # noqa: E402
+from tasks.classification import processors  # noqa: E402
 from tasks.classification.task import ClassificationFamily, ClassificationSettings  # noqa: E402
 from training import distribution, finetuning, input_pipeline, runs  # noqa: E402
 
@@ -54,7 +54,7 @@ def main():
         max_seq_length=128, do_train=True, do_predict=True, train_batch_size=args.batch_size,
         predict_batch_size=args.batch_size, bucket_boundaries=buckets)
     family = ClassificationFamily(ClassificationSettings(
-        "custom", data["single"], custom=cd.CustomDataConfig(text_a_column="sentence",
+        "custom", data["single"], custom=processors.CustomDataConfig(text_a_column="sentence",
                                                              label_column="label")), 128)
     family.input_options = finetuning.InputOptions(128, buckets)
     prepared = family.prepare(settings)

@@ -76,19 +76,21 @@ class RecordSchema:
 
         Works on a scalar string (one record) or a vector of them (a batch).
         """
-        import tensorflow as tf
-
         spec = self.parse_spec(**sizes)
+        return lambda serialized: parse_with_spec(serialized, spec)
 
-        def parse(serialized):
-            if serialized.shape.rank == 0:
-                parsed = tf.io.parse_single_example(serialized, spec)
-            else:
-                parsed = tf.io.parse_example(serialized, spec)
-            return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
-                    for name, t in parsed.items()}
 
-        return parse
+def parse_with_spec(serialized, spec: dict) -> dict:
+    """Parses one serialized record (a scalar string) or a batch (a vector) with a
+    `tf.io` parse spec; int64 features come back as int32, the in-memory dtype."""
+    import tensorflow as tf
+
+    if serialized.shape.rank == 0:
+        parsed = tf.io.parse_single_example(serialized, spec)
+    else:
+        parsed = tf.io.parse_example(serialized, spec)
+    return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
+            for name, t in parsed.items()}
 
 
 PRETRAINING = RecordSchema(

@@ -57,7 +57,7 @@ import socket
 import sys
 import tempfile
 import uuid
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 TEMP_MARK = ".tmp-"
 # URL schemes of object stores: no rename (a copy and a delete), but an object appears,
@@ -603,9 +603,17 @@ def is_within(path: str, directory: str) -> bool:
 
 def write_text(path: str, text: str) -> None:
     """Writes a text file (UTF-8, `\\n` line ends) all-or-nothing and synced (`AtomicOutputs`)."""
-    with AtomicOutputs([path]) as out:
-        with out.open(path, "w", newline="\n") as f:
-            f.write(text)
+    write_texts({path: text})
+
+
+def write_texts(texts: Mapping[str, str]) -> None:
+    """Writes several text files (path -> text; UTF-8, `\\n` line ends) as one
+    all-or-nothing, synced set (`AtomicOutputs`): a run's prediction and result files
+    appear together or not at all."""
+    with AtomicOutputs(list(texts)) as out:
+        for path, text in texts.items():
+            with out.open(path, "w", newline="\n") as f:
+                f.write(text)
 
 
 def write_bytes(path: str, data: bytes) -> None:

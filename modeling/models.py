@@ -19,7 +19,14 @@ from modeling.transformer import Dropout
 
 
 class _TaskModel(keras.Model):
-    """Shared wiring: the encoder, config serialisation, explicit build."""
+    """Shared wiring: the encoder, config serialisation, explicit build.
+
+    Attributes:
+      config_fields: the constructor arguments (besides ``config``) that ``get_config``
+        saves, each stored under its own name.
+    """
+
+    config_fields: tuple = ()
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
@@ -30,17 +37,78 @@ class _TaskModel(keras.Model):
     def config(self) -> BertConfig:
         return self.bert_config
 
+    def _dropout_rate(self, dropout_rate) -> float:
+        """A head's dropout: ``dropout_rate``, or the config's ``hidden_dropout_prob``."""
+        return self.bert_config.hidden_dropout_prob if dropout_rate is None else float(
+            dropout_rate)
+
     def _encoder_inputs(self, inputs):
         return {k: inputs[k] for k in ("input_ids", "input_mask", "segment_ids")}
 
     def get_config(self):
         config = super().get_config()
         config["config"] = dataclasses.asdict(self.bert_config)
+        config.update({name: getattr(self, name) for name in self.config_fields})
         return config
 
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+class _DenseHeadModel(_TaskModel):
+    """The encoder and one ``DenseLogitsHead`` on its pooled or sequence output.
+
+    Attributes:
+      head_name: the head's attribute and layer name, hence its checkpoint name
+        (``model/<head_name>/dense/...``): fixed for good, checkpoints carry it.
+      encoder_output: the encoder output the head reads ("pooled_output" [batch, hidden]
+        or "sequence_output" [batch, seq_length, hidden]).
+    """
+
+    head_name: str = ""
+    encoder_output: str = "pooled_output"
+
+    def _add_head(self, num_outputs: int, dropout_rate: float) -> None:
+        """Creates the head under ``head_name`` and builds the model."""
+        c = self.bert_config
+        setattr(self, self.head_name, DenseLogitsHead(
+            num_outputs, c.hidden_size, dropout_rate=dropout_rate,
+            initializer_range=c.initializer_range, dtype=self.dtype_policy,
+            name=self.head_name))
+        self.build()
+
+    def _head(self) -> DenseLogitsHead:
+        # A method, not a property: Keras' saving walks every attribute, and a property
+        # holding the head would store its weights under "head" in .keras files.
+        return getattr(self, self.head_name)
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        self._head().build()
+        self.built = True
+
+    def _head_logits(self, inputs, training=None):
+        """The head's float32 logits on the encoder's ``encoder_output``."""
+        outputs = self.encoder(self._encoder_inputs(inputs), training=training)
+        return self._head()(outputs[self.encoder_output], training=training)
+
+
+class _LabelsModel(_DenseHeadModel):
+    """``num_labels`` logits per vector of ``encoder_output``, after dropout (None:
+    ``hidden_dropout_prob``). Call outputs: ``logits`` float32."""
+
+    config_fields = ("num_labels", "dropout_rate")
+
+    def __init__(self, config, num_labels, dropout_rate=None, **kwargs):
+        super().__init__(config, **kwargs)
+        self.num_labels = int(num_labels)
+        self.dropout_rate = self._dropout_rate(dropout_rate)
+        self._add_head(self.num_labels, self.dropout_rate)
+
+    def call(self, inputs, training=None):
+        return {"logits": self._head_logits(inputs, training=training)}
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -81,7 +149,7 @@ class BertPretrainer(_TaskModel):
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertClassifier(_TaskModel):
+class BertClassifier(_LabelsModel):
     """Sequence classifier / regressor: dropout + dense on the pooled output.
 
     Args:
@@ -92,34 +160,12 @@ class BertClassifier(_TaskModel):
     Call outputs: ``logits`` float32 [batch, num_labels].
     """
 
-    def __init__(self, config, num_labels, dropout_rate=None, **kwargs):
-        super().__init__(config, **kwargs)
-        c = self.bert_config
-        self.num_labels = int(num_labels)
-        self.dropout_rate = c.hidden_dropout_prob if dropout_rate is None else float(dropout_rate)
-        self.classifier = DenseLogitsHead(
-            self.num_labels, c.hidden_size, dropout_rate=self.dropout_rate,
-            initializer_range=c.initializer_range, dtype=self.dtype_policy, name="classifier")
-        self.build()
-
-    def build(self, input_shape=None):
-        if self.built:
-            return
-        self.classifier.build()
-        self.built = True
-
-    def call(self, inputs, training=None):
-        outputs = self.encoder(self._encoder_inputs(inputs), training=training)
-        return {"logits": self.classifier(outputs["pooled_output"], training=training)}
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_labels=self.num_labels, dropout_rate=self.dropout_rate)
-        return config
+    head_name = "classifier"
+    encoder_output = "pooled_output"
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertMultipleChoice(_TaskModel):
+class BertMultipleChoice(_DenseHeadModel):
     """Multiple choice (SWAG): one logit per choice from its pooled output, compared across choices.
 
     The choices of an example are encoded independently, [batch, choices, seq] ->
@@ -136,64 +182,43 @@ class BertMultipleChoice(_TaskModel):
     Call outputs: ``logits`` float32 [batch, choices].
     """
 
+    head_name = "classifier"
+    config_fields = ("dropout_rate",)
+
     def __init__(self, config, dropout_rate=None, **kwargs):
         super().__init__(config, **kwargs)
-        c = self.bert_config
-        self.dropout_rate = c.hidden_dropout_prob if dropout_rate is None else float(dropout_rate)
-        self.classifier = DenseLogitsHead(
-            1, c.hidden_size, dropout_rate=self.dropout_rate,
-            initializer_range=c.initializer_range, dtype=self.dtype_policy, name="classifier")
-        self.build()
-
-    def build(self, input_shape=None):
-        if self.built:
-            return
-        self.classifier.build()
-        self.built = True
+        self.dropout_rate = self._dropout_rate(dropout_rate)
+        self._add_head(1, self.dropout_rate)
 
     def call(self, inputs, training=None):
         shape = keras.ops.shape(inputs["input_ids"])  # [batch, choices, seq]
         flat = {k: keras.ops.reshape(v, (-1, shape[-1]))
                 for k, v in self._encoder_inputs(inputs).items()}
-        pooled = self.encoder(flat, training=training)["pooled_output"]
-        logits = self.classifier(pooled, training=training)  # [batch * choices, 1]
+        logits = self._head_logits(flat, training=training)  # [batch * choices, 1]
         return {"logits": keras.ops.reshape(logits, (shape[0], shape[1]))}
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(dropout_rate=self.dropout_rate)
-        return config
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertSpanLabeler(_TaskModel):
+class BertSpanLabeler(_DenseHeadModel):
     """Span head (SQuAD): one dense layer giving a start and an end logit per token.
 
     Call outputs: ``start_logits`` and ``end_logits``, float32 [batch, seq_length].
     """
 
+    head_name = "span"
+    encoder_output = "sequence_output"
+
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)
-        c = self.bert_config
-        self.span = DenseLogitsHead(2, c.hidden_size, dropout_rate=0.0,
-                                    initializer_range=c.initializer_range,
-                                    dtype=self.dtype_policy, name="span")
-        self.build()
-
-    def build(self, input_shape=None):
-        if self.built:
-            return
-        self.span.build()
-        self.built = True
+        self._add_head(2, 0.0)
 
     def call(self, inputs, training=None):
-        outputs = self.encoder(self._encoder_inputs(inputs), training=training)
-        logits = self.span(outputs["sequence_output"], training=training)
+        logits = self._head_logits(inputs, training=training)
         return {"start_logits": logits[:, :, 0], "end_logits": logits[:, :, 1]}
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertTokenTagger(_TaskModel):
+class BertTokenTagger(_LabelsModel):
     """Token tagging (NER): dropout + dense on every token's vector.
 
     Args:
@@ -204,30 +229,8 @@ class BertTokenTagger(_TaskModel):
     Call outputs: ``logits`` float32 [batch, seq_length, num_labels].
     """
 
-    def __init__(self, config, num_labels, dropout_rate=None, **kwargs):
-        super().__init__(config, **kwargs)
-        c = self.bert_config
-        self.num_labels = int(num_labels)
-        self.dropout_rate = c.hidden_dropout_prob if dropout_rate is None else float(dropout_rate)
-        self.tagger = DenseLogitsHead(
-            self.num_labels, c.hidden_size, dropout_rate=self.dropout_rate,
-            initializer_range=c.initializer_range, dtype=self.dtype_policy, name="tagger")
-        self.build()
-
-    def build(self, input_shape=None):
-        if self.built:
-            return
-        self.tagger.build()
-        self.built = True
-
-    def call(self, inputs, training=None):
-        outputs = self.encoder(self._encoder_inputs(inputs), training=training)
-        return {"logits": self.tagger(outputs["sequence_output"], training=training)}
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_labels=self.num_labels, dropout_rate=self.dropout_rate)
-        return config
+    head_name = "tagger"
+    encoder_output = "sequence_output"
 
 
 # --- Feature-based tagging (the paper's Table 7) ------------------------------------------
@@ -296,6 +299,9 @@ class BertFeatureTagger(_TaskModel):
     Call outputs: ``logits`` float32 [batch, seq_length, num_labels].
     """
 
+    config_fields = ("num_labels", "feature_layers", "lstm_units", "lstm_layers",
+                     "dropout_rate")
+
     def __init__(self, config, num_labels, feature_layers="concat_last_four", lstm_units=768,
                  lstm_layers=2, dropout_rate=None, **kwargs):
         super().__init__(config, **kwargs)
@@ -315,7 +321,7 @@ class BertFeatureTagger(_TaskModel):
         self.feature_layers = feature_layers
         self.lstm_units = int(lstm_units)
         self.lstm_layers = int(lstm_layers)
-        self.dropout_rate = c.hidden_dropout_prob if dropout_rate is None else float(dropout_rate)
+        self.dropout_rate = self._dropout_rate(dropout_rate)
         self.encoder.trainable = False
         self.mixed_layers = {"weighted_sum_last_four": 4,
                              "weighted_sum_all": c.num_hidden_layers}.get(feature_layers, 0)
@@ -390,10 +396,3 @@ class BertFeatureTagger(_TaskModel):
         # does not take one).
         x = ops.multiply(x, ops.cast(mask, x.dtype)[:, :, None])
         return {"logits": self.output_layer(x, training=training)}
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_labels=self.num_labels, feature_layers=self.feature_layers,
-                      lstm_units=self.lstm_units, lstm_layers=self.lstm_layers,
-                      dropout_rate=self.dropout_rate)
-        return config

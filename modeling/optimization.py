@@ -76,12 +76,38 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-class _BertOptimizerMixin:
-    """Path-based weight-decay exclusion and (optionally) pre-reduced gradients."""
+class _BertAdamBase(keras.optimizers.Optimizer):
+    """What AdamWeightDecay and BertLamb share: Adam's settings and moments (m, v), weight
+    decay excluded by variable path, (optionally) pre-reduced gradients, the config.
 
-    def _init_bert_options(self, no_decay_patterns, pre_reduced_gradients):
+    Args:
+      learning_rate: float or `LearningRateSchedule`.
+      weight_decay_rate: decoupled decay coefficient.
+      beta_1, beta_2, epsilon: Adam moments.
+      no_decay_patterns: variables whose path contains any of these get no decay.
+      pre_reduced_gradients: True when the caller sums gradients across replicas itself.
+      **kwargs: other `keras.optimizers.Optimizer` arguments (e.g. `global_clipnorm`);
+        Keras' own `weight_decay` is dropped (the decay here is `weight_decay_rate`).
+    """
+
+    def __init__(self, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
+                 epsilon=1e-6, no_decay_patterns=DEFAULT_NO_DECAY, pre_reduced_gradients=False,
+                 **kwargs):
+        kwargs.pop("weight_decay", None)
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        self.weight_decay_rate = float(weight_decay_rate)
+        self.beta_1 = float(beta_1)
+        self.beta_2 = float(beta_2)
+        self.epsilon = float(epsilon)
         self.no_decay_patterns = tuple(no_decay_patterns or ())
         self.pre_reduced_gradients = bool(pre_reduced_gradients)
+
+    def build(self, var_list):
+        if self.built:
+            return
+        self._exclude_by_path(var_list)
+        super().build(var_list)
+        self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
 
     def _exclude_by_path(self, var_list):
         if not self.no_decay_patterns:
@@ -106,11 +132,18 @@ class _BertOptimizerMixin:
         children.pop("_trainable_variables", None)
         return children
 
-    def _bert_config(self):
-        return {
+    def get_config(self):
+        config = super().get_config()
+        config.pop("weight_decay", None)
+        config.update({
+            "weight_decay_rate": self.weight_decay_rate,
+            "beta_1": self.beta_1,
+            "beta_2": self.beta_2,
+            "epsilon": self.epsilon,
             "no_decay_patterns": list(self.no_decay_patterns),
             "pre_reduced_gradients": self.pre_reduced_gradients,
-        }
+        })
+        return config
 
 
 def _handle(variable):
@@ -134,7 +167,7 @@ def _variable_path(variable):
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class AdamWeightDecay(_BertOptimizerMixin, keras.optimizers.Optimizer):
+class AdamWeightDecay(_BertAdamBase):
     """The original BERT Adam: no bias correction, decoupled weight decay skipped by path.
 
     Args:
@@ -152,21 +185,9 @@ class AdamWeightDecay(_BertOptimizerMixin, keras.optimizers.Optimizer):
     def __init__(self, learning_rate=1e-4, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-6, no_decay_patterns=DEFAULT_NO_DECAY, pre_reduced_gradients=False,
                  fused=True, name="adam_weight_decay", **kwargs):
-        kwargs.pop("weight_decay", None)
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2, epsilon,
+                         no_decay_patterns, pre_reduced_gradients, name=name, **kwargs)
         self.fused = bool(fused)
-        self.weight_decay_rate = float(weight_decay_rate)
-        self.beta_1 = float(beta_1)
-        self.beta_2 = float(beta_2)
-        self.epsilon = float(epsilon)
-        self._init_bert_options(no_decay_patterns, pre_reduced_gradients)
-
-    def build(self, var_list):
-        if self.built:
-            return
-        self._exclude_by_path(var_list)
-        super().build(var_list)
-        self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
@@ -197,20 +218,12 @@ class AdamWeightDecay(_BertOptimizerMixin, keras.optimizers.Optimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.pop("weight_decay", None)
-        config.update({
-            "weight_decay_rate": self.weight_decay_rate,
-            "beta_1": self.beta_1,
-            "beta_2": self.beta_2,
-            "epsilon": self.epsilon,
-            "fused": self.fused,
-            **self._bert_config(),
-        })
+        config["fused"] = self.fused
         return config
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertLamb(_BertOptimizerMixin, keras.optimizers.Optimizer):
+class BertLamb(_BertAdamBase):
     """LAMB as large-batch BERT pretraining uses it (You et al. 2019, Algorithm 2).
 
     "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes" (You, Li,
@@ -248,20 +261,8 @@ class BertLamb(_BertOptimizerMixin, keras.optimizers.Optimizer):
     def __init__(self, learning_rate=1e-3, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-6, no_decay_patterns=DEFAULT_NO_DECAY, pre_reduced_gradients=False,
                  name="bert_lamb", **kwargs):
-        kwargs.pop("weight_decay", None)
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        self.weight_decay_rate = float(weight_decay_rate)
-        self.beta_1 = float(beta_1)
-        self.beta_2 = float(beta_2)
-        self.epsilon = float(epsilon)
-        self._init_bert_options(no_decay_patterns, pre_reduced_gradients)
-
-    def build(self, var_list):
-        if self.built:
-            return
-        self._exclude_by_path(var_list)
-        super().build(var_list)
-        self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
+        super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2, epsilon,
+                         no_decay_patterns, pre_reduced_gradients, name=name, **kwargs)
 
     def uses_layer_adaptation(self, variable) -> bool:
         """False for the variables excluded by path (the same ones that get no decay)."""
@@ -290,18 +291,6 @@ class BertLamb(_BertOptimizerMixin, keras.optimizers.Optimizer):
             ratio = ops.where(usable, w_norm / ops.where(usable, r_norm, 1.0), 1.0)
             update = ratio * update
         self.assign_sub(variable, lr * update)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("weight_decay", None)
-        config.update({
-            "weight_decay_rate": self.weight_decay_rate,
-            "beta_1": self.beta_1,
-            "beta_2": self.beta_2,
-            "epsilon": self.epsilon,
-            **self._bert_config(),
-        })
-        return config
 
 
 @dataclasses.dataclass(frozen=True)

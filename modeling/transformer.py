@@ -162,7 +162,7 @@ class TransformerBlock(keras.layers.Layer):
 
     The query, key and value projections are one fused Dense ``query_key_value`` whose
     kernel is ``[hidden, 3 * hidden]`` = ``[query | key | value]`` (each part laid out as the
-    original: column ``head * head_size + j``); ``checkpoints.py`` splits and joins it.
+    original: column ``head * head_size + j``); ``modeling.checkpoints.names`` splits and joins it.
     Projections run on ``[batch * seq_length, hidden]`` matrices (plain GEMMs); only
     the attention itself uses the per-head layout.
 

@@ -23,7 +23,7 @@ from tests.conftest import TINY_VOCAB, write_vocab
 def _pretraining_cfg(records, out, config, **loop_overrides):
     import run_pretraining
     from modeling.optimization import OptimizerConfig
-    from training import flags as common_flags
+    from training.runtime import RuntimeConfig
     from training.loop import LoopConfig
 
     loop = dict(output_dir=str(out), num_train_steps=40, train_batch_size=4,
@@ -33,7 +33,7 @@ def _pretraining_cfg(records, out, config, **loop_overrides):
         bert_config_file=config, input_patterns=tuple(records), output_dir=str(out),
         init_checkpoint=None, max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS,
         do_train=True, do_eval=False, train_batch_size=4, eval_batch_size=4,
-        input_compression="auto", runtime=common_flags.RuntimeConfig("one_device", seed=1),
+        input_compression="auto", runtime=RuntimeConfig("one_device", seed=1),
         optimizer=OptimizerConfig(learning_rate=1e-3, num_train_steps=40, num_warmup_steps=0),
         loop=LoopConfig(**loop))
 
@@ -350,8 +350,8 @@ def _pair_data(directory):
 
 def test_finetuning_refuses_a_vocab_larger_than_the_model_before_any_work(tmp_path):
     import run_classifier
-    from tasks.classification import data as cd
-    from training import flags as common_flags
+    from tasks.classification import processors
+    from training.runtime import RuntimeConfig
 
     vocab = write_vocab(tmp_path / "vocab.txt")
     config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) - 9)
@@ -359,8 +359,8 @@ def test_finetuning_refuses_a_vocab_larger_than_the_model_before_any_work(tmp_pa
         task_name="custom", data_dir=_pair_data(tmp_path / "data"), vocab_file=vocab,
         bert_config_file=config, output_dir=str(tmp_path / "out"), max_seq_length=16,
         do_train=True, train_batch_size=4,
-        custom=cd.CustomDataConfig(text_a_column="text", label_column="label"),
-        runtime=common_flags.RuntimeConfig("one_device"))
+        custom=processors.CustomDataConfig(text_a_column="text", label_column="label"),
+        runtime=RuntimeConfig("one_device"))
     with pytest.raises(ValueError, match=rf"--vocab_file={vocab} has {len(TINY_VOCAB)} tokens "
                                          rf"but --bert_config_file={config} has vocab_size="
                                          rf"{len(TINY_VOCAB) - 9}"):
@@ -392,3 +392,53 @@ def test_finetuning_records_beyond_the_models_tables_are_a_one_line_error(tmp_pa
             f"type_vocab_size=1 of --bert_config_file={config}") in proc.stderr, \
         proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- issue 23
+# convert_checkpoint.py reads its config as every tool does (BertConfig.from_config_file)
+# and ends bad input with one line naming the file or flag, exit 2, nothing written.
+
+
+@pytest.fixture(scope="module")
+def our_checkpoint(tmp_path_factory):
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.encoder import BertEncoder
+
+    directory = tmp_path_factory.mktemp("ours")
+    config = BertConfig.from_json_file(S.write_config(directory / "bert_config.json"))
+    checkpoints.save_ours(BertEncoder(config), str(directory), config)
+    return directory
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["config_not_json", "hf_config_not_json", "missing_vocab",
+                                  "output_dir_is_a_file", "output_dir_is_the_input"])
+def test_convert_checkpoint_says_what_is_wrong_in_one_line(our_checkpoint, tmp_path, case):
+    flags = {"input": str(our_checkpoint), "output_dir": str(tmp_path / "out"),
+             "output_format": "hf"}
+    if case in ("config_not_json", "hf_config_not_json"):
+        bad = tmp_path / ("bert_config.json" if case == "config_not_json" else "config.json")
+        bad.write_text('{"hidden_size": 32,', encoding="utf-8")
+        flags["bert_config_file"] = str(bad)
+        expected = f"{bad}: not valid JSON"
+    elif case == "missing_vocab":
+        flags["vocab_file"] = str(tmp_path / "nowhere" / "vocab.txt")
+        expected = f"--vocab_file={flags['vocab_file']}: no such file"
+    elif case == "output_dir_is_a_file":
+        (tmp_path / "out").write_text("not a directory", encoding="utf-8")
+        expected = f"--output_dir={tmp_path / 'out'} is a file"
+    else:  # ours into the input's directory would write its ckpt files over the input's
+        flags.update(output_dir=str(our_checkpoint), output_format="ours")
+        expected = f"output_dir {our_checkpoint} holds the input checkpoint"
+    before = {path.name: path.read_bytes() for path in our_checkpoint.iterdir()}
+    proc = subprocess.run(
+        [sys.executable, os.path.join(S.REPO_ROOT, "convert_checkpoint.py")]
+        + [f"--{name}={value}" for name, value in flags.items()],
+        env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True, text=True, timeout=240,
+        check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"convert_checkpoint.py: error: {expected}" in proc.stderr, proc.stderr[-2000:]
+    assert not os.path.isdir(tmp_path / "out")
+    assert {path.name: path.read_bytes() for path in our_checkpoint.iterdir()} == before

@@ -110,8 +110,8 @@ def _sentence(rng):
 @pytest.fixture(scope="module")
 def classifier_env(tmp_path_factory):
     import run_classifier as rc
-    from tasks.classification import data as cd
-    from training import flags as common_flags
+    from tasks.classification import processors
+    from training.runtime import RuntimeConfig
 
     root = tmp_path_factory.mktemp("bucketing")
     rng = random.Random(2)
@@ -131,9 +131,9 @@ def classifier_env(tmp_path_factory):
                       max_seq_length=SEQ, do_train=False, do_eval=True, do_predict=True,
                       train_batch_size=4, eval_batch_size=5, predict_batch_size=5,
                       learning_rate=1e-3, num_train_epochs=2.0,
-                      custom=cd.CustomDataConfig(text_a_column="a", text_b_column="b",
+                      custom=processors.CustomDataConfig(text_a_column="a", text_b_column="b",
                                                  label_column="label", labels=("no", "yes")),
-                      runtime=common_flags.RuntimeConfig("one_device", seed=4))
+                      runtime=RuntimeConfig("one_device", seed=4))
         values.update(overrides)
         return rc.make_run(**values)
 

@@ -12,6 +12,9 @@ import types
 import pytest
 
 from tasks.classification import data as cd
+from tasks.classification import examples as ce
+from tasks.classification import processors
+from tasks.common import pairs
 from data_prep import tokenization
 from original_bert import original_module
 
@@ -201,7 +204,7 @@ WRITERS = {
     ("cola", "ColaProcessor"), ("mrpc", "MrpcProcessor"), ("mnli", "MnliProcessor")])
 def test_readers_equal_the_original(tmp_path, task, processor_name):
     WRITERS[task](tmp_path)
-    ours = cd.get_processor(task)
+    ours = processors.get_processor(task)
     original = getattr(original_classifier(), processor_name)()
     assert ours.get_labels() == original.get_labels()
     for split in ("train", "dev", "test"):
@@ -217,7 +220,7 @@ def test_xnli_equals_the_original_and_reads_the_distribution_layout(tmp_path):
     original = original_classifier().XnliProcessor()
     original.language = "de"
     for data_dir in (flat, nested):
-        ours = cd.get_processor("xnli", xnli_language="de")
+        ours = processors.get_processor("xnli", xnli_language="de")
         assert ours.get_labels() == original.get_labels()
         train = ours.get_train_examples(str(data_dir))
         assert as_tuples(train) == as_tuples(original.get_train_examples(str(flat)))
@@ -228,7 +231,7 @@ def test_xnli_equals_the_original_and_reads_the_distribution_layout(tmp_path):
         test = ours.get_test_examples(str(data_dir))
         assert [(e.guid, e.label) for e in test] == [("test-1", "entailment"),
                                                      ("test-3", "contradiction")]
-    zh = cd.get_processor("xnli", xnli_language="zh").get_dev_examples(str(flat))
+    zh = processors.get_processor("xnli", xnli_language="zh").get_dev_examples(str(flat))
     assert [(e.text_a, e.label) for e in zh] == [
         ("他说，妈妈，我回来了。", "entailment")]
 
@@ -284,7 +287,7 @@ EXPECTED["wnli"] = {
 @pytest.mark.parametrize("task", sorted(EXPECTED))
 def test_glue_readers(tmp_path, task):
     WRITERS[task](tmp_path)
-    processor = cd.get_processor(task.upper())
+    processor = processors.get_processor(task.upper())
     expected = EXPECTED[task]
     assert processor.get_labels() == expected["labels"]
     assert processor.is_regression == (task == "sts-b")
@@ -295,7 +298,7 @@ def test_glue_readers(tmp_path, task):
 
 def test_mnli_matched_and_mismatched_splits(tmp_path):
     write_mnli(tmp_path)
-    matched, mismatched = cd.get_processor("mnli"), cd.get_processor("MNLI-mm")
+    matched, mismatched = processors.get_processor("mnli"), processors.get_processor("MNLI-mm")
     dev_m = matched.read_split(str(tmp_path), "dev_matched").examples
     dev_mm = matched.read_split(str(tmp_path), "dev_mismatched").examples
     assert [e.guid for e in dev_m] == ["dev_matched-7", "dev_matched-9"]
@@ -308,14 +311,14 @@ def test_mnli_matched_and_mismatched_splits(tmp_path):
 def test_ax_diagnostic(tmp_path):
     write_tsv(tmp_path / "diagnostic.tsv", [[0, "The cat sat.", "The cat did not sit."]],
               header=["index", "sentence1", "sentence2"])
-    examples = cd.get_processor("AX").get_test_examples(str(tmp_path))
+    examples = processors.get_processor("AX").get_test_examples(str(tmp_path))
     assert as_tuples(examples) == [("test-0", "The cat sat.", "The cat did not sit.",
                                     "contradiction")]
 
 
 def test_missing_file_names_the_candidates(tmp_path):
-    with pytest.raises(cd.DataFormatError, match="dev.tsv"):
-        cd.get_processor("rte").get_dev_examples(str(tmp_path))
+    with pytest.raises(ce.DataFormatError, match="dev.tsv"):
+        processors.get_processor("rte").get_dev_examples(str(tmp_path))
 
 
 # --- Custom data --------------------------------------------------------------------------
@@ -327,8 +330,8 @@ def test_custom_csv_by_column_name_with_quotes_and_inferred_labels(tmp_path):
         encoding="utf-8")
     (tmp_path / "dev.csv").write_text("id,review,score,extra\n1,fine,10,x\n", encoding="utf-8")
     (tmp_path / "test.csv").write_text("id,review\n1,what now\n", encoding="utf-8")
-    config = cd.CustomDataConfig(text_a_column="review", label_column="score", delimiter="comma")
-    processor = cd.get_processor("custom", custom=config)
+    config = processors.CustomDataConfig(text_a_column="review", label_column="score", delimiter="comma")
+    processor = processors.get_processor("custom", custom=config)
     assert processor.get_labels(str(tmp_path)) == ["2", "10"]  # numeric order
     train = processor.get_train_examples(str(tmp_path))
     assert as_tuples(train) == [("train-1", 'Good, really "good"', None, "10"),
@@ -343,9 +346,9 @@ def test_custom_csv_line_numbers_with_bom_crlf_and_multiline_fields(tmp_path):
     (tmp_path / "train.csv").write_bytes(
         '\ufefftext,label\r\n"two\r\nlines",1\r\nthird line,0\r\nbad,row,here\r\n'
         .encode("utf-8"))
-    config = cd.CustomDataConfig(text_a_column="text", label_column="label", delimiter=",",
+    config = processors.CustomDataConfig(text_a_column="text", label_column="label", delimiter=",",
                                  labels=(0, 1))
-    processor = cd.get_processor("custom", custom=config)
+    processor = processors.get_processor("custom", custom=config)
     read = processor.read_split(str(tmp_path), "train", skip_bad_rows=True)
     assert as_tuples(read.examples) == [("train-1", "two\r\nlines", None, "1"),
                                         ("train-2", "third line", None, "0")]
@@ -356,28 +359,28 @@ def test_custom_csv_line_numbers_with_bom_crlf_and_multiline_fields(tmp_path):
 def test_custom_tsv_pair_by_index_without_header_and_label_list(tmp_path):
     write_tsv(tmp_path / "train.tsv", [["pos", "a \"b\"", "c"], ["neg", "d", "e"]])
     write_tsv(tmp_path / "dev.tsv", [["pos", "f", "g"], ["meh", "h", "i"]])
-    config = cd.CustomDataConfig(text_a_column="1", text_b_column=2, label_column=0,
+    config = processors.CustomDataConfig(text_a_column="1", text_b_column=2, label_column=0,
                                  has_header=False, labels="neg,pos", delimiter="\\t")
-    processor = cd.get_processor("custom", custom=config)
+    processor = processors.get_processor("custom", custom=config)
     assert processor.get_labels() == ["neg", "pos"]
     assert as_tuples(processor.get_train_examples(str(tmp_path))) == [
         ("train-0", 'a "b"', "c", "pos"), ("train-1", "d", "e", "neg")]
-    with pytest.raises(cd.DataFormatError, match=r"dev\.tsv:2: unknown label 'meh'"):
+    with pytest.raises(ce.DataFormatError, match=r"dev\.tsv:2: unknown label 'meh'"):
         processor.get_dev_examples(str(tmp_path))
 
 
 def test_custom_regression_and_column_errors(tmp_path):
     write_tsv(tmp_path / "train.tsv", [["a b", "0.5"], ["c", "nan"], ["d", "x"]],
               header=["text", "y"])
-    config = cd.CustomDataConfig(text_a_column="text", label_column="y", is_regression=True)
-    read = cd.get_processor("custom", custom=config).read_split(str(tmp_path), "train",
+    config = processors.CustomDataConfig(text_a_column="text", label_column="y", is_regression=True)
+    read = processors.get_processor("custom", custom=config).read_split(str(tmp_path), "train",
                                                                 skip_bad_rows=True)
     assert [e.label for e in read.examples] == [0.5]
     assert [(row.line, "not a finite number" in row.reason) for row in read.bad_rows] == [
         (3, True), (4, True)]
-    wrong = cd.CustomDataConfig(text_a_column="sentence", label_column="y")
-    with pytest.raises(cd.DataFormatError, match="'sentence' not found in header"):
-        cd.get_processor("custom", custom=wrong).get_train_examples(str(tmp_path))
+    wrong = processors.CustomDataConfig(text_a_column="sentence", label_column="y")
+    with pytest.raises(ce.DataFormatError, match="'sentence' not found in header"):
+        processors.get_processor("custom", custom=wrong).get_train_examples(str(tmp_path))
 
 
 # --- Bad rows -----------------------------------------------------------------------------
@@ -399,9 +402,9 @@ def write_bad_mrpc(d):
 
 def test_bad_rows_raise_with_file_and_line_or_are_skipped(tmp_path):
     write_bad_mrpc(tmp_path)
-    processor = cd.get_processor("mrpc")
+    processor = processors.get_processor("mrpc")
     train_file = str(tmp_path / "train.tsv")
-    with pytest.raises(cd.DataFormatError) as err:
+    with pytest.raises(ce.DataFormatError) as err:
         processor.get_train_examples(str(tmp_path))
     assert f"{train_file}:4: expected 5 columns, found 4" in str(err.value)
     read = processor.read_split(str(tmp_path), "train", skip_bad_rows=True)
@@ -418,8 +421,8 @@ def test_bad_rows_raise_with_file_and_line_or_are_skipped(tmp_path):
 def test_pair_task_with_empty_text_b_is_a_bad_row(tmp_path):
     write_tsv(tmp_path / "train.tsv", [[0, "a question?", "", "entailment"]],
               header=["index", "question", "sentence", "label"])
-    with pytest.raises(cd.DataFormatError, match=r"train\.tsv:2: empty text_b"):
-        cd.get_processor("qnli").get_train_examples(str(tmp_path))
+    with pytest.raises(ce.DataFormatError, match=r"train\.tsv:2: empty text_b"):
+        processors.get_processor("qnli").get_train_examples(str(tmp_path))
 
 
 # --- Feature conversion vs the original ---------------------------------------------------
@@ -444,7 +447,7 @@ def test_features_equal_the_original(tiny_vocab_file, max_seq_length):
     label_list = ["0", "1"]
     examples = [(f"g-{i}", a, b, label) for i, (a, b, label) in enumerate(PAIRS)]
     for index, (guid, a, b, label) in enumerate(examples):
-        ours = cd.convert_single_example(cd.InputExample(guid, a, b, label), label_list,
+        ours = cd.convert_single_example(ce.InputExample(guid, a, b, label), label_list,
                                          max_seq_length, tokenizer)
         theirs = original.convert_single_example(
             index, original.InputExample(guid, a, b, label), label_list, max_seq_length,
@@ -453,7 +456,7 @@ def test_features_equal_the_original(tiny_vocab_file, max_seq_length):
                 ours.is_real_example) == (theirs.input_ids, theirs.input_mask,
                                           theirs.segment_ids, theirs.label_id,
                                           theirs.is_real_example), guid
-    pad_ours = cd.convert_single_example(cd.PaddingInputExample(), label_list, 6, tokenizer)
+    pad_ours = cd.convert_single_example(ce.PaddingInputExample(), label_list, 6, tokenizer)
     pad_theirs = original.convert_single_example(0, original.PaddingInputExample(), label_list,
                                                  6, original_tokenizer)
     assert vars(pad_theirs) == dataclass_dict(pad_ours)
@@ -467,19 +470,19 @@ def dataclass_dict(features):
 
 def test_truncation_pops_from_the_end_of_the_longer_side():
     a, b = list("abcdef"), list("xyz")
-    cd.truncate_seq_pair(a, b, 5)
+    pairs.truncate_seq_pair(a, b, 5)
     assert (a, b) == (list("abc"), list("xy"))
 
 
 def test_pad_examples():
     padded = cd.pad_examples(["x"] * 5, 4)
-    assert len(padded) == 8 and padded[5:] == [cd.PaddingInputExample()] * 3
+    assert len(padded) == 8 and padded[5:] == [ce.PaddingInputExample()] * 3
     assert cd.pad_examples(["x"] * 4, 4) == ["x"] * 4
 
 
 def test_regression_features_keep_the_score(tiny_vocab_file):
     tokenizer = tokenization.FullTokenizer(tiny_vocab_file)
-    features = cd.convert_single_example(cd.InputExample("s", "the cat", "a dog", 3.8), None,
+    features = cd.convert_single_example(ce.InputExample("s", "the cat", "a dog", 3.8), None,
                                          8, tokenizer, is_regression=True)
     assert features.label_id == 3.8 and features.segment_ids == [0, 0, 0, 0, 1, 1, 1, 0]
 
@@ -501,7 +504,7 @@ def read_records(path):
 def test_records_equal_the_originals_file(tmp_path, tiny_vocab_file):
     data_dir = tmp_path / "MRPC"
     write_mrpc(data_dir)
-    processor = cd.get_processor("mrpc")
+    processor = processors.get_processor("mrpc")
     cached = cd.prepare_classifier_records(
         processor, str(data_dir), "train", str(tmp_path / "out"), vocab_file=tiny_vocab_file,
         do_lower_case=True, max_seq_length=16, pad_to_multiple=3)
@@ -526,7 +529,7 @@ def test_records_parse_with_the_schema(tmp_path, tiny_vocab_file):
 
     write_stsb(tmp_path)
     cached = cd.prepare_classifier_records(
-        cd.get_processor("sts-b"), str(tmp_path), "train", str(tmp_path / "out"),
+        processors.get_processor("sts-b"), str(tmp_path), "train", str(tmp_path / "out"),
         vocab_file=tiny_vocab_file, do_lower_case=True, max_seq_length=12)
     batch = next(iter(tf.data.TFRecordDataset(cached.record_file).batch(2)))
     parsed = cd.parse_record(batch, cached.max_seq_length, cached.is_regression)
@@ -551,7 +554,7 @@ def test_cache_reuse_and_invalidation(tmp_path, tiny_vocab_file):
     settings = dict(vocab_file=tiny_vocab_file, do_lower_case=True, max_seq_length=16)
 
     def prepare(processor=None, split="train", **changes):
-        return cd.prepare_classifier_records(processor or cd.get_processor("cola"),
+        return cd.prepare_classifier_records(processor or processors.get_processor("cola"),
                                              str(data_dir), split, out, **{**settings, **changes})
 
     first = prepare()
@@ -584,10 +587,10 @@ def test_cache_key_includes_the_task_options(tmp_path, tiny_vocab_file):
     write_xnli(tmp_path)
     out = str(tmp_path / "out")
     settings = dict(vocab_file=tiny_vocab_file, do_lower_case=True, max_seq_length=16)
-    de = cd.prepare_classifier_records(cd.get_processor("xnli", xnli_language="de"),
+    de = cd.prepare_classifier_records(processors.get_processor("xnli", xnli_language="de"),
                                        str(tmp_path), "dev", out, **settings)
     assert de.num_examples == 2
-    zh = cd.prepare_classifier_records(cd.get_processor("xnli", xnli_language="zh"),
+    zh = cd.prepare_classifier_records(processors.get_processor("xnli", xnli_language="zh"),
                                        str(tmp_path), "dev", out, **settings)
     assert not zh.reused and zh.num_examples == 1
 
@@ -595,11 +598,11 @@ def test_cache_key_includes_the_task_options(tmp_path, tiny_vocab_file):
 def test_skipped_rows_are_counted_in_the_metadata(tmp_path, tiny_vocab_file):
     write_bad_mrpc(tmp_path)
     cached = cd.prepare_classifier_records(
-        cd.get_processor("mrpc"), str(tmp_path), "train", str(tmp_path / "out"),
+        processors.get_processor("mrpc"), str(tmp_path), "train", str(tmp_path / "out"),
         vocab_file=tiny_vocab_file, do_lower_case=True, max_seq_length=16, skip_bad_rows=True)
     assert cached.num_examples == 2 and cached.metadata["num_bad_rows"] == 3
     assert cached.metadata["bad_rows"][0].endswith("train.tsv:4: expected 5 columns, found 4")
-    with pytest.raises(cd.DataFormatError, match="train.tsv:4"):
+    with pytest.raises(ce.DataFormatError, match="train.tsv:4"):
         cd.prepare_classifier_records(
-            cd.get_processor("mrpc"), str(tmp_path), "train", str(tmp_path / "out"),
+            processors.get_processor("mrpc"), str(tmp_path), "train", str(tmp_path / "out"),
             vocab_file=tiny_vocab_file, do_lower_case=True, max_seq_length=16)

@@ -13,6 +13,7 @@ from modeling.config import BertConfig
 from modeling.models import BertClassifier
 from tests import test_loop_support as S
 from tasks.classification import task as classification_task
+from tasks.common.classifier_task import ClassifierTask
 from training import distribution, loop
 
 SEQ = 16
@@ -65,7 +66,7 @@ def _model_and_trainer(tmp_path, num_labels=2, seed=0, steps=40, lr=2e-3):
     cfg = loop.LoopConfig(output_dir=str(tmp_path), num_train_steps=steps, train_batch_size=8,
                           eval_batch_size=8, iterations_per_loop=10,
                           save_checkpoints_steps=steps, log_steps=10)
-    return model, loop.TrainingLoop(strategy, model, opt, cfg, classification_task.ClassifierTask(num_labels))
+    return model, loop.TrainingLoop(strategy, model, opt, cfg, ClassifierTask(num_labels))
 
 
 def _features(n, seed=0):
@@ -106,7 +107,7 @@ def test_classifier_task_trains_in_the_shared_loop(tmp_path):
                                .batch(8, drop_remainder=True), results_file=None)
     out = trainer.predict(tf.data.Dataset.from_tensor_slices(eval_data).batch(8),
                           feature_keys=("label_ids", "is_real_example"))
-    figures = trainer.task.eval_results("sst-2", out["logits"], out["label_ids"],
+    figures = trainer.task.eval_results(out["logits"], out["label_ids"],
                                         out["is_real_example"], 40)
     assert results["global_step"] == figures["global_step"] == 40
     assert results["eval_accuracy"] == pytest.approx(figures["eval_accuracy"])
@@ -158,11 +159,11 @@ def test_predict_traces_once_for_any_bucket_length_and_batch_size(tmp_path):
 
 
 def test_eval_results_drop_padding_and_use_the_task_metrics():
-    task = classification_task.ClassifierTask(2)
+    task = classification_task.classifier_task("cola", 2)
     logits = np.array([[2.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 3.0], [9.0, -9.0]])
     labels = np.array([0, 1, 1, 1, 1])
     real = np.array([1, 1, 1, 1, 0])  # the last row is padding: it would be wrong
-    got = task.eval_results("cola", logits, labels, real, 7)
+    got = task.eval_results(logits, labels, real, 7)
     predictions = np.array([0, 1, 0, 1])
     assert got["eval_accuracy"] == 0.75
     assert got["eval_mcc"] == pytest.approx(gm.matthews_corrcoef(labels[:4], predictions))
@@ -172,15 +173,15 @@ def test_eval_results_drop_padding_and_use_the_task_metrics():
     assert got["loss"] == pytest.approx(nll.mean())  # one batch: the same mean
     assert sorted(got) == ["eval_accuracy", "eval_loss", "eval_mcc", "global_step", "loss"]
     # Batches of 3: [0, 1, 2] and [3] (+ padding): the Estimator's mean of batch means.
-    batched = task.eval_results("cola", logits, labels, real, 7, batch_size=3)
+    batched = task.eval_results(logits, labels, real, 7, batch_size=3)
     assert batched["loss"] == pytest.approx((nll[:3].mean() + nll[3]) / 2)
     assert batched["eval_loss"] == pytest.approx(nll.mean())
     # A constant predictor: MCC 0 (degenerate), accuracy still counted.
-    constant = task.eval_results("cola", np.tile([[0.0, 1.0]], (4, 1)), labels[:4],
+    constant = task.eval_results(np.tile([[0.0, 1.0]], (4, 1)), labels[:4],
                                  np.ones(4), 0)
     assert constant["eval_mcc"] == 0.0 and constant["eval_accuracy"] == 0.75
-    regression = classification_task.ClassifierTask(1, is_regression=True).eval_results(
-        "sts-b", np.array([[1.0], [2.0], [3.0]]), np.array([1.5, 2.0, 2.5]), np.ones(3), 3)
+    regression = classification_task.classifier_task("sts-b", 1, True).eval_results(
+        np.array([[1.0], [2.0], [3.0]]), np.array([1.5, 2.0, 2.5]), np.ones(3), 3)
     assert regression["eval_pearson"] == pytest.approx(1.0)
     assert regression["eval_loss"] == pytest.approx((0.25 + 0 + 0.25) / 3)
 

@@ -14,6 +14,7 @@ from test_modeling_reference import (random_hf_weights, run_original_graph, tiny
                                      write_hf_dir)
 
 import extract_features  # noqa: E402  (defines no flags at import)
+from tasks.feature_extraction import extract  # noqa: E402
 
 LINES = [
     "The cat sat on the mat.",
@@ -129,15 +130,15 @@ def test_in_process_from_tf1_directory_defaults(google_dir, tmp_path, buckets):
     assert vocab == str(directory / "vocab.txt")
     encoder = BertEncoder(config)
     checkpoints.load_pretrained(str(directory), encoder)
-    features = extract_features.convert_examples(
+    features = extract.convert_examples(
         extract_features.read_examples(str(directory / "input.txt")), SEQ,
         FullTokenizer(vocab, do_lower_case=True))
     assert [f.tokens for f in features] == tokens
     out = tmp_path / "out.jsonl"
     with open(out, "w", encoding="utf-8") as f:
-        for feature, values in extract_features.compute_layers(
+        for feature, values in extract.compute_layers(
                 encoder, features, LAYERS, 2, bucket_boundaries=buckets, window_batches=1):
-            f.write(extract_features.feature_json(feature, values, LAYERS))
+            f.write(extract.feature_json(feature, values, LAYERS))
     _check_output(out, tokens, layers)
 
 
@@ -151,9 +152,9 @@ def test_hf_directory_defaults(tmp_path):
 
 
 def test_json_layout_and_rounding():
-    feature = extract_features.Feature(7, ["[CLS]", "cat", "[SEP]"], [], [], [])
+    feature = extract.Feature(7, ["[CLS]", "cat", "[SEP]"], [], [], [])
     values = np.arange(2 * 3 * 2, dtype=np.float32).reshape(2, 3, 2) / 3.0
-    line = extract_features.feature_json(feature, values, [-1, -2])
+    line = extract.feature_json(feature, values, [-1, -2])
     assert line.endswith("\n")
     assert line.startswith('{"linex_index": 7, "features": [{"token": "[CLS]", "layers": '
                            '[{"index": -1, "values": [0.0, 0.333333]}, {"index": -2, '

@@ -137,6 +137,21 @@ def test_atomic_outputs_appear_together_or_not_at_all(tmp_path):
     assert _finals(tmp_path) == committed
 
 
+def test_write_texts_writes_a_set_of_text_files_together_and_synced(tmp_path, monkeypatch):
+    """The one helper for a run's result files (predictions + scores): all synced, then
+    all renamed, then the directory; `\\n` line ends; a failure leaves the previous set."""
+    texts = {str(tmp_path / "predictions.json"): "{}\n", str(tmp_path / "results.txt"):
+             "f1 = 1.0\n"}
+    calls = Syscalls(monkeypatch).calls
+    fileio.write_texts(texts)
+    assert [call[0] for call in calls] == ["fsync", "fsync", "rename", "rename", "fsync"]
+    assert _finals(tmp_path) == {"predictions.json": "{}\n", "results.txt": "f1 = 1.0\n"}
+    with pytest.raises((OSError, ValueError)):  # a file where a directory must be
+        fileio.write_texts({**{path: "new" for path in texts},
+                            str(tmp_path / "results.txt" / "y.txt"): "z"})
+    assert _finals(tmp_path) == {"predictions.json": "{}\n", "results.txt": "f1 = 1.0\n"}
+
+
 def test_atomic_outputs_remove_a_dead_runs_temporaries(tmp_path):
     final = str(tmp_path / "a.txt")
     stale = _temporary_of_a_dead_process(final)

@@ -305,3 +305,20 @@ def test_bert_lamb_state_survives_a_checkpoint(tmp_path):
 def test_unknown_optimizer_is_rejected():
     with pytest.raises(ValueError, match="adamw"):
         optimization.create_optimizer(optimization.OptimizerConfig(optimizer="sgd"))
+
+
+@pytest.mark.parametrize("cls,extra", [(optimization.AdamWeightDecay, {"fused": False}),
+                                       (optimization.BertLamb, {})])
+def test_both_optimizers_save_every_setting_and_load_from_their_config(cls, extra):
+    opt = cls(learning_rate=0.1, weight_decay_rate=0.02, beta_1=0.8, beta_2=0.99,
+              epsilon=1e-7, no_decay_patterns=("norm",), pre_reduced_gradients=True,
+              global_clipnorm=1.0, weight_decay=0.5, **extra)
+    config = opt.get_config()
+    assert "weight_decay" not in config  # the decay is weight_decay_rate, Keras' is dropped
+    assert {k: config[k] for k in ("weight_decay_rate", "beta_1", "beta_2", "epsilon",
+                                   "no_decay_patterns", "pre_reduced_gradients",
+                                   "global_clipnorm", *extra)} == {
+        "weight_decay_rate": 0.02, "beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-7,
+        "no_decay_patterns": ["norm"], "pre_reduced_gradients": True,
+        "global_clipnorm": 1.0, **extra}
+    assert cls.from_config(config).get_config() == config

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from tests import test_loop_support as S
 from tests.conftest import TINY_VOCAB
-from training import flags as common_flags
+from training.runtime import RuntimeConfig
 
 ROOT = "ram://bert_test"
 
@@ -49,7 +49,7 @@ def ram_env():
 
 def test_run_classifier_on_ram_paths(ram_env):
     import run_classifier as rc
-    from tasks.classification import data as cd
+    from tasks.classification import processors
     from training import loop
 
     out = f"{ROOT}/classifier_out"
@@ -59,8 +59,8 @@ def test_run_classifier_on_ram_paths(ram_env):
         do_train=True, do_eval=True, do_predict=True, train_batch_size=4, eval_batch_size=4,
         predict_batch_size=4, num_train_epochs=1.0, save_checkpoints_steps=3,
         bucket_boundaries=(8, 16), seeds=(1, 2),
-        custom=cd.CustomDataConfig(text_a_column="text", label_column="label"),
-        runtime=common_flags.RuntimeConfig("one_device", seed=1))
+        custom=processors.CustomDataConfig(text_a_column="text", label_column="label"),
+        runtime=RuntimeConfig("one_device", seed=1))
     result = rc.run(cfg)
     names = set(tf.io.gfile.listdir(out))
     assert {"seed_results.txt", "eval_results.txt", "test_results.tsv", "train.tf_record",
@@ -90,7 +90,7 @@ def test_run_pretraining_on_ram_paths(ram_env):
         output_dir=out, init_checkpoint=None, max_seq_length=S.SEQ,
         max_predictions_per_seq=S.PREDS, do_train=True, do_eval=True, train_batch_size=4,
         eval_batch_size=4, input_compression="auto",
-        runtime=common_flags.RuntimeConfig("one_device"),
+        runtime=RuntimeConfig("one_device"),
         optimizer=OptimizerConfig(learning_rate=1e-3, num_train_steps=4, num_warmup_steps=0),
         loop=LoopConfig(output_dir=out, num_train_steps=4, train_batch_size=4,
                         eval_batch_size=4, iterations_per_loop=2, save_checkpoints_steps=2,

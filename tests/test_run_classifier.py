@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from tasks.classification import data as cd
+from tasks.classification import examples as ce
+from tasks.classification import processors
 from tasks.classification import metrics as gm
 from tests import test_loop_support as S
 from tests.conftest import TINY_VOCAB, write_vocab
@@ -162,7 +164,7 @@ def env(tmp_path_factory):
 
 def _run_config(env, task, out, **overrides):
     import run_classifier as rc
-    from training import flags as common_flags
+    from training.runtime import RuntimeConfig
 
     values = dict(task_name=task, data_dir=str(env[task]), vocab_file=env["vocab"],
                   bert_config_file=env["config"], output_dir=str(out), max_seq_length=SEQ,
@@ -170,7 +172,7 @@ def _run_config(env, task, out, **overrides):
                   eval_batch_size=4, predict_batch_size=4, learning_rate=2e-3,
                   num_train_epochs=3.0, save_checkpoints_steps=6, iterations_per_loop=3,
                   log_steps=3, seeds=(1,),
-                  runtime=common_flags.RuntimeConfig("one_device", seed=1))
+                  runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
     return rc.make_run(**values)
 
@@ -180,7 +182,7 @@ def runs(env):
     """CoLA, STS-B, MNLI and custom data (2 seeds, best checkpoint) in this process."""
     import run_classifier as rc
 
-    custom = cd.CustomDataConfig(text_a_column="review", label_column="sentiment",
+    custom = processors.CustomDataConfig(text_a_column="review", label_column="sentiment",
                                  delimiter="comma")
     plans = {
         "cola": dict(num_train_epochs=10.0),
@@ -288,7 +290,7 @@ def _independent_probabilities(run_dir, data_dir, task, vocab, split="test", num
     config = BertConfig.from_json_file(os.path.join(run_dir, "bert_config.json"))
     model = BertClassifier(config, num_labels)
     checkpoints.load_pretrained(tf.train.latest_checkpoint(run_dir), model)  # strict: head too
-    processor = cd.get_processor(task)
+    processor = processors.get_processor(task)
     tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
     labels = processor.get_labels(str(data_dir))
     rows = []
@@ -320,7 +322,7 @@ def test_mrpc_cli_from_tf1_checkpoint_trains_evaluates_predicts(mrpc_cli, env):
     probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
     assert probs.shape == (10, 2)  # every test example; 10 is not a multiple of 4
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
-    labels = _dev_labels(cd.get_processor("mrpc"), mrpc_cli["data"])
+    labels = _dev_labels(processors.get_processor("mrpc"), mrpc_cli["data"])
     _check_eval_against_predictions("mrpc", os.path.join(out, "eval_results.txt"), probs,
                                     labels, global_step=18)
     _check_submission(os.path.join(out, "MRPC.tsv"), probs, ["0", "1"])
@@ -346,7 +348,7 @@ def test_mrpc_output_dir_is_ready_for_export(mrpc_cli, env):
 def test_cola_learns_and_mcc_matches_predictions(runs, env):
     out = runs["cola"]["dir"]
     probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
-    labels = _dev_labels(cd.get_processor("cola"), env["cola"])
+    labels = _dev_labels(processors.get_processor("cola"), env["cola"])
     written = _check_eval_against_predictions("cola", os.path.join(out, "eval_results.txt"),
                                               probs, labels, global_step=60)
     assert written["eval_mcc"] > 0.3 and written["eval_accuracy"] > 0.7, written
@@ -375,7 +377,7 @@ def test_stsb_regression_writes_scores_and_correlations(runs, env):
     out = runs["sts-b"]["dir"]
     scores = _read_probabilities(os.path.join(out, "test_results.tsv"))
     assert scores.shape == (10, 1)
-    labels = _dev_labels(cd.get_processor("sts-b"), env["sts-b"])
+    labels = _dev_labels(processors.get_processor("sts-b"), env["sts-b"])
     written = _check_eval_against_predictions("sts-b", os.path.join(out, "eval_results.txt"),
                                               scores, labels, global_step=180)
     assert written["eval_pearson"] > 0.5, written  # it learns the score
@@ -388,7 +390,7 @@ def test_stsb_regression_writes_scores_and_correlations(runs, env):
 
 def test_mnli_matched_and_mismatched(runs, env):
     out = runs["mnli"]["dir"]
-    processor = cd.get_processor("mnli")
+    processor = processors.get_processor("mnli")
     for suffix, split, name, n in (("", "dev_matched", "MNLI-m.tsv", 9),
                                    ("_mm", "dev_mismatched", "MNLI-mm.tsv", 10)):
         probs = _read_probabilities(os.path.join(out, f"test_results{suffix}.tsv"))
@@ -439,10 +441,10 @@ def test_bad_rows_error_names_file_and_line(env, tmp_path):
     data.mkdir()
     (data / "train.tsv").write_text("text\tlabel\nthe cat .\tpos\nthe dog .\n",
                                     encoding="utf-8")
-    custom = cd.CustomDataConfig(text_a_column="text", label_column="label", labels=("pos",))
+    custom = processors.CustomDataConfig(text_a_column="text", label_column="label", labels=("pos",))
     cfg = _run_config(env, "custom", tmp_path / "out", custom=custom, do_eval=False,
                       do_predict=False, data_dir=str(data))
-    with pytest.raises(cd.DataFormatError, match=r"train.tsv:3: expected 2 columns"):
+    with pytest.raises(ce.DataFormatError, match=r"train.tsv:3: expected 2 columns"):
         rc.run(cfg)
 
 
@@ -498,7 +500,7 @@ def test_output_dir_exports_and_the_export_predicts_the_same(runs, env, tmp_path
     proc = subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
                           timeout=240, cwd=S.REPO_ROOT, check=False)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    sentences = [e.text_a for e in cd.get_processor("cola").read_split(
+    sentences = [e.text_a for e in processors.get_processor("cola").read_split(
         str(env["cola"]), "test").examples]
     served = tf.saved_model.load(str(export_dir)).signatures["serving_default"](
         text=tf.constant(sentences))

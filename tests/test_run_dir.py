@@ -113,17 +113,17 @@ def env(tmp_path_factory):
 
 def _cfg(env, out, labels=("neg", "pos"), **overrides):
     import run_classifier as rc
-    from tasks.classification import data as cd
-    from training import flags as common_flags
+    from tasks.classification import processors
+    from training.runtime import RuntimeConfig
 
     values = dict(task_name="custom", data_dir=env["data"], vocab_file=env["vocab"],
                   bert_config_file=env["config"], output_dir=str(out), max_seq_length=16,
                   do_train=True, do_eval=True, do_predict=False, train_batch_size=4,
                   eval_batch_size=4, predict_batch_size=4, learning_rate=1e-3,
                   num_train_epochs=1.0, save_checkpoints_steps=3, iterations_per_loop=3,
-                  custom=cd.CustomDataConfig(text_a_column="text", label_column="label",
+                  custom=processors.CustomDataConfig(text_a_column="text", label_column="label",
                                              labels=tuple(labels)),
-                  runtime=common_flags.RuntimeConfig("one_device", seed=1))
+                  runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
     return rc.make_run(**values)
 
@@ -247,7 +247,7 @@ def test_run_pretraining_refuses_another_models_dir(tmp_path):
     checkpoints stay as they were."""
     import run_pretraining
     from modeling.optimization import OptimizerConfig
-    from training import flags as common_flags
+    from training.runtime import RuntimeConfig
     from training.loop import LoopConfig
 
     records = S.write_records(tmp_path / "records.tfrecord", S.synthetic_instances(16))
@@ -258,7 +258,7 @@ def test_run_pretraining_refuses_another_models_dir(tmp_path):
             bert_config_file=config_file, input_patterns=(records,), output_dir=str(out),
             init_checkpoint=None, max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS,
             do_train=True, do_eval=False, train_batch_size=4, eval_batch_size=4,
-            input_compression="auto", runtime=common_flags.RuntimeConfig("one_device"),
+            input_compression="auto", runtime=RuntimeConfig("one_device"),
             optimizer=OptimizerConfig(learning_rate=1e-3, num_train_steps=2,
                                       num_warmup_steps=0),
             loop=LoopConfig(output_dir=str(out), num_train_steps=2, train_batch_size=4,
@@ -326,7 +326,7 @@ def test_a_run_refused_for_its_feature_layers_leaves_the_dir_to_the_rightful_run
     import run_ner
     from tests.conftest import TINY_VOCAB
     from tests.test_run_ner import write_conll
-    from training import flags as common_flags
+    from training.runtime import RuntimeConfig
 
     rng = random.Random(0)
     data = tmp_path / "conll"
@@ -342,7 +342,7 @@ def test_a_run_refused_for_its_feature_layers_leaves_the_dir_to_the_rightful_run
             output_dir=str(out), max_seq_length=16, do_train=True, train_batch_size=4,
             num_train_epochs=1.0, learning_rate=1e-3, feature_based=True,
             feature_layers=layers, lstm_units=8,
-            runtime=common_flags.RuntimeConfig("one_device", seed=1))
+            runtime=RuntimeConfig("one_device", seed=1))
 
     with pytest.raises(ValueError, match="concat_last_four needs at least 4 hidden layers"):
         run_ner.run(cfg("concat_last_four"))

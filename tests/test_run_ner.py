@@ -301,14 +301,14 @@ def test_cli_feature_based_trains_only_the_bilstm(env, feature_based):
 
 def make(env, out, **overrides):
     import run_ner
-    from training import flags as common_flags
+    from training.runtime import RuntimeConfig
 
     values = dict(data_dir=env["data"], vocab_file=env["vocab"],
                   bert_config_file=env["config"], output_dir=str(out), max_seq_length=SEQ,
                   do_train=True, do_eval=True, do_predict=False, train_batch_size=4,
                   eval_batch_size=4, predict_batch_size=4, learning_rate=5e-3,
                   num_train_epochs=2.0, save_checkpoints_steps=15, iterations_per_loop=5,
-                  log_steps=5, runtime=common_flags.RuntimeConfig("one_device", seed=1))
+                  log_steps=5, runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
     return run_ner.make_run(**values)
 
@@ -431,6 +431,7 @@ def test_feature_layers_equal_the_original_berts_activations(tmp_path):
     """The activations each Table 7 row feeds the BiLSTM, against Google's original graph
     (get_embedding_output, get_all_encoder_layers) with the same TF1 checkpoint."""
     from modeling import checkpoints
+    from modeling.checkpoints import names as checkpoint_names
     from modeling.config import BertConfig
     from modeling.models import FEATURE_LAYERS, BertFeatureTagger
     from tests.test_modeling_reference import run_original_graph, tiny_config_dict, tiny_inputs
@@ -449,7 +450,7 @@ def test_feature_layers_equal_the_original_berts_activations(tmp_path):
     for mode in FEATURE_LAYERS:
         model = BertFeatureTagger(config, 3, feature_layers=mode, lstm_units=4)
         report = checkpoints.load_pretrained(prefix, model, partial=True)
-        assert len(report.missing) == len(checkpoints._feature_tagger_head(model))
+        assert len(report.missing) == len(checkpoint_names.feature_tagger_head(model))
         got = model.features({k: tf.constant(v) for k, v in inputs.items()}).numpy()
         assert got.shape == want[mode].shape, mode
         np.testing.assert_allclose(got, want[mode], atol=2e-5, err_msg=mode)

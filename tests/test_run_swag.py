@@ -136,7 +136,7 @@ def test_seeds_keep_the_best_checkpoint_on_your_own_jsonl(env, tmp_path):
     the best checkpoint: seed_results.txt and the best seed's files in output_dir."""
     import run_swag
     from tasks.multiple_choice import data
-    from training import flags as common_flags
+    from training.runtime import RuntimeConfig
 
     rng = random.Random(5)
     d = tmp_path / "own"
@@ -154,7 +154,7 @@ def test_seeds_keep_the_best_checkpoint_on_your_own_jsonl(env, tmp_path):
         do_train=True, do_eval=True, train_batch_size=8, eval_batch_size=4,
         learning_rate=3e-3, num_train_epochs=2.0, save_checkpoints_steps=6, seeds=(1, 2),
         keep_best_checkpoint=True, bucket_boundaries=(8, 16),
-        runtime=common_flags.RuntimeConfig("one_device", seed=1)))
+        runtime=RuntimeConfig("one_device", seed=1)))
     summary = _results(out / "seed_results.txt")
     assert summary["best_seed"] == result["best_seed"] and summary["num_seeds"] == 2
     best = _results(out / f"seed_{result['best_seed']}" / "best" / "eval_results.txt")

@@ -453,3 +453,25 @@ def test_prepare_records_caches_and_invalidates(tmp_path):
         data_file, out, is_training=True, **{**kwargs, "config": squad.WindowConfig(
             max_seq_length=48, doc_stride=16, max_query_length=8)})
     assert not changed.reused
+
+
+def test_damaged_cached_records_or_metadata_are_rebuilt(tmp_path):
+    """The cache checks what every family's checks (tasks.common.record_cache): a record
+    file of another size, or metadata that is not JSON, is rebuilt, not reused or fatal."""
+    context = " ".join(SENTENCES[:2])
+    data_file = write_json(tmp_path, squad_json([(context, [qa("q0", "What?", context,
+                                                               "café")])]))
+    _, vocab_file = make_tokenizer(tmp_path, SENTENCES + [QUESTION_WORDS], True)
+    kwargs = dict(vocab_file=vocab_file, do_lower_case=True, is_training=True,
+                  config=squad.WindowConfig(max_seq_length=40, doc_stride=16,
+                                            max_query_length=8))
+    out = str(tmp_path / "out")
+    first = squad.prepare_squad_records(data_file, out, **kwargs)
+    size = os.path.getsize(first.record_file)
+    with open(first.record_file, "r+b") as f:
+        f.truncate(size - 5)  # a damaged copy
+    again = squad.prepare_squad_records(data_file, out, **kwargs)
+    assert not again.reused and os.path.getsize(again.record_file) == size
+    with open(again.metadata_file, "w") as f:
+        f.write("{half written")
+    assert not squad.prepare_squad_records(data_file, out, **kwargs).reused

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from data_prep import tokenization
-from tasks.squad.data import doc_spans_for
+from tasks.common.windows import doc_spans_for
 from tasks.tagging import data as D
 from tasks.tagging import metrics as M
 from tasks.tagging.task import stitch_predictions

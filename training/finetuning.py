@@ -30,8 +30,8 @@ from typing import Any, Sequence
 from absl import logging
 
 from data_prep import fileio
-from training import flags as common_flags
 from training import runs
+from training.runtime import RuntimeConfig, setup_runtime
 
 
 class FinetuningError(ValueError):
@@ -60,7 +60,7 @@ class FinetuningRun:
     seeds: tuple = (None,)
     keep_best_checkpoint: bool = False
     bucket_boundaries: tuple = ()
-    runtime: common_flags.RuntimeConfig = common_flags.RuntimeConfig("")
+    runtime: RuntimeConfig = RuntimeConfig("")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +218,7 @@ def settings_from(**kwargs) -> tuple[FinetuningRun, dict]:
         "dtype", "jit_compile"}
     run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in run_fields}
     hparam_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in hparam_fields}
-    runtime = run_kwargs.get("runtime", common_flags.RuntimeConfig(""))
+    runtime = run_kwargs.get("runtime", RuntimeConfig(""))
     hparam_kwargs.setdefault("learning_rate", 5e-5)
     run_kwargs["hparams"] = runs.Hyperparameters(dtype=runtime.dtype,
                                                  jit_compile=runtime.jit_compile,
@@ -297,7 +297,7 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
       one seed)}.
     """
     validate(settings)
-    strategy = common_flags.setup_runtime(settings.runtime)  # First: multi-worker wants it.
+    strategy = setup_runtime(settings.runtime)  # First: multi-worker wants it.
 
     from training import distribution, input_pipeline, run_dir
 

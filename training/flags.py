@@ -1,19 +1,21 @@
 """Owns the absl flags shared by every runner (defined once here) and their conversion to configs.
 
 Runners call `define_common_flags()` (plus their own), then build plain frozen dataclasses with
-`runtime_config(FLAGS)`; libraries never see FLAGS. Flag names and meanings follow Google's
-original runners; the new ones (distribution_strategy, dtype, ...) are documented inline.
+`runtime_config(FLAGS)` (a `training.runtime.RuntimeConfig`) and `finetuning_run(FLAGS)`;
+libraries never see FLAGS, and nothing below the runners imports this module. Flag names
+and meanings follow Google's original runners; the new ones (distribution_strategy, dtype,
+...) are documented inline.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 from absl import flags
+
+from training.runtime import DTYPE_POLICIES, RuntimeConfig
 
 FLAGS = flags.FLAGS
 
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = tuple(DTYPE_POLICIES)  # float32, bfloat16, float16
 STRATEGY_NAMES = ("", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 
 
@@ -136,22 +138,6 @@ def parse_seeds(values=FLAGS) -> tuple:
     return tuple(seeds) or (values.seed,)
 
 
-@dataclasses.dataclass(frozen=True)
-class RuntimeConfig:
-    """Where and how to run: strategy, precision, compilation, seeding."""
-
-    distribution_strategy: str
-    tpu: str | None = None
-    tpu_zone: str | None = None
-    gcp_project: str | None = None
-    num_tpu_cores: int = 8
-    num_gpus: int = 0
-    num_cpu_devices: int = 0
-    dtype: str = "float32"
-    jit_compile: bool = False
-    seed: int | None = None
-
-
 def runtime_config(values=FLAGS) -> RuntimeConfig:
     """Reads the shared runtime flags; `use_tpu` means the tpu strategy."""
     strategy = values.distribution_strategy
@@ -172,35 +158,6 @@ def runtime_config(values=FLAGS) -> RuntimeConfig:
         jit_compile=values.jit_compile,
         seed=values.seed,
     )
-
-
-def setup_runtime(runtime: RuntimeConfig):
-    """Seeds, creates the strategy (first, as multi-worker requires) and sets the dtype policy.
-
-    Returns:
-      The `tf.distribute.Strategy`.
-    """
-    import keras
-    from absl import logging
-
-    from training import distribution
-
-    strategy = distribution.get_strategy(
-        runtime.distribution_strategy, tpu=runtime.tpu, tpu_zone=runtime.tpu_zone,
-        gcp_project=runtime.gcp_project, num_gpus=runtime.num_gpus,
-        num_cpu_devices=runtime.num_cpu_devices)
-    if runtime.seed is not None:
-        keras.utils.set_random_seed(runtime.seed)
-    policy = {"float32": "float32", "bfloat16": "mixed_bfloat16",
-              "float16": "mixed_float16"}[runtime.dtype]
-    keras.config.set_dtype_policy(policy)
-    logging.info("Strategy %s with %d replica(s), dtype policy %s",
-                 type(strategy).__name__, strategy.num_replicas_in_sync, policy)
-    if runtime.distribution_strategy == "tpu" and (
-            strategy.num_replicas_in_sync != runtime.num_tpu_cores):
-        logging.warning("--num_tpu_cores=%d but the TPU has %d cores; using all of them",
-                        runtime.num_tpu_cores, strategy.num_replicas_in_sync)
-    return strategy
 
 
 def finetuning_run(values=FLAGS, *, max_seq_length: int | None = None):

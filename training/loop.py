@@ -5,7 +5,7 @@ model takes (`model_inputs`), the per-replica loss and the summed statistics
 (`loss_and_stats`), which statistics are per-replica means (`mean_keys`), the progress
 line's figures (`progress`) and the eval metrics (`metrics_from_totals`).
 `PretrainingTask` (masked LM + NSP) lives here; each fine-tuning task family's task object
-lives in its package (`tasks.classification.task.ClassifierTask`,
+lives in the tasks layer (`tasks.common.classifier_task.ClassifierTask`,
 `tasks.squad.task.SpanTask`, ...);
 `TrainingLoop(strategy, model, optimizer, config, task)` is the loop, `PretrainingLoop` its
 pretraining spelling.

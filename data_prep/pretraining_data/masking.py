@@ -18,16 +18,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
-from typing import TYPE_CHECKING, List, Optional
+from typing import List, Optional
 
 import numpy as np
 
 from data_prep.pretraining_data.config import PretrainingConfig, exact_rate
 from data_prep.pretraining_data.draws import shuffle
 from data_prep.pretraining_data.stats import Stats
-
-if TYPE_CHECKING:  # the instances module imports this one
-    from data_prep.pretraining_data.instances import CompactInstances
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,9 +144,10 @@ def create_masked_lm_predictions(input_ids: List[int], num_tokens_a: int,
     return positions, [originals[p] for p in positions]
 
 
-def mask_vectorized(out: "CompactInstances", config: PretrainingConfig, vocab: MaskingVocab,
+def mask_vectorized(out, config: PretrainingConfig, vocab: MaskingVocab,
                     gen: "np.random.Generator", block: int = 4096):
-    """Masks all instances of `out` at once (fills positions, values, num_masked) with
+    """Masks all instances of `out` (an `instances.CompactInstances`, which imports this
+    module: not named here) at once (fills positions, values, num_masked) with
     the original's rules and distribution, drawn from `gen`: per instance,
     `min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))` positions (half to
     even, as Python's round), a uniformly random subset of the tokens other than

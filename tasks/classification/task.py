@@ -1,7 +1,8 @@
 """The classification task as the loop and the runner see it: loss, dataset, eval and predict outputs.
 
-`ClassifierTask` is the loop's task object (the original run_classifier's loss),
-`classifier_dataset` reads the cached records, and `ClassificationFamily` is what
+`classifier_task` is the loop's task object (`tasks.common.classifier_task.ClassifierTask`,
+the original run_classifier's loss, with the task's official metrics), `classifier_dataset`
+reads the cached records, and `ClassificationFamily` is what
 `training.finetuning.run` needs: the splits of a GLUE/XNLI/custom task (MNLI: both dev
 and test sets), the model, `eval_results.txt` figures (the original's keys, plus the
 official metrics) and `test_results.tsv` + the GLUE submission file, written together.
@@ -10,85 +11,22 @@ official metrics) and `test_results.tsv` + the GLUE submission file, written tog
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
-import numpy as np
 import tensorflow as tf
 
-from modeling import losses
-from tasks.classification import data, metrics
+from tasks.classification import data, metrics, processors
+from tasks.common.classifier_task import ClassifierTask
 from training import finetuning, input_pipeline
-from training.loop import Task
 
 
-class ClassifierTask(Task):
-    """Sequence classification (the original run_classifier's loss) or regression (MSE).
-
-    Features: `input_ids`, `input_mask`, `segment_ids`, `label_ids` ([batch] int, or float
-    for regression) and `is_real_example` ([batch]; padding rows weigh 0). Model outputs:
-    `logits` [batch, num_labels] ([batch, 1] for regression).
-
-    Args:
-      num_labels: classes (1 for regression).
-      is_regression: mean squared error on the single output instead of cross-entropy.
-    """
-
-    stat_keys = ("loss", "loss_sum", "correct_sum", "example_count")
-    mean_keys = ("loss",)
-
-    def __init__(self, num_labels: int, is_regression: bool = False):
-        self.num_labels = int(num_labels)
-        self.is_regression = bool(is_regression)
-
-    def loss_and_stats(self, outputs, features):
-        return losses.classifier_loss(outputs["logits"], features["label_ids"],
-                                      features.get("is_real_example"),
-                                      is_regression=self.is_regression)
-
-    def metrics_from_totals(self, totals, global_step):
-        count = max(float(totals["example_count"]), 1.0)
-        out = {"global_step": int(global_step),
-               "eval_loss": float(totals["loss_sum"]) / count}
-        if not self.is_regression:
-            out["eval_accuracy"] = float(totals["correct_sum"]) / count
-        return out
-
-    def progress(self, totals):
-        if self.is_regression:
-            return []
-        return [("accuracy", "acc",
-                 totals["correct_sum"] / max(totals["example_count"], 1.0))]
-
-    def eval_results(self, task_name: str, logits, labels, is_real, global_step: int,
-                     batch_size: int | None = None) -> dict:
-        """The eval_results.txt figures from dev predictions, padding rows dropped.
-
-        `eval_loss` is the mean per-example loss over real examples (the original's
-        `tf.metrics.mean(per_example_loss, weights=is_real_example)`); `loss` is the
-        original Estimator's `loss`: the mean over eval batches of each batch's mean loss
-        (the original on CPU/GPU evaluates unpadded batches, the last one short, so each
-        batch's mean is over its real rows); then `eval_` + each of `metrics.task_metrics`
-        (accuracy; f1, mcc, pearson, spearman per task) and `global_step`.
-
-        Args:
-          batch_size: the eval batch the rows came in (rows in input order); None: one batch.
-        """
-        real = np.asarray(is_real).reshape(-1) > 0
-        logits = np.asarray(logits, np.float64)
-        labels = np.asarray(labels)
-        per_example = losses.numpy_classifier_per_example_loss(
-            logits[real], labels[real], is_regression=self.is_regression)
-        batch_of_row = np.arange(len(real))[real] // (batch_size or max(len(real), 1))
-        batch_means = [per_example[batch_of_row == b].mean() for b in np.unique(batch_of_row)]
-        predictions = (logits[real][:, 0] if self.is_regression
-                       else logits[real].argmax(-1))
-        figures = metrics.task_metrics(task_name, labels[real], predictions,
-                                       is_regression=self.is_regression)
-        out = {f"eval_{key}": value for key, value in figures.items()}
-        out["eval_loss"] = float(per_example.mean())
-        out["loss"] = float(np.mean(batch_means))
-        out["global_step"] = int(global_step)
-        return out
+def classifier_task(task_name: str, num_labels: int, is_regression: bool = False
+                    ) -> ClassifierTask:
+    """The loop's task of a classification run: its dev figures are `task_name`'s official
+    metrics (`metrics.task_metrics`)."""
+    return ClassifierTask(num_labels, is_regression, task_metrics=functools.partial(
+        metrics.task_metrics, task_name, is_regression=is_regression))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,14 +91,14 @@ class ClassificationSettings:
       task_name: normalised GLUE/XNLI task name or "custom".
       data_dir: the task's data directory.
       xnli_language: XNLI's language.
-      custom: `tasks.classification.data.CustomDataConfig` for task "custom".
+      custom: `tasks.classification.processors.CustomDataConfig` for task "custom".
       skip_bad_rows: skip malformed rows (counted) instead of failing on the first.
     """
 
     task_name: str
     data_dir: str
     xnli_language: str = "zh"
-    custom: "data.CustomDataConfig | None" = None
+    custom: "processors.CustomDataConfig | None" = None
     skip_bad_rows: bool = False
 
 
@@ -172,13 +110,13 @@ class ClassificationFamily(finetuning.TaskFamily):
     def __init__(self, settings: ClassificationSettings, max_seq_length: int):
         self.settings = settings
         self.max_seq_length = max_seq_length
-        self.processor = data.get_processor(settings.task_name,
+        self.processor = processors.get_processor(settings.task_name,
                                             xnli_language=settings.xnli_language,
                                             custom=settings.custom)
         self.label_list = list(self.processor.get_labels(settings.data_dir))
         self.is_regression = bool(self.processor.is_regression)
         self.num_labels = 1 if self.is_regression else len(self.label_list)
-        self._task = ClassifierTask(self.num_labels, self.is_regression)
+        self._task = classifier_task(settings.task_name, self.num_labels, self.is_regression)
         self._batch_sizes: dict = {}
 
     def identity(self) -> dict:
@@ -239,8 +177,8 @@ class ClassificationFamily(finetuning.TaskFamily):
     def evaluate(self, trainer, split, *, step, run_dir, write):
         del run_dir, write  # eval_results.txt is written by the driver
         out = self._predict(trainer, split)
-        return self._task.eval_results(self.settings.task_name, out["logits"],
-                                       out["label_ids"], out["is_real_example"], step,
+        return self._task.eval_results(out["logits"], out["label_ids"],
+                                       out["is_real_example"], step,
                                        batch_size=self._batch_sizes[split.name])
 
     def predict(self, trainer, split, *, run_dir, write):
@@ -278,10 +216,7 @@ class ClassificationFamily(finetuning.TaskFamily):
             texts[os.path.join(run_dir, name)] = metrics.glue_submission_text(
                 self.settings.task_name, submission,
                 None if self.is_regression else self.label_list)
-        with fileio.AtomicOutputs(list(texts)) as outputs:
-            for path, text in texts.items():
-                with outputs.open(path, "w", newline="\n") as f:
-                    f.write(text)
+        fileio.write_texts(texts)
         for path in texts:
             logging.info("Wrote %d predictions (%s) to %s", len(values), split.name, path)
         return list(texts)

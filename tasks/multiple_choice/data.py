@@ -34,7 +34,9 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio, tokenization
-from tasks.classification.data import iter_records, truncate_seq_pair
+from tasks.common.delimited import iter_records
+from tasks.common.pairs import pack_pair
+from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 
 CACHE_FORMAT_VERSION = 1
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
@@ -239,14 +241,11 @@ def convert_example(example: ChoiceExample | None, num_choices: int, max_seq_len
         tokens_a = tokenizer.tokenize(text_a)
         tokens_b = tokenizer.tokenize(text_b)
         longest = max(longest, len(tokens_a) + len(tokens_b) + 3)
-        truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-        tokens = ["[CLS]", *tokens_a, "[SEP]", *tokens_b, "[SEP]"]
-        types = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
-        token_ids = tokenizer.convert_tokens_to_ids(tokens)
-        pad = [0] * (max_seq_length - len(token_ids))
-        ids += list(token_ids) + pad
-        mask += [1] * len(token_ids) + pad
-        segments += types + pad
+        _, choice_ids, choice_mask, choice_segments = pack_pair(tokens_a, tokens_b,
+                                                                max_seq_length, tokenizer)
+        ids += choice_ids
+        mask += choice_mask
+        segments += choice_segments
     return ({"input_ids": ids, "input_mask": mask, "segment_ids": segments,
              "label_ids": [example.label if example.label is not None else 0],
              "is_real_example": [1]}, longest)
@@ -276,11 +275,10 @@ def parse_spec(num_choices: int, max_seq_length: int) -> dict:
 
 
 @dataclasses.dataclass
-class CachedChoices:
-    """A split's TFRecord file, its metadata and the examples (for predictions)."""
+class CachedChoices(CachedRecords):
+    """A split's records (`tasks.common.record_cache.CachedRecords`) and its examples (for
+    predictions)."""
 
-    record_file: str
-    metadata: dict
     examples: list
 
     @property
@@ -296,21 +294,22 @@ def prepare_records(data_dir: str, split: str, output_dir: str, *, fmt: ChoiceFo
     or reuses them while the file, vocab, casing, length, format and padding are unchanged.
 
     Padding rows (is_real_example 0) are appended up to a multiple of `pad_to_multiple`
-    (fixed-size eval batches). Records and metadata are written as one all-or-nothing set.
+    (fixed-size eval batches). Written as every family's cache (`tasks.common.record_cache`):
+    the records, then their metadata, each all-or-nothing.
     """
     source = split_file(data_dir, split)
     examples = read_examples(source, fmt, split=split, num_choices=num_choices)
     num_choices = len(examples[0].endings)
-    record_file = os.path.join(output_dir, f"{split}.mc.tf_record")
-    metadata_file = record_file + ".metadata.json"
-    key = json.loads(json.dumps({
-        "format_version": CACHE_FORMAT_VERSION, "format": dataclasses.asdict(fmt),
-        "source": fileio.fingerprint(source), "vocab_sha256": fileio.sha256(vocab_file),
-        "do_lower_case": bool(do_lower_case), "max_seq_length": int(max_seq_length),
-        "num_choices": num_choices, "pad_to_multiple": int(pad_to_multiple or 1)}))
-    cached = _cached_metadata(record_file, metadata_file, key)
+    cache = RecordCache.at(output_dir, f"{split}.mc.tf_record")
+    record_file = cache.record_file
+    key = cache_key(
+        format_version=CACHE_FORMAT_VERSION, format=dataclasses.asdict(fmt),
+        source=fileio.fingerprint(source), vocab_sha256=fileio.sha256(vocab_file),
+        do_lower_case=bool(do_lower_case), max_seq_length=int(max_seq_length),
+        num_choices=num_choices, pad_to_multiple=int(pad_to_multiple or 1))
+    cached = cache.load(key)
     if cached is not None:
-        return CachedChoices(record_file, cached, examples)
+        return CachedChoices(record_file, cache.metadata_file, cached, True, examples)
     if tokenizer is None:
         tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
     rows = list(examples)
@@ -320,36 +319,20 @@ def prepare_records(data_dir: str, split: str, output_dir: str, *, fmt: ChoiceFo
     longest, truncated = 0, 0
     import tensorflow as tf
 
-    with fileio.AtomicOutputs([record_file, metadata_file]) as out:
-        with tf.io.TFRecordWriter(out.temp(record_file)) as writer:
-            for example in rows:
-                values, length = convert_example(example, num_choices, max_seq_length,
-                                                 tokenizer)
-                longest = max(longest, length)
-                truncated += int(length > max_seq_length)
-                writer.write(encoder.encode(values))
-        metadata = {"cache_key": key, "source_file": source, "num_examples": len(examples),
-                    "num_records": len(rows), "num_choices": num_choices,
-                    "max_tokens_seen": longest, "num_truncated": truncated,
-                    "record_file_size": fileio.getsize(out.temp(record_file))}
-        with out.open(metadata_file, "w") as f:
-            f.write(json.dumps(metadata, indent=2) + "\n")
+    cache.begin()
+    with fileio.AtomicOutputs([record_file]) as out, \
+            tf.io.TFRecordWriter(out.temp(record_file)) as writer:
+        for example in rows:
+            values, length = convert_example(example, num_choices, max_seq_length, tokenizer)
+            longest = max(longest, length)
+            truncated += int(length > max_seq_length)
+            writer.write(encoder.encode(values))
+    metadata = cache.commit(key, {
+        "source_file": source, "num_examples": len(examples), "num_records": len(rows),
+        "num_choices": num_choices, "max_tokens_seen": longest, "num_truncated": truncated})
     logging.info("Wrote %d %s examples (%d choices, %d truncated) to %s", len(examples), split,
                  num_choices, truncated, record_file)
-    return CachedChoices(record_file, metadata, examples)
-
-
-def _cached_metadata(record_file, metadata_file, key) -> dict | None:
-    if not (fileio.exists(metadata_file) and fileio.exists(record_file)):
-        return None
-    try:
-        metadata = json.loads(fileio.read_text(metadata_file))
-    except (ValueError, OSError):
-        return None
-    if metadata.get("cache_key") != key or \
-            metadata.get("record_file_size") != fileio.getsize(record_file):
-        return None
-    return metadata
+    return CachedChoices(record_file, cache.metadata_file, metadata, False, examples)
 
 
 def probabilities_text(probabilities: Sequence) -> str:

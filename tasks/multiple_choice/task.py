@@ -2,7 +2,7 @@
 
 The loss is the classifier's cross-entropy with the choices as classes: softmax across an
 example's C choice logits, cross-entropy on the gold index, padding rows weighted 0
-(`tasks.classification.task.ClassifierTask` with C labels). `MultipleChoiceFamily` is
+(`tasks.common.classifier_task.ClassifierTask` with C labels). `MultipleChoiceFamily` is
 what `training.finetuning.run` needs: train / dev / test splits, `BertMultipleChoice`,
 `eval_results.txt` (`eval_accuracy`, `eval_loss`, the original-style `loss`,
 `global_step`) and `test_results.tsv` (one line per test example, in input order, the C
@@ -19,7 +19,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import fileio
-from tasks.classification.task import ClassifierTask
+from tasks.common.classifier_task import ClassifierTask
 from tasks.multiple_choice import data
 from training import finetuning, input_pipeline
 
@@ -102,7 +102,7 @@ class MultipleChoiceFamily(finetuning.TaskFamily):
     def evaluate(self, trainer, split, *, step, run_dir, write):
         del run_dir, write
         out = self._predict(trainer, split)
-        return self.loop_task().eval_results("custom", out["logits"], out["label_ids"],
+        return self.loop_task().eval_results(out["logits"], out["label_ids"],
                                              out["is_real_example"], step,
                                              batch_size=self._batch_sizes[split.name])
 

@@ -27,6 +27,8 @@ from absl import logging
 from data_prep import features as features_lib
 from data_prep import fileio
 from data_prep import tokenization
+from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
+from tasks.common.windows import doc_spans_for, max_context_span_index
 
 FIRST_UNIQUE_ID = 1000000000
 
@@ -305,41 +307,6 @@ class SquadFeature:
     start_position: int | None = None
     end_position: int | None = None
     is_impossible: bool = False
-
-
-class DocSpan(NamedTuple):
-    start: int
-    length: int
-
-
-def doc_spans_for(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list[DocSpan]:
-    """Windows over `num_tokens` sub-tokens: each at most `max_tokens_for_doc` long, the next
-    starting `doc_stride` later, the last one ending at the final token."""
-    spans: list[DocSpan] = []
-    start = 0
-    while start < num_tokens:
-        length = min(num_tokens - start, max_tokens_for_doc)
-        spans.append(DocSpan(start, length))
-        if start + length == num_tokens:
-            break
-        start += min(length, doc_stride)
-    return spans
-
-
-def max_context_span_index(spans: Sequence[DocSpan], num_tokens: int) -> list[int]:
-    """For every sub-token, the window that scores it: the one where it has the most
-    context, min(left, right) + 0.01 * window length; the earliest window wins ties."""
-    best_score = [None] * num_tokens
-    best_index = [-1] * num_tokens
-    for span_index, (start, length) in enumerate(spans):
-        end = start + length - 1
-        bonus = 0.01 * length
-        for position in range(start, end + 1):
-            score = min(position - start, end - position) + bonus
-            if best_score[position] is None or score > best_score[position]:
-                best_score[position] = score
-                best_index[position] = span_index
-    return best_index
 
 
 def improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_answer_text):
@@ -623,17 +590,14 @@ _CACHE_FORMAT = 2
 
 
 @dataclasses.dataclass
-class PreparedSquad:
-    """What `prepare_squad_records` produced (or found cached) in output_dir.
+class PreparedSquad(CachedRecords):
+    """What `prepare_squad_records` produced (or found cached) in output_dir
+    (`tasks.common.record_cache.CachedRecords`).
 
     `examples` and `features` (prediction only) are what post-processing needs; the
     features carry no input ids (those are in the TFRecords).
     """
 
-    record_file: str
-    metadata_file: str
-    metadata: dict
-    reused: bool
     examples: list[SquadExample] | None = None
     features: list[SquadFeature] | None = None
 
@@ -663,44 +627,38 @@ def prepare_squad_records(
     Training writes `train.tf_record`; the examples are shuffled first with
     `random.Random(shuffle_seed)` as the original does (None keeps file order). Prediction
     writes `eval.tf_record` plus `eval_features.json` (the sidecar post-processing reads),
-    and returns the examples and features. Each file has a `.metadata.json`; the cache is
-    reused while the input file (path, size, mtime), the vocab (sha256), do_lower_case,
-    the window settings, version_2_with_negative and the seed are unchanged. Everything
-    is written to temporary names and renamed into place; the metadata comes last.
+    and returns the examples and features. The records' `.metadata.json` keys the cache
+    (`tasks.common.record_cache`): reused while the input file (path, size, mtime), the
+    vocab (sha256), do_lower_case, the window settings, version_2_with_negative and the
+    seed are unchanged. Everything is written to temporary names and renamed into place;
+    the metadata comes last.
     """
     import random
 
     name = "train" if is_training else "eval"
-    record_file = os.path.join(output_dir, f"{name}.tf_record")
     sidecar_file = os.path.join(output_dir, f"{name}_features.json")
-    metadata_file = record_file + ".metadata.json"
-    key = {
-        "format": _CACHE_FORMAT,
-        "source": fileio.fingerprint(input_file),
-        "vocab_sha256": fileio.sha256(vocab_file),
-        "do_lower_case": do_lower_case,
-        "window": dataclasses.asdict(config),
-        "is_training": is_training,
-        "version_2_with_negative": version_2_with_negative,
-        "shuffle_seed": shuffle_seed if is_training else None,
-    }
-    if fileio.exists(metadata_file) and fileio.exists(record_file) and (
-            is_training or fileio.exists(sidecar_file)):
-        metadata = json.loads(_read_text(metadata_file))
-        if metadata.get("key") == key:
-            logging.info("Reusing cached SQuAD features %s", record_file)
-            examples = features = None
-            if not is_training:
-                examples, _ = read_squad_examples(
-                    input_file, is_training=False,
-                    version_2_with_negative=version_2_with_negative)
-                features, _ = load_prediction_features(sidecar_file)
-            return PreparedSquad(record_file, metadata_file, metadata, True, examples, features)
+    cache = RecordCache(os.path.join(output_dir, f"{name}.tf_record"),
+                        () if is_training else (sidecar_file,))
+    record_file, metadata_file = cache.record_file, cache.metadata_file
+    key = cache_key(
+        format=_CACHE_FORMAT, source=fileio.fingerprint(input_file),
+        vocab_sha256=fileio.sha256(vocab_file), do_lower_case=do_lower_case,
+        window=dataclasses.asdict(config), is_training=is_training,
+        version_2_with_negative=version_2_with_negative,
+        shuffle_seed=shuffle_seed if is_training else None)
+    metadata = cache.load(key)
+    if metadata is not None:
+        logging.info("Reusing cached SQuAD features %s", record_file)
+        examples = features = None
+        if not is_training:
+            examples, _ = read_squad_examples(
+                input_file, is_training=False, version_2_with_negative=version_2_with_negative)
+            features, _ = load_prediction_features(sidecar_file)
+        return PreparedSquad(record_file, metadata_file, metadata, True, examples, features)
 
     examples, skipped = read_squad_examples(
         input_file, is_training=is_training, version_2_with_negative=version_2_with_negative)
-    if fileio.exists(metadata_file):  # never leave metadata describing other records
-        fileio.remove(metadata_file)
+    cache.begin()
     if is_training and shuffle_seed is not None:
         random.Random(shuffle_seed).shuffle(examples)
     if tokenizer is None:
@@ -714,15 +672,12 @@ def prepare_squad_records(
                 kept.append(feature)
     if not is_training:
         save_prediction_features(kept, sidecar_file)
-    metadata = {
-        "key": key,
-        "record_file": os.path.basename(record_file),
+    metadata = cache.commit(key, {
         "num_examples": len(examples),
         "num_features": writer.num_features,
         "num_skipped": len(skipped),
         "skipped": [list(s) for s in skipped[:100]],
-    }
-    fileio.write_text(metadata_file, json.dumps(metadata, indent=2) + "\n")
+    })
     logging.info("%s: %d examples -> %d features in %s (%d skipped)", input_file,
                  len(examples), writer.num_features, record_file, len(skipped))
     return PreparedSquad(record_file, metadata_file, metadata, False,

@@ -32,7 +32,7 @@ import tensorflow_text as tf_text
 
 from modeling import export
 from modeling.export import max_context
-from tasks.squad.task import SquadExportMetadata
+from tasks.squad.task import MODEL_TYPE, SquadExportMetadata
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,13 +55,13 @@ class SquadServingConfig(export.ServingConfig):
     n_best_size: int = 20
     max_context_windows: int = 64
 
-    model_type: ClassVar[str] = "squad"
+    model_type: ClassVar[str] = MODEL_TYPE
 
 
 class SquadServing(export.ServingFamily):
     """``--model_type=squad``: a fine-tuned ``BertSpanLabeler``."""
 
-    model_type = "squad"
+    model_type = MODEL_TYPE
     config_class = SquadServingConfig
     weights_description = "a fine-tuned SQuAD model (run_squad.py output)"
     flags = (

@@ -363,10 +363,7 @@ def write_predictions(
     if not config.version_2_with_negative:
         texts.pop("null_odds.json", None)
     paths = {name: os.path.join(output_dir, name) for name in texts}
-    with fileio.AtomicOutputs(list(paths.values())) as out:
-        for name, text in texts.items():
-            with out.open(paths[name], "w", newline="\n") as f:
-                f.write(text)
+    fileio.write_texts({paths[name]: text for name, text in texts.items()})
     for path in paths.values():
         logging.info("Wrote %s", path)
     return result, paths

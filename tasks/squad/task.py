@@ -20,6 +20,10 @@ from tasks.squad import data
 from training import finetuning, input_pipeline
 from training.loop import Task
 
+# The serving family that exports a SQuAD run (`tasks.squad.export`, which reads it from
+# here: the run's metadata names it, and the serving module imports this one).
+MODEL_TYPE = "squad"
+
 
 class SpanTask(Task):
     """Span labelling (the original run_squad's loss): mean of the start and end cross-entropy.
@@ -314,10 +318,7 @@ class SquadFamily(finetuning.TaskFamily):
         if scores is not None:
             texts["eval_results.json"] = metrics.eval_results_text(scores)
         paths = {name: os.path.join(run_dir, name) for name in texts}
-        with fileio.AtomicOutputs(list(paths.values())) as out:
-            for name, text in texts.items():
-                with out.open(paths[name], "w", newline="\n") as f:
-                    f.write(text)
+        fileio.write_texts({paths[name]: text for name, text in texts.items()})
         for path in paths.values():
             logging.info("Wrote %s", path)
         if scores is None:
@@ -330,12 +331,10 @@ class SquadFamily(finetuning.TaskFamily):
         return list(paths.values())
 
     def export_metadata(self, run):
-        from tasks.squad.export import FAMILY
-
         cfg = self.settings
         return SquadExportMetadata(
             task="squad_v2" if cfg.version_2_with_negative else "squad",
             do_lower_case=run.do_lower_case, max_seq_length=run.max_seq_length,
-            model_type=FAMILY.model_type, max_query_length=cfg.max_query_length,
+            model_type=MODEL_TYPE, max_query_length=cfg.max_query_length,
             doc_stride=cfg.doc_stride, max_answer_length=cfg.max_answer_length,
             n_best_size=cfg.n_best_size)

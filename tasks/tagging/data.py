@@ -13,9 +13,9 @@ Three layers, each usable alone:
    tokenizes to nothing becomes `[UNK]`, so every word has a first piece); its label sits
    on its FIRST piece, later pieces get weight 0. A sentence longer than the window
    (max_seq_length - 2 pieces) is never truncated: it is cut into windows `doc_stride`
-   pieces apart (`tasks.squad.data.doc_spans_for`), and at prediction each word is read
+   pieces apart (`tasks.common.windows.doc_spans_for`), and at prediction each word is read
    from the window where its first piece has the most context
-   (`tasks.squad.data.max_context_span_index`, SQuAD's rule). With `document_context`
+   (`tasks.common.windows.max_context_span_index`, SQuAD's rule). With `document_context`
    the room a window has left is filled with the neighbouring pieces of the same
    document, half before and half after (the other side takes what one side lacks);
    those context pieces carry no label.
@@ -31,7 +31,6 @@ scheme: IOB1, IOB2, IOBES (or IOE), or "none" for tags that are not chunk tags (
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import random
 import re
@@ -41,7 +40,8 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio
-from tasks.squad.data import doc_spans_for, max_context_span_index
+from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
+from tasks.common.windows import doc_spans_for, max_context_span_index
 
 DOCSTART = "-DOCSTART-"
 OUTSIDE = "O"
@@ -543,21 +543,16 @@ def record_values(feature: TaggingFeature) -> dict:
 
 
 @dataclasses.dataclass
-class PreparedTagging:
-    """A split's records (written or reused) and the file they came from.
+class PreparedTagging(CachedRecords):
+    """A split's records (written or reused; `tasks.common.record_cache.CachedRecords`) and
+    the file they came from.
 
     Attributes:
-      record_file, metadata_file: the TFRecords and their JSON metadata.
       metadata: counts (num_sentences, num_words, num_windows, ...) and the cache key.
       conll: the split's file as read (what predictions are written against).
-      reused: the records were already there.
     """
 
-    record_file: str
-    metadata_file: str
-    metadata: dict
     conll: ConllFile
-    reused: bool
 
     @property
     def num_sentences(self) -> int:
@@ -566,32 +561,18 @@ class PreparedTagging:
 
 def record_file_names(output_dir: str, split: str) -> tuple[str, str]:
     """(TFRecord path, metadata JSON path) of a split in output_dir."""
-    record = os.path.join(output_dir, f"{split}.tf_record")
-    return record, record + ".metadata.json"
+    cache = RecordCache.at(output_dir, f"{split}.tf_record")
+    return cache.record_file, cache.metadata_file
 
 
 def _cache_key(conll: ConllFile, split, *, vocab_file, do_lower_case, config, label_list,
                is_training) -> dict:
-    key = {"format_version": CACHE_FORMAT_VERSION, "split": split,
-           "source": fileio.fingerprint(conll.path), "vocab_sha256": fileio.sha256(vocab_file),
-           "do_lower_case": bool(do_lower_case), "window": dataclasses.asdict(config),
-           "label_list": list(label_list), "is_training": bool(is_training),
-           "shuffle_seed": TRAIN_SHUFFLE_SEED if is_training else None}
-    return json.loads(json.dumps(key))  # compares equal to the key read back from disk
-
-
-def _cached(record_file: str, metadata_file: str, key: dict) -> dict | None:
-    if not (fileio.exists(record_file) and fileio.exists(metadata_file)):
-        return None
-    try:
-        metadata = json.loads(fileio.read_text(metadata_file))
-    except (ValueError, OSError):
-        return None
-    if metadata.get("cache_key") != key:
-        return None
-    if fileio.getsize(record_file) != metadata.get("record_file_size"):
-        return None
-    return metadata
+    return cache_key(format_version=CACHE_FORMAT_VERSION, split=split,
+                     source=fileio.fingerprint(conll.path),
+                     vocab_sha256=fileio.sha256(vocab_file),
+                     do_lower_case=bool(do_lower_case), window=dataclasses.asdict(config),
+                     label_list=list(label_list), is_training=bool(is_training),
+                     shuffle_seed=TRAIN_SHUFFLE_SEED if is_training else None)
 
 
 def prepare_tagging_records(conll: ConllFile, split: str, output_dir: str, *,
@@ -614,13 +595,14 @@ def prepare_tagging_records(conll: ConllFile, split: str, output_dir: str, *,
 
     from data_prep import tokenization
 
-    record_file, metadata_file = record_file_names(output_dir, split)
+    cache = RecordCache.at(output_dir, f"{split}.tf_record")
+    record_file, metadata_file = cache.record_file, cache.metadata_file
     key = _cache_key(conll, split, vocab_file=vocab_file, do_lower_case=do_lower_case,
                      config=config, label_list=label_list, is_training=is_training)
-    cached = _cached(record_file, metadata_file, key)
+    cached = cache.load(key)
     if cached is not None:
         logging.info("Reusing cached %s records in %s", split, record_file)
-        return PreparedTagging(record_file, metadata_file, cached, conll, reused=True)
+        return PreparedTagging(record_file, metadata_file, cached, True, conll)
     if tokenizer is None:
         tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
     stats: dict = {}
@@ -630,29 +612,24 @@ def prepare_tagging_records(conll: ConllFile, split: str, output_dir: str, *,
         windows = list(windows)
         random.Random(TRAIN_SHUFFLE_SEED).shuffle(windows)
     encoder = TAGGING_SCHEMA.encoder(max_seq_length=config.max_seq_length)
-    fileio.makedirs(output_dir)
-    if fileio.exists(metadata_file):  # never leave metadata that describes other records
-        fileio.remove(metadata_file)
+    cache.begin()
     with fileio.AtomicOutputs([record_file]) as out, \
             tf.io.TFRecordWriter(out.temp(record_file)) as writer:
         for feature in windows:
             writer.write(encoder.encode(record_values(feature)))
     sentences = conll.sentences
-    metadata = {
+    metadata = cache.commit(key, {
         "split": split, "source_file": conll.path,
-        "record_file": os.path.basename(record_file),
-        "record_file_size": fileio.getsize(record_file),
         "label_list": list(label_list), "has_tags": conll.has_tags,
         "num_sentences": len(sentences),
         "num_documents": sum(isinstance(i, DocumentStart) for i in conll.items),
-        **stats, "cache_key": key,
-    }
-    fileio.write_text(metadata_file, json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
+        **stats,
+    })
     logging.info("%s: %d sentences, %d words -> %d windows (%d sentences longer than one "
                  "window, %d words as [UNK]) in %s", conll.path, len(sentences),
                  stats["num_words"], stats["num_windows"], stats["num_long_sentences"],
                  stats["num_unknown_words"], record_file)
-    return PreparedTagging(record_file, metadata_file, metadata, conll, reused=False)
+    return PreparedTagging(record_file, metadata_file, metadata, False, conll)
 
 
 # --- prediction files -------------------------------------------------------------------------

@@ -71,6 +71,7 @@ from tasks.tagging import data, metrics
 from tasks.tagging.task import (
     DEFAULT_FEATURE_LAYERS,
     DEFAULT_LSTM_UNITS,
+    MODEL_TYPE,
     TaggingExportMetadata,
     build_tagging_model,
 )
@@ -101,14 +102,14 @@ class TaggerServingConfig(export.ServingConfig):
     feature_layers: str = ""
     lstm_units: int = 0
 
-    model_type: ClassVar[str] = "tagger"
+    model_type: ClassVar[str] = MODEL_TYPE
 
 
 class TaggerServing(export.ServingFamily):
     """``--model_type=tagger``: a ``run_ner.py`` model (``BertTokenTagger`` or, feature
     based, ``BertFeatureTagger``)."""
 
-    model_type = "tagger"
+    model_type = MODEL_TYPE
     config_class = TaggerServingConfig
     weights_description = "a fine-tuned token tagger (run_ner.py output)"
     flags = (

@@ -26,6 +26,7 @@ import os
 
 import numpy as np
 
+from data_prep import fileio
 from modeling import export, losses
 from tasks.tagging import data, metrics
 from training import finetuning, input_pipeline
@@ -33,6 +34,9 @@ from training.loop import Task
 
 DEFAULT_FEATURE_LAYERS = "concat_last_four"  # the paper's best feature-based row
 DEFAULT_LSTM_UNITS = 768
+# The serving family that exports a tagging run (`tasks.tagging.export`, which reads it
+# from here: the run's metadata names it, and the serving module imports this one).
+MODEL_TYPE = "tagger"
 
 
 class TaggingTask(Task):
@@ -236,8 +240,6 @@ class TaggingFamily(finetuning.TaskFamily):
         that does not fit at its random initial weights, and predict with it."""
         import json
 
-        from data_prep import fileio
-
         path = run.init_checkpoint
         if run.do_train or not path or not fileio.isdir(path):
             return
@@ -284,7 +286,7 @@ class TaggingFamily(finetuning.TaskFamily):
         self._written.pop((split.name, run_dir), None)
         if write:
             path = os.path.join(run_dir, "dev_predictions.txt")
-            self._write({path: data.predictions_text(split.data.conll, predicted)})
+            fileio.write_texts({path: data.predictions_text(split.data.conll, predicted)})
             self._written[(split.name, run_dir)] = [path]
         return results
 
@@ -307,18 +309,16 @@ class TaggingFamily(finetuning.TaskFamily):
                 f"{key} = {scores[key]}\n" for key in sorted(scores))
             for key in sorted(scores):
                 logging.info("  %s = %s", key, scores[key])
-        self._write(texts)
+        fileio.write_texts(texts)
         for path in texts:
             logging.info("Wrote %s (%d sentences, %d words)", path, len(predicted),
                          conll.num_words)
         return list(texts)
 
     def export_metadata(self, run):
-        from tasks.tagging.export import FAMILY
-
         s = self.settings
         return TaggingExportMetadata(
-            model_type=FAMILY.model_type, task="tagging", labels=tuple(self.label_list),
+            model_type=MODEL_TYPE, task="tagging", labels=tuple(self.label_list),
             do_lower_case=run.do_lower_case,
             max_seq_length=run.max_seq_length, tag_scheme=self.tag_scheme,
             doc_stride=self.window.stride, document_context=s.document_context,
@@ -346,15 +346,6 @@ class TaggingFamily(finetuning.TaskFamily):
         out = {prefix + key: float(value) for key, value in figures.items()}
         out[prefix + "loss"] = float(np.mean(gold_nll)) if gold_nll is not None else 0.0
         return out
-
-    @staticmethod
-    def _write(texts: dict) -> None:
-        from data_prep import fileio
-
-        with fileio.AtomicOutputs(list(texts)) as out:
-            for path, text in texts.items():
-                with out.open(path, "w", newline="\n") as f:
-                    f.write(text)
 
 
 def _label_types(label_list) -> list:

@@ -1,0 +1,138 @@
+"""Owns writing a model as a checkpoint of another kind: Google's TF1 layout, a Hugging Face directory, and ``convert`` between any two kinds."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from data_prep import fileio
+from modeling.checkpoints.common import HF, KINDS, OURS, TF1, CheckpointError
+from modeling.checkpoints.loading import (checkpoint_has_pretraining_heads, config_for,
+                                          load_pretrained, resolve, vocab_for)
+from modeling.checkpoints.names import weight_table
+from modeling.checkpoints.ours import save_ours, write_checkpoint_state
+from modeling.config import BertConfig
+from modeling.encoder import BertEncoder
+
+
+def tf1_arrays(model) -> dict:
+    """Name -> numpy array of ``model`` in the original TF1 layout."""
+    return _external_arrays(model, TF1)
+
+
+def _external_arrays(model, kind: str) -> dict:
+    values = {}
+    arrays = {}
+    for entry in weight_table(model):
+        key = id(entry.variable)
+        if key not in values:
+            values[key] = np.asarray(entry.variable.numpy())
+        arrays[entry.name(kind)] = entry.from_keras(values[key], kind).astype(np.float32)
+    return arrays
+
+
+def export_tf1_checkpoint(model, config: BertConfig, out_dir: str, *,
+                          vocab_file: Optional[str] = None) -> str:
+    """Writes ``model`` as Google's layout: ``bert_model.ckpt.*`` + ``bert_config.json``.
+
+    The checkpoint holds exactly the original variable names and shapes, so
+    ``tf.train.load_checkpoint`` and the original code's ``init_from_checkpoint`` read it.
+
+    Returns:
+      The checkpoint prefix ``out_dir/bert_model.ckpt``.
+    """
+    tf.io.gfile.makedirs(out_dir)
+    prefix = os.path.join(out_dir, "bert_model.ckpt")
+    arrays = tf1_arrays(model)
+    names = sorted(arrays)
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(arrays[n]) for n in names])
+    write_checkpoint_state(out_dir, prefix)
+    config.to_json_file(os.path.join(out_dir, "bert_config.json"))
+    if vocab_file:
+        fileio.copy_file(vocab_file, os.path.join(out_dir, "vocab.txt"))
+    return prefix
+
+
+def export_hf_checkpoint(model, config: BertConfig, out_dir: str, *,
+                         vocab_file: Optional[str] = None) -> str:
+    """Writes ``model`` as a Hugging Face directory: ``model.safetensors`` + ``config.json``.
+
+    The GELU form is kept ("gelu_exact" -> "gelu", "gelu_tanh" -> "gelu_new").
+
+    Returns:
+      The path of ``model.safetensors``.
+    """
+    from safetensors.numpy import save
+
+    tf.io.gfile.makedirs(out_dir)
+    path = os.path.join(out_dir, "model.safetensors")
+    fileio.write_bytes(path, save(_external_arrays(model, HF), metadata={"format": "pt"}))
+    fileio.write_text(os.path.join(out_dir, "config.json"),
+                      json.dumps(config.to_hf_dict(), indent=2, sort_keys=True) + "\n")
+    if vocab_file:
+        fileio.copy_file(vocab_file, os.path.join(out_dir, "vocab.txt"))
+    return path
+
+
+# --------------------------------------------------------------------------- conversion
+
+EXPORTERS = {TF1: export_tf1_checkpoint, HF: export_hf_checkpoint}
+
+
+def convert(input_path: str, output_dir: str, output_kind: str, *,
+            config: Optional[BertConfig] = None, input_kind: Optional[str] = None,
+            vocab_file: Optional[str] = None, model: str = "auto",
+            partial: bool = False) -> str:
+    """Converts a checkpoint between the TF1, Hugging Face and our layouts.
+
+    Args:
+      input_path: any path ``load_pretrained`` accepts.
+      output_dir: directory to write (checkpoint + config [+ vocab.txt]).
+      output_kind: one of ``KINDS``.
+      config: the network's config; default: the config file beside the input.
+      input_kind: force the input kind (default: detected).
+      vocab_file: copied into ``output_dir``; default: ``vocab.txt`` beside the input.
+      model: "encoder", "pretrainer" or "auto" (pretrainer when the input has the
+        masked-LM head).
+      partial: tolerate unexpected input tensors (e.g. a fine-tuned classifier's head).
+
+    Returns:
+      The written checkpoint (prefix or file).
+
+    Raises:
+      fileio.OutputError: ``output_dir`` is the input's own directory (refused before any
+        work: the outputs would replace the input's files).
+    """
+    from modeling.models import BertPretrainer
+
+    if output_kind not in KINDS:
+        raise ValueError(f"output kind {output_kind!r} is not one of {KINDS}")
+    _, location = resolve(input_path)  # what is not a checkpoint is refused first
+    if fileio.same_path(output_dir, os.path.dirname(location) or "."):
+        # The outputs (checkpoint, config, vocab.txt) would replace the input's own files.
+        raise fileio.OutputError(
+            f"output_dir {output_dir} holds the input checkpoint {location}; converting "
+            "into it would overwrite the input: choose another directory")
+    config = config or config_for(input_path)
+    if config is None:
+        raise CheckpointError(f"{input_path}: no bert_config.json / config.json beside the "
+                              "checkpoint; pass the config explicitly")
+    if model == "auto":
+        model = "pretrainer" if checkpoint_has_pretraining_heads(input_path) else "encoder"
+    network = BertPretrainer(config) if model == "pretrainer" else BertEncoder(config)
+    report = load_pretrained(input_path, network, partial=partial, kind=input_kind)
+    if report.missing:
+        raise CheckpointError(report.describe())
+    if vocab_file is None:
+        vocab_file = vocab_for(input_path)
+    if output_kind == OURS:
+        prefix = save_ours(network, output_dir, config)
+        if vocab_file:
+            fileio.copy_file(vocab_file, os.path.join(output_dir, "vocab.txt"))
+        return prefix
+    return EXPORTERS[output_kind](network, config, output_dir, vocab_file=vocab_file)

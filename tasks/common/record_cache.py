@@ -1,0 +1,98 @@
+"""Owns the record cache every task family keeps in its output_dir: a split's TFRecords reused while the metadata JSON beside them was written for the same key.
+
+The protocol, once for all families: the key (what shaped the records: source file
+fingerprint, vocab hash, settings, format version) is stored in
+`<record_file>.metadata.json` under "cache_key" with the record file's size; the cache is
+reused only when the key is equal, the files exist and the record file has that size.
+A rebuild first removes the old metadata (it must never describe other records), writes
+the records (each file all-or-nothing, `data_prep.fileio`), then the metadata, last: an
+interrupted rebuild leaves records without metadata, which the next run rebuilds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from data_prep import fileio
+
+METADATA_SUFFIX = ".metadata.json"
+
+
+def cache_key(**fields) -> dict:
+    """The key as it will read back from the metadata JSON (the round trip turns tuples
+    into lists), so that a fresh key and a stored one compare equal."""
+    return json.loads(json.dumps(fields))
+
+
+@dataclasses.dataclass
+class CachedRecords:
+    """A split's records as a family's cache has them (families subclass it with what
+    else their split needs: examples, the file as read, ...).
+
+    Attributes:
+      record_file, metadata_file: the TFRecords and their JSON metadata.
+      metadata: the stored metadata (counts of the family's own, and the cache key).
+      reused: the records were already there for the same key.
+    """
+
+    record_file: str
+    metadata_file: str
+    metadata: dict
+    reused: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordCache:
+    """One split's cached records.
+
+    Attributes:
+      record_file: the TFRecord file; its metadata is `record_file + ".metadata.json"`.
+      extra_files: files written with the records that a reuse also needs (e.g. SQuAD's
+        prediction features).
+    """
+
+    record_file: str
+    extra_files: tuple = ()
+
+    @classmethod
+    def at(cls, output_dir: str, file_name: str, extra_files: tuple = ()) -> "RecordCache":
+        """The cache of `output_dir/file_name` (extra files named relative to output_dir)."""
+        return cls(os.path.join(output_dir, file_name),
+                   tuple(os.path.join(output_dir, name) for name in extra_files))
+
+    @property
+    def metadata_file(self) -> str:
+        return self.record_file + METADATA_SUFFIX
+
+    def load(self, key: dict) -> dict | None:
+        """The stored metadata when it was written for `key` and the files it describes are
+        all there (the record file at its recorded size); else None."""
+        files = (self.record_file, self.metadata_file) + self.extra_files
+        if not all(fileio.exists(path) for path in files):
+            return None
+        try:
+            metadata = json.loads(fileio.read_text(self.metadata_file))
+        except (ValueError, OSError):
+            return None
+        if not isinstance(metadata, dict) or metadata.get("cache_key") != key:
+            return None
+        if fileio.getsize(self.record_file) != metadata.get("record_file_size"):
+            return None
+        return metadata
+
+    def begin(self) -> None:
+        """Before writing new records: the directory exists, no metadata describes the old."""
+        fileio.makedirs(os.path.dirname(self.record_file) or ".")
+        if fileio.exists(self.metadata_file):
+            fileio.remove(self.metadata_file)
+
+    def commit(self, key: dict, metadata: dict) -> dict:
+        """After the records are in place: writes their metadata (`metadata` plus the record
+        file's name and size and the key), last. Returns what was written."""
+        metadata = {**metadata, "record_file": os.path.basename(self.record_file),
+                    "record_file_size": fileio.getsize(self.record_file), "cache_key": key}
+        fileio.write_text(self.metadata_file,
+                          json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
+        return metadata

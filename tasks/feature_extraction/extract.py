@@ -1,0 +1,141 @@
+"""Owns feature extraction: examples -> features -> the encoder's layers per token -> the original's JSON lines.
+
+Google's extract_features.py's rules and output format: one example per input line
+(`Example`), `[CLS] a [SEP] (b [SEP])` features (`convert_examples`), the chosen layers of
+every real token (`compute_layers`: length buckets, any strategy, input order kept) and
+one JSON line per example with values rounded to 6 decimals (`feature_json`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+
+from tasks.common.pairs import pack_pair
+
+
+@dataclasses.dataclass
+class Example:
+    """One input line: `text_a`, or the pair `text_a ||| text_b`; ids count lines from 0."""
+
+    unique_id: int
+    text_a: str
+    text_b: str | None
+
+
+@dataclasses.dataclass
+class Feature:
+    """An example's model input: its tokens and the padded ids, mask and segment ids."""
+
+    unique_id: int
+    tokens: list
+    input_ids: list
+    input_mask: list
+    input_type_ids: list
+
+
+def convert_examples(examples: list, seq_length: int, tokenizer) -> list:
+    """[CLS] a [SEP] (b [SEP]) with segment ids 0 / 1, padded with zeros to seq_length
+    (`tasks.common.pairs.pack_pair`, the original's rules)."""
+    features = []
+    for example in examples:
+        tokens_a = tokenizer.tokenize(example.text_a)
+        tokens_b = (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
+        tokens, ids, mask, type_ids = pack_pair(tokens_a, tokens_b, seq_length, tokenizer)
+        features.append(Feature(example.unique_id, tokens, ids, mask, type_ids))
+    return features
+
+
+def compute_layers(encoder, features: list, layer_indexes: list, batch_size: int,
+                   strategy=None, jit_compile: bool = False, bucket_boundaries=(),
+                   window_batches: int = 32):
+    """Yields (feature, float32 array [len(layer_indexes), length, hidden]) in input order.
+
+    `length` is the padded length of the feature's batch: max_seq_length, or with
+    `bucket_boundaries` the smallest boundary that holds it (attention masks make the
+    padding inert, so the vectors of the real tokens are the same); a bucket's batches
+    hold `input_pipeline.bucket_batch_size` rows (as many tokens as a padded batch).
+    Bucketing works on windows of `window_batches` batches, so memory stays bounded and
+    lines stream out in input order.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from training import input_pipeline
+
+    strategy = strategy or tf.distribute.get_strategy()
+    seq_length = len(features[0].input_ids) if features else 0
+    boundaries = tuple(bucket_boundaries) or (seq_length,)
+
+    def forward(batch):
+        outputs = encoder(batch, training=False)["encoder_outputs"]
+        return tf.stack([tf.cast(outputs[i], tf.float32) for i in layer_indexes], axis=1)
+
+    forward_fn = tf.function(forward, jit_compile=jit_compile)
+
+    @tf.function
+    def step(batch):
+        return strategy.gather(strategy.run(forward_fn, args=(batch,)), axis=0)
+
+    def run_batch(rows, length, size):
+        arrays = {
+            "input_ids": [f.input_ids[:length] for f in rows],
+            "input_mask": [f.input_mask[:length] for f in rows],
+            "segment_ids": [f.input_type_ids[:length] for f in rows],
+        }
+        # Pad a short batch to the bucket's `size` rows (one static shape per bucket).
+        batch = {k: np.zeros([size, length], np.int32) for k in arrays}
+        for key, values in arrays.items():
+            batch[key][:len(rows)] = values
+        return step(distribute(batch, size)).numpy()[:len(rows)]
+
+    replicas = strategy.num_replicas_in_sync
+    if batch_size % replicas:
+        raise ValueError(f"--batch_size={batch_size} must be a multiple of the {replicas} "
+                         "replicas")
+
+    def distribute(batch, size):
+        """Replica r gets rows [r * per, (r + 1) * per): gather puts them back in order."""
+        per = size // replicas
+
+        def rows_of(context):
+            r = context.replica_id_in_sync_group
+            return {k: tf.constant(v[r * per:(r + 1) * per]) for k, v in batch.items()}
+
+        return strategy.experimental_distribute_values_from_function(rows_of)
+
+    window = batch_size * window_batches
+    for start in range(0, len(features), window):
+        chunk = features[start:start + window]
+        results = [None] * len(chunk)
+        by_bucket: dict = {}
+        for i, feature in enumerate(chunk):
+            length = sum(feature.input_mask)
+            bucket = next(b for b in boundaries if b >= length)
+            by_bucket.setdefault(bucket, []).append(i)
+        for length, positions in sorted(by_bucket.items()):
+            size = input_pipeline.bucket_batch_size(batch_size, length, seq_length)
+            for lo in range(0, len(positions), size):
+                part = positions[lo:lo + size]
+                picked = run_batch([chunk[i] for i in part], length, size)
+                for i, row in zip(part, picked):
+                    results[i] = row
+        yield from zip(chunk, results)
+
+
+def feature_json(feature: Feature, layers, layer_indexes: list) -> str:
+    """One output line, exactly the original's layout and rounding."""
+    tokens = []
+    for position, token in enumerate(feature.tokens):
+        entry = collections.OrderedDict()
+        entry["token"] = token
+        entry["layers"] = [
+            collections.OrderedDict(
+                [("index", layer_index),
+                 ("values", [round(float(x), 6) for x in layers[j, position]])])
+            for j, layer_index in enumerate(layer_indexes)
+        ]
+        tokens.append(entry)
+    line = collections.OrderedDict([("linex_index", feature.unique_id), ("features", tokens)])
+    return json.dumps(line) + "\n"
