@@ -101,6 +101,7 @@ def signal_decides_exit_status():
             raise
         print(f"stopping on signal {stopping[0]} ({type(err).__name__} while unwinding: {err})",
               file=sys.stderr, flush=True)
+        _forget(stopping)  # acted on: a later run in this process starts with no record
         raise SystemExit(128 + stopping[0]) from err
 
 
@@ -177,6 +178,7 @@ def stop_requests(notify: Callable[[int], None] | None = None):
     if threading.current_thread() is not threading.main_thread():
         yield request
         return
+    received_here: list[int] = []
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
 
@@ -184,6 +186,7 @@ def stop_requests(notify: Callable[[int], None] | None = None):
         """The main thread's handler: notes the request (raises nothing)."""
         del frame
         _RECEIVED.append(signum)
+        received_here.append(signum)
         if request.signal is None:
             request.signal = signum
 
@@ -208,6 +211,11 @@ def stop_requests(notify: Callable[[int], None] | None = None):
     watcher.start()
     try:
         yield request
+    except SystemExit:
+        # The request has had its effect (the work stopped on it): it must not outlive
+        # the block and turn a later run's error in this process into a signal's exit.
+        _forget(received_here)
+        raise
     finally:
         signal.set_wakeup_fd(previous_fd)
         for sig, handler in previous.items():
@@ -216,8 +224,16 @@ def stop_requests(notify: Callable[[int], None] | None = None):
         watcher.join(timeout=5)
         os.close(write_fd)
         os.close(read_fd)
+    _forget(received_here)
     if request.signal is not None and not request._handled:
         raise SystemExit(request.exit_status())
+
+
+def _forget(signals: list[int]) -> None:
+    """Removes signals a `stop_requests` block acted on from the record `check_signals` reads."""
+    for signum in signals:
+        if signum in _RECEIVED:
+            _RECEIVED.remove(signum)
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:

@@ -330,6 +330,26 @@ def test_stop_requests_reach_a_compiled_loop_while_it_runs():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+def test_a_stop_request_acted_on_does_not_outlive_its_run():
+    """A later run in the same process (tests, notebooks, `run()` callers) is not taken
+    for a stopped one: its own error passes unchanged instead of becoming exit 143."""
+    for handled in (True, False):
+        with pytest.raises(SystemExit):
+            with lifecycle.stop_requests() as request:
+                os.kill(os.getpid(), signal.SIGTERM)
+                deadline = time.monotonic() + 10
+                while request.signal is None and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert request.signal == signal.SIGTERM
+                if handled:
+                    request.handled()
+                    raise SystemExit(request.exit_status())
+        with pytest.raises(ValueError, match="a later run's own error"):
+            with lifecycle.signal_decides_exit_status():
+                raise ValueError("a later run's own error")
+        lifecycle.check_signals()  # nothing recorded: raises nothing
+
+
 def test_an_unreadable_state_file_resumes_from_the_checkpoints_on_disk(data, strategy,
                                                                       tmp_path):
     """A power cut can leave `checkpoint` empty: the newest readable ckpt-N on disk is
