@@ -25,6 +25,8 @@ import os
 
 from absl import app, flags
 
+from training.cli import FlagError
+
 FLAGS = flags.FLAGS
 
 
@@ -63,10 +65,6 @@ def define_flags():
             by_text.setdefault(text, []).append(model_type)
         getattr(flags, f"DEFINE_{spec.kind}")(spec.name, spec.default, " ".join(
             f"{', '.join(names)}: {text}" for text, names in by_text.items()))
-
-
-class FlagError(ValueError):
-    """A flag value that cannot work (the message names the flag)."""
 
 
 def family_flags() -> dict:
