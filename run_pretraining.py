@@ -74,6 +74,7 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     from training.input_pipeline import split_patterns
     from training.loop import LoopConfig
 
+    common_flags.refuse_grids(values, ("learning_rate", "train_batch_size"), "run_pretraining.py")
     if not values.do_train and not values.do_eval:
         raise ValueError("At least one of `do_train` or `do_eval` must be True.")
     for name in ("bert_config_file", "input_file", "output_dir"):

@@ -98,8 +98,10 @@ def run(cfg: SquadRun) -> dict:
     """Trains, evaluates and/or predicts as `cfg` asks.
 
     Returns:
-      `training.finetuning.run`'s result plus, for the (best) seed's run: "global_step",
-      "num_train_steps", "predictions" (tasks.squad.postprocess.SquadPredictions or None),
+      `training.finetuning.run`'s result plus, for the run kept (best seed and grid
+      point): "global_step", "num_train_steps", "predictions"
+      (tasks.squad.postprocess.SquadPredictions, or None when not predicting or when a
+      sweep's run that finished earlier was skipped),
       "files" (name -> path of the written prediction files), "eval" (the official scores
       of the predictions, or None when not predicting or the predict file has no answers).
     """
@@ -109,12 +111,29 @@ def run(cfg: SquadRun) -> dict:
     family.validate(cfg.finetuning)
     finetuning.validate(cfg.finetuning)
     result = finetuning.run(cfg.finetuning, family)
-    best = next(r for r in result["runs"] if r["seed"] == result["best_seed"])
-    predicted = family.results.get(best["dir"], {})
+    best = result["best_run"]
+    # A sweep's run that finished earlier was skipped: its files (no SquadPredictions).
+    predicted = family.results.get(best["dir"]) or _results_of_files(best["outputs"])
     return {**result, "global_step": best["global_step"],
             "num_train_steps": best["num_train_steps"],
             "predictions": predicted.get("predictions"), "files": predicted.get("files", {}),
             "eval": predicted.get("eval")}
+
+
+def _results_of_files(outputs) -> dict:
+    """The family's `results` entry of a run that finished earlier, from its files: the
+    prediction files by name and the scores in eval_results.json (no SquadPredictions)."""
+    import json
+    import os
+
+    from data_prep import fileio
+
+    names = ("predictions.json", "nbest_predictions.json", "null_odds.json",
+             "eval_results.json")
+    files = {os.path.basename(p): p for p in outputs if os.path.basename(p) in names}
+    scores = (json.loads(fileio.read_text(files["eval_results.json"]))
+              if "eval_results.json" in files else None)
+    return {"predictions": None, "files": files, "eval": scores}
 
 
 def main(argv):

@@ -33,6 +33,8 @@ RUNNERS = {
                 "--do_train"],
     "run_swag": ["--data_dir=d", "--vocab_file=v", "--bert_config_file=c", "--output_dir=o",
                  "--do_train"],
+    "glue_submission": ["--glue_dir=g", "--vocab_file=v", "--bert_config_file=c",
+                        "--output_dir=o"],
 }
 # Our own packages and runners: the flags they define are walked (absl's are not).
 OWN_MODULES = ("training.", "run_", "tasks.", "data_prep.", "modeling.")

@@ -17,10 +17,15 @@ class FlagError(ValueError):
 def run_errors() -> tuple:
     """The errors a training run reports in one line: bad flags, data, records,
     checkpoints and outputs (ValueError and its kin: every family's format error, the
-    output and checkpoint errors), a missing file, an output_dir another run owns."""
+    output and checkpoint errors), a missing file, an output_dir another run owns, and
+    absl's flag errors raised while the flags become a config (`flags.ValidationError`:
+    repeated --seeds, a grid where one value is taken, ...)."""
+    from absl import flags
+
     from training.run_dir import RunDirError
 
-    return (ValueError, FileNotFoundError, RunDirError)  # FlagError is a ValueError
+    # FlagError is a ValueError
+    return (ValueError, FileNotFoundError, RunDirError, flags.Error)
 
 
 def run_cli(main_fn: Callable[[], object], program: str, errors: tuple | None = None, *,

@@ -11,8 +11,16 @@ dev predictions and how to write its output files. Everything else is here, once
   the same model (bert_config + the family's identity: task, labels, ...);
 * `--seeds`: one run per seed in `output_dir/seed_<s>`, the best by the primary dev
   metric copied to output_dir, `seed_results.txt` with every seed's figures, mean and std;
+* a grid (several values of `--learning_rate`, `--train_batch_size`, `--num_train_epochs`,
+  the paper's fine-tuning protocol): every combination (times the seeds) in its own
+  subdirectory `output_dir/lr<..>_bs<..>_ep<..>`, the best on dev copied to output_dir,
+  every run's dev figures in `grid_results.tsv`;
+* sweeps resume: a run of a sweep (grid or seeds) that finished writes `run_results.json`
+  (all-or-nothing, last), and a rerun skips it; the interrupted one resumes exactly;
 * `--keep_best_checkpoint`: dev evaluation after every checkpoint, the best weights kept in
-  `run_dir/best` (loadable by every tool) and used for the final eval and predict;
+  `run_dir/best` (loadable by every tool; its score and step in `best/best_checkpoint.json`,
+  the directory replaced all-or-nothing, so a resumed run keeps comparing with it) and
+  used for the final eval and predict;
 * `eval_results{suffix}.txt` ("key = value", the original's format), TensorBoard scalars
   and the model files beside the checkpoints that `export_saved_model.py` reads.
 
@@ -23,6 +31,7 @@ family's own settings -> `run(settings, family)`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from typing import Any, Sequence
@@ -61,6 +70,57 @@ class FinetuningRun:
     keep_best_checkpoint: bool = False
     bucket_boundaries: tuple = ()
     runtime: RuntimeConfig = RuntimeConfig("")
+    # Several values of learning rate, batch size or epochs: a grid (then the three fields
+    # above hold its first point). None: one point, the fields above.
+    grid: "Grid | None" = None
+    # Skip a run whose run_results.json says it finished with these settings (always on in
+    # a sweep; glue_submission.py turns it on for its single runs too).
+    skip_finished: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """The hyperparameter values a sweep tries: every combination, in the order
+    learning rate (outermost), batch size, epochs."""
+
+    learning_rates: tuple
+    train_batch_sizes: tuple
+    num_train_epochs: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPoint:
+    """One combination of a grid (or the one point of a run without a grid)."""
+
+    learning_rate: float
+    train_batch_size: int
+    num_train_epochs: float
+
+    def name(self) -> str:
+        """Its subdirectory of output_dir, e.g. `lr5e-05_bs32_ep3.0` (shortest exact
+        spelling of each value: distinct points never share a directory)."""
+        return (f"lr{float(self.learning_rate)!r}_bs{int(self.train_batch_size)}"
+                f"_ep{float(self.num_train_epochs)!r}")
+
+
+def grid_points(settings: FinetuningRun) -> list:
+    """The `GridPoint`s a run trains: the grid's combinations, or its one point."""
+    import itertools
+
+    grid = settings.grid
+    if grid is None:
+        return [GridPoint(settings.hparams.learning_rate, settings.train_batch_size,
+                          settings.num_train_epochs)]
+    return [GridPoint(*values) for values in itertools.product(
+        grid.learning_rates, grid.train_batch_sizes, grid.num_train_epochs)]
+
+
+def at_point(settings: FinetuningRun, point: GridPoint, output_dir: str) -> FinetuningRun:
+    """The settings of one grid point's runs (no grid), written in `output_dir`."""
+    return dataclasses.replace(
+        settings, output_dir=output_dir, train_batch_size=point.train_batch_size,
+        num_train_epochs=point.num_train_epochs, grid=None,
+        hparams=dataclasses.replace(settings.hparams, learning_rate=point.learning_rate))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +271,8 @@ def settings_from(**kwargs) -> tuple[FinetuningRun, dict]:
 
     Accepts every `FinetuningRun` field and every `runs.Hyperparameters` field by name
     (`learning_rate=`, `save_checkpoints_steps=`, ...; `dtype` and `jit_compile` come from
-    `runtime`), so programmatic callers need not nest them.
+    `runtime`), so programmatic callers need not nest them. A tuple of learning rates,
+    batch sizes or epochs makes a grid, as comma-separated flag values do.
     """
     run_fields = {f.name for f in dataclasses.fields(FinetuningRun)} - {"hparams"}
     hparam_fields = {f.name for f in dataclasses.fields(runs.Hyperparameters)} - {
@@ -220,6 +281,18 @@ def settings_from(**kwargs) -> tuple[FinetuningRun, dict]:
     hparam_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in hparam_fields}
     runtime = run_kwargs.get("runtime", RuntimeConfig(""))
     hparam_kwargs.setdefault("learning_rate", 5e-5)
+    # A sequence of learning rates, batch sizes or epochs is a grid, as on the command line.
+    values = {name: source.get(name, default) for name, source, default in (
+        ("learning_rate", hparam_kwargs, 5e-5), ("train_batch_size", run_kwargs, 32),
+        ("num_train_epochs", run_kwargs, 3.0))}
+    values = {name: tuple(v) if isinstance(v, (list, tuple)) else (v,)
+              for name, v in values.items()}
+    if max(map(len, values.values())) > 1 and "grid" not in run_kwargs:
+        run_kwargs["grid"] = Grid(values["learning_rate"], values["train_batch_size"],
+                                  values["num_train_epochs"])
+    hparam_kwargs["learning_rate"] = values["learning_rate"][0]
+    run_kwargs.update(train_batch_size=values["train_batch_size"][0],
+                      num_train_epochs=values["num_train_epochs"][0])
     run_kwargs["hparams"] = runs.Hyperparameters(dtype=runtime.dtype,
                                                  jit_compile=runtime.jit_compile,
                                                  **hparam_kwargs)
@@ -242,33 +315,40 @@ def validate(settings: FinetuningRun) -> None:
         raise FinetuningError(
             "--seeds with several seeds and --keep_best_checkpoint pick by the dev score: "
             "they need --do_train and --do_eval")
+    points = grid_points(settings)
+    if len(points) > 1 and not (settings.do_train and settings.do_eval):
+        raise FinetuningError(
+            "a grid (several values of --learning_rate, --train_batch_size or "
+            "--num_train_epochs) picks by the dev score: it needs --do_train and --do_eval")
     if settings.hparams.gradient_accumulation_steps < 1:
         raise FinetuningError("--gradient_accumulation_steps must be >= 1, found "
                               f"{settings.hparams.gradient_accumulation_steps}")
-    if settings.do_train and not (math.isfinite(settings.num_train_epochs)
-                                  and settings.num_train_epochs > 0):
-        raise FinetuningError(f"--num_train_epochs={settings.num_train_epochs} must be a "
-                              "finite number > 0")
     if not 0.0 <= settings.warmup_proportion <= 1.0:
         raise FinetuningError(
             f"--warmup_proportion={settings.warmup_proportion} must be in [0, 1]")
-    try:
-        settings.hparams.optimizer_config()  # --learning_rate and the optimizer's flags
-    except ValueError as err:
-        raise FinetuningError(str(err)) from None
+    for point in points:
+        if settings.do_train and not (math.isfinite(point.num_train_epochs)
+                                      and point.num_train_epochs > 0):
+            raise FinetuningError(f"--num_train_epochs={point.num_train_epochs} must be a "
+                                  "finite number > 0")
+        try:  # --learning_rate and the optimizer's flags
+            dataclasses.replace(settings.hparams,
+                                learning_rate=point.learning_rate).optimizer_config()
+        except ValueError as err:
+            raise FinetuningError(str(err)) from None
 
 
 def check_prepared(settings: FinetuningRun, prepared: PreparedData) -> None:
     """Refuses degenerate work before training: zero steps, empty dev or test splits."""
-    if settings.do_train:
+    for point in grid_points(settings) if settings.do_train else ():
         train = prepared.train
-        steps, _ = runs.finetuning_steps(train.num_examples, settings.train_batch_size,
-                                         settings.num_train_epochs, settings.warmup_proportion)
+        steps, _ = runs.finetuning_steps(train.num_examples, point.train_batch_size,
+                                         point.num_train_epochs, settings.warmup_proportion)
         if steps < 1:
             raise FinetuningError(
                 f"--do_train: {train.num_examples} training example(s) with "
-                f"--train_batch_size={settings.train_batch_size} and "
-                f"--num_train_epochs={settings.num_train_epochs} give 0 training steps; "
+                f"--train_batch_size={point.train_batch_size} and "
+                f"--num_train_epochs={point.num_train_epochs} give 0 training steps; "
                 "use a smaller batch, more epochs or more data")
     for flag, splits in (("--do_eval", prepared.eval_splits),
                          ("--do_predict", prepared.predict_splits)):
@@ -288,13 +368,20 @@ def _source_of(split: Split) -> str:
 # ------------------------------------------------------------------------------ run
 
 
+RESULTS_FILE = "run_results.json"  # a sweep's run finished: its figures and outputs
+GRID_RESULTS_FILE = "grid_results.tsv"
+SEED_RESULTS_FILE = "seed_results.txt"
+
+
 def run(settings: FinetuningRun, family: TaskFamily) -> dict:
-    """Fine-tunes, evaluates and predicts as `settings` asks, once per seed.
+    """Fine-tunes, evaluates and predicts as `settings` asks: once per seed, per grid point.
 
     Returns:
-      {"runs": [per-seed dicts: seed, dir, global_step, num_train_steps, eval (split name
-      -> figures), outputs (paths)], "best_seed", "summary" (seed statistics; empty for
-      one seed)}.
+      {"runs": [per-run dicts: seed, dir, global_step, num_train_steps, eval (split name
+      -> figures), outputs (paths), model_dir (the weights eval and predict used), point
+      (its hyperparameters), skipped (finished earlier)], "best_seed", "best_run" (the
+      dict of the run kept), "summary" (the best point's seed statistics; empty for one
+      seed)} plus, with a grid, "best_point" and "grid" (the table's rows).
     """
     validate(settings)
     strategy = setup_runtime(settings.runtime)  # First: multi-worker wants it.
@@ -304,8 +391,10 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
     bert_config = runs.load_bert_config(settings.bert_config_file, settings.max_seq_length)
     runs.check_vocab_fits(settings.vocab_file, bert_config, settings.bert_config_file)
     replicas = strategy.num_replicas_in_sync
-    runs.check_batch("train_batch_size", settings.train_batch_size, replicas,
-                     settings.hparams.gradient_accumulation_steps)
+    points = grid_points(settings)
+    for point in points:
+        runs.check_batch("train_batch_size", point.train_batch_size, replicas,
+                         settings.hparams.gradient_accumulation_steps)
     runs.check_batch("eval_batch_size", settings.eval_batch_size, replicas)
     runs.check_batch("predict_batch_size", settings.predict_batch_size, replicas)
     family.input_options = InputOptions(
@@ -320,29 +409,131 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
     try:
         prepared = family.prepare(settings)
         check_prepared(settings, prepared)
+        grid = len(points) > 1
         several = len(settings.seeds) > 1
-        seed_runs = []
-        for seed in settings.seeds:
-            directory = (os.path.join(settings.output_dir, f"seed_{seed}") if several
-                         else settings.output_dir)
+        skip_finished = grid or several or settings.skip_finished
+        point_results = []
+        for index, point in enumerate(points):
+            point_settings = at_point(settings, point, os.path.join(
+                settings.output_dir, point.name()) if grid else settings.output_dir)
+            if grid:
+                logging.info("Grid point %d/%d: learning_rate %s, train_batch_size %d, "
+                             "num_train_epochs %s in %s", index + 1, len(points),
+                             point.learning_rate, point.train_batch_size,
+                             point.num_train_epochs, point_settings.output_dir)
+            seed_runs = []
+            for seed in settings.seeds:
+                directory = (os.path.join(point_settings.output_dir, f"seed_{seed}")
+                             if several else point_settings.output_dir)
 
-            def commit(directory=directory):
-                """Takes output_dir for the run and writes the model files beside the
-                checkpoints (chief only)."""
-                claimed.commit()
-                if chief:
-                    runs.write_model_files(directory, bert_config, settings.vocab_file,
-                                           family.export_metadata(settings))
+                def commit(directory=directory, point_settings=point_settings):
+                    """Takes output_dir for the run and writes the model files beside the
+                    checkpoints (chief only)."""
+                    claimed.commit()
+                    if chief:
+                        runs.write_model_files(directory, bert_config, settings.vocab_file,
+                                               family.export_metadata(point_settings))
 
-            with input_pipeline.naming_bad_records(_record_files(family, prepared),
-                                                   limits=_id_limits(settings, bert_config)):
-                seed_runs.append(_run_one(settings, family, prepared, strategy,
-                                          bert_config, seed, directory, commit))
-        if not several:
-            return {"runs": seed_runs, "best_seed": settings.seeds[0], "summary": {}}
-        return _summarise_seeds(settings, family, prepared, seed_runs, write=chief)
+                request = _request(point_settings, family, prepared, seed)
+                finished = _finished(directory, request) if skip_finished else None
+                if finished is not None:
+                    claimed.commit()
+                    logging.info("%s finished earlier (%s): skipped", directory,
+                                 RESULTS_FILE)
+                    seed_runs.append({**finished, "point": dataclasses.asdict(point)})
+                    continue
+                with input_pipeline.naming_bad_records(
+                        _record_files(family, prepared),
+                        limits=_id_limits(settings, bert_config)):
+                    result = _run_one(point_settings, family, prepared, strategy,
+                                      bert_config, seed, directory, commit)
+                result["point"] = dataclasses.asdict(point)
+                if skip_finished and chief:
+                    _write_finished(directory, request, result)
+                seed_runs.append(result)
+            if several:
+                point_results.append(_summarise_seeds(point_settings, family, prepared,
+                                                      seed_runs, write=chief))
+            else:
+                point_results.append({"runs": seed_runs, "best_seed": settings.seeds[0],
+                                      "best_run": seed_runs[0], "summary": {}})
+        if not grid:
+            return point_results[0]
+        return _summarise_grid(settings, family, prepared, points, point_results,
+                               write=chief)
     finally:
         claimed.release()
+
+
+def _request(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData,
+             seed) -> dict:
+    """What a finished run's results answer (its run_results.json keeps it): a rerun
+    with other settings or other data runs again rather than reuse them."""
+    splits = ([prepared.train] if prepared.train else []) + prepared.eval_splits + \
+        prepared.predict_splits
+    request = {
+        "seed": seed, "do_train": settings.do_train, "do_eval": settings.do_eval,
+        "do_predict": settings.do_predict, "init_checkpoint": settings.init_checkpoint,
+        "keep_best_checkpoint": settings.keep_best_checkpoint,
+        "max_seq_length": settings.max_seq_length, "do_lower_case": settings.do_lower_case,
+        "train_batch_size": settings.train_batch_size,
+        "num_train_epochs": settings.num_train_epochs,
+        "warmup_proportion": settings.warmup_proportion,
+        "hparams": dataclasses.asdict(settings.hparams),
+        "splits": [[split.name, split.num_examples,
+                    [fileio.fingerprint(path) for pattern in family.records(split).input_patterns
+                     for path in sorted(fileio.glob(pattern))]] for split in splits],
+    }
+    return json.loads(json.dumps(request, sort_keys=True))
+
+
+def _relative(path: str, directory: str) -> str:
+    """`path` relative to `directory` ("" for the directory itself; kept when outside)."""
+    directory = directory.rstrip("/")
+    if path.rstrip("/") == directory:
+        return ""
+    return path[len(directory) + 1:] if path.startswith(directory + "/") else path
+
+
+def _write_finished(directory: str, request: dict, result: dict) -> None:
+    """Writes the run's run_results.json (all-or-nothing, after all its other outputs):
+    the sign that it finished, with what a rerun of the sweep needs instead of it."""
+    record = {"request": request, "seed": result["seed"],
+              "global_step": result["global_step"],
+              "num_train_steps": result["num_train_steps"], "eval": result["eval"],
+              "outputs": [_relative(p, directory) for p in result["outputs"]],
+              "model_dir": _relative(result["model_dir"], directory)}
+    fileio.write_text(os.path.join(directory, RESULTS_FILE),
+                      json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def _finished(directory: str, request: dict) -> dict | None:
+    """The result of a run that finished with the same request (run_results.json, all
+    its outputs in place), else None."""
+    path = os.path.join(directory, RESULTS_FILE)
+    if not fileio.exists(path):
+        return None
+    try:
+        record = json.loads(fileio.read_text(path))
+    except ValueError:
+        logging.warning("%s cannot be read: the run is done again", path)
+        return None
+    if record.get("request") != request:
+        logging.info("%s: finished with other settings or data: the run is done again", path)
+        return None
+
+    def absolute(name):
+        return name if fileio.is_url(name) or os.path.isabs(name) else \
+            os.path.join(directory, name) if name else directory
+
+    outputs = [absolute(name) for name in record["outputs"]]
+    missing = [p for p in outputs if not fileio.exists(p)]
+    if missing:
+        logging.info("%s: %s missing: the run is done again", path, missing[0])
+        return None
+    return {"seed": record["seed"], "dir": directory, "global_step": record["global_step"],
+            "num_train_steps": record["num_train_steps"], "eval": record["eval"],
+            "outputs": outputs, "model_dir": absolute(record["model_dir"]), "skipped": True}
 
 
 def _record_files(family: TaskFamily, prepared: PreparedData) -> list:
@@ -398,6 +589,13 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
     if settings.keep_best_checkpoint:
         best = _BestKeeper(settings, family, prepared.eval_splits[0], directory, model,
                            bert_config, trainer)
+        # A resumed run whose newest checkpoint was saved but not yet compared (killed in
+        # between): compare it now, as the uninterrupted run did right after saving it.
+        # (Comparing one already compared changes nothing: the same weights score the same.)
+        due = start_step > 0 and (start_step % settings.hparams.save_checkpoints_steps == 0
+                                  or start_step == num_train_steps)
+        if settings.do_train and due and (best.step is None or best.step < start_step):
+            best.on_checkpoint(start_step)
     if settings.do_train:
         train = prepared.train
         logging.info("Training on %d examples: %d steps (%d warmup), batch %d, from step %d",
@@ -417,11 +615,14 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
         trainer.train(train_fn, on_checkpoint=best.on_checkpoint if best else None,
                       input_identity=identity)
     step = int(trainer.global_step.numpy())
+    model_dir = directory
     if best is not None and best.step is not None:
         step = best.restore()
+        model_dir = best.dir
 
     result = {"seed": seed, "dir": directory, "global_step": step,
-              "num_train_steps": num_train_steps, "eval": {}, "outputs": []}
+              "num_train_steps": num_train_steps, "eval": {}, "outputs": [],
+              "model_dir": model_dir}
     for split in prepared.eval_splits:
         metrics = family.evaluate(trainer, split, step=step, run_dir=directory,
                                   write=trainer.is_chief)
@@ -450,9 +651,18 @@ def score(results: dict, key: str) -> float:
     return -math.inf if value is None or math.isnan(value) else float(value)
 
 
+BEST_STATE_FILE = "best_checkpoint.json"
+
+
 class _BestKeeper:
     """Evaluates on the first dev split after every checkpoint; keeps the best in run_dir/best
-    (model weights + bert_config.json, vocab.txt, export_metadata.json, eval_results.txt)."""
+    (model weights + bert_config.json, vocab.txt, export_metadata.json, eval_results.txt and
+    best_checkpoint.json: its metric, score and step).
+
+    best/ is replaced as one directory (all-or-nothing), so its weights and its score always
+    agree; a resumed run reads the score and step back and keeps comparing with them (the
+    weights are loaded from best/ only if no later checkpoint beats them).
+    """
 
     def __init__(self, settings, family, split, run_dir, model, bert_config, trainer):
         self.settings, self.family, self.split = settings, family, split
@@ -463,11 +673,26 @@ class _BestKeeper:
         self.weights = None
         self.step = None
         self.score = -math.inf
+        self._read_state()
+
+    def _read_state(self) -> None:
+        """The best (score, step) an interrupted run kept in best/, if any."""
+        path = os.path.join(self.dir, BEST_STATE_FILE)
+        if not fileio.exists(path):
+            return
+        try:
+            state = json.loads(fileio.read_text(path))
+            if state["metric"] != self.key:
+                raise ValueError(f"metric {state['metric']!r}, not {self.key!r}")
+            self.step, self.score = int(state["step"]), float(state["score"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise FinetuningError(f"{path}: cannot be read ({err}); it records the best "
+                                  f"checkpoint kept in {self.dir}: delete that directory to "
+                                  "start the selection over") from None
+        logging.info("Best checkpoint so far: step %d, %s = %s (%s)", self.step, self.key,
+                     self.score, self.dir)
 
     def on_checkpoint(self, step):
-        from modeling import checkpoints
-        from training import loop
-
         results = self.family.evaluate(self.trainer, self.split, step=step,
                                        run_dir=self.run_dir, write=False)
         value = score(results, self.key)
@@ -478,14 +703,33 @@ class _BestKeeper:
         self.step, self.score = step, value
         self.weights = [w.numpy() for w in self.model.weights]
         if self.trainer.is_chief:
-            runs.write_model_files(self.dir, self.bert_config, self.settings.vocab_file,
+            self._write(results)
+
+    def _write(self, results) -> None:
+        """Replaces best/ with the current weights, their files and their score, as one
+        directory (a kill leaves the previous best/ or the new one)."""
+        from modeling import checkpoints
+        from training import loop
+
+        state = {"metric": self.key, "score": self.score, "step": self.step}
+        with fileio.AtomicOutputs([self.dir], replace_directories=True) as out:
+            temp = out.temp(self.dir)
+            runs.write_model_files(temp, self.bert_config, self.settings.vocab_file,
                                    self.family.export_metadata(self.settings))
-            checkpoints.save_ours(self.model, self.dir)
-            loop.write_eval_results(os.path.join(self.dir, "eval_results.txt"), results)
+            checkpoints.save_ours(self.model, temp)
+            loop.write_eval_results(os.path.join(temp, "eval_results.txt"), results)
+            fileio.write_text(os.path.join(temp, BEST_STATE_FILE),
+                              json.dumps(state, sort_keys=True) + "\n")
 
     def restore(self) -> int:
-        """Loads the best weights into the model; returns their step."""
-        self.model.set_weights(self.weights)
+        """Loads the best weights into the model (from best/ when an earlier run of this
+        directory kept them); returns their step."""
+        if self.weights is None:
+            from modeling import checkpoints
+
+            checkpoints.load_pretrained(self.dir, self.model)
+        else:
+            self.model.set_weights(self.weights)
         logging.info("Using the best checkpoint (step %d, %s = %s) for eval and predict",
                      self.step, self.key, self.score)
         return self.step
@@ -515,15 +759,75 @@ def _summarise_seeds(settings: FinetuningRun, family: TaskFamily, prepared: Prep
     logging.info("Best seed %s (%s = %s); %s mean %.6g std %.6g over %d seeds", best["seed"],
                  key, best["eval"][first_split].get(key), key, summary[f"{key}_mean"],
                  summary[f"{key}_std"], len(seed_runs))
-    result = {"runs": list(seed_runs), "best_seed": best["seed"], "summary": summary}
-    if not write:
-        return result
-    copies = {path: os.path.join(settings.output_dir, os.path.basename(path))
-              for path in best["outputs"]}
-    summary_path = os.path.join(settings.output_dir, "seed_results.txt")
-    with fileio.AtomicOutputs(list(copies.values()) + [summary_path]) as out:
+    result = {"runs": list(seed_runs), "best_seed": best["seed"], "best_run": best,
+              "summary": summary}
+    if write:
+        summary_path = os.path.join(settings.output_dir, SEED_RESULTS_FILE)
+        _publish(best["outputs"], settings.output_dir,
+                 {summary_path: lambda temp: loop.write_eval_results(temp, summary)})
+    return result
+
+
+def _publish(outputs: Sequence[str], output_dir: str, summaries: dict) -> None:
+    """Copies the kept run's result files into output_dir with the sweep's own summary
+    files (path -> a function writing it to the temporary path it is given), as one
+    all-or-nothing set (summaries last)."""
+    copies = {path: os.path.join(output_dir, os.path.basename(path)) for path in outputs}
+    with fileio.AtomicOutputs(list(copies.values()) + list(summaries)) as out:
         for source, target in copies.items():
             with fileio.open_file(source, "rb") as f_in, out.open(target, "wb") as f_out:
                 f_out.write(f_in.read())
-        loop.write_eval_results(out.temp(summary_path), summary)
-    return result
+        for path, write in summaries.items():
+            write(out.temp(path))
+
+
+def _summarise_grid(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData,
+                    points: Sequence[GridPoint], point_results: Sequence[dict],
+                    write: bool = True) -> dict:
+    """Picks the best run of the grid (by the primary metric on the first dev split, the
+    first in grid order on a tie), copies its result files to output_dir and writes
+    grid_results.tsv: one row per run (grid point x seed) with its dev figures."""
+    import numpy as np
+
+    key = family.primary_metric()
+    first_split = prepared.eval_splits[0].name
+    scores = [score(r["best_run"]["eval"][first_split], key) for r in point_results]
+    index = int(np.argmax(scores))
+    best = point_results[index]["best_run"]
+    table = grid_table(settings.output_dir, prepared.eval_splits,
+                       [r for result in point_results for r in result["runs"]], best)
+    logging.info("Grid results (%s on %s):\n%s", key, first_split, table.rstrip("\n"))
+    logging.info("Best: learning_rate %s, train_batch_size %d, num_train_epochs %s, seed %s "
+                 "(%s = %s) in %s", points[index].learning_rate,
+                 points[index].train_batch_size, points[index].num_train_epochs,
+                 best["seed"], key, best["eval"][first_split].get(key), best["dir"])
+    if write:
+        _publish(best["outputs"], settings.output_dir,
+                 {os.path.join(settings.output_dir, GRID_RESULTS_FILE):
+                  lambda temp: fileio.write_text(temp, table)})
+    return {"runs": [r for result in point_results for r in result["runs"]],
+            "best_seed": best["seed"], "best_run": best,
+            "best_point": dataclasses.asdict(points[index]),
+            "summary": point_results[index]["summary"], "grid": table}
+
+
+def grid_table(output_dir: str, eval_splits: Sequence[Split], runs_: Sequence[dict],
+               best: dict) -> str:
+    """grid_results.tsv: a header, then per run its hyperparameters, seed, dev figures of
+    every eval split (metric name + the split's suffix, e.g. `eval_accuracy_mm`), its
+    directory relative to output_dir and `best` (1 for the run kept)."""
+    columns = sorted({name + split.suffix for r in runs_ for split in eval_splits
+                      for name in r["eval"].get(split.name, {}) if name != "global_step"})
+    header = ["learning_rate", "train_batch_size", "num_train_epochs", "seed", "global_step",
+              *columns, "dir", "best"]
+    lines = ["\t".join(header)]
+    for r in runs_:
+        figures = {name + split.suffix: value for split in eval_splits
+                   for name, value in r["eval"].get(split.name, {}).items()}
+        point = r["point"]
+        row = [point["learning_rate"], point["train_batch_size"], point["num_train_epochs"],
+               "" if r["seed"] is None else r["seed"], r["global_step"],
+               *[figures.get(name, "") for name in columns],
+               _relative(r["dir"], output_dir), int(r["dir"] == best["dir"])]
+        lines.append("\t".join(str(value) for value in row))
+    return "\n".join(lines) + "\n"

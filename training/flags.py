@@ -24,6 +24,66 @@ def define_once(define, name, *args, **kwargs):
         define(name, *args, **kwargs)
 
 
+class _GridParser(flags.ArgumentParser):
+    """One value, parsed and checked by `base` exactly as a plain flag of its type, or
+    comma-separated values (a tuple of them): the hyperparameters a fine-tuning grid spans.
+
+    The flag's type stays the base's ("float", "int"): a single value is what it always was.
+    """
+
+    def __init__(self, base):
+        self.base = base
+        self.syntactic_help = f"{base.syntactic_help}, or comma-separated values"
+
+    def parse(self, argument):
+        if isinstance(argument, str) and "," in argument:
+            items = [item.strip() for item in argument.split(",")]
+        elif isinstance(argument, (list, tuple)):
+            items = list(argument)
+        else:
+            return self.base.parse(argument)
+        values = tuple(self.base.parse(item) for item in items)
+        if len(set(values)) != len(values):
+            raise ValueError(f"a value is repeated: {', '.join(map(str, values))}")
+        return values[0] if len(values) == 1 else values
+
+    def flag_type(self):
+        return self.base.flag_type()
+
+
+class _GridSerializer(flags.ArgumentSerializer):
+    """Writes a grid flag back as its command line spells it (a flagfile round trip)."""
+
+    def serialize(self, value):
+        if isinstance(value, tuple):
+            return ",".join(str(v) for v in value)
+        return str(value)
+
+
+def define_grid_flag(name, default, base_parser, help_text):
+    """Defines (once) a float/int flag that also takes comma-separated values (a grid)."""
+    if name not in FLAGS:
+        flags.DEFINE(_GridParser(base_parser), name, default, help_text,
+                     serializer=_GridSerializer())
+
+
+def grid_values(values, name) -> tuple:
+    """A grid flag's values as a tuple (one element for a single value)."""
+    value = values[name].value
+    return tuple(value) if isinstance(value, tuple) else (value,)
+
+
+def refuse_grids(values, names, program) -> None:
+    """Refuses several values of a grid flag in a runner that takes one (run_pretraining),
+    naming the flag: a grid is for the fine-tuning runners."""
+    for name in names:
+        value = values[name].value
+        if isinstance(value, tuple):
+            raise flags.ValidationError(
+                f"--{name}={','.join(map(str, value))}: {program} takes one value (a grid "
+                "of comma-separated values is for the fine-tuning runners)")
+
+
 def define_common_flags():
     """Flags every runner shares (the original's names and defaults where they exist)."""
     d = define_once
@@ -37,10 +97,17 @@ def define_common_flags():
       "Maximum total input sequence length after WordPiece tokenization.")
     d(flags.DEFINE_bool, "do_train", False, "Whether to run training.")
     d(flags.DEFINE_bool, "do_eval", False, "Whether to run eval on the dev set.")
-    d(flags.DEFINE_integer, "train_batch_size", 32,
-      "Total (global) batch size for training, over all replicas.")
+    define_grid_flag("train_batch_size", 32, flags.IntegerParser(),
+                     "Total (global) batch size for training, over all replicas. Fine-tuning "
+                     "runners: comma-separated values (e.g. 16,32) make a grid (see "
+                     "--learning_rate).")
     d(flags.DEFINE_integer, "eval_batch_size", 8, "Total (global) batch size for eval.")
-    d(flags.DEFINE_float, "learning_rate", 5e-5, "The initial learning rate for Adam.")
+    define_grid_flag("learning_rate", 5e-5, flags.FloatParser(),
+                     "The initial learning rate for Adam. Fine-tuning runners: comma-separated "
+                     "values (e.g. 5e-5,4e-5,3e-5,2e-5) make a grid with those of "
+                     "--train_batch_size and --num_train_epochs: every combination is trained "
+                     "(times --seeds) in its own subdirectory of output_dir, the best on dev is "
+                     "kept (docs/finetuning.md).")
     d(flags.DEFINE_integer, "save_checkpoints_steps", 1000,
       "How often to save the model checkpoint.")
     d(flags.DEFINE_integer, "iterations_per_loop", 1000,
@@ -95,8 +162,9 @@ def define_finetuning_flags():
     d(flags.DEFINE_bool, "do_predict", False, "Whether to run the model in inference mode "
       "on the test set.")
     d(flags.DEFINE_integer, "predict_batch_size", 8, "Total (global) batch size for predict.")
-    d(flags.DEFINE_float, "num_train_epochs", 3.0,
-      "Total number of training epochs to perform.")
+    define_grid_flag("num_train_epochs", 3.0, flags.FloatParser(),
+                     "Total number of training epochs to perform. Comma-separated values (e.g. "
+                     "2,3,4) make a grid (see --learning_rate).")
     d(flags.DEFINE_float, "warmup_proportion", 0.1,
       "Proportion of training to perform linear learning rate warmup for. E.g., 0.1 = 10% "
       "of training.")
@@ -171,8 +239,14 @@ def finetuning_run(values=FLAGS, *, max_seq_length: int | None = None):
 
     if max_seq_length is None or values["max_seq_length"].present:
         max_seq_length = values.max_seq_length
+    learning_rates = grid_values(values, "learning_rate")
+    batch_sizes = grid_values(values, "train_batch_size")
+    epochs = grid_values(values, "num_train_epochs")
+    grid = None
+    if max(len(learning_rates), len(batch_sizes), len(epochs)) > 1:
+        grid = finetuning.Grid(learning_rates, batch_sizes, epochs)
     hparams = runs.Hyperparameters(
-        learning_rate=values.learning_rate, optimizer=values.optimizer,
+        learning_rate=learning_rates[0], optimizer=values.optimizer,
         weight_decay_rate=values.weight_decay_rate, clip_norm=values.clip_norm,
         iterations_per_loop=max(1, values.iterations_per_loop),
         save_checkpoints_steps=max(1, values.save_checkpoints_steps),
@@ -186,9 +260,8 @@ def finetuning_run(values=FLAGS, *, max_seq_length: int | None = None):
         output_dir=values.output_dir, init_checkpoint=values.init_checkpoint,
         do_lower_case=values.do_lower_case, max_seq_length=max_seq_length,
         do_train=values.do_train, do_eval=values.do_eval, do_predict=values.do_predict,
-        train_batch_size=values.train_batch_size, eval_batch_size=values.eval_batch_size,
-        predict_batch_size=values.predict_batch_size,
-        num_train_epochs=values.num_train_epochs,
+        train_batch_size=batch_sizes[0], eval_batch_size=values.eval_batch_size,
+        predict_batch_size=values.predict_batch_size, num_train_epochs=epochs[0], grid=grid,
         warmup_proportion=values.warmup_proportion, hparams=hparams,
         seeds=parse_seeds(values), keep_best_checkpoint=values.keep_best_checkpoint,
         runtime=runtime_config(values))

@@ -1,0 +1,101 @@
+"""Writes a whole GLUE submission in one command: every task fine-tuned (grid, seeds, best on dev), zipped.
+
+Each GLUE task of `--glue_dir` (the download layout: CoLA, SST-2, MRPC, STS-B, QQP, MNLI,
+QNLI, RTE, WNLI, diagnostic) is fine-tuned as `run_classifier.py` does it, in
+`output_dir/<Task>`, with the grid of `--learning_rate` / `--train_batch_size` /
+`--num_train_epochs` values and `--seeds` (the paper's protocol; without --learning_rate:
+5e-5,4e-5,3e-5,2e-5 with batch 32 and 3 epochs, Section 4.1); AX is predicted with MNLI's
+best model; WNLI predicts the majority class (`--wnli=majority`, as the paper). The best
+run's test predictions of every task, in the files GLUE's server takes, are checked and
+zipped into `output_dir/submission.zip`. A killed run continues where it stopped;
+`--collect_only` zips what finished task folders hold. See docs/run_classifier.md:
+
+    python glue_submission.py --glue_dir=glue_data --output_dir=/tmp/glue \\
+      --vocab_file=uncased_L-12_H-768_A-12/vocab.txt \\
+      --bert_config_file=uncased_L-12_H-768_A-12/bert_config.json \\
+      --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from absl import app, flags
+
+from training import cli, finetuning
+from training import flags as common_flags
+
+FLAGS = flags.FLAGS
+
+common_flags.define_common_flags()
+common_flags.define_finetuning_flags()
+_define = common_flags.define_once
+_define(flags.DEFINE_string, "glue_dir", None,
+        "GLUE's data in the download layout: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, "
+        "WNLI, diagnostic (diagnostic.tsv, for AX). Optional with --collect_only (then the "
+        "row counts are not checked against the test sets).")
+_define(flags.DEFINE_list, "tasks", ["CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI",
+                                     "RTE", "WNLI", "AX"],
+        "The GLUE tasks to run (AX needs MNLI, whose finished run is reused). The zip is "
+        "written once every task's files are in output_dir.")
+_define(flags.DEFINE_enum, "wnli", "majority", ["majority", "finetune"],
+        "WNLI: majority (the paper: every test example gets the most frequent label of the "
+        "train and dev sets) or finetune (like the other tasks).")
+_define(flags.DEFINE_bool, "collect_only", False,
+        "Train nothing: check the submission files finished task folders of output_dir hold "
+        "and zip them.")
+
+# Section 4.1: "we selected the best fine-tuning learning rate (among 5e-5, 4e-5, 3e-5, and
+# 2e-5) on the Dev set", batch 32 and 3 epochs (the shared flags' defaults).
+PAPER_LEARNING_RATES = (5e-5, 4e-5, 3e-5, 2e-5)
+# The run is always train -> dev -> test: these flags are not this command's to set.
+_FIXED_FLAGS = ("do_train", "do_eval", "do_predict")
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueRun:
+    """Everything the benchmark run needs, read from flags once (see the flag help)."""
+
+    finetuning: finetuning.FinetuningRun
+    glue: "object"  # tasks.classification.glue.GlueSettings
+
+
+def run_config_from_flags(values=FLAGS) -> GlueRun:
+    """Validates the flags and turns them into a `GlueRun`."""
+    from tasks.classification import glue
+
+    for name in ("output_dir",) + (() if values.collect_only else (
+            "glue_dir", "vocab_file", "bert_config_file")):
+        if not getattr(values, name):
+            raise ValueError(f"--{name} is required")
+    given = [name for name in _FIXED_FLAGS if values[name].present]
+    if given:
+        raise ValueError(f"--{given[0]}: glue_submission.py always trains, evaluates on dev "
+                         "and predicts the test sets")
+    settings = common_flags.finetuning_run(values)
+    if not values["learning_rate"].present:
+        settings = dataclasses.replace(settings, grid=finetuning.Grid(
+            PAPER_LEARNING_RATES, common_flags.grid_values(values, "train_batch_size"),
+            common_flags.grid_values(values, "num_train_epochs")))
+    settings = dataclasses.replace(settings, do_train=True, do_eval=True, do_predict=True)
+    return GlueRun(settings, glue.GlueSettings(
+        glue_dir=values.glue_dir, tasks=glue.parse_tasks(values.tasks), wnli=values.wnli,
+        collect_only=values.collect_only))
+
+
+def run(cfg: GlueRun) -> dict:
+    """Runs the benchmark as `cfg` asks (`tasks.classification.glue.run_benchmark`)."""
+    from tasks.classification import glue
+
+    if not cfg.glue.collect_only:
+        finetuning.validate(cfg.finetuning)
+    return glue.run_benchmark(cfg.finetuning, cfg.glue)
+
+
+def main(argv):
+    del argv
+    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "glue_submission.py")
+
+
+if __name__ == "__main__":
+    app.run(main)

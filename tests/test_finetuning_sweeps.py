@@ -1,0 +1,426 @@
+"""The paper's fine-tuning protocol (issue 26, section 4): grids of learning rates, batch
+sizes and epochs times --seeds, the best on dev kept; sweeps that resume after kill -9
+(finished runs skipped, the interrupted one continued exactly); --keep_best_checkpoint's
+best kept across a resume.
+
+The grid flags take one value exactly as before (type, meaning) or comma-separated values
+in every fine-tuning runner; run_pretraining refuses a list naming the flag. The sweep
+itself runs through the real CLI on tiny MRPC data (2 learning rates x 2 seeds), once
+uninterrupted and once killed in the middle of its second point, then rerun: every file
+equals the uninterrupted sweep's, bit for bit.
+"""
+
+import dataclasses
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from tests import test_loop_support as S
+from tests.conftest import TINY_VOCAB, write_vocab
+from tests.test_run_classifier import write_mrpc
+
+SEQ = 32
+RUNNERS = ("run_classifier", "run_squad", "run_ner", "run_swag")
+RUNNER_ARGV = {
+    "run_classifier": ["--task_name=mrpc", "--data_dir=d"],
+    "run_squad": ["--train_file=t.json"],
+    "run_ner": ["--data_dir=d"],
+    "run_swag": ["--data_dir=d"],
+}
+
+
+def _config_of(runner, extra):
+    """The FinetuningRun `runner` builds from a valid command line plus `extra`."""
+    import importlib
+
+    from absl import flags
+
+    module = importlib.import_module(runner)
+    argv = [f"{runner}.py", "--vocab_file=v", "--bert_config_file=c", "--output_dir=o",
+            "--do_train", "--do_eval", *RUNNER_ARGV[runner], *extra]
+    try:
+        flags.FLAGS(argv)
+        return module.run_config_from_flags(flags.FLAGS).finetuning
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
+# --------------------------------------------------------------------------- the flags
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_one_value_per_flag_is_what_it_was_and_lists_make_a_grid(runner):
+    from training import finetuning
+
+    plain = _config_of(runner, [])
+    assert plain.grid is None and finetuning.grid_points(plain) == [
+        finetuning.GridPoint(5e-5, 32, 3.0)]
+    one = _config_of(runner, ["--learning_rate=3e-5", "--train_batch_size=16",
+                              "--num_train_epochs=2"])
+    assert one.grid is None
+    assert (one.hparams.learning_rate, one.train_batch_size, one.num_train_epochs) == (
+        3e-5, 16, 2.0)
+    assert (type(one.hparams.learning_rate), type(one.train_batch_size),
+            type(one.num_train_epochs)) == (float, int, float)
+    grid = _config_of(runner, ["--learning_rate=5e-5, 3e-5", "--train_batch_size=16,32",
+                               "--num_train_epochs=2"])
+    assert grid.grid == finetuning.Grid((5e-5, 3e-5), (16, 32), (2.0,))
+    points = finetuning.grid_points(grid)
+    assert [p.name() for p in points] == ["lr5e-05_bs16_ep2.0", "lr5e-05_bs32_ep2.0",
+                                          "lr3e-05_bs16_ep2.0", "lr3e-05_bs32_ep2.0"]
+    # The scalar fields hold the first point (what one value would have meant).
+    assert (grid.hparams.learning_rate, grid.train_batch_size) == (5e-5, 16)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("--learning_rate=abc", "could not convert string to float"),
+    ("--learning_rate=5e-5,5e-5", "a value is repeated"),
+    ("--train_batch_size=3.5", "invalid literal for int"),
+    ("--train_batch_size=16,", "invalid literal for int"),
+    ("--num_train_epochs=2,x", "could not convert string to float"),
+])
+def test_bad_grid_values_are_refused_naming_the_flag(value, message):
+    from absl import flags
+
+    with pytest.raises(flags.IllegalFlagValueError, match=message) as err:
+        _config_of("run_classifier", [value])
+    assert value.split("=")[0] in str(err.value)
+
+
+def test_run_pretraining_refuses_a_list_naming_the_flag():
+    from absl import flags
+
+    import run_pretraining
+
+    argv = ["run_pretraining.py", "--input_file=x", "--bert_config_file=c", "--output_dir=o",
+            "--do_train"]
+    for extra in (["--learning_rate=1e-4,2e-4"], ["--train_batch_size=8,16"]):
+        try:
+            flags.FLAGS(argv + extra)
+            with pytest.raises(flags.ValidationError,
+                               match=f"{extra[0].split('=')[0]}=.*takes one value"):
+                run_pretraining.run_config_from_flags(flags.FLAGS)
+        finally:
+            flags.FLAGS.unparse_flags()
+    try:
+        flags.FLAGS(argv + ["--learning_rate=2e-4", "--train_batch_size=8"])
+        cfg = run_pretraining.run_config_from_flags(flags.FLAGS)
+        assert (cfg.optimizer.learning_rate, cfg.train_batch_size) == (2e-4, 8)
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
+@pytest.mark.slow
+def test_the_commands_refuse_a_bad_grid_in_one_line_naming_the_flag(tmp_path):
+    """A runner that takes one value and a grid value that is not a number: exit 1, one
+    line naming the flag (no traceback), nothing written."""
+    out = tmp_path / "out"
+    for argv, message in (
+            (["run_pretraining.py", "--input_file=x", "--bert_config_file=c",
+              f"--output_dir={out}", "--do_train", "--learning_rate=1e-4,2e-4"],
+             "run_pretraining.py: error: --learning_rate=0.0001,0.0002: run_pretraining.py "
+             "takes one value"),
+            (["run_classifier.py", "--task_name=mrpc", "--data_dir=d", "--vocab_file=v",
+              "--bert_config_file=c", f"--output_dir={out}", "--do_train", "--do_eval",
+              "--learning_rate=5e-5,abc"],
+             "flag --learning_rate=5e-5,abc: could not convert string to float")):
+        code, log = _run([sys.executable, os.path.join(S.REPO_ROOT, argv[0]), *argv[1:]])
+        assert code == 1 and message in log, log[-2000:]
+        assert "Traceback" not in log and not out.exists()
+
+
+def test_programmatic_tuples_make_the_same_grid():
+    from training import finetuning
+
+    settings, _ = finetuning.settings_from(vocab_file="v", bert_config_file="c",
+                                           output_dir="o", learning_rate=(2e-5, 3e-5),
+                                           num_train_epochs=[2, 3])
+    assert settings.grid == finetuning.Grid((2e-5, 3e-5), (32,), (2, 3))
+    single, _ = finetuning.settings_from(vocab_file="v", bert_config_file="c",
+                                         output_dir="o", learning_rate=2e-5)
+    assert single.grid is None and single.hparams.learning_rate == 2e-5
+    with pytest.raises(finetuning.FinetuningError, match="grid.*--do_train and --do_eval"):
+        finetuning.validate(dataclasses.replace(settings, do_train=True))
+
+
+# ------------------------------------------------------------------ the sweep, killed
+
+
+@pytest.fixture(scope="module")
+def mrpc(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweeps")
+    return {"root": root, "vocab": write_vocab(root / "vocab.txt"),
+            "config": S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB),
+                                     dropout=0.1),
+            "data": str(write_mrpc(root / "MRPC", random.Random(0)))}
+
+
+POINTS = ("lr0.002_bs4_ep2.0", "lr0.001_bs4_ep2.0")
+
+
+def _sweep_command(mrpc, out):
+    flags = dict(task_name="MRPC", data_dir=mrpc["data"], vocab_file=mrpc["vocab"],
+                 bert_config_file=mrpc["config"], output_dir=out, max_seq_length=SEQ,
+                 do_train="true", do_eval="true", do_predict="true", train_batch_size=4,
+                 eval_batch_size=4, predict_batch_size=4, learning_rate="2e-3,1e-3",
+                 num_train_epochs=2, seeds="1,2", keep_best_checkpoint="true",
+                 save_checkpoints_steps=4, iterations_per_loop=1, log_steps=1,
+                 distribution_strategy="one_device")
+    return [sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py")] + [
+        f"--{k}={v}" for k, v in flags.items()]
+
+
+def _run(command):
+    done = subprocess.run(command, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
+                          text=True, timeout=600, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def _kill_when(command, marker, timeout=600):
+    """Starts `command`, SIGKILLs it as soon as a line of its output contains `marker`;
+    returns (exit status, output)."""
+    proc = subprocess.Popen(command, env=S.runner_env(), cwd=S.REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, seen = [], threading.Event()
+
+    def drain():
+        for line in proc.stdout:
+            lines.append(line)
+            if marker in line and not seen.is_set():
+                proc.send_signal(signal.SIGKILL)
+                seen.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=30)
+    return proc.returncode, "".join(lines)
+
+
+def _files(directory):
+    """{relative path: bytes} of a sweep's result files (not checkpoints, summaries,
+    caches or the lock)."""
+    out = {}
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = [d for d in dirs if d not in ("train", "eval")]
+        for name in names:
+            if name.endswith((".txt", ".tsv")) or name == "best_checkpoint.json":
+                path = os.path.join(root, name)
+                with open(path, "rb") as f:
+                    out[os.path.relpath(path, directory)] = f.read()
+    return out
+
+
+def _weights(prefix):
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name.startswith(("model/", "optimizer/", "rng/"))}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(mrpc):
+    out = mrpc["root"] / "uninterrupted"
+    code, log = _run(_sweep_command(mrpc, out))
+    assert code == 0, log[-4000:]
+    return out
+
+
+def _read_table(path):
+    with open(path, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    return [dict(zip(rows[0], row)) for row in rows[1:]]
+
+
+def _results(path):
+    with open(path) as f:
+        return {line.split(" = ")[0]: float(line.split(" = ")[1]) for line in f}
+
+
+@pytest.mark.slow
+def test_grid_times_seeds_table_subdirectories_and_the_best_at_the_top(uninterrupted):
+    out = uninterrupted
+    table = _read_table(out / "grid_results.tsv")
+    assert [(row["dir"], row["seed"]) for row in table] == [
+        (f"{point}/seed_{seed}", str(seed)) for point in POINTS for seed in (1, 2)]
+    assert [row["learning_rate"] for row in table] == ["0.002", "0.002", "0.001", "0.001"]
+    for row in table:  # every run's dev figures, as its eval_results.txt says
+        run_dir = out / row["dir"]
+        figures = _results(run_dir / "eval_results.txt")
+        assert float(row["eval_acc_and_f1"]) == figures["eval_acc_and_f1"]
+        assert float(row["global_step"]) == figures["global_step"]
+        assert (run_dir / "run_results.json").exists() and (run_dir / "best").is_dir()
+        assert (run_dir / "MRPC.tsv").exists() and (run_dir / "test_results.tsv").exists()
+    for point in POINTS:  # each point: its seeds' summary and its best seed's files
+        assert "best_seed" in _results(out / point / "seed_results.txt")
+        assert (out / point / "eval_results.txt").exists()
+    best = [row for row in table if row["best"] == "1"]
+    assert len(best) == 1
+    scores = [float(row["eval_acc_and_f1"]) for row in table]
+    assert float(best[0]["eval_acc_and_f1"]) == max(scores)
+    assert table.index(best[0]) == scores.index(max(scores))  # the first of a tie
+    for name in ("eval_results.txt", "test_results.tsv", "MRPC.tsv"):
+        assert (out / name).read_bytes() == (out / best[0]["dir"] / name).read_bytes()
+    assert not (out / "seed_results.txt").exists() and not (out / "ckpt-1.index").exists()
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_in_its_second_point_resumes_to_the_uninterrupted_result(
+        mrpc, uninterrupted):
+    out = mrpc["root"] / "killed"
+    command = _sweep_command(mrpc, out)
+    interrupted = os.path.join(POINTS[1], "seed_1")
+    code, log = _kill_when(command, f"{os.path.join(str(out), interrupted, 'ckpt-4')}")
+    assert code == -signal.SIGKILL, log[-4000:]
+    assert not (out / interrupted / "run_results.json").exists()  # killed mid-run
+    assert (out / interrupted / "ckpt-4.index").exists()
+    first = {seed: (out / POINTS[0] / f"seed_{seed}" / "run_results.json").stat().st_mtime_ns
+             for seed in (1, 2)}
+
+    code, log = _run(command)
+    assert code == 0, log[-4000:]
+    for seed in (1, 2):  # the first point's runs are not run again
+        run_dir = out / POINTS[0] / f"seed_{seed}"
+        assert f"{run_dir} finished earlier (run_results.json): skipped" in log
+        assert (run_dir / "run_results.json").stat().st_mtime_ns == first[seed]
+    assert "Resumed from" in log and "Input resumes at the position saved" in log
+
+    expected, found = _files(uninterrupted), _files(out)
+    assert sorted(found) == sorted(expected)
+    for name, content in expected.items():
+        assert found[name] == content, name
+    for run_dir in (os.path.join(point, f"seed_{seed}") for point in POINTS
+                    for seed in (1, 2)):
+        reference = _weights(str(uninterrupted / run_dir / "ckpt-12"))
+        resumed = _weights(str(out / run_dir / "ckpt-12"))
+        assert sorted(resumed) == sorted(reference)
+        for name, value in reference.items():
+            np.testing.assert_array_equal(resumed[name], value, err_msg=f"{run_dir} {name}")
+        with open(out / run_dir / "run_results.json") as f:
+            assert json.load(f)["eval"]["dev"]["global_step"] in (4, 8, 12)
+
+
+# ------------------------------------------------------- the best checkpoint, resumed
+
+
+class _Interrupted(Exception):
+    """Stands for a kill between a checkpoint's save and its dev evaluation."""
+
+
+def _scripted_family(base, scores, interrupt_at=None):
+    """A classification family whose checkpoint-selection score is `scores[step]` (the
+    final evaluation keeps the real figures); evaluating step `interrupt_at` raises."""
+
+    class Scripted(base):
+        def evaluate(self, trainer, split, *, step, run_dir, write):
+            results = super().evaluate(trainer, split, step=step, run_dir=run_dir,
+                                       write=write)
+            if write:
+                return results
+            if step == interrupt_at:
+                raise _Interrupted(step)
+            self.seen.append(step)
+            return {**results, self.primary_metric(): scores[step]}
+
+    return Scripted
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_the_better_best_checkpoint(mrpc, tmp_path):
+    """Best at step 4 (0.9); the run is interrupted after saving step 8; resumed, step 8
+    (0.5) and step 12 (0.4) are worse: best/ keeps step 4 and eval and predict use it."""
+    import run_classifier as rc
+    from tasks.classification.task import ClassificationFamily
+    from training import finetuning
+    from training.runtime import RuntimeConfig
+
+    out = tmp_path / "out"
+    cfg = rc.make_run(
+        task_name="mrpc", data_dir=mrpc["data"], vocab_file=mrpc["vocab"],
+        bert_config_file=mrpc["config"], output_dir=str(out), max_seq_length=SEQ,
+        do_train=True, do_eval=True, do_predict=True, train_batch_size=4, eval_batch_size=4,
+        predict_batch_size=4, learning_rate=2e-3, num_train_epochs=2.0,
+        save_checkpoints_steps=4, iterations_per_loop=2, log_steps=2, seeds=(1,),
+        keep_best_checkpoint=True, runtime=RuntimeConfig("one_device", seed=1))
+    scores = {4: 0.9, 8: 0.5, 12: 0.4}
+
+    first = _scripted_family(ClassificationFamily, scores, interrupt_at=8)(
+        cfg.task, SEQ)
+    first.seen = []
+    with pytest.raises(_Interrupted):
+        finetuning.run(cfg.finetuning, first)
+    assert first.seen == [4] and (out / "ckpt-8.index").exists()
+    with open(out / "best" / "best_checkpoint.json") as f:
+        assert json.load(f) == {"metric": "eval_acc_and_f1", "score": 0.9, "step": 4}
+
+    resumed = _scripted_family(ClassificationFamily, scores)(cfg.task, SEQ)
+    resumed.seen = []
+    result = finetuning.run(cfg.finetuning, resumed)
+    assert resumed.seen == [8, 12]  # step 8 was saved but not compared before the kill
+    with open(out / "best" / "best_checkpoint.json") as f:
+        assert json.load(f)["step"] == 4
+    assert _results(out / "best" / "eval_results.txt")["global_step"] == 4
+    assert _results(out / "eval_results.txt")["global_step"] == 4
+    assert result["best_run"]["global_step"] == 4
+    assert result["best_run"]["model_dir"] == str(out / "best")
+    # best/ holds step 4's weights (the training checkpoint of step 4)
+    kept, trained = _weights(str(out / "best" / "ckpt")), _weights(str(out / "ckpt-4"))
+    model = [name for name in kept if name.startswith("model/")]
+    assert model and set(model) <= set(trained)
+    for name in model:
+        np.testing.assert_array_equal(kept[name], trained[name], err_msg=name)
+
+
+# ----------------------------------------------------------- a grid of another family
+
+
+@pytest.mark.slow
+def test_a_squad_grid_keeps_the_best_predictions_and_a_rerun_reads_them_back(tmp_path):
+    """run_squad: 2 learning rates, the best by dev f1 with its predictions at the top; a
+    rerun skips both runs and returns the kept run's files and scores from disk."""
+    import run_squad
+    from tests import test_run_squad as T
+    from training.runtime import RuntimeConfig
+
+    rng = random.Random(0)
+    tokens = T._vocab_tokens()
+    cfg = run_squad.make_run(
+        vocab_file=write_vocab(tmp_path / "vocab.txt", tokens),
+        bert_config_file=S.write_config(tmp_path / "bert_config.json",
+                                        vocab_size=len(tokens)),
+        train_file=T.write_squad(tmp_path / "train.json", rng, "1.1", 4),
+        predict_file=T.write_squad(tmp_path / "dev.json", rng, "1.1", 2, dev=True),
+        output_dir=str(tmp_path / "out"), max_seq_length=T.SEQ, doc_stride=T.STRIDE,
+        max_query_length=T.QUERY, do_train=True, do_eval=True, do_predict=True,
+        train_batch_size=4, predict_batch_size=4, eval_batch_size=4,
+        learning_rate=(3e-3, 1e-3), num_train_epochs=2.0, save_checkpoints_steps=100,
+        iterations_per_loop=4, log_steps=4, runtime=RuntimeConfig("one_device", seed=1))
+    out = tmp_path / "out"
+    first = run_squad.run(cfg)
+    table = _read_table(out / "grid_results.tsv")
+    assert [row["dir"] for row in table] == ["lr0.003_bs4_ep2.0", "lr0.001_bs4_ep2.0"]
+    best = [row for row in table if row["best"] == "1"]
+    assert len(best) == 1 and float(best[0]["f1"]) == max(float(r["f1"]) for r in table)
+    assert first["predictions"] is not None and first["eval"]["f1"] == float(best[0]["f1"])
+    for name in ("predictions.json", "nbest_predictions.json", "eval_results.json"):
+        assert (out / name).read_bytes() == (out / best[0]["dir"] / name).read_bytes()
+    assert not (out / "ckpt-1.index").exists()
+
+    again = run_squad.run(cfg)
+    assert all(r.get("skipped") for r in again["runs"])
+    assert again["predictions"] is None and again["eval"] == first["eval"]
+    assert sorted(again["files"]) == sorted(first["files"])
+    assert again["files"]["predictions.json"] == str(out / best[0]["dir"] / "predictions.json")
+    assert _read_table(out / "grid_results.tsv") == table
