@@ -179,12 +179,16 @@ def missing_pending(block: Block) -> list:
 
 
 def read_keys(path: str) -> list:
-    """The keys of a results file: a JSON object's, or `key = value` lines'."""
+    """The keys of a results file: a JSON object's, a TSV's header fields and first
+    column, or `key = value` lines'."""
     with open(path, encoding="utf-8") as reader:
         text = reader.read()
     if path.endswith(".json"):
         data = json.loads(text)
         return list(data) if isinstance(data, dict) else []
+    if path.endswith(".tsv"):
+        rows = [line.split("\t") for line in text.splitlines() if line]
+        return (rows[0] + [row[0] for row in rows[1:]]) if rows else []
     return [line.split(" = ", 1)[0].strip() for line in text.splitlines() if " = " in line]
 
 
