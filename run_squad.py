@@ -50,6 +50,10 @@ _define(flags.DEFINE_bool, "version_2_with_negative", False,
         "If true, the SQuAD examples contain some that do not have an answer.")
 _define(flags.DEFINE_float, "null_score_diff_threshold", 0.0,
         "If null_score - best_non_null is greater than the threshold predict null.")
+_define(flags.DEFINE_integer, "bilstm_units", 0,
+        "0: the original span layer on the encoder. N: a randomly initialised BiLSTM of N "
+        "units per direction between the encoder and the span layer (the paper's '+ BiLSTM', "
+        "Table 5, on its left-to-right model); saved in export_metadata.json for export.")
 
 # The original's --max_seq_length default for SQuAD; the shared flag's default (128) is the
 # classifier's, so an absent --max_seq_length means this.
@@ -91,7 +95,8 @@ def run_config_from_flags(values=FLAGS) -> SquadRun:
             n_best_size=values.n_best_size, max_answer_length=values.max_answer_length,
             verbose_logging=values.verbose_logging,
             version_2_with_negative=values.version_2_with_negative,
-            null_score_diff_threshold=values.null_score_diff_threshold))
+            null_score_diff_threshold=values.null_score_diff_threshold,
+            bilstm_units=values.bilstm_units))
 
 
 def run(cfg: SquadRun) -> dict:

@@ -69,6 +69,8 @@ GOOGLE_KEYS = (
     "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
     "initializer_range",
 )
+# This project's keys beyond Google's, with their defaults: written only when not default.
+OPTIONAL_KEYS = {"causal_attention": False}
 
 
 class ConfigError(ValueError):
@@ -92,6 +94,10 @@ class BertConfig:
       max_position_embeddings: rows of the position-embedding table (longest sequence).
       type_vocab_size: rows of the token-type (segment) embedding table.
       initializer_range: stddev of the truncated-normal weight initializer.
+      causal_attention: left-to-right attention (a token sees itself and the tokens
+        before it; the paper's LTR model). The pooled output then reads the LAST real
+        token, which has seen the whole input ([CLS] at position 0 sees only itself), as
+        OpenAI GPT's classifier does. Written to ``bert_config.json`` only when true.
     """
 
     vocab_size: int
@@ -105,6 +111,7 @@ class BertConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 16
     initializer_range: float = 0.02
+    causal_attention: bool = False
 
     def __post_init__(self):
         for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -125,6 +132,9 @@ class BertConfig:
         rng = self.initializer_range
         if isinstance(rng, bool) or not isinstance(rng, (int, float)) or rng <= 0:
             raise ConfigError(f"BertConfig.initializer_range must be > 0, found {rng!r}")
+        if not isinstance(self.causal_attention, bool):
+            raise ConfigError("BertConfig.causal_attention must be true or false, found "
+                              f"{self.causal_attention!r}")
         act = self.hidden_act
         if not isinstance(act, str) or act.lower() not in _GOOGLE_ACTIVATIONS:
             raise ConfigError(
@@ -160,7 +170,7 @@ class BertConfig:
         missing = [k for k in required if k not in values]
         if missing:
             raise ConfigError(f"{source}: missing key(s) {missing}")
-        kwargs = {k: values[k] for k in GOOGLE_KEYS if k in values}
+        kwargs = {k: values[k] for k in GOOGLE_KEYS + tuple(OPTIONAL_KEYS) if k in values}
         try:
             return cls(**kwargs)
         except ConfigError as e:
@@ -172,9 +182,19 @@ class BertConfig:
         return cls.from_dict(_read_json(path), source=str(path), require_all=True)
 
     def to_dict(self) -> dict:
-        """Google's ``bert_config.json`` keys; "gelu_tanh" is written as Google's "gelu"."""
-        d = dataclasses.asdict(self)
+        """Google's ``bert_config.json`` keys (and the optional keys that are not at their
+        defaults); "gelu_tanh" is written as Google's "gelu"."""
+        d = self.explicit_dict()
         d["hidden_act"] = _TO_GOOGLE.get(self.hidden_act, self.hidden_act)
+        return d
+
+    def explicit_dict(self) -> dict:
+        """Every key with our explicit activation names ("gelu_tanh" / "gelu_exact"), the
+        optional keys only when not at their defaults (Keras layer configs hold this)."""
+        d = dataclasses.asdict(self)
+        for key, default in OPTIONAL_KEYS.items():
+            if d[key] == default:
+                del d[key]
         return d
 
     def to_json_string(self) -> str:
@@ -216,6 +236,9 @@ class BertConfig:
                               f"{sorted(_HF_ACTIVATIONS)}")
         values = {k: config[k] for k in GOOGLE_KEYS if k in config}
         values["hidden_act"] = _HF_ACTIVATIONS[act]
+        # Hugging Face's causal self-attention switch (BertLMHeadModel).
+        if config.get("is_decoder", False):
+            values["causal_attention"] = True
         return cls.from_dict(values, source=source)
 
     @classmethod
@@ -233,7 +256,9 @@ class BertConfig:
 
     def to_hf_dict(self) -> dict:
         """A Hugging Face ``config.json`` (BertForPreTraining) describing the same network."""
-        d = dataclasses.asdict(self)
+        d = self.explicit_dict()
+        if d.pop("causal_attention", False):
+            d["is_decoder"] = True  # causal self-attention in Hugging Face's BertModel
         d["hidden_act"] = _TO_HF.get(self.hidden_act, self.hidden_act)
         d.update(model_type="bert", architectures=["BertForPreTraining"],
                  layer_norm_eps=LAYER_NORM_EPSILON, position_embedding_type="absolute",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 from keras import ops
 
@@ -32,11 +30,13 @@ class BertEncoder(keras.Model):
       **kwargs: ``keras.Model`` arguments (``name``, ``dtype``, ...).
 
     Call inputs: a dict with int32 ``input_ids``, ``input_mask`` (1 = real token) and
-    ``segment_ids``, each [batch, seq_length].
+    ``segment_ids``, each [batch, seq_length]. With the config's ``causal_attention`` a
+    token attends only to itself and the tokens before it (the LTR model).
 
     Call outputs: a dict with
       ``sequence_output``: [batch, seq_length, hidden], the last block's output;
-      ``pooled_output``: [batch, hidden], dense + tanh on the first ([CLS]) token;
+      ``pooled_output``: [batch, hidden], dense + tanh on the first ([CLS]) token (the
+        last real token with ``causal_attention``);
       ``encoder_outputs``: list of num_hidden_layers tensors [batch, seq_length, hidden].
     They are in the compute dtype of the policy (bfloat16 / float16 under mixed policies).
 
@@ -104,21 +104,31 @@ class BertEncoder(keras.Model):
             raise KeyError(f"BertEncoder inputs lack {missing}; expected keys {INPUT_NAMES}")
         input_ids = ops.cast(inputs["input_ids"], "int32")
         segment_ids = ops.cast(inputs["segment_ids"], "int32")
-        bias = attention_bias_from_mask(inputs["input_mask"])
+        bias = attention_bias_from_mask(inputs["input_mask"],
+                                        causal=self.bert_config.causal_attention)
 
         x = self.embeddings(input_ids, segment_ids, training=training)
         encoder_outputs = []
         for layer in self.transformer_layers:
             x = layer(x, bias, training=training)
             encoder_outputs.append(x)
-        pooled = self.pooler(x[:, 0, :])
+        pooled = self.pooler(self._pooled_token(x, inputs["input_mask"]))
         return {"sequence_output": x, "pooled_output": pooled,
                 "encoder_outputs": encoder_outputs}
+
+    def _pooled_token(self, x, input_mask):
+        """The vector the pooler reads, [batch, hidden]: the first token ([CLS]); with
+        causal attention the last real one, the only token that has seen the whole input
+        (as OpenAI GPT's classifier reads its last token)."""
+        if not self.bert_config.causal_attention:
+            return x[:, 0, :]
+        last = ops.maximum(ops.sum(ops.cast(input_mask, "int32"), axis=1) - 1, 0)
+        return ops.take_along_axis(x, last[:, None, None], axis=1)[:, 0, :]
 
     def get_config(self):
         config = super().get_config()
         # Our explicit activation names ("gelu_tanh" / "gelu_exact") keep the GELU form.
-        config["config"] = dataclasses.asdict(self.bert_config)
+        config["config"] = self.bert_config.explicit_dict()
         config["use_one_hot_embeddings"] = self.use_one_hot_embeddings
         return config
 

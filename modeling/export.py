@@ -246,6 +246,9 @@ class ServingConfig:
     task: str = ""
 
     model_type: ClassVar[str] = ""
+    # Settings written to the export marker only when not at their default (added after
+    # exports existed: the markers of exports without them keep their keys).
+    omitted_at_default: ClassVar[dict] = {}
 
     def __post_init__(self):
         if self.max_seq_length < 3:
@@ -774,7 +777,8 @@ def write_marker(directory: str, model_type: str, config: Optional[ServingConfig
             do_lower_case=config.do_lower_case, max_seq_length=config.max_seq_length,
             text_pair=getattr(config, "text_pair", False)).to_json())
         data.update({name: getattr(config, name) for name in config.settings_fields()
-                     if name not in data})
+                     if name not in data and config.omitted_at_default.get(name, ())
+                     != getattr(config, name)})
     data["model_type"] = model_type
     extra = os.path.join(directory, *MARKER_PATH[:-1])
     fileio.makedirs(extra)

@@ -36,7 +36,9 @@ class MaskedLMHead(keras.layers.Layer):
     """The original masked-LM head: dense + activation + LayerNorm, then the tied projection.
 
     The output projection is the word-embedding table (passed to ``call``), transposed,
-    plus a learned ``output_bias`` [vocab_size]; only ``masked_lm_positions`` are projected.
+    plus a learned ``output_bias`` [vocab_size]; only ``masked_lm_positions`` are projected
+    (every position for the left-to-right LM, which reads the same head, as Hugging Face's
+    ``BertLMHeadModel`` does: its weights keep the checkpoint names ``cls/predictions``).
 
     Args:
       vocab_size: size of the output bias.
@@ -69,18 +71,23 @@ class MaskedLMHead(keras.layers.Layer):
         self.built = True
 
     def call(self, sequence_output, masked_positions, embedding_table):
-        """Masked-LM logits.
+        """Masked-LM logits (or, with `masked_positions` None, the logits of every
+        position: the left-to-right LM's next-token predictions).
 
         Args:
           sequence_output: [batch, seq_length, hidden].
-          masked_positions: int32 [batch, num_predictions].
+          masked_positions: int32 [batch, num_predictions], or None for every position.
           embedding_table: the word-embedding table [vocab_size, hidden].
 
         Returns:
-          float32 [batch, num_predictions, vocab_size].
+          float32 [batch, num_predictions (or seq_length), vocab_size].
         """
-        shape = ops.shape(masked_positions)
-        x = gather_positions(sequence_output, masked_positions)
+        if masked_positions is None:
+            shape = ops.shape(sequence_output)[:2]
+            x = sequence_output
+        else:
+            shape = ops.shape(masked_positions)
+            x = gather_positions(sequence_output, masked_positions)
         x = ops.reshape(x, (-1, self.hidden_size))
         x = self.layer_norm(self.transform(x))
         table = ops.cast(embedding_table, self.compute_dtype)

@@ -1,4 +1,4 @@
-"""Owns the original BERT loss definitions (masked LM, NSP, classifier, span) and token tagging as tensor math.
+"""Owns the original BERT loss definitions (masked LM, NSP, classifier, span), the left-to-right LM's and token tagging as tensor math.
 
 Every function works on one replica's batch, exactly as the original computes on one TPU
 core. How these per-replica values combine across replicas is the training loop's business
@@ -73,42 +73,75 @@ def next_sentence_loss(logits, labels):
 
 
 def pretraining_loss(outputs, features):
-    """Total pretraining loss (MLM + NSP) and the statistics the metrics need.
+    """Total pretraining loss (MLM + NSP, or MLM alone) and the statistics the metrics need.
 
     Args:
-      outputs: dict with `masked_lm_logits` [b, P, vocab] and `next_sentence_logits` [b, 2].
+      outputs: dict with `masked_lm_logits` [b, P, vocab] and, unless the model was built
+        without next sentence prediction ("No NSP"), `next_sentence_logits` [b, 2].
       features: dict with `masked_lm_ids`, `masked_lm_weights` [b, P], `next_sentence_labels`.
 
     Returns:
       (scalar loss, dict of float32 scalar sums over this batch): `loss` (the batch's total
       loss), `mlm_loss` (the batch's MLM loss), `mlm_nll_sum` (sum of w * nll),
-      `mlm_correct_sum` (sum of w * correct), `mlm_weight_sum` (sum of w), `nsp_loss_sum`,
-      `nsp_correct_sum`, `nsp_count`.
+      `mlm_correct_sum` (sum of w * correct), `mlm_weight_sum` (sum of w) and, with NSP,
+      `nsp_loss_sum`, `nsp_correct_sum`, `nsp_count`.
     """
     mlm_logits = outputs["masked_lm_logits"]
-    nsp_logits = outputs["next_sentence_logits"]
     weights = tf.cast(features["masked_lm_weights"], tf.float32)
     mlm, nll = masked_lm_loss(mlm_logits, features["masked_lm_ids"], weights)
-    nsp, nsp_per_example = next_sentence_loss(nsp_logits, features["next_sentence_labels"])
-    total = mlm + nsp
-
     mlm_pred = tf.argmax(mlm_logits, axis=-1, output_type=tf.int32)
     mlm_correct = tf.cast(tf.equal(mlm_pred, tf.cast(features["masked_lm_ids"], tf.int32)),
                           tf.float32)
-    nsp_labels = tf.reshape(tf.cast(features["next_sentence_labels"], tf.int32), [-1])
-    nsp_pred = tf.argmax(nsp_logits, axis=-1, output_type=tf.int32)
-    nsp_correct = tf.cast(tf.equal(nsp_pred, nsp_labels), tf.float32)
     stats = {
-        "loss": total,
+        "loss": mlm,
         "mlm_loss": mlm,
         "mlm_nll_sum": tf.reduce_sum(weights * nll),
         "mlm_correct_sum": tf.reduce_sum(weights * mlm_correct),
         "mlm_weight_sum": tf.reduce_sum(weights),
-        "nsp_loss_sum": tf.reduce_sum(nsp_per_example),
-        "nsp_correct_sum": tf.reduce_sum(nsp_correct),
-        "nsp_count": tf.cast(tf.size(nsp_labels), tf.float32),
     }
+    if "next_sentence_logits" not in outputs:
+        return mlm, stats
+    nsp_logits = outputs["next_sentence_logits"]
+    nsp, nsp_per_example = next_sentence_loss(nsp_logits, features["next_sentence_labels"])
+    total = mlm + nsp
+    nsp_labels = tf.reshape(tf.cast(features["next_sentence_labels"], tf.int32), [-1])
+    nsp_pred = tf.argmax(nsp_logits, axis=-1, output_type=tf.int32)
+    nsp_correct = tf.cast(tf.equal(nsp_pred, nsp_labels), tf.float32)
+    stats.update(loss=total, nsp_loss_sum=tf.reduce_sum(nsp_per_example),
+                 nsp_correct_sum=tf.reduce_sum(nsp_correct),
+                 nsp_count=tf.cast(tf.size(nsp_labels), tf.float32))
     return total, stats
+
+
+def next_token_loss(outputs, features):
+    """The left-to-right LM's loss (the paper's "LTR & No NSP"): mean cross-entropy of
+    every real next token, and its statistics.
+
+    Position t predicts token t + 1 wherever both are real (`input_mask` 1): a sequence of
+    n real tokens gives n - 1 predictions; padding predicts and is predicted nothing.
+
+    Args:
+      outputs: dict with `next_token_logits` [b, seq, vocab] (position t's distribution
+        of token t + 1; the last position's is unused).
+      features: dict with `input_ids`, `input_mask` [b, seq].
+
+    Returns:
+      (scalar loss = sum(nll) / max(count, 1), dict of float32 scalars): `loss`,
+      `lm_nll_sum` (sum of the predicted tokens' nll), `lm_correct_sum` (argmax hits) and
+      `lm_count` (predicted tokens).
+    """
+    logits = tf.cast(outputs["next_token_logits"], tf.float32)[:, :-1, :]
+    targets = tf.cast(features["input_ids"], tf.int32)[:, 1:]
+    mask = tf.cast(features["input_mask"], tf.float32)
+    weights = mask[:, 1:] * mask[:, :-1]
+    nll = -tf.gather(tf.nn.log_softmax(logits, axis=-1), targets, axis=-1, batch_dims=2)
+    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), targets),
+                      tf.float32)
+    count = tf.reduce_sum(weights)
+    nll_sum = tf.reduce_sum(weights * nll)
+    loss = nll_sum / tf.maximum(count, 1.0)
+    return loss, {"loss": loss, "lm_nll_sum": nll_sum,
+                  "lm_correct_sum": tf.reduce_sum(weights * correct), "lm_count": count}
 
 
 # --- Sequence classification / regression (run_classifier) -------------------------------

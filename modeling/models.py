@@ -7,8 +7,6 @@ dtype policy. Weights exist right after construction.
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 from keras import ops
 
@@ -24,9 +22,12 @@ class _TaskModel(keras.Model):
     Attributes:
       config_fields: the constructor arguments (besides ``config``) that ``get_config``
         saves, each stored under its own name.
+      omitted_at_default: {config field: default} saved only when not at that default
+        (options added later: the configs of models without them stay as written before).
     """
 
     config_fields: tuple = ()
+    omitted_at_default: dict = {}
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
@@ -47,8 +48,9 @@ class _TaskModel(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config["config"] = dataclasses.asdict(self.bert_config)
-        config.update({name: getattr(self, name) for name in self.config_fields})
+        config["config"] = self.bert_config.explicit_dict()
+        config.update({name: getattr(self, name) for name in self.config_fields
+                       if self.omitted_at_default.get(name, ()) != getattr(self, name)})
         return config
 
     @classmethod
@@ -111,41 +113,81 @@ class _LabelsModel(_DenseHeadModel):
         return {"logits": self._head_logits(inputs, training=training)}
 
 
+# Pretraining objectives (the paper's Table 5): the masked LM, or a left-to-right LM.
+OBJECTIVES = ("mlm", "ltr")
+
+
 @keras.saving.register_keras_serializable(package="bert")
 class BertPretrainer(_TaskModel):
-    """BERT with the original pretraining heads (masked LM tied to the word embeddings + NSP).
+    """BERT with its pretraining heads: the original's masked LM tied to the word embeddings
+    + next sentence, or one of the paper's ablations (Table 5).
 
-    Call inputs: the encoder's dict plus ``masked_lm_positions`` int32 [batch, predictions].
+    Args:
+      config: ``BertConfig``.
+      next_sentence_prediction: the NSP head (False: "No NSP", masked LM only; the model
+        then has no ``next_sentence`` weights).
+      objective: "mlm" (masked LM) or "ltr" (left-to-right LM: every next token predicted,
+        through the same tied LM head, from a ``causal_attention`` encoder; no NSP).
 
-    Call outputs: ``masked_lm_logits`` float32 [batch, predictions, vocab_size] and
-    ``next_sentence_logits`` float32 [batch, 2].
+    Call inputs: the encoder's dict plus, for "mlm", ``masked_lm_positions`` int32
+    [batch, predictions].
+
+    Call outputs: "mlm": ``masked_lm_logits`` float32 [batch, predictions, vocab_size] and
+    (with NSP) ``next_sentence_logits`` float32 [batch, 2]; "ltr": ``next_token_logits``
+    float32 [batch, seq_length, vocab_size], position t's prediction of token t + 1.
     """
 
-    def __init__(self, config, **kwargs):
+    config_fields = ("next_sentence_prediction", "objective")
+    omitted_at_default = {"next_sentence_prediction": True, "objective": "mlm"}
+
+    def __init__(self, config, next_sentence_prediction=True, objective="mlm", **kwargs):
         super().__init__(config, **kwargs)
         c = self.bert_config
+        self.next_sentence_prediction = bool(next_sentence_prediction)
+        self.objective = objective
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective={objective!r}; expected one of {OBJECTIVES}")
+        if objective == "ltr" and not c.causal_attention:
+            raise ValueError("objective='ltr' needs an encoder with causal_attention (a "
+                             "left-to-right LM must not see the tokens it predicts)")
+        if objective == "mlm" and c.causal_attention:
+            raise ValueError("objective='mlm' with causal_attention: the masked LM reads "
+                             "both sides of a masked token")
+        if objective == "ltr" and self.next_sentence_prediction:
+            raise ValueError("objective='ltr' has no next sentence prediction (the paper's "
+                             "LTR & No NSP)")
+        # The LM head keeps its name (checkpoints: cls/predictions) for either objective.
         self.masked_lm = MaskedLMHead(
             vocab_size=c.vocab_size, hidden_size=c.hidden_size, hidden_act=c.hidden_act,
             initializer_range=c.initializer_range, layer_norm_epsilon=LAYER_NORM_EPSILON,
             dtype=self.dtype_policy, name="masked_lm")
-        self.next_sentence = DenseLogitsHead(
-            2, c.hidden_size, dropout_rate=0.0, initializer_range=c.initializer_range,
-            dtype=self.dtype_policy, name="next_sentence")
+        self.next_sentence = None
+        if self.next_sentence_prediction:
+            self.next_sentence = DenseLogitsHead(
+                2, c.hidden_size, dropout_rate=0.0, initializer_range=c.initializer_range,
+                dtype=self.dtype_policy, name="next_sentence")
         self.build()
 
     def build(self, input_shape=None):
         if self.built:
             return
         self.masked_lm.build()
-        self.next_sentence.build()
+        if self.next_sentence is not None:
+            self.next_sentence.build()
         self.built = True
 
     def call(self, inputs, training=None):
         outputs = self.encoder(self._encoder_inputs(inputs), training=training)
-        mlm = self.masked_lm(outputs["sequence_output"], inputs["masked_lm_positions"],
-                             embedding_table=self.encoder.word_embeddings)
-        nsp = self.next_sentence(outputs["pooled_output"], training=training)
-        return {"masked_lm_logits": mlm, "next_sentence_logits": nsp}
+        table = self.encoder.word_embeddings
+        if self.objective == "ltr":
+            return {"next_token_logits": self.masked_lm(outputs["sequence_output"], None,
+                                                        embedding_table=table)}
+        result = {"masked_lm_logits": self.masked_lm(
+            outputs["sequence_output"], inputs["masked_lm_positions"], embedding_table=table)}
+        if self.next_sentence is not None:
+            result["next_sentence_logits"] = self.next_sentence(outputs["pooled_output"],
+                                                                training=training)
+        return result
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -198,22 +240,77 @@ class BertMultipleChoice(_DenseHeadModel):
         return {"logits": keras.ops.reshape(logits, (shape[0], shape[1]))}
 
 
+def bilstm_layer(units: int, dtype_policy, name: str) -> keras.layers.Bidirectional:
+    """A bidirectional LSTM of `units` per direction returning every position's
+    [forward | backward] output (2 x units wide): the BiLSTM of the paper's feature-based
+    tagger (Table 7) and of its "+ BiLSTM" fine-tuning (Table 5)."""
+    return keras.layers.Bidirectional(
+        keras.layers.LSTM(units, return_sequences=True, dtype=dtype_policy),
+        dtype=dtype_policy, name=name)
+
+
+def run_bilstm(layers, x, input_mask, training=None):
+    """`x` [batch, seq, width] through the BiLSTM `layers` in turn, padding masked out
+    (the backward direction starts at each row's last real token); padding rows of the
+    result are zeroed. Returns [batch, seq, 2 x units]."""
+    mask = ops.cast(input_mask, "bool")
+    for layer in layers:
+        x = layer(x, mask=mask, training=training)
+    # A new tensor: Keras' attached mask stops here (the dense heads take none).
+    return ops.multiply(x, ops.cast(mask, x.dtype)[:, :, None])
+
+
 @keras.saving.register_keras_serializable(package="bert")
 class BertSpanLabeler(_DenseHeadModel):
     """Span head (SQuAD): one dense layer giving a start and an end logit per token.
+
+    Args:
+      config: ``BertConfig``.
+      bilstm_units: 0 (the original), or the units per direction of a randomly
+        initialised BiLSTM between the encoder and the span layer (the paper's "+ BiLSTM"
+        of Table 5, on the left-to-right model: it gives every token its right context).
 
     Call outputs: ``start_logits`` and ``end_logits``, float32 [batch, seq_length].
     """
 
     head_name = "span"
     encoder_output = "sequence_output"
+    config_fields = ("bilstm_units",)
+    omitted_at_default = {"bilstm_units": 0}
 
-    def __init__(self, config, **kwargs):
+    def __init__(self, config, bilstm_units=0, **kwargs):
         super().__init__(config, **kwargs)
+        self.bilstm_units = int(bilstm_units)
+        if self.bilstm_units < 0:
+            raise ValueError(f"bilstm_units={bilstm_units} must not be negative")
+        self.bilstm = (bilstm_layer(self.bilstm_units, self.dtype_policy, "bilstm")
+                       if self.bilstm_units else None)
         self._add_head(2, 0.0)
 
+    def _add_head(self, num_outputs, dropout_rate):
+        if self.bilstm is None:
+            return super()._add_head(num_outputs, dropout_rate)
+        c = self.bert_config
+        self.span = DenseLogitsHead(
+            num_outputs, 2 * self.bilstm_units, dropout_rate=dropout_rate,
+            initializer_range=c.initializer_range, dtype=self.dtype_policy, name="span")
+        self.build()
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        if self.bilstm is not None:
+            self.bilstm.build((None, None, self.bert_config.hidden_size))
+        super().build(input_shape)
+
     def call(self, inputs, training=None):
-        logits = self._head_logits(inputs, training=training)
+        if self.bilstm is None:
+            logits = self._head_logits(inputs, training=training)
+        else:
+            x = self.encoder(self._encoder_inputs(inputs),
+                             training=training)["sequence_output"]
+            x = run_bilstm([self.bilstm], x, inputs["input_mask"], training=training)
+            logits = self.span(x, training=training)
         return {"start_logits": logits[:, :, 0], "end_logits": logits[:, :, 1]}
 
 
@@ -331,10 +428,8 @@ class BertFeatureTagger(_TaskModel):
                                        name="feature_dropout")
         # One attribute per layer (checkpoints name them model/bilstm_<i>/...).
         for i in range(self.lstm_layers):
-            setattr(self, f"bilstm_{i}", keras.layers.Bidirectional(
-                keras.layers.LSTM(self.lstm_units, return_sequences=True,
-                                  dtype=self.dtype_policy),
-                dtype=self.dtype_policy, name=f"bilstm_{i}"))
+            setattr(self, f"bilstm_{i}", bilstm_layer(self.lstm_units, self.dtype_policy,
+                                                      f"bilstm_{i}"))
         # Not named "tagger": a BertTokenTagger checkpoint's head (other shape) must not
         # match it when such a checkpoint initialises the encoder.
         self.output_layer = DenseLogitsHead(
@@ -389,10 +484,5 @@ class BertFeatureTagger(_TaskModel):
 
     def call(self, inputs, training=None):
         x = self.feature_dropout(self.features(inputs), training=training)
-        mask = ops.cast(inputs["input_mask"], "bool")
-        for layer in self.bilstm_layers:
-            x = layer(x, mask=mask, training=training)
-        # Zero the padding (a new tensor: Keras' attached mask stops here, the dense head
-        # does not take one).
-        x = ops.multiply(x, ops.cast(mask, x.dtype)[:, :, None])
+        x = run_bilstm(self.bilstm_layers, x, inputs["input_mask"], training=training)
         return {"logits": self.output_layer(x, training=training)}

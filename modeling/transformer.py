@@ -12,17 +12,27 @@ from modeling import activations
 from modeling.config import ATTENTION_MASK_VALUE, LAYER_NORM_EPSILON
 
 
-def attention_bias_from_mask(input_mask):
-    """Additive attention bias from a padding mask, as the original builds it.
+def attention_bias_from_mask(input_mask, causal=False):
+    """Additive attention bias from a padding mask, as the original builds it; with
+    `causal`, also a left-to-right mask (query i attends to keys 0..i only).
 
     Args:
       input_mask: [batch, seq_length], 1 for real tokens and 0 for padding.
+      causal: add the left-to-right mask (the paper's LTR model).
 
     Returns:
-      float32 [batch, 1, 1, seq_length]: 0 where attending is allowed, -10000 elsewhere.
+      float32 [batch, 1, 1, seq_length] (or [batch, 1, seq_length, seq_length] when
+      causal): 0 where attending is allowed, -10000 elsewhere (-20000 where both masks
+      forbid it; either way exp() of it is 0 in float32).
     """
     mask = ops.cast(input_mask, "float32")
-    return ((1.0 - mask) * ATTENTION_MASK_VALUE)[:, None, None, :]
+    bias = ((1.0 - mask) * ATTENTION_MASK_VALUE)[:, None, None, :]
+    if not causal:
+        return bias
+    length = ops.shape(input_mask)[1]
+    positions = ops.arange(length)
+    later = ops.cast(positions[None, :] > positions[:, None], "float32")  # [query, key]
+    return bias + (later * ATTENTION_MASK_VALUE)[None, None, :, :]
 
 
 @tf.function(jit_compile=True, autograph=False)

@@ -228,6 +228,51 @@ def test_statistics_match_the_originals_masks_and_the_rules(prose, pairs):
         assert abs(a[name] - b[name]) < Z * np.sqrt(2) * se, (name, a, b)
 
 
+# The paper's Table 8 rows (MASK / SAME / RND) as (mask_token_rate, random_token_rate).
+TABLE_8 = [(0.8, 0.1), (1.0, 0.0), (0.8, 0.2), (0.8, 0.0), (0.0, 0.8), (0.0, 1.0)]
+
+
+@pytest.mark.parametrize("mask_rate, random_rate", TABLE_8,
+                         ids=[f"{m}_{r}" for m, r in TABLE_8])
+def test_table_8_rows_give_their_split(prose, pairs, mask_rate, random_rate):
+    """Each row of Table 8 on the fly: the same positions and labels as the default (the
+    rates change only what a position shows), [MASK] / kept shares within 4 standard
+    errors of the rates (a random draw is [MASK] or the label 1/V of the time), exactly
+    0 or 1 where a share is."""
+    masking = masking_of(prose, mask_token_rate=mask_rate, random_token_rate=random_rate)
+    masking.validate()
+    vocab = masking.vocab
+    ours, default = dynamic(pairs, masking, 1), dynamic(pairs, masking_of(prose), 1)
+    assert [m[1:] for m in ours] == [m[1:] for m in default]
+    stats = mask_statistics(pairs, ours, vocab)
+    masked = stats["masked"]
+    hit = random_rate / len(vocab.replacement_ids)
+    keep = round(1 - mask_rate - random_rate, 9)
+    for name, p in (("as_mask", mask_rate + hit), ("kept", keep + hit)):
+        if p in (0.0, 1.0):
+            assert stats[name] == p * masked, (name, stats)
+        else:
+            se = np.sqrt(p * (1 - p) / masked)
+            assert abs(stats[name] / masked - p) < Z * se, (name, stats[name] / masked, p)
+
+
+def test_masking_rates_are_checked_and_part_of_the_input_identity(prose, unmasked_records):
+    with pytest.raises(ValueError, match="--mask_token_rate=0.9 plus --random_token_rate=0.2"):
+        masking_of(prose, mask_token_rate=0.9, random_token_rate=0.2).validate()
+    records, _ = unmasked_records
+
+    def identity(masking):
+        config = input_pipeline.PretrainingInputConfig((records,), SEQ, PREDS, seed=1,
+                                                       masking=masking)
+        return input_pipeline.pretraining_input_identity(config, 8)["masking"]
+
+    # The default's identity is the one saved before the rates existed (its runs resume).
+    assert sorted(identity(masking_of(prose))) == ["do_whole_word_mask", "masked_lm_prob",
+                                                   "vocab_entries"]
+    other = identity(masking_of(prose, mask_token_rate=1.0, random_token_rate=0.0))
+    assert (other["mask_token_rate"], other["random_token_rate"]) == (1.0, 0.0)
+
+
 def test_random_replacements_come_from_the_whole_vocab(prose, pairs):
     """Replacements are uniform over every vocabulary entry (special and [unused] ones
     included, as the original's `list(vocab.keys())`): their mean id within 4 standard

@@ -183,7 +183,8 @@ def test_eval_of_a_checkpoint_matches_numpy(strategy, records, tmp_path):
     results = trainer.evaluate(_dataset_fn(records, 8, False))
     written = loop.read_eval_results(os.path.join(str(tmp_path), "eval_results.txt"))
     assert sorted(written) == ["global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
-                               "next_sentence_accuracy", "next_sentence_loss"]
+                               "masked_lm_perplexity", "next_sentence_accuracy",
+                               "next_sentence_loss"]
     with open(os.path.join(str(tmp_path), "eval_results.txt")) as f:
         assert [line.split(" = ")[0] for line in f] == sorted(written)
 
@@ -206,6 +207,7 @@ def test_eval_of_a_checkpoint_matches_numpy(strategy, records, tmp_path):
         count += len(labels)
     expected = {"loss": np.mean(batch_losses), "masked_lm_loss": nll_w / weight,
                 "masked_lm_accuracy": correct_w / weight,
+                "masked_lm_perplexity": np.exp(nll_w / weight),  # Table 6's "LM (ppl)"
                 "next_sentence_loss": nsp_nll / count, "next_sentence_accuracy":
                 nsp_correct / count, "global_step": 0}
     for key, value in expected.items():

@@ -129,12 +129,24 @@ def export_and_serve(model_type, run_dir, work_dir, serve_flags):
 
 
 LOG_LINE = re.compile(r"step (\d+)/(\d+) loss ([-\d.e+naif]+) mlm_acc ([\d.]+) nsp_acc ([\d.]+)")
+ANY_LOG_LINE = re.compile(r"step (\d+)/(\d+) loss ([-\d.e+naif]+)((?: [a-z_]+_acc [\d.]+)*) lr")
 
 
 def parse_log(output):
     """[(step, loss, mlm_acc, nsp_acc)] from the runner's progress lines."""
     return [(int(m.group(1)), float(m.group(3)), float(m.group(4)), float(m.group(5)))
             for m in LOG_LINE.finditer(output)]
+
+
+def parse_progress(output):
+    """[(step, loss, {label: accuracy})] from progress lines of any objective (no NSP,
+    left-to-right: other figures than `parse_log` reads)."""
+    lines = []
+    for m in ANY_LOG_LINE.finditer(output):
+        parts = m.group(4).split()
+        lines.append((int(m.group(1)), float(m.group(3)),
+                      {parts[i]: float(parts[i + 1]) for i in range(0, len(parts), 2)}))
+    return lines
 
 
 def write_corpus(path, num_docs=40, sentences=8, seed=0):
@@ -157,8 +169,13 @@ def write_corpus(path, num_docs=40, sentences=8, seed=0):
     return str(path)
 
 
-def make_records_with_cli(tmp_dir, *, seq=SEQ, preds=PREDS, shards=2, dupe_factor=3, seed=1):
-    """Runs `python -m data_prep.create_pretraining_data` over a small corpus; returns the glob."""
+def make_records_with_cli(tmp_dir, *, seq=SEQ, preds=PREDS, shards=2, dupe_factor=3, seed=1,
+                          extra=()):
+    """Runs `python -m data_prep.create_pretraining_data` over a small corpus; returns the glob.
+
+    `extra`: more flags (e.g. "--next_sentence_prediction=false"); with "--dynamic_masking"
+    the masking flags are left out (that tool refuses them then).
+    """
     from tests.conftest import write_vocab
     import pathlib
     tmp_dir = pathlib.Path(tmp_dir)
@@ -166,11 +183,13 @@ def make_records_with_cli(tmp_dir, *, seq=SEQ, preds=PREDS, shards=2, dupe_facto
     vocab = write_vocab(tmp_dir / "vocab.txt")
     corpus = write_corpus(tmp_dir / "corpus.txt")
     out = tmp_dir / "records.tfrecord"
+    masking = [] if "--dynamic_masking" in extra else [
+        f"--max_predictions_per_seq={preds}", "--masked_lm_prob=0.5"]
     cmd = [sys.executable, "-m", "data_prep.create_pretraining_data", f"--input_file={corpus}",
            f"--output_file={out}", f"--vocab_file={vocab}", f"--max_seq_length={seq}",
-           f"--max_predictions_per_seq={preds}", "--masked_lm_prob=0.5", "--short_seq_prob=0",
+           *masking, "--short_seq_prob=0",
            f"--dupe_factor={dupe_factor}", f"--random_seed={seed}", "--num_workers=1",
-           f"--num_output_shards={shards}"]
+           f"--num_output_shards={shards}", *extra]
     proc = subprocess.run(cmd, env=runner_env(), check=False, capture_output=True, text=True,
                           timeout=120, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]

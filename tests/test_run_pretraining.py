@@ -58,7 +58,9 @@ def test_loss_falls_and_eval_writes_every_key(one_device_run):
     assert "examples/s" in one_device_run["log"] and "eta" in one_device_run["log"]
     results = loop.read_eval_results(os.path.join(one_device_run["dir"], "eval_results.txt"))
     assert sorted(results) == ["global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
-                               "next_sentence_accuracy", "next_sentence_loss"]
+                               "masked_lm_perplexity", "next_sentence_accuracy",
+                               "next_sentence_loss"]
+    assert results["masked_lm_perplexity"] == pytest.approx(np.exp(results["masked_lm_loss"]))
     assert results["global_step"] == 100
     assert os.path.isdir(os.path.join(one_device_run["dir"], "train"))
     assert os.path.isdir(os.path.join(one_device_run["dir"], "eval"))

@@ -18,7 +18,9 @@ including whole-word masking):
   A's [SEP] joins A's last word, as in the original) in random order, each taken whole
   if it still fits in the count, else skipped;
 * each chosen position: [MASK] with probability 0.8, else kept (0.5) or replaced by a
-  uniformly random entry of the whole vocabulary (0.5), as the original's two draws;
+  uniformly random entry of the whole vocabulary (0.5), as the original's two draws; the
+  split is `mask_token_rate` / `random_token_rate` (the paper's Table 8; the defaults
+  0.8 / 0.1 give exactly the thresholds 0.8 and 0.5: `masking.two_draw_thresholds`);
 * output as the static records lay it out: `masked_lm_positions` ascending, then zeros;
   `masked_lm_ids` the original tokens (zeros after); `masked_lm_weights` 1.0 then 0.0.
 
@@ -34,8 +36,8 @@ import dataclasses
 import tensorflow as tf
 
 from data_prep import tokenization
-from data_prep.pretraining_data.config import PretrainingConfig
-from data_prep.pretraining_data.masking import MaskingVocab
+from data_prep.pretraining_data.config import PretrainingConfig, check_token_rates
+from data_prep.pretraining_data.masking import MaskingVocab, two_draw_thresholds
 
 
 class DynamicMaskingError(ValueError):
@@ -49,6 +51,8 @@ class DynamicMasking:
 
     Attributes:
       max_predictions_per_seq, masked_lm_prob, do_whole_word_mask: the original's flags.
+      mask_token_rate, random_token_rate: of the chosen positions, the shares shown as
+        [MASK] and as a random vocabulary entry (the rest keep their token).
       vocab: [CLS]/[SEP]/[MASK] ids, the replacement ids (every distinct vocab entry, as
         the original's `list(vocab.keys())`) and which ids are `##` pieces.
       seed: the run's seed (None: drawn at random when the pipeline is built).
@@ -61,6 +65,8 @@ class DynamicMasking:
     do_whole_word_mask: bool = False
     seed: int | None = None
     vocab_file: str = ""
+    mask_token_rate: float = 0.8
+    random_token_rate: float = 0.1
 
     @classmethod
     def from_vocab_file(cls, vocab_file: str, **settings) -> "DynamicMasking":
@@ -75,6 +81,7 @@ class DynamicMasking:
             max_seq_length=max(self.max_predictions_per_seq, 5),
             max_predictions_per_seq=self.max_predictions_per_seq,
             masked_lm_prob=self.masked_lm_prob).validate()
+        check_token_rates(self.mask_token_rate, self.random_token_rate)
 
 
 def _round_half_even_count(n, prob):
@@ -179,14 +186,16 @@ def mask_batch(example: dict, masking: DynamicMasking, seed) -> dict:
     positions = tf.where(valid, ordered, 0)
     labels = tf.where(valid, tf.gather(ids, positions, batch_dims=1), 0)
 
-    # 80% [MASK]; else 50/50 keep or a random vocabulary entry (the original's draws).
+    # [MASK] below t1 (80%); else kept below t2 (50%) or a random vocabulary entry: the
+    # original's two draws, at the rates' thresholds.
+    t1, t2 = two_draw_thresholds(masking.mask_token_rate, masking.random_token_rate)
     first = tf.random.stateless_uniform([batch, preds], seeds[1])
     second = tf.random.stateless_uniform([batch, preds], seeds[2])
     replacements = tf.constant(list(vocab.replacement_ids), tf.int32)
     random_ids = tf.gather(replacements, tf.random.stateless_uniform(
         [batch, preds], seeds[3], minval=0, maxval=len(vocab.replacement_ids),
         dtype=tf.int32))
-    shown = tf.where(first < 0.8, vocab.mask_id, tf.where(second < 0.5, labels, random_ids))
+    shown = tf.where(first < t1, vocab.mask_id, tf.where(second < t2, labels, random_ids))
     hit = tf.one_hot(positions, seq, dtype=tf.int32) * tf.cast(valid, tf.int32)[:, :, None]
     covered = tf.reduce_sum(hit, axis=1) > 0  # [batch, seq]
     masked_ids = tf.where(covered, tf.reduce_sum(hit * shown[:, :, None], axis=1), ids)

@@ -43,6 +43,8 @@ class PretrainingInputConfig:
         message naming the feature and the bert_config key (None: not checked).
       masking: for unmasked records (create_pretraining_data --dynamic_masking): how to
         mask them on the fly (training/dynamic_masking.py); None for masked records.
+      read_unmasked: the records are unmasked and read as they are, with no masking (the
+        left-to-right LM predicts every token of them).
     """
 
     input_patterns: Sequence[str]
@@ -55,6 +57,7 @@ class PretrainingInputConfig:
     vocab_size: int | None = None
     type_vocab_size: int | None = None
     masking: dynamic_masking.DynamicMasking | None = None
+    read_unmasked: bool = False
 
 
 def split_patterns(value: str) -> tuple[str, ...]:
@@ -96,6 +99,29 @@ def list_files(patterns: Sequence[str]) -> list[str]:
             raise FileNotFoundError(f"input_file pattern {pattern!r} matches no file")
         files.extend(matched)
     return files
+
+
+def record_summaries(files: Sequence[str]) -> dict:
+    """{summary path: its JSON} of the create_pretraining_data (or Beam) summaries beside
+    `files` that list any of them among their `output_files`: what the records were made
+    with (`config.next_sentence_prediction`, `dynamic_masking`, ...). Records without a
+    summary (written elsewhere, or copied without it) give none; an unreadable summary is
+    skipped with a warning (it only informs checks)."""
+    import json
+
+    names = {fileio.basename(path) for path in files}
+    found = {}
+    for directory in sorted({fileio.parent_dir(path) for path in files}):
+        for path in fileio.glob(f"{directory}/*{NOT_RECORDS_SUFFIX}"):
+            try:
+                summary = json.loads(fileio.read_text(path))
+                outputs = {fileio.basename(str(o)) for o in summary.get("output_files") or ()}
+            except (ValueError, OSError, tf.errors.OpError, AttributeError, TypeError) as err:
+                logging.warning("%s: not a readable records summary (%s); skipped", path, err)
+                continue
+            if outputs & names:
+                found[path] = summary
+    return found
 
 
 class RecordFileError(ValueError):
@@ -395,17 +421,26 @@ def check_pretraining_files(files: Sequence[str], max_seq_length: int,
     return next(iter(kinds.values()), None)
 
 
-def check_record_kind(schema, masking, path: str) -> None:
-    """Unmasked records need `masking`; masked ones must not get it (it would be ignored)."""
+def check_record_kind(schema, masking, path: str, read_unmasked: bool = False) -> None:
+    """Unmasked records need `masking` (or `read_unmasked`: the left-to-right LM reads them
+    as they are); masked ones must not get it (it would be ignored), and cannot be read
+    unmasked."""
+    if read_unmasked:
+        if schema is features.PRETRAINING:
+            raise dynamic_masking.DynamicMaskingError(
+                f"{path}: the records are masked, and --objective=ltr predicts every token "
+                "of unmasked text: make its records with create_pretraining_data "
+                "--next_sentence_prediction=false --dynamic_masking")
+        return
     if schema is features.PRETRAINING_UNMASKED and masking is None:
         raise dynamic_masking.DynamicMaskingError(
             f"{path}: the records are unmasked (create_pretraining_data --dynamic_masking); "
             "masking them on the fly needs --vocab_file (the vocab they were made with)")
     if schema is features.PRETRAINING and masking is not None:
         raise dynamic_masking.DynamicMaskingError(
-            f"{path}: the records are already masked; --vocab_file, --masked_lm_prob and "
-            "--do_whole_word_mask are for unmasked records (create_pretraining_data "
-            "--dynamic_masking) only")
+            f"{path}: the records are already masked; --vocab_file, --masked_lm_prob, "
+            "--do_whole_word_mask, --mask_token_rate and --random_token_rate are for "
+            "unmasked records (create_pretraining_data --dynamic_masking) only")
 
 
 def _parse_batch(serialized, spec):
@@ -435,7 +470,8 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
       `segment_ids`; int32 [batch, P] `masked_lm_positions`, `masked_lm_ids`; float32
       [batch, P] `masked_lm_weights`; int32 [batch, 1] `next_sentence_labels`. With
       `config.masking` the records are unmasked pairs and the masked-LM features are
-      drawn for each batch (training/dynamic_masking.py).
+      drawn for each batch (training/dynamic_masking.py); with `config.read_unmasked`
+      the unmasked features alone (no masked-LM features).
     """
     files = list_files(config.input_patterns)
     if check:
@@ -443,7 +479,7 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
                                          config.max_predictions_per_seq, config.compression,
                                          limits=_limits_of(config))
         if schema is not None:
-            check_record_kind(schema, config.masking, files[0])
+            check_record_kind(schema, config.masking, files[0], config.read_unmasked)
     compression = {compression_of(f, config.compression) for f in files}
     if len(compression) > 1:
         raise ValueError(f"input files mix compressed and uncompressed records: {files[:4]}...")
@@ -475,7 +511,8 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
     if is_training:
         dataset = dataset.shuffle(config.shuffle_buffer, seed=config.seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
-    schema = features.pretraining_schema(dynamic_masking=config.masking is not None)
+    schema = features.pretraining_schema(
+        dynamic_masking=config.masking is not None or config.read_unmasked)
     spec = schema.parse_spec(max_seq_length=config.max_seq_length,
                              max_predictions_per_seq=config.max_predictions_per_seq)
     dataset = dataset.map(lambda s: _check_ids(_parse_batch(s, spec), config),
@@ -495,7 +532,7 @@ def pretraining_input_identity(config: PretrainingInputConfig, batch_size: int) 
     directory is the same input; the position counts files and records), the GLOBAL
     batch size, the seed and every setting that changes the stream of batches."""
     masking = config.masking
-    return {
+    identity = {
         "kind": "pretraining",
         "files": [fileio.basename(path) for path in list_files(config.input_patterns)],
         "batch_size": int(batch_size), "seed": config.seed,
@@ -505,8 +542,16 @@ def pretraining_input_identity(config: PretrainingInputConfig, batch_size: int) 
         "masking": None if masking is None else {
             "masked_lm_prob": masking.masked_lm_prob,
             "do_whole_word_mask": masking.do_whole_word_mask,
-            "vocab_entries": len(masking.vocab.replacement_ids)},
+            "vocab_entries": len(masking.vocab.replacement_ids),
+            # Only when not the original's split: checkpoints of default runs keep the
+            # identity they were saved with (and resume).
+            **({} if (masking.mask_token_rate, masking.random_token_rate) == (0.8, 0.1)
+               else {"mask_token_rate": masking.mask_token_rate,
+                     "random_token_rate": masking.random_token_rate})},
     }
+    if config.read_unmasked:
+        identity["read_unmasked"] = True
+    return identity
 
 
 # --- Fine-tuning records (each task family's schema lives in its tasks/ package) --------------

@@ -4,8 +4,8 @@ What differs between runners lives in a small task object (`Task`): which featur
 model takes (`model_inputs`), the per-replica loss and the summed statistics
 (`loss_and_stats`), which statistics are per-replica means (`mean_keys`), the progress
 line's figures (`progress`) and the eval metrics (`metrics_from_totals`).
-`PretrainingTask` (masked LM + NSP) lives here; each fine-tuning task family's task object
-lives in the tasks layer (`tasks.common.classifier_task.ClassifierTask`,
+`PretrainingTask` (masked LM + NSP, masked LM alone, or the left-to-right LM) lives here;
+each fine-tuning task family's task object lives in the tasks layer (`tasks.common.classifier_task.ClassifierTask`,
 `tasks.squad.task.SpanTask`, ...);
 `TrainingLoop(strategy, model, optimizer, config, task)` is the loop, `PretrainingLoop` its
 pretraining spelling.
@@ -51,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import os
 import random
 import time
@@ -68,6 +69,8 @@ from training import checkpointing, distribution, run_dir, summaries
 # Pretraining's statistics and model inputs (kept as module names for existing callers).
 STAT_KEYS = ("loss", "mlm_loss", "mlm_nll_sum", "mlm_correct_sum", "mlm_weight_sum",
              "nsp_loss_sum", "nsp_correct_sum", "nsp_count")
+MLM_STAT_KEYS = STAT_KEYS[:5]  # masked LM without next sentence prediction ("No NSP")
+LTR_STAT_KEYS = ("loss", "lm_nll_sum", "lm_correct_sum", "lm_count")  # left-to-right LM
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
 # Per-step control values the replica step returns beside the task's statistics.
 _NONFINITE_GRADS = "_nonfinite_grads"
@@ -135,19 +138,43 @@ def build_encoder_model(model, max_seq_length):
     return model
 
 
+def _perplexity(mean_nll: float) -> float:
+    """exp(mean negative log-likelihood), inf where that overflows float64."""
+    return math.exp(mean_nll) if mean_nll < 700 else math.inf
+
+
 def eval_metrics(totals, global_step):
-    """The original's eval_results.txt figures from summed statistics."""
+    """The original's eval_results.txt figures from summed statistics, plus
+    `masked_lm_perplexity` (exp of the weighted mean masked-LM loss: the paper's "LM
+    (ppl)", Table 6); the next-sentence figures only when the totals have them (a run
+    without NSP reports none)."""
     steps = max(float(totals.get("steps", 0.0)), 1.0)
     weight = max(float(totals["mlm_weight_sum"]), 1e-12)
-    count = max(float(totals["nsp_count"]), 1.0)
-    return {
+    masked_lm_loss = float(totals["mlm_nll_sum"]) / weight
+    results = {
         "global_step": int(global_step),
         "loss": float(totals["loss"]) / steps,
         "masked_lm_accuracy": float(totals["mlm_correct_sum"]) / weight,
-        "masked_lm_loss": float(totals["mlm_nll_sum"]) / weight,
-        "next_sentence_accuracy": float(totals["nsp_correct_sum"]) / count,
-        "next_sentence_loss": float(totals["nsp_loss_sum"]) / count,
+        "masked_lm_loss": masked_lm_loss,
+        "masked_lm_perplexity": _perplexity(masked_lm_loss),
     }
+    if "nsp_count" in totals:
+        count = max(float(totals["nsp_count"]), 1.0)
+        results.update(next_sentence_accuracy=float(totals["nsp_correct_sum"]) / count,
+                       next_sentence_loss=float(totals["nsp_loss_sum"]) / count)
+    return results
+
+
+def next_token_eval_metrics(totals, global_step):
+    """The left-to-right LM's eval_results.txt figures: mean loss over batches, and over
+    every predicted token its loss, accuracy and perplexity (exp of that loss)."""
+    steps = max(float(totals.get("steps", 0.0)), 1.0)
+    count = max(float(totals["lm_count"]), 1e-12)
+    next_token_loss = float(totals["lm_nll_sum"]) / count
+    return {"global_step": int(global_step), "loss": float(totals["loss"]) / steps,
+            "next_token_accuracy": float(totals["lm_correct_sum"]) / count,
+            "next_token_loss": next_token_loss,
+            "next_token_perplexity": _perplexity(next_token_loss)}
 
 
 def write_eval_results(path, results):
@@ -205,34 +232,52 @@ class Task:
 
 
 class PretrainingTask(Task):
-    """Masked LM + next sentence (the original run_pretraining's loss and metrics).
+    """The pretraining objectives: masked LM + next sentence (the original run_pretraining's
+    loss and metrics), masked LM alone ("No NSP") or the left-to-right LM ("LTR & No NSP"),
+    the paper's Table 5.
 
     Args:
-      loss_fn: (outputs, features) -> (scalar loss, dict of STAT_KEYS scalars).
+      loss_fn: (outputs, features) -> (scalar loss, dict of the stat_keys' scalars);
+        default: `losses.pretraining_loss` (masked LM), `losses.next_token_loss` (ltr).
+      next_sentence_prediction: the model has the NSP head (masked LM only).
+      objective: "mlm" or "ltr" (`modeling.models.OBJECTIVES`).
     """
 
-    stat_keys = STAT_KEYS
-    mean_keys = ("loss", "mlm_loss")
-
-    def __init__(self, loss_fn: Callable = losses.pretraining_loss):
-        self.loss_fn = loss_fn
+    def __init__(self, loss_fn: Callable | None = None, *,
+                 next_sentence_prediction: bool = True, objective: str = "mlm"):
+        self.objective = objective
+        self.next_sentence_prediction = bool(next_sentence_prediction) and objective == "mlm"
+        if objective == "ltr":
+            self.loss_fn = loss_fn or losses.next_token_loss
+            self.stat_keys, self.mean_keys = LTR_STAT_KEYS, ("loss",)
+        else:
+            self.loss_fn = loss_fn or losses.pretraining_loss
+            self.stat_keys = STAT_KEYS if self.next_sentence_prediction else MLM_STAT_KEYS
+            self.mean_keys = ("loss", "mlm_loss")
 
     def model_inputs(self, features):
+        if self.objective == "ltr":
+            return {name: features[name] for name in ENCODER_INPUTS}
         return model_inputs(features)
 
     def loss_and_stats(self, outputs, features):
         return self.loss_fn(outputs, features)
 
     def metrics_from_totals(self, totals, global_step):
+        if self.objective == "ltr":
+            return next_token_eval_metrics(totals, global_step)
         return eval_metrics(totals, global_step)
 
     def progress(self, totals):
-        return [
-            ("masked_lm_accuracy", "mlm_acc",
-             totals["mlm_correct_sum"] / max(totals["mlm_weight_sum"], 1e-12)),
-            ("next_sentence_accuracy", "nsp_acc",
-             totals["nsp_correct_sum"] / max(totals["nsp_count"], 1.0)),
-        ]
+        if self.objective == "ltr":
+            return [("next_token_accuracy", "lm_acc",
+                     totals["lm_correct_sum"] / max(totals["lm_count"], 1e-12))]
+        figures = [("masked_lm_accuracy", "mlm_acc",
+                    totals["mlm_correct_sum"] / max(totals["mlm_weight_sum"], 1e-12))]
+        if self.next_sentence_prediction:
+            figures.append(("next_sentence_accuracy", "nsp_acc",
+                            totals["nsp_correct_sum"] / max(totals["nsp_count"], 1.0)))
+        return figures
 
 
 class TrainingLoop:
@@ -488,8 +533,10 @@ class TrainingLoop:
 
     def train(self, dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset],
               on_checkpoint: Callable[[int], None] | None = None,
-              input_identity: dict | None = None):
-        """Trains from the current global step to `num_train_steps`; returns the history.
+              input_identity: dict | None = None, *, until_step: int | None = None,
+              previous_input_identity: dict | None = None):
+        """Trains from the current global step to `num_train_steps` (or `until_step`);
+        returns the history.
 
         Args:
           dataset_fn: input_context -> batched dataset (repeating), batched with
@@ -503,6 +550,11 @@ class TrainingLoop:
             "seed" from `input_seed`, settings), saved with its position: a run resumed
             with another identity is refused (`checkpointing.InputPositionError`) naming
             what differs.
+          until_step: stop at this step (a phase of the run ends there, with a checkpoint);
+            the learning rate schedule still runs to `num_train_steps`.
+          previous_input_identity: the identity of the input a previous phase trained on
+            (`train_phases`): a checkpoint holding ITS position is where this input starts
+            (from its beginning), not an input to resume.
 
         Raises:
           FloatingPointError: a non-finite loss or gradient, naming the step.
@@ -511,18 +563,21 @@ class TrainingLoop:
         """
         cfg = self.config
         step = int(self.global_step.numpy())
-        if step >= cfg.num_train_steps:
-            logging.info("Global step %d already reaches num_train_steps=%d", step,
-                         cfg.num_train_steps)
+        end = cfg.num_train_steps if until_step is None else min(until_step,
+                                                                  cfg.num_train_steps)
+        if step >= end:
+            logging.info("Global step %d already reaches %s=%d", step,
+                         "num_train_steps" if end == cfg.num_train_steps else "the phase's end",
+                         end)
             return self.history
-        iterator = self._training_input(dataset_fn, input_identity)
+        iterator = self._training_input(dataset_fn, input_identity, previous_input_identity)
         writer = self._summary_writer("train")
         window = _Window(step, self.stat_keys)
         start_step, start_time = step, time.time()
         with lifecycle.stop_requests(self._request_stop) as request:
-            while step < cfg.num_train_steps:
+            while step < end:
                 next_save = (step // cfg.save_checkpoints_steps + 1) * cfg.save_checkpoints_steps
-                n = min(cfg.iterations_per_loop, cfg.num_train_steps - step, next_save - step)
+                n = min(cfg.iterations_per_loop, end - step, next_save - step)
                 out = self._train_fn(iterator, tf.constant(n, tf.int32))
                 bad_step = int(out["bad_step"].numpy())
                 if bad_step >= 0:
@@ -535,7 +590,7 @@ class TrainingLoop:
                 stopped = bool(out["stopped"].numpy())
                 step += done
                 window.add(out["totals"], done, float(out["skipped"].numpy()))
-                last = step >= cfg.num_train_steps
+                last = step >= end
                 if window.steps >= cfg.log_steps or last or stopped:
                     self._log(window, step, start_step, start_time, writer)
                     window = _Window(step, self.stat_keys)
@@ -569,11 +624,12 @@ class TrainingLoop:
         request.handled()
         raise SystemExit(request.exit_status())
 
-    def _training_input(self, dataset_fn, identity):
+    def _training_input(self, dataset_fn, identity, previous_identity=None):
         """The training iterator: a checkpointable host iterator of global batches whose
         position is restored from (and saved with) the checkpoints; under TPUStrategy the
         strategy's distributed iterator, whose position is not saved (see the module
-        docstring)."""
+        docstring). A restored checkpoint holding the position of `previous_identity`
+        (the input of the phase before) starts this input from its beginning."""
         path = self._restored_path
         if not distribution.feeds_from_host(self.strategy):
             logging.warning(
@@ -586,13 +642,24 @@ class TrainingLoop:
             num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1))
         iterator = iter(dataset)
         identity = json.loads(json.dumps(identity or {}, sort_keys=True))
+        new_phase = False
         if path:
             saved = checkpointing.saved_input_identity(path)
+            previous = json.loads(json.dumps(previous_identity, sort_keys=True))
             if saved is None:
                 logging.warning("%s holds no input position (written before exact resume, or "
                                 "under TPUStrategy): the input starts over", path)
+            elif previous is not None and saved == previous and saved != identity:
+                new_phase = True
+                logging.info("%s holds the position of the previous phase's input: this "
+                             "phase's input starts from its beginning", path)
             else:
                 _check_input_identity(path, saved, identity)
+        if new_phase:
+            # The restored checkpoint's input position is not this input's: an empty
+            # object takes TensorFlow's pending (deferred) restoration of it, so that
+            # attaching the new position below restores nothing into it.
+            self.checkpoint.input = tf.train.Checkpoint()
         position = checkpointing.input_position(iterator, identity)
         try:
             # Restores the saved position now when a checkpoint was restored (deferred
@@ -603,7 +670,7 @@ class TrainingLoop:
             raise checkpointing.InputPositionError(
                 f"{path}: its saved input position does not fit this input pipeline "
                 f"({message})") from err
-        if path and checkpointing.has_input_position(path):
+        if path and checkpointing.has_input_position(path) and not new_phase:
             logging.info("Input resumes at the position saved in %s", path)
         return iterator
 
@@ -776,15 +843,19 @@ def _pad_axis_1(array: np.ndarray, length: int) -> np.ndarray:
 
 
 class PretrainingLoop(TrainingLoop):
-    """The loop with the pretraining task (masked LM + NSP); see `TrainingLoop`.
+    """The loop with the pretraining task (masked LM + NSP by default); see `TrainingLoop`.
 
     Args:
-      loss_fn: (outputs, features) -> (scalar loss, dict of STAT_KEYS scalars).
+      loss_fn: (outputs, features) -> (scalar loss, dict of the task's stat_keys scalars);
+        None: the objective's own.
+      next_sentence_prediction, objective: the model's objective (`PretrainingTask`).
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, optimizer,
-                 config: LoopConfig, loss_fn: Callable = losses.pretraining_loss):
-        super().__init__(strategy, model, optimizer, config, PretrainingTask(loss_fn))
+                 config: LoopConfig, loss_fn: Callable | None = None, *,
+                 next_sentence_prediction: bool = True, objective: str = "mlm"):
+        super().__init__(strategy, model, optimizer, config, PretrainingTask(
+            loss_fn, next_sentence_prediction=next_sentence_prediction, objective=objective))
 
 
 class _Window:

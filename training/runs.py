@@ -119,12 +119,51 @@ def build_trainer(strategy, model_fn: Callable, task, *, hparams: Hyperparameter
     return model, loop.TrainingLoop(strategy, model, optimizer, loop_config, task)
 
 
+def check_attention_of(init_checkpoint: str, bert_config) -> None:
+    """Raises ValueError when `init_checkpoint` was trained with the other attention
+    direction than `bert_config`: a left-to-right (`causal_attention`) model fine-tuned
+    with its context opened both ways, or the reverse, would run silently on weights
+    that never saw such attention. Read from the `bert_config.json` (else the
+    `run_identity.json`) beside the checkpoint; nothing to compare without either."""
+    import json
+
+    from data_prep import fileio
+    from modeling.config import BertConfig, ConfigError
+
+    directory = init_checkpoint if fileio.isdir(init_checkpoint) else fileio.parent_dir(
+        init_checkpoint)
+    saved, source = None, None
+    for name in ("bert_config.json", "run_identity.json"):
+        path = f"{directory.rstrip('/')}/{name}"
+        if not fileio.exists(path):
+            continue
+        try:
+            values = json.loads(fileio.read_text(path))
+            values = values.get("bert_config", values) if name == "run_identity.json" \
+                else values
+            saved, source = BertConfig.from_dict(values, source=path).causal_attention, path
+            break
+        except (ValueError, OSError, AttributeError, ConfigError):
+            continue  # not a config we can read: the weights' own checks still apply
+    if saved is None or saved == bert_config.causal_attention:
+        return
+    ours = "left-to-right (causal_attention: true)" if bert_config.causal_attention \
+        else "bidirectional"
+    theirs = "left-to-right (causal_attention: true)" if saved else "bidirectional"
+    raise ValueError(
+        f"--init_checkpoint={init_checkpoint} is a {theirs} model ({source}) but "
+        f"--bert_config_file makes a {ours} encoder: use the bert_config.json the model was "
+        f"trained with ({directory.rstrip('/')}/bert_config.json)")
+
+
 def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bool) -> int:
     """Resumes from the run's own checkpoint, else loads `init_checkpoint` (encoder-only
-    allowed); returns the step training starts from."""
+    allowed; refused when its attention direction differs: `check_attention_of`); returns
+    the step training starts from."""
     from modeling import checkpoints
 
     def init_from_checkpoint():
+        check_attention_of(init_checkpoint, model.config)
         report = checkpoints.load_pretrained(init_checkpoint, model, partial=True)
         logging.info("Initialised from %s: %s", init_checkpoint, report)
 

@@ -129,15 +129,28 @@ def feature_tagger_head(model) -> list:
     if model.mix is not None:
         parts += [("mix/mix_weights", model.mix.mix_weights), ("mix/gamma", model.mix.gamma)]
     for i, bilstm in enumerate(model.bilstm_layers):
-        for direction, layer in (("forward", bilstm.forward_layer),
-                                 ("backward", bilstm.backward_layer)):
-            cell = layer.cell
-            for name in ("kernel", "recurrent_kernel", "bias"):
-                parts.append((f"bilstm_{i}/{direction}/{name}", getattr(cell, name)))
+        parts += _bilstm_parts(bilstm, f"bilstm_{i}")
     parts += [("dense/kernel", model.output_layer.dense.kernel),
               ("dense/bias", model.output_layer.dense.bias)]
-    return [WeightEntry(var, f"feature_tagger/{name}",
-                        "feature_tagger." + name.replace("/", "."))
+    return _own_entries(parts, "feature_tagger")
+
+
+def _bilstm_parts(bilstm, name: str) -> list:
+    """(name, variable) of a Bidirectional LSTM's cells: `name/forward|backward/kernel|
+    recurrent_kernel|bias`."""
+    parts = []
+    for direction, layer in (("forward", bilstm.forward_layer),
+                             ("backward", bilstm.backward_layer)):
+        cell = layer.cell
+        for weight in ("kernel", "recurrent_kernel", "bias"):
+            parts.append((f"{name}/{direction}/{weight}", getattr(cell, weight)))
+    return parts
+
+
+def _own_entries(parts, scope: str) -> list:
+    """Entries of weights with no original counterpart: `scope/name` (TF1) and
+    `scope.name` (Hugging Face), no transposes."""
+    return [WeightEntry(var, f"{scope}/{name}", f"{scope}." + name.replace("/", "."))
             for name, var in parts]
 
 
@@ -149,7 +162,8 @@ def weight_table(model) -> list:
     (run_pretraining), ``output_weights`` / ``output_bias`` (run_classifier; also used for
     token tagging), ``cls/squad/*`` (run_squad); Hugging Face: ``cls.*``, ``classifier.*``,
     ``qa_outputs.*``. The feature-based tagger's BiLSTM head has no original: it is
-    ``feature_tagger/*`` (``feature_tagger.*``).
+    ``feature_tagger/*`` (``feature_tagger.*``); nor has SQuAD's "+ BiLSTM":
+    ``squad_bilstm/*`` (``squad_bilstm.*``).
     """
     from modeling import models
 
@@ -164,10 +178,14 @@ def weight_table(model) -> list:
                              "cls.predictions.transform.LayerNorm")
         table.append(WeightEntry(mlm.output_bias, "cls/predictions/output_bias",
                                  "cls.predictions.bias"))
-        table += _logits_head(model.next_sentence, "cls/seq_relationship", "cls.seq_relationship")
+        if model.next_sentence is not None:  # None: trained without NSP
+            table += _logits_head(model.next_sentence, "cls/seq_relationship",
+                                  "cls.seq_relationship")
     elif isinstance(model, (models.BertClassifier, models.BertMultipleChoice)):
         table += _logits_head(model.classifier, "", "classifier")
     elif isinstance(model, models.BertSpanLabeler):
+        if model.bilstm is not None:  # "+ BiLSTM" (no original): squad_bilstm/...
+            table += _own_entries(_bilstm_parts(model.bilstm, "bilstm"), "squad_bilstm")
         table += _logits_head(model.span, "cls/squad", "qa_outputs")
     elif isinstance(model, models.BertTokenTagger):
         table += _logits_head(model.tagger, "", "classifier")

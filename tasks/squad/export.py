@@ -47,6 +47,8 @@ class SquadServingConfig(export.ServingConfig):
         highest start / end logits (the original's candidate filter).
       max_context_windows: most windows one example's context may need; a longer context
         is refused by the graph with an error instead of unbounded memory.
+      bilstm_units: the model's BiLSTM between encoder and span layer (run_squad.py
+        --bilstm_units; 0: none).
     """
 
     max_query_length: int = 64
@@ -54,8 +56,10 @@ class SquadServingConfig(export.ServingConfig):
     doc_stride: int = 128
     n_best_size: int = 20
     max_context_windows: int = 64
+    bilstm_units: int = 0
 
     model_type: ClassVar[str] = MODEL_TYPE
+    omitted_at_default: ClassVar[dict] = {"bilstm_units": 0}
 
 
 class SquadServing(export.ServingFamily):
@@ -78,10 +82,14 @@ class SquadServing(export.ServingFamily):
         export.FamilyFlag("max_context_windows", "integer", 64, "most windows one "
                           "context may need; a longer one is refused with an error "
                           "(bounded memory per request)."),
+        export.FamilyFlag("bilstm_units", "integer", 0, "the run's --bilstm_units (a "
+                          "BiLSTM under the span layer; 0: none); default: the run's "
+                          "metadata."),
     )
     default_max_seq_length = 384
     # The run's settings that the export takes (explicit flags override them).
-    RUN_SETTINGS = ("max_query_length", "doc_stride", "max_answer_length", "n_best_size")
+    RUN_SETTINGS = ("max_query_length", "doc_stride", "max_answer_length", "n_best_size",
+                    "bilstm_units")
 
     metadata_class = SquadExportMetadata
 
@@ -98,6 +106,9 @@ class SquadServing(export.ServingFamily):
             raise export.ExportError(
                 f"max_seq_length={config.max_seq_length} leaves no room for the context "
                 f"after max_query_length={config.max_query_length}")
+        if config.bilstm_units < 0:
+            raise export.ExportError(f"bilstm_units={config.bilstm_units} must not be "
+                                     "negative (0: no BiLSTM)")
         if min(config.doc_stride, config.n_best_size, config.max_answer_length,
                config.max_context_windows) < 1:
             raise export.ExportError(
@@ -108,12 +119,17 @@ class SquadServing(export.ServingFamily):
     def build_model(self, config, bert_config, dtype_policy):
         from modeling.models import BertSpanLabeler
 
-        return BertSpanLabeler(bert_config, dtype=dtype_policy)
+        return BertSpanLabeler(bert_config, bilstm_units=config.bilstm_units,
+                               dtype=dtype_policy)
 
     def check_model(self, model, config):
         from modeling.models import BertSpanLabeler
 
         export._expect_model(model, BertSpanLabeler, config)
+        if model.bilstm_units != config.bilstm_units:
+            raise export.ExportError(
+                f"the SQuAD model has bilstm_units={model.bilstm_units}; the settings say "
+                f"{config.bilstm_units}")
 
     def signatures(self, module):
         def serve(question, context):

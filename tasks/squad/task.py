@@ -120,6 +120,7 @@ class SquadSettings:
     verbose_logging: bool = False
     version_2_with_negative: bool = False
     null_score_diff_threshold: float = 0.0
+    bilstm_units: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,12 +132,23 @@ class SquadExportMetadata(export.ExportMetadata):
       max_query_length, doc_stride: how the run cut questions and contexts into windows.
       max_answer_length, n_best_size: how the run picked the answer span.
       (0: not recorded, metadata written before they were: the export's defaults apply.)
+      bilstm_units: the model's BiLSTM (run_squad.py --bilstm_units; 0: none, and the key
+        is then not written, as before it existed).
     """
 
     max_query_length: int = 0
     doc_stride: int = 0
     max_answer_length: int = 0
     n_best_size: int = 0
+    bilstm_units: int = 0
+
+    def to_json(self) -> str:
+        import json
+
+        data = json.loads(super().to_json())
+        if not self.bilstm_units:
+            del data["bilstm_units"]
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
 class SquadFamily(finetuning.TaskFamily):
@@ -160,7 +172,10 @@ class SquadFamily(finetuning.TaskFamily):
         self.results: dict = {}
 
     def identity(self) -> dict:
-        return {"task": "squad"}
+        # The BiLSTM changes the weights' meaning; named only when there is one, so the
+        # identity of the original's model is unchanged.
+        bilstm = self.settings.bilstm_units
+        return {"task": "squad", **({"bilstm_units": bilstm} if bilstm else {})}
 
     def validate(self, run) -> None:
         """The original's validate_flags_or_throw for the SQuAD flags; raises ValueError."""
@@ -178,6 +193,8 @@ class SquadFamily(finetuning.TaskFamily):
                 f"max_query_length ({cfg.max_query_length}) + 3")
         if cfg.doc_stride < 1:
             raise ValueError(f"--doc_stride={cfg.doc_stride} must be at least 1")
+        if cfg.bilstm_units < 0:
+            raise ValueError(f"--bilstm_units={cfg.bilstm_units} must be 0 (none) or more")
 
     def check_files(self, run) -> None:
         """Raises ValueError naming the flag of an input file that does not exist."""
@@ -229,7 +246,7 @@ class SquadFamily(finetuning.TaskFamily):
     def build_model(self, bert_config):
         from modeling.models import BertSpanLabeler
 
-        return BertSpanLabeler(bert_config)
+        return BertSpanLabeler(bert_config, bilstm_units=self.settings.bilstm_units)
 
     def loop_task(self):
         return SpanTask()
@@ -337,4 +354,4 @@ class SquadFamily(finetuning.TaskFamily):
             do_lower_case=run.do_lower_case, max_seq_length=run.max_seq_length,
             model_type=MODEL_TYPE, max_query_length=cfg.max_query_length,
             doc_stride=cfg.doc_stride, max_answer_length=cfg.max_answer_length,
-            n_best_size=cfg.n_best_size)
+            n_best_size=cfg.n_best_size, bilstm_units=cfg.bilstm_units)

@@ -1,0 +1,220 @@
+"""The paper's pretraining schedule (Appendix A.2) as one run in two phases: phase 1 at a
+short sequence length, phase 2 at a longer one on its own records, carrying the weights,
+the optimizer state and the step across; exact resume inside either phase and at the
+boundary; the position embeddings beyond phase 1's length trained in phase 2 only.
+
+Tiny scale: phase 1 at sequence length 16, phase 2 at 32 (the paper's 128 and 512).
+"""
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from modeling import optimization
+from modeling.config import BertConfig
+from modeling.models import BertPretrainer
+from tests import test_loop_support as S
+from training import checkpointing, distribution, input_pipeline, loop
+
+SHORT, LONG = (16, 3), (32, 5)  # (max_seq_length, max_predictions_per_seq) per phase
+BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    root = tmp_path_factory.mktemp("phases")
+    short, vocab = S.make_records_with_cli(root / "seq16", seq=SHORT[0], preds=SHORT[1])
+    long, _ = S.make_records_with_cli(root / "seq32", seq=LONG[0], preds=LONG[1], seed=2)
+    config = S.write_config(root / "bert_config.json", vocab_size=120, dropout=0.1)
+    return {"short": short, "long": long, "config": config, "root": root}
+
+
+# ------------------------------------------------------------------ in-process: the loop
+
+
+def _trainer(out, steps=10):
+    strategy = distribution.get_strategy("one_device")
+    keras.utils.set_random_seed(3)
+    with strategy.scope():
+        model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120, dropout=0.1)))
+        loop.build_pretraining_model(model, *SHORT)
+        optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
+            learning_rate=1e-3, num_train_steps=steps, num_warmup_steps=2))
+    config = loop.LoopConfig(output_dir=str(out), num_train_steps=steps,
+                             train_batch_size=BATCH, iterations_per_loop=2,
+                             save_checkpoints_steps=2, log_steps=2, keep_checkpoint_max=20)
+    trainer = loop.PretrainingLoop(strategy, model, optimizer, config)
+    trainer.restore_or_initialize()
+    return model, trainer
+
+
+def _phase(records, which):
+    seq, preds = SHORT if which == "short" else LONG
+    config = input_pipeline.PretrainingInputConfig((records[which],), seq, preds, seed=1)
+
+    def make(ctx):
+        return input_pipeline.pretraining_dataset(
+            config, batch_size=ctx.get_per_replica_batch_size(BATCH), is_training=True,
+            input_context=ctx)
+    return make, input_pipeline.pretraining_input_identity(config, BATCH)
+
+
+def _train_phases(trainer, records, phase1_steps=6, stop=None):
+    """Phase 1 to `phase1_steps`, phase 2 to the end (or to `stop`), as run_pretraining."""
+    previous = None
+    for which, end in (("short", phase1_steps), ("long", stop)):
+        dataset_fn, identity = _phase(records, which)
+        trainer.train(dataset_fn, input_identity=identity, until_step=end,
+                      previous_input_identity=previous)
+        if stop is not None and int(trainer.global_step.numpy()) >= stop:
+            return
+        previous = identity
+
+
+def _state(model, trainer):
+    return [v.numpy() for v in model.weights + trainer.base_optimizer.variables]
+
+
+def test_phase_two_starts_at_the_boundary_and_resumes_exactly(records, tmp_path):
+    """Uninterrupted; stopped at the boundary (the phase-1 checkpoint) and restarted;
+    stopped inside phase 2 and restarted: the same final weights and optimizer state, bit
+    for bit. Phase 2 without saying which input came before is refused, naming it."""
+    model, trainer = _trainer(tmp_path / "whole")
+    _train_phases(trainer, records)
+    assert int(trainer.global_step.numpy()) == 10
+    whole = _state(model, trainer)
+    # Rows 16+ of the position table: no gradient in phase 1 (Adam's moments exactly 0),
+    # trained in phase 2 up to its length 32, never beyond.
+    boundary, end = (str(tmp_path / "whole" / f"ckpt-{n}") for n in (6, 10))
+    for which in ("m", "v"):
+        assert not _slot(boundary, which)[SHORT[0]:].any(), which
+        assert _slot(boundary, which)[:SHORT[0]].any(), which
+        assert _slot(end, which)[SHORT[0]:LONG[0]].any(), which
+        assert not _slot(end, which)[LONG[0]:].any(), which
+
+    for name, stop in (("boundary", 6), ("inside_two", 8)):
+        _, trainer = _trainer(tmp_path / name)
+        _train_phases(trainer, records, stop=stop)
+        if name == "boundary":  # the long input is not the one ckpt-6 was reading
+            _, trainer = _trainer(tmp_path / name)
+            dataset_fn, identity = _phase(records, "long")
+            with pytest.raises(checkpointing.InputPositionError,
+                               match="max_seq_length: 16 there, 32 now"):
+                trainer.train(dataset_fn, input_identity=identity)
+        model, trainer = _trainer(tmp_path / name)  # a new process, as after a kill
+        assert int(trainer.global_step.numpy()) == stop
+        _train_phases(trainer, records)
+        for a, b in zip(_state(model, trainer), whole):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+# ----------------------------------------------------------------- the CLI, end to end
+
+
+def _flags(records, out, **changes):
+    flags = {
+        "input_file": records["short"], "phase2_input_file": records["long"],
+        "bert_config_file": records["config"], "output_dir": str(out),
+        "max_seq_length": SHORT[0], "max_predictions_per_seq": SHORT[1],
+        "phase2_max_seq_length": LONG[0], "phase2_max_predictions_per_seq": LONG[1],
+        "train_batch_size": BATCH, "eval_batch_size": BATCH, "learning_rate": 1e-3,
+        "num_train_steps": 200, "phase1_steps": 150, "num_warmup_steps": 10,
+        "iterations_per_loop": 5, "log_steps": 10, "save_checkpoints_steps": 10,
+        "keep_checkpoint_max": 30, "max_eval_steps": 2, "seed": 1, "do_train": "true",
+        "do_eval": "true",
+    }
+    flags.update(changes)
+    return flags
+
+
+def _run_until(flags, pattern):
+    """Starts run_pretraining and SIGKILLs it soon after `pattern` is printed."""
+    proc = subprocess.Popen(S.runner_command(**flags), env=S.runner_env(), cwd=S.REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timer = threading.Timer(180, proc.kill)
+    timer.start()
+    try:
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if pattern in line:
+                time.sleep(random.Random(pattern).uniform(0.0, 0.2))
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+        proc.wait(timeout=30)
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+
+
+def _tensor(path, name):
+    return tf.train.load_checkpoint(path).get_tensor(name)
+
+
+POSITIONS = "model/encoder/embeddings/position_embeddings/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _slot(path, which):
+    """The Adam moment (`which`: "m" or "v") of the position table in a checkpoint."""
+    names = [n for n, _ in tf.train.list_variables(path)
+             if n.startswith("optimizer/_variables/")]
+    shape = _tensor(path, POSITIONS).shape
+    found = [_tensor(path, n) for n in names if _tensor(path, n).shape == shape]
+    assert len(found) == 2, names  # m then v: the only slots of this shape
+    return found[0 if which == "m" else 1]
+
+
+@pytest.mark.slow
+def test_two_phases_in_one_run_killed_in_each_phase_resume_exactly(records, tmp_path):
+    """One command, 150 steps at length 16 then 50 at 32: its phase-2 steps read the
+    long records (eval too), rows 16-31 of the position table get no gradient in phase 1
+    (Adam's moments stay exactly 0 there; only the decoupled weight decay scales them,
+    as in the original) and do in phase 2, rows 32+ never; the same run SIGKILLed inside
+    each phase and restarted ends with the same checkpoint, bit for bit."""
+    whole = tmp_path / "whole"
+    rc, log = S.run_runner(**_flags(records, whole))
+    assert rc == 0, log[-4000:]
+    assert "phase 2 from step 150" in log
+    steps = [s for s, _, _ in S.parse_progress(log)]
+    assert steps == list(range(10, 201, 10)), steps
+    results = loop.read_eval_results(whole / "eval_results.txt")
+    assert results["global_step"] == 200
+
+    early, boundary, end = (str(whole / f"ckpt-{n}") for n in (10, 150, 200))
+    for which in ("m", "v"):
+        assert not _slot(boundary, which)[SHORT[0]:].any(), which
+        assert _slot(boundary, which)[:SHORT[0]].any(), which
+        assert _slot(end, which)[SHORT[0]:LONG[0]].all(), which
+        assert not _slot(end, which)[LONG[0]:].any(), which
+    before, after = _tensor(early, POSITIONS), _tensor(boundary, POSITIONS)
+    ratio = after[SHORT[0]:] / before[SHORT[0]:]
+    np.testing.assert_allclose(ratio, ratio.flat[0], rtol=1e-5)  # decay only
+    assert ratio.flat[0] < 1.0
+    moved = _tensor(end, POSITIONS)[SHORT[0]:LONG[0]] / after[SHORT[0]:LONG[0]]
+    assert np.ptp(moved) > 1e-2  # trained: no longer one common factor
+
+    killed = tmp_path / "killed"
+    flags = _flags(records, killed)
+    _run_until(flags, "ckpt-60")      # inside phase 1
+    _run_until(flags, "ckpt-170")     # inside phase 2
+    rc, log = S.run_runner(**flags)
+    assert rc == 0, log[-4000:]
+    assert "Resumed from" in log
+    final = str(killed / "ckpt-200")
+    reader, expected = tf.train.load_checkpoint(final), tf.train.load_checkpoint(end)
+    names = [n for n, _ in tf.train.list_variables(end) if not n.startswith("input/")
+             and "_CHECKPOINTABLE_OBJECT_GRAPH" not in n]
+    assert any(n.startswith("optimizer/") for n in names)
+    for name in names:
+        np.testing.assert_array_equal(reader.get_tensor(name), expected.get_tensor(name),
+                                      err_msg=name)
