@@ -5,8 +5,8 @@ flags (see training/flags.py and docs/pretraining.md), the paper's studies (Tabl
 objectives: `--next_sentence_prediction=false`, `--objective=ltr`; Table 8's masking split
 with dynamic masking: `--mask_token_rate`, `--random_token_rate`) and its two-phase
 schedule (Appendix A.2: `--phase2_input_file`, 90% of the steps at `--max_seq_length`, the
-rest at `--phase2_max_seq_length`, one run). The runner only parses flags into configs and
-calls the libraries:
+rest at `--phase2_max_seq_length`, one run). The runner only parses flags into a
+`training.pretraining.PretrainingRun` and calls `training.pretraining.run`:
 
     python run_pretraining.py --input_file=out/*.tfrecord --output_dir=/tmp/pretrain \\
       --bert_config_file=bert_config.json --do_train --do_eval --train_batch_size=32 \\
@@ -16,14 +16,11 @@ calls the libraries:
 
 from __future__ import annotations
 
-import dataclasses
-
-from absl import app, flags, logging
+from absl import app, flags
 
 from training import cli
 from training import flags as common_flags
-from training import runs
-from training.runtime import RuntimeConfig, setup_runtime
+from training.pretraining import MASKING_FLAGS, Phase2, PretrainingRun, run  # noqa: F401
 
 FLAGS = flags.FLAGS
 
@@ -80,51 +77,6 @@ _define(flags.DEFINE_integer, "phase2_train_batch_size", None,
 # The flags that only mean something with --phase2_input_file.
 _PHASE2_FLAGS = ("phase1_steps", "phase2_max_seq_length", "phase2_max_predictions_per_seq",
                  "phase2_train_batch_size")
-# The flags of on-the-fly masking (unmasked records read by the masked LM).
-_MASKING_FLAGS = ("vocab_file", "masked_lm_prob", "do_whole_word_mask", "mask_token_rate",
-                  "random_token_rate")
-
-
-@dataclasses.dataclass(frozen=True)
-class Phase2:
-    """The second phase of a two-phase run (the paper's Appendix A.2): from step
-    `start_step` to num_train_steps on other records, longer ones."""
-
-    input_patterns: tuple
-    start_step: int
-    max_seq_length: int
-    max_predictions_per_seq: int
-    train_batch_size: int
-
-
-@dataclasses.dataclass(frozen=True)
-class PretrainingRun:
-    """Everything one pretraining run needs, read from flags once."""
-
-    bert_config_file: str
-    input_patterns: tuple
-    output_dir: str
-    init_checkpoint: str | None
-    max_seq_length: int
-    max_predictions_per_seq: int
-    do_train: bool
-    do_eval: bool
-    train_batch_size: int
-    eval_batch_size: int
-    input_compression: str
-    runtime: RuntimeConfig
-    optimizer: "object"
-    loop: "object"
-    # Dynamic masking (unmasked records): None where the flag was not given.
-    vocab_file: str | None = None
-    masked_lm_prob: float | None = None
-    do_whole_word_mask: bool | None = None
-    mask_token_rate: float | None = None
-    random_token_rate: float | None = None
-    # The objective (the paper's Table 5) and the optional second phase (Appendix A.2).
-    next_sentence_prediction: bool = True
-    objective: str = "mlm"
-    phase2: Phase2 | None = None
 
 
 def run_config_from_flags(values=FLAGS) -> PretrainingRun:
@@ -190,7 +142,7 @@ def _objective_from_flags(values) -> tuple:
         if values["next_sentence_prediction"].present and nsp:
             raise ValueError("--objective=ltr has no next sentence prediction (the paper's "
                              "'LTR & No NSP'): drop --next_sentence_prediction=true")
-        given = [f"--{name}" for name in _MASKING_FLAGS if values[name].present]
+        given = [f"--{name}" for name in MASKING_FLAGS if values[name].present]
         if given:
             raise ValueError(f"{', '.join(given)}: --objective=ltr masks nothing (it predicts "
                              "every next token); these flags are for the masked LM")
@@ -224,251 +176,6 @@ def _phase2_from_flags(values) -> Phase2 | None:
             raise ValueError(f"--{name}={value} must be positive")
     return Phase2(split_patterns(values.phase2_input_file), start,
                   values.phase2_max_seq_length, values.phase2_max_predictions_per_seq, batch)
-
-
-def run(cfg: PretrainingRun) -> dict:
-    """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
-    strategy = setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
-
-    from training import distribution, run_dir
-
-    bert_config = model_config(cfg)
-    replicas = strategy.num_replicas_in_sync
-    runs.check_batch("train_batch_size", cfg.train_batch_size, replicas,
-                     cfg.loop.gradient_accumulation_steps)
-    runs.check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
-    if cfg.phase2 is not None:
-        runs.check_batch("phase2_train_batch_size", cfg.phase2.train_batch_size, replicas,
-                         cfg.loop.gradient_accumulation_steps)
-    # One run at a time in output_dir, and only runs of this model: locked and compared
-    # now, taken (`commit`) once the records, the model and its weights pass.
-    claimed = run_dir.claim(cfg.output_dir, run_identity(cfg, bert_config),
-                            is_chief=distribution.is_chief(strategy))
-    try:
-        return _train_and_evaluate(cfg, strategy, bert_config, claimed)
-    finally:
-        claimed.release()
-
-
-def model_config(cfg: PretrainingRun):
-    """The BertConfig the run trains: --bert_config_file's, made causal for
-    --objective=ltr; ValueError naming the flags when a sequence length does not fit its
-    position table or a causal config is given to the masked LM."""
-    bert_config = runs.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
-    if cfg.phase2 is not None and (cfg.phase2.max_seq_length
-                                   > bert_config.max_position_embeddings):
-        raise ValueError(
-            f"--phase2_max_seq_length={cfg.phase2.max_seq_length} is longer than "
-            f"max_position_embeddings={bert_config.max_position_embeddings} of "
-            f"--bert_config_file={cfg.bert_config_file}")
-    if cfg.objective == "ltr":
-        return dataclasses.replace(bert_config, causal_attention=True)
-    if bert_config.causal_attention:
-        raise ValueError(
-            f"--bert_config_file={cfg.bert_config_file} has causal_attention: true (a "
-            "left-to-right model) but --objective=mlm: the masked LM reads both sides of a "
-            "masked token; use --objective=ltr, or a config without causal_attention")
-    return bert_config
-
-
-def run_identity(cfg: PretrainingRun, bert_config) -> dict:
-    """What the checkpoints in output_dir are (`training.run_dir`): the model's config,
-    and the objective where it is not the original's (a left-to-right model says so in
-    its config's causal_attention), so a default run's identity is unchanged."""
-    identity = {"bert_config": bert_config.to_dict()}
-    if cfg.objective == "mlm" and not cfg.next_sentence_prediction:
-        identity["next_sentence_prediction"] = False
-    return identity
-
-
-@dataclasses.dataclass(frozen=True)
-class _PhaseInput:
-    """One phase's records as checked: where they are, their shapes and how to read them."""
-
-    flag: str
-    patterns: tuple
-    max_seq_length: int
-    max_predictions_per_seq: int
-    train_batch_size: int
-    files: list
-    limits: tuple
-    lengths: dict | None
-
-
-def _phase_inputs(cfg: PretrainingRun, bert_config):
-    """([_PhaseInput] of each phase, masking without its seed): every file's first record
-    checked against the flags, on the host, before any work (input_pipeline.RecordFileError,
-    DynamicMaskingError or ValueError naming the file), and the records' summaries against
-    the objective."""
-    from training import input_pipeline
-
-    masking = dynamic_masking_for(cfg, bert_config, None)
-    limits = input_pipeline.id_limits(
-        vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
-        masking=masking, bert_config_file=cfg.bert_config_file)
-    phases = [("--input_file", cfg.input_patterns, cfg.max_seq_length,
-               cfg.max_predictions_per_seq, cfg.train_batch_size)]
-    if cfg.phase2 is not None:
-        p = cfg.phase2
-        phases.append(("--phase2_input_file", p.input_patterns, p.max_seq_length,
-                       p.max_predictions_per_seq, p.train_batch_size))
-    checked = []
-    for flag, patterns, seq, preds, batch in phases:
-        files = input_pipeline.list_files(patterns)
-        schema = input_pipeline.check_pretraining_files(
-            files, seq, preds, cfg.input_compression, limits=limits)
-        if schema is not None:
-            input_pipeline.check_record_kind(schema, masking, files[0],
-                                             read_unmasked=cfg.objective == "ltr")
-        check_made_for_objective(cfg, flag, files)
-        lengths = None if schema is None else input_pipeline.record_lengths(schema, seq, preds)
-        checked.append(_PhaseInput(flag, patterns, seq, preds, batch, files, limits, lengths))
-    return checked, masking
-
-
-def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> None:
-    """Refuses records whose create_pretraining_data summary says they cannot teach the
-    objective: next sentence prediction from records without random next sentences
-    (--next_sentence_prediction=false: every label 0), and the left-to-right LM across
-    the random B of next-sentence pairs. Records without a summary are not judged."""
-    from training import input_pipeline
-
-    for path, summary in input_pipeline.record_summaries(files).items():
-        config = summary.get("config") or {}
-        pairs = config.get("next_sentence_prediction", True) is not False
-        if cfg.next_sentence_prediction and not pairs:
-            raise ValueError(
-                f"{path}: the records of {flag} were made with --next_sentence_prediction="
-                "false (B always follows A, every next_sentence_labels 0): next sentence "
-                "prediction cannot be learnt from them; pass --next_sentence_prediction=false "
-                "(the masked LM alone) or records with next-sentence pairs")
-        if cfg.objective == "ltr" and pairs:
-            raise ValueError(
-                f"{path}: the records of {flag} are next-sentence pairs (B is a random "
-                "document's text half the time): --objective=ltr reads contiguous text; make "
-                "its records with create_pretraining_data --next_sentence_prediction=false "
-                "--dynamic_masking")
-
-
-def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> dict:
-    """The run itself, in a claimed output_dir: check the records, build, restore or init,
-    commit the claim, train (phase by phase), evaluate."""
-    import os
-
-    from modeling import checkpoints, optimization
-    from modeling.models import BertPretrainer
-    from training import distribution, input_pipeline, loop
-
-    phases, masking = _phase_inputs(cfg, bert_config)
-    objective = {"next_sentence_prediction": cfg.next_sentence_prediction,
-                 "objective": cfg.objective}
-    with strategy.scope():
-        model = BertPretrainer(bert_config, **objective)
-        loop.build_pretraining_model(model, cfg.max_seq_length, cfg.max_predictions_per_seq)
-        optimizer = optimization.create_optimizer(cfg.optimizer)
-    trainer = loop.PretrainingLoop(strategy, model, optimizer, cfg.loop, **objective)
-
-    def init_from_checkpoint():
-        runs.check_attention_of(cfg.init_checkpoint, bert_config)
-        report = checkpoints.load_pretrained(cfg.init_checkpoint, model, partial=True)
-        logging.info("Initialised from %s: %s", cfg.init_checkpoint, report)
-
-    start_step = trainer.restore_or_initialize(
-        init_from_checkpoint if cfg.init_checkpoint else None)
-    claimed.commit()  # every check passed: the directory is this run's
-    if cfg.objective == "ltr" and distribution.is_chief(strategy):
-        # The left-to-right encoder's config beside its checkpoints: fine-tuning and export
-        # read it there (causal_attention), as they must to keep the left-only context.
-        path = os.path.join(cfg.output_dir, "bert_config.json")
-        bert_config.to_json_file(path)
-        logging.info("Wrote %s (causal_attention: true): fine-tune this model with "
-                     "--bert_config_file=%s", path, path)
-
-    # The seed the input was (or is now) built with: a resumed run continues its input
-    # from the position saved in the checkpoint (TrainingLoop.train).
-    seed = trainer.input_seed(cfg.runtime.seed)
-    if masking is not None:
-        masking = dataclasses.replace(masking, seed=seed)
-
-    def input_config(phase):
-        return input_pipeline.PretrainingInputConfig(
-            phase.patterns, phase.max_seq_length, phase.max_predictions_per_seq,
-            compression=cfg.input_compression, seed=seed,
-            vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
-            masking=masking and dataclasses.replace(
-                masking, max_predictions_per_seq=phase.max_predictions_per_seq),
-            read_unmasked=cfg.objective == "ltr")
-
-    def dataset_fn(config, batch_size, is_training):
-        def make(input_context):
-            return input_pipeline.pretraining_dataset(
-                config, batch_size=input_context.get_per_replica_batch_size(batch_size),
-                is_training=is_training, input_context=input_context, check=False)
-        return make
-
-    def naming_bad_records(phase):
-        return input_pipeline.naming_bad_records(phase.patterns, cfg.input_compression,
-                                                 limits=phase.limits, lengths=phase.lengths)
-
-    ends = [cfg.phase2.start_step] if cfg.phase2 is not None else []
-    logging.info("%d input file(s), first %s%s; training from step %d to %d%s",
-                 len(phases[0].files), phases[0].files[0],
-                 " (unmasked: dynamic masking)" if masking else "", start_step,
-                 cfg.loop.num_train_steps,
-                 f" (phase 2 from step {ends[0]} on {phases[1].files[0]} and "
-                 f"{len(phases[1].files) - 1} more)" if ends else "")
-    if cfg.do_train:
-        previous = None
-        for phase, end in zip(phases, ends + [None]):
-            config = input_config(phase)
-            identity = input_pipeline.pretraining_input_identity(config,
-                                                                 phase.train_batch_size)
-            with naming_bad_records(phase):
-                trainer.train(dataset_fn(config, phase.train_batch_size, True),
-                              input_identity=identity, until_step=end,
-                              previous_input_identity=previous)
-            previous = identity
-    results = {}
-    if cfg.do_eval:
-        # The records of the phase the model is in (phase 2's once it has begun).
-        step = int(trainer.global_step.numpy())
-        phase = phases[-1] if ends and step > ends[0] else phases[0]
-        with naming_bad_records(phase):
-            results = trainer.evaluate(dataset_fn(input_config(phase), cfg.eval_batch_size,
-                                                  False))
-        for key in sorted(results):
-            logging.info("  %s = %s", key, results[key])
-    return results
-
-
-def dynamic_masking_for(cfg: PretrainingRun, bert_config, seed):
-    """The on-the-fly masking of unmasked records from the flags (None without
-    --vocab_file); DynamicMaskingError names the flag that does not fit."""
-    from training import dynamic_masking
-
-    if cfg.vocab_file is None:
-        given = [f"--{name}" for name in _MASKING_FLAGS[1:] if getattr(cfg, name) is not None]
-        if given:
-            raise dynamic_masking.DynamicMaskingError(
-                f"{', '.join(given)}: only for unmasked records (create_pretraining_data "
-                "--dynamic_masking), which also need --vocab_file")
-        return None
-    masking = dynamic_masking.DynamicMasking.from_vocab_file(
-        cfg.vocab_file, max_predictions_per_seq=cfg.max_predictions_per_seq,
-        masked_lm_prob=0.15 if cfg.masked_lm_prob is None else cfg.masked_lm_prob,
-        do_whole_word_mask=bool(cfg.do_whole_word_mask), seed=seed,
-        mask_token_rate=0.8 if cfg.mask_token_rate is None else cfg.mask_token_rate,
-        random_token_rate=0.1 if cfg.random_token_rate is None else cfg.random_token_rate)
-    try:
-        masking.validate()
-    except ValueError as err:
-        raise dynamic_masking.DynamicMaskingError(str(err)) from None
-    largest = max(masking.vocab.replacement_ids)
-    if largest >= bert_config.vocab_size:
-        raise dynamic_masking.DynamicMaskingError(
-            f"--vocab_file={cfg.vocab_file} has ids up to {largest} but bert_config's "
-            f"vocab_size is {bert_config.vocab_size}: not the model's vocab")
-    return masking
 
 
 def main(argv):

@@ -2,15 +2,13 @@
 
 docs/paper.md is the single source of truth: each shell block there is preceded by an HTML
 comment naming it (`<!-- scaled: NAME ... -->` or `<!-- full: NAME ... -->`) with
-`expects: PATH [KEY ...]` lines (what a scaled-down block must write under $W) and
-`pending: SCRIPT --flag=value ...` lines (flags other branches are adding). Here:
+`expects: PATH [KEY ...]` lines (what a scaled-down block must write under $W). Here:
 
 * fast: every block parses, has a marker, and every `--flag` it gives a script is one of
-  that script's flags (read from `SCRIPT --helpxml`, or `--help` for argparse tools), unless
-  the block lists it as pending; the pending ones still missing are reported;
+  that script's flags (read from `SCRIPT --helpxml`, or `--help` for argparse tools);
 * slow: the `setup` block runs once in a temporary $W, then every other scaled-down block,
   in page order, as `bash -e` in the repository's root with the project's Python first on
-  PATH; a block whose pending flags the script still refuses is skipped, naming them.
+  PATH.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import shlex
 import subprocess
 import sys
 import time
-import warnings
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -46,7 +43,6 @@ class Block:
     name: str
     code: str
     line: int                      # line of the fence in paper.md
-    pending: list = dataclasses.field(default_factory=list)   # [(script, [--flag=value])]
     expects: list = dataclasses.field(default_factory=list)   # [(path under $W, [key])]
 
 
@@ -60,9 +56,7 @@ def parse_blocks(text: str) -> list:
         for line in lines[1:]:
             key, _, value = line.partition(":")
             words = value.split()
-            if key == "pending" and words:
-                block.pending.append((words[0], words[1:]))
-            elif key == "expects" and words:
+            if key == "expects" and words:
                 block.expects.append((words[0], words[1:]))
             else:
                 raise ValueError(f"{PAPER}:{block.line}: bad marker line {line!r} in {block.name}")
@@ -155,29 +149,6 @@ def script_flags(script: str) -> frozenset | None:
     return frozenset(re.findall(r"^\s+(?:-\w, )?--([\w-]+)", proc.stdout, re.M))
 
 
-@functools.lru_cache(maxsize=None)
-def accepts(script: str, flag_values: tuple) -> bool:
-    """True when `script` exists and parses `flag_values` (absl's `--only_check_args`
-    parses the command line and exits; `--helpxml` would not check the flags before it)."""
-    if not _exists(script):
-        return False
-    proc = subprocess.run(script_argv(script) + list(flag_values) + ["--only_check_args"],
-                          cwd=REPO_ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=120, check=False)
-    if proc.returncode == 0:
-        return True
-    # Refused: by one of these flags (unknown, or a value it cannot parse), or only for
-    # a required flag the check leaves out (the data tools), which is not about them.
-    names = [value[2:].split("=", 1)[0] for value in flag_values]
-    return not any(f"'{name}'" in proc.stderr or f"--{name}=" in proc.stderr for name in names)
-
-
-def missing_pending(block: Block) -> list:
-    """The pending `SCRIPT --flag=value` items of `block` its script still refuses."""
-    return [f"{script} {' '.join(values)}" for script, values in block.pending
-            if not accepts(script, tuple(values))]
-
-
 def read_keys(path: str) -> list:
     """The keys of a results file: a JSON object's, a TSV's header fields and first
     column, or `key = value` lines'."""
@@ -240,10 +211,6 @@ def test_every_shell_block_is_marked_and_scaled_blocks_say_what_they_write():
         assert commands(block.code), f"{block.name} runs no python command"
         for relative, _ in block.expects:
             assert not os.path.isabs(relative), f"{block.name}: {relative} is not under $W"
-    for block in BLOCKS:
-        for script, values in block.pending:
-            assert values or not _exists(script), f"{block.name}: pending {script} names no flag"
-            assert all(v.startswith("--") for v in values), (block.name, values)
 
 
 def test_parser_reads_continuations_heredocs_and_modules():
@@ -255,31 +222,19 @@ def test_parser_reads_continuations_heredocs_and_modules():
 
 
 def test_every_flag_of_every_block_exists_in_its_script():
-    """A flag the script does not define fails, unless the block marks it pending."""
-    unknown, waiting = [], []
+    """A flag the script does not define fails (and a script that does not exist)."""
+    unknown = []
     for block in BLOCKS:
-        pending = {(script, value[2:].split("=", 1)[0])
-                   for script, values in block.pending for value in values}
-        pending_scripts = {script for script, _ in block.pending}
         for script, names in commands(block.code):
             known = script_flags(script)
             if known is None:
-                if script in pending_scripts:
-                    waiting.append(f"{block.name}: {script} (not there yet)")
-                else:
-                    unknown.append(f"{block.name}: no script {script}")
+                unknown.append(f"{block.name}: no script {script}")
                 continue
             for name in names:
                 if name in known or (name.startswith("no") and name[2:] in known):
                     continue
-                if (script, name) in pending:
-                    waiting.append(f"{block.name}: {script} --{name}")
-                else:
-                    unknown.append(f"{block.name}: {script} has no --{name}")
+                unknown.append(f"{block.name}: {script} has no --{name}")
     assert not unknown, "\n".join(unknown)
-    if waiting:
-        warnings.warn("docs/paper.md blocks waiting for flags not merged yet:\n"
-                      + "\n".join(sorted(set(waiting))))
 
 
 # ---- slow: the scaled-down blocks, end to end ----------------------------------------------
@@ -298,8 +253,5 @@ def paper_dir(tmp_path_factory):
 @pytest.mark.parametrize("block", SCALED[1:], ids=lambda b: b.name)
 def test_scaled_block_runs_and_writes_its_outputs(block, paper_dir):
     """The block exits 0 in $W after the setup block and writes its `expects:` files."""
-    missing = missing_pending(block)
-    if missing:
-        pytest.skip(f"{block.name}: flags not merged yet: {'; '.join(missing)}")
     run_block(block, paper_dir)
     check_expects(block, paper_dir)
