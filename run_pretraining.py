@@ -20,7 +20,7 @@ from absl import app, flags
 
 from training import cli
 from training import flags as common_flags
-from training.pretraining import MASKING_FLAGS, Phase2, PretrainingRun, run  # noqa: F401
+from training.pretraining import MASKING_SETTINGS, Phase2, PretrainingRun, run  # noqa: F401
 
 FLAGS = flags.FLAGS
 
@@ -142,7 +142,7 @@ def _objective_from_flags(values) -> tuple:
         if values["next_sentence_prediction"].present and nsp:
             raise ValueError("--objective=ltr has no next sentence prediction (the paper's "
                              "'LTR & No NSP'): drop --next_sentence_prediction=true")
-        given = [f"--{name}" for name in MASKING_FLAGS if values[name].present]
+        given = [f"--{name}" for name in MASKING_SETTINGS if values[name].present]
         if given:
             raise ValueError(f"{', '.join(given)}: --objective=ltr masks nothing (it predicts "
                              "every next token); these flags are for the masked LM")

@@ -15,9 +15,10 @@ from absl import logging
 from training import runs
 from training.runtime import RuntimeConfig, setup_runtime
 
-# The flags of on-the-fly masking (unmasked records read by the masked LM).
-MASKING_FLAGS = ("vocab_file", "masked_lm_prob", "do_whole_word_mask", "mask_token_rate",
-                 "random_token_rate")
+# The settings of on-the-fly masking (unmasked records read by the masked LM), named as
+# their run_pretraining.py flags.
+MASKING_SETTINGS = ("vocab_file", "masked_lm_prob", "do_whole_word_mask", "mask_token_rate",
+                    "random_token_rate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +284,7 @@ def dynamic_masking_for(cfg: PretrainingRun, bert_config, seed):
     from training import dynamic_masking
 
     if cfg.vocab_file is None:
-        given = [f"--{name}" for name in MASKING_FLAGS[1:] if getattr(cfg, name) is not None]
+        given = [f"--{name}" for name in MASKING_SETTINGS[1:] if getattr(cfg, name) is not None]
         if given:
             raise dynamic_masking.DynamicMaskingError(
                 f"{', '.join(given)}: only for unmasked records (create_pretraining_data "
