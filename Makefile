@@ -18,8 +18,10 @@ $(VENV)/.runtime: requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . || $(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-beam.txt
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-beam.txt requirements-reference.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	rm -rf $(VENV)/reference
+	$(PY) -m pip install --quiet --no-deps --target $(VENV)/reference -r requirements-reference.txt
 	touch $@
 
 demo: $(VENV)/.runtime

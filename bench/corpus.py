@@ -72,8 +72,13 @@ DEFAULT_UNIQUE_MB = 0.58
 def source_files() -> list[tuple[str, pathlib.Path]]:
     """(relative name, path) of every source file read, in the corpus's fixed order."""
     roots = [("stdlib", pathlib.Path(sysconfig.get_paths()["stdlib"]))]
-    site = pathlib.Path(sysconfig.get_paths()["purelib"])
-    roots += [(package, site / package) for package in PACKAGES if (site / package).is_dir()]
+    # The venv's packages, then the test references installed beside them (seqeval, scipy,
+    # scikit-learn: requirements-reference.txt); a package found in both is read once.
+    bases = [pathlib.Path(sysconfig.get_paths()["purelib"]),
+             pathlib.Path(sys.prefix) / "reference"]
+    for package in PACKAGES:
+        found = [base / package for base in bases if (base / package).is_dir()]
+        roots += [(package, found[0])] if found else []
     files = []
     for label, root in roots:
         for path in root.rglob("*.py"):

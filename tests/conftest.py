@@ -9,6 +9,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
+# The reference libraries only this process imports (seqeval, scipy, scikit-learn): kept
+# out of the venv's site-packages so that the CLI subprocesses' `import tensorflow` does
+# not load them (requirements-reference.txt). Appended: the venv's numpy comes first.
+REFERENCE_LIBS = os.path.join(sys.prefix, "reference")
+if os.path.isdir(REFERENCE_LIBS) and REFERENCE_LIBS not in sys.path:
+    sys.path.append(REFERENCE_LIBS)
 
 import pytest  # noqa: E402
 
