@@ -21,7 +21,7 @@ $(VENV)/.runtime: requirements.txt pyproject.toml
 $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-beam.txt requirements-reference.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	rm -rf $(VENV)/reference
-	$(PY) -m pip install --quiet --no-deps --target $(VENV)/reference -r requirements-reference.txt
+	$(PY) -m pip install --quiet --target $(VENV)/reference -r requirements-reference.txt
 	touch $@
 
 demo: $(VENV)/.runtime
