@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 DEMO_OUTPUT ?= demo_output
 PYTEST_ARGS ?=
 # The suite runs on this many processes (pytest-xdist; most tests use one core: 2 workers
-# take the suite from ~31 to ~19 minutes on a 2-core machine). TEST_WORKERS=0: one process.
+# take the suite from ~31 to ~19 minutes on a 2-core machine, 3 are slower there).
+# TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast bench clean
