@@ -313,3 +313,27 @@ def test_one_command_writes_the_whole_submission_and_a_rerun_trains_nothing(tmp_
     assert "Training on" not in log
     with zipfile.ZipFile(out / "submission.zip") as archive:
         assert {name: archive.read(name).decode() for name in ZIP_NAMES} == files
+
+
+@pytest.mark.slow
+def test_wnli_finetune_trains_wnli_like_any_other_task(tmp_path):
+    """--wnli=finetune: WNLI is fine-tuned in its folder (no majority baseline), and its
+    predictions are a submission file the server takes."""
+    write_glue(tmp_path / "glue")
+    write_vocab(tmp_path / "vocab.txt")
+    S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    out = tmp_path / "out"
+    code, log = _run(_command(tmp_path, out, "--tasks=WNLI", "--wnli=finetune"))
+    assert code == 0, log[-4000:]
+    assert "WNLI: the majority class" not in log
+    assert "Training on" in log
+    assert (out / "WNLI" / "eval_results.txt").exists()
+    assert (out / "WNLI" / "run_results.json").exists()
+    rows = _test_rows(tmp_path / "glue")["WNLI.tsv"]
+    lines = (out / "WNLI" / "WNLI.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction"
+    assert [line.split("\t")[0] for line in lines[1:]] == [str(i) for i in range(rows)]
+    assert {line.split("\t")[1] for line in lines[1:]} <= LABELS["WNLI.tsv"]
+    assert not (out / "submission.zip").exists()  # the other tasks were not run
+    dev = (out / "glue_dev_results.tsv").read_text().splitlines()
+    assert dev[0] == "task\tmetric\tvalue" and dev[1].startswith("WNLI\t")
