@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DEMO_OUTPUT ?= demo_output
 PYTEST_ARGS ?=
 # The suite runs on this many processes (pytest-xdist; most tests use one core: 2 workers
-# take the suite from ~31 to ~19 minutes on a 2-core machine, 3 are slower there).
+# take the suite from ~31 to ~17-19 minutes on a 2-core machine, 3 are slower there).
 # TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
