@@ -12,6 +12,7 @@ step.
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -63,24 +64,29 @@ def _run(command, timeout=300):
     return done.returncode, done.stdout + done.stderr
 
 
-def _signal_while_training(command, sig, delay, timeout=300):
-    """Starts `command`, waits for its first progress line, sleeps `delay` s and sends
-    `sig` if it still runs; returns (returncode, output, landed: it was still running)."""
+PROGRESS = re.compile(r"step (\d+)/\d+ loss ")
+
+
+def _signal_while_training(command, sig, delay, after_step=1, timeout=300):
+    """Starts `command`, waits for the progress line of a step >= `after_step` (or of the
+    first step it runs, if it resumes past it), sleeps `delay` s and sends `sig` if it still
+    runs; returns (returncode, output, landed: it was still running)."""
     proc = subprocess.Popen(command, env=S.runner_env(), cwd=S.REPO_ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, training = [], threading.Event()
+    lines, reached = [], threading.Event()
 
     def drain():
         for line in proc.stdout:
             lines.append(line)
-            if STEP_LINE in line and " loss " in line:
-                training.set()
-        training.set()
+            match = PROGRESS.search(line)
+            if match and int(match.group(1)) >= after_step:
+                reached.set()
+        reached.set()
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        training.wait(timeout=timeout)
+        reached.wait(timeout=timeout)
         time.sleep(delay)
         landed = proc.poll() is None
         if landed:
@@ -93,8 +99,9 @@ def _signal_while_training(command, sig, delay, timeout=300):
     return proc.returncode, "".join(lines), landed
 
 
-def _check_exact(reference_dir, resumed_dir, steps):
-    """Same final checkpoint bit for bit, every logged loss equal to the reference's."""
+def _check_exact(reference_dir, resumed_dir, steps, lost=()):
+    """Same final checkpoint bit for bit, every logged loss equal to the reference's, and
+    the `lost` steps (logged past the checkpoint a kill resumed from) logged again."""
     reference = _state(str(reference_dir / f"ckpt-{steps}"))
     resumed = _state(str(resumed_dir / f"ckpt-{steps}"))
     assert sorted(resumed) == sorted(reference)
@@ -107,24 +114,30 @@ def _check_exact(reference_dir, resumed_dir, steps):
     assert sorted(logged) == sorted(expected), (sorted(logged), sorted(expected))
     for step, values in logged.items():
         assert all(v == expected[step][0] for v in values), (step, values, expected[step])
-    return logged
+    for step in lost:
+        assert len(logged[step]) > 1, (step, "was not run again after the kill")
 
 
-def _killed_and_resumed(command, out, rng, kills, max_delay):
-    """Kills `command` with SIGKILL `kills` times at random moments of its training, then
-    runs it to the end; returns how many kills landed."""
-    landed = 0
-    for _ in range(kills):
-        code, log, was_running = _signal_while_training(command, signal.SIGKILL,
-                                                         rng.uniform(0.0, max_delay))
+def _killed_and_resumed(command, out, rng, kills, steps, max_delay=0.05):
+    """Kills `command` with SIGKILL `kills` times, each at a random moment shortly after the
+    progress line of a random step (sorted, so the kills spread over the run), then runs it
+    to the end. Returns (kills that landed, the steps logged after the checkpoint a killed
+    run resumes from: the ones the next run must run and log again)."""
+    landed, lost = 0, set()
+    for target in sorted(rng.sample(range(1, steps - 1), kills)):
+        code, log, was_running = _signal_while_training(
+            command, signal.SIGKILL, rng.uniform(0.0, max_delay), after_step=target)
         if was_running:
             assert code == -signal.SIGKILL, log[-3000:]
             landed += 1
+            latest = tf.train.latest_checkpoint(str(out))
+            resumes_at = int(latest.rsplit("-", 1)[1]) if latest else 0
+            lost |= {step for step in _losses(str(out / "train")) if step > resumes_at}
         else:
             assert code == 0, log[-3000:]
     code, log = _run(command)
     assert code == 0, log[-3000:]
-    return landed, log
+    return landed, lost
 
 
 # ---------------------------------------------------------------------- pretraining
@@ -173,10 +186,11 @@ def static_reference(data, tmp_path_factory):
 def test_pretraining_killed_at_random_moments_equals_the_uninterrupted_run(
         data, static_reference, tmp_path):
     out = tmp_path / "killed"
-    landed, _ = _killed_and_resumed(_pretraining(data, out), out, random.Random(24), 3, 1.0)
+    landed, lost = _killed_and_resumed(_pretraining(data, out), out, random.Random(24), 3,
+                                       STEPS)
     assert landed >= 2, "the runs finished before their kill: nothing was checked"
-    logged = _check_exact(static_reference, out, STEPS)
-    assert any(len(values) > 1 for values in logged.values())  # steps were run again
+    assert lost, "every kill came right after a checkpoint: no step was run again"
+    _check_exact(static_reference, out, STEPS, lost)
 
 
 def test_dynamic_masking_mirrored_killed_equals_the_uninterrupted_run(data, tmp_path):
@@ -188,10 +202,10 @@ def test_dynamic_masking_mirrored_killed_equals_the_uninterrupted_run(data, tmp_
     assert code == 0, log[-3000:]
     assert "MirroredStrategy with 2 replica(s)" in log and "dynamic masking" in log
     out = tmp_path / "killed"
-    landed, _ = _killed_and_resumed(_pretraining(data, out, **common), out,
-                                    random.Random(25), 2, 1.0)
+    landed, lost = _killed_and_resumed(_pretraining(data, out, **common), out,
+                                       random.Random(25), 2, STEPS)
     assert landed >= 1, "the runs finished before their kill: nothing was checked"
-    _check_exact(reference, out, STEPS)
+    _check_exact(reference, out, STEPS, lost)
 
 
 def test_sigterm_saves_the_step_it_arrived_in_and_the_restart_loses_none(
@@ -271,7 +285,7 @@ def test_classifier_with_length_buckets_killed_equals_the_uninterrupted_run(tmp_
     assert code == 0, log[-3000:]
     steps = 60  # 48 examples / 4 x 5 epochs
     out = tmp_path / "killed"
-    landed, _ = _killed_and_resumed(_classifier_command(tmp_path, out), out,
-                                    random.Random(27), 2, 1.0)
+    landed, lost = _killed_and_resumed(_classifier_command(tmp_path, out), out,
+                                       random.Random(27), 2, steps)
     assert landed >= 1, "the runs finished before their kill: nothing was checked"
-    _check_exact(reference, out, steps)
+    _check_exact(reference, out, steps, lost)
