@@ -103,6 +103,42 @@ def test_the_causal_key_is_written_only_when_true(tmp_path):
         BertConfig.from_dict(dict(default.to_dict(), causal_attention="yes"))
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["ltr", "bidirectional"])
+def test_an_ltr_model_written_for_another_ecosystem_says_what_that_code_computes(
+        causal, tmp_path, caplog):
+    """Google's layout and Hugging Face's hold an LTR model's weights exactly (converted
+    back, the outputs are ours), but Google's modeling.py ignores causal_attention and
+    Hugging Face pools the first token: writing either warns, naming the folder; a
+    bidirectional model writes without a word."""
+    import logging
+
+    from modeling import checkpoints
+
+    keras.utils.set_random_seed(3)
+    encoder = BertEncoder(tiny(causal))
+    inputs = batch()
+    expected = encoder(inputs)
+    with caplog.at_level(logging.WARNING, logger="absl"):
+        checkpoints.export_tf1_checkpoint(encoder, encoder.config, str(tmp_path / "tf1"))
+        checkpoints.convert(str(tmp_path / "tf1"), str(tmp_path / "hf"), "hf")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    back = BertEncoder(BertConfig.from_config_file(str(tmp_path / "hf" / "config.json")))
+    checkpoints.load_pretrained(str(tmp_path / "hf"), back)
+    for key in ("sequence_output", "pooled_output"):
+        np.testing.assert_allclose(back(inputs)[key].numpy(), expected[key].numpy(),
+                                   rtol=1e-5, atol=1e-6, err_msg=key)
+    if not causal:
+        assert warnings == [] and "is_decoder" not in hf_config
+        return
+    assert hf_config["is_decoder"] is True
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith(f"{tmp_path / 'tf1'}: ")
+    assert "Google's modeling.py ignores the key" in warnings[0]
+    assert warnings[1].startswith(f"{tmp_path / 'hf'}: ")
+    assert "pools the FIRST token" in warnings[1] and "pooler_output" in warnings[1]
+
+
 # -------------------------------------------------------------- objectives and losses
 
 

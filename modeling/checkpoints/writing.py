@@ -8,6 +8,7 @@ from typing import Optional
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from data_prep import fileio
 from modeling.checkpoints.common import HF, KINDS, OURS, TF1, CheckpointError
@@ -35,16 +36,44 @@ def _external_arrays(model, kind: str) -> dict:
     return arrays
 
 
+def causal_attention_caveat(config: BertConfig, kind: str) -> Optional[str]:
+    """What another ecosystem's code makes of a left-to-right (``causal_attention``) model
+    written in its layout, or None: the weights are exact, but the other code does not
+    compute what this project does with them, and a user of the files must know."""
+    if not config.causal_attention:
+        return None
+    if kind == HF:
+        return ("a left-to-right model (causal_attention) written with \"is_decoder\": true: "
+                "Hugging Face's BertModel keeps the causal attention but pools the FIRST token "
+                "([CLS], which under causal attention has seen nothing else); this project "
+                "pools the last real token, so pooler_output and the heads that read it "
+                "(e.g. BertForSequenceClassification) differ from ours there; "
+                "sequence_output does not")
+    if kind == TF1:
+        return ("a left-to-right model: bert_config.json keeps \"causal_attention\": true, "
+                "which this project reads; Google's modeling.py ignores the key and would run "
+                "this model with bidirectional attention")
+    return None
+
+
+def _warn_causal(config: BertConfig, kind: str, out_dir: str) -> None:
+    caveat = causal_attention_caveat(config, kind)
+    if caveat:
+        logging.warning("%s: %s", out_dir, caveat)
+
+
 def export_tf1_checkpoint(model, config: BertConfig, out_dir: str, *,
                           vocab_file: Optional[str] = None) -> str:
     """Writes ``model`` as Google's layout: ``bert_model.ckpt.*`` + ``bert_config.json``.
 
     The checkpoint holds exactly the original variable names and shapes, so
     ``tf.train.load_checkpoint`` and the original code's ``init_from_checkpoint`` read it.
+    A left-to-right model is written with a warning (``causal_attention_caveat``).
 
     Returns:
       The checkpoint prefix ``out_dir/bert_model.ckpt``.
     """
+    _warn_causal(config, TF1, out_dir)
     tf.io.gfile.makedirs(out_dir)
     prefix = os.path.join(out_dir, "bert_model.ckpt")
     arrays = tf1_arrays(model)
@@ -62,13 +91,15 @@ def export_hf_checkpoint(model, config: BertConfig, out_dir: str, *,
                          vocab_file: Optional[str] = None) -> str:
     """Writes ``model`` as a Hugging Face directory: ``model.safetensors`` + ``config.json``.
 
-    The GELU form is kept ("gelu_exact" -> "gelu", "gelu_tanh" -> "gelu_new").
+    The GELU form is kept ("gelu_exact" -> "gelu", "gelu_tanh" -> "gelu_new"). A
+    left-to-right model is written with a warning (``causal_attention_caveat``).
 
     Returns:
       The path of ``model.safetensors``.
     """
     from safetensors.numpy import save
 
+    _warn_causal(config, HF, out_dir)
     tf.io.gfile.makedirs(out_dir)
     path = os.path.join(out_dir, "model.safetensors")
     fileio.write_bytes(path, save(_external_arrays(model, HF), metadata={"format": "pt"}))
