@@ -28,8 +28,6 @@ from tests.conftest import TINY_VOCAB, write_vocab
 
 pytestmark = pytest.mark.slow
 
-STEP_LINE = "step "
-
 
 def _losses(event_dir):
     """{step: [every logged loss]} from the train summaries of every run in the directory
