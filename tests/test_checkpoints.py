@@ -173,3 +173,22 @@ def test_classifier_checkpoint_names_follow_run_classifier(tmp_path):
     load_pretrained(prefix, again)
     np.testing.assert_array_equal(again.classifier.dense.kernel.numpy(),
                                   model.classifier.dense.kernel.numpy())
+
+
+def test_googles_graph_runs_an_exported_ltr_model_bidirectionally(tmp_path):
+    """What the TF1 export's warning says: the original's modeling.py reads the
+    bert_config.json we write (with "causal_attention": true) and ignores the key, so it
+    computes our bidirectional encoder on the same weights, not our left-to-right one."""
+    config = BertConfig.from_dict(dict(tiny_config_dict(), causal_attention=True))
+    inputs = tiny_inputs(tiny_config_dict())
+    causal = BertEncoder(config)
+    ours = causal(_encoder_inputs(inputs))
+    prefix = checkpoints.export_tf1_checkpoint(causal, config, str(tmp_path / "ltr"))
+    written = json.loads((tmp_path / "ltr" / "bert_config.json").read_text())
+    assert written["causal_attention"] is True
+    theirs = run_original_graph(written, inputs, checkpoint=prefix, with_heads=False)
+    bidirectional = BertEncoder(BertConfig.from_dict(tiny_config_dict()))
+    load_pretrained(prefix, bidirectional)
+    expected = bidirectional(_encoder_inputs(inputs))["sequence_output"].numpy()
+    np.testing.assert_allclose(theirs["layers"][-1], expected, atol=ATOL)
+    assert np.abs(theirs["layers"][-1] - ours["sequence_output"].numpy()).max() > 1e-3

@@ -108,7 +108,7 @@ def test_an_ltr_model_written_for_another_ecosystem_says_what_that_code_computes
         causal, tmp_path, caplog):
     """Google's layout and Hugging Face's hold an LTR model's weights exactly (converted
     back, the outputs are ours), but Google's modeling.py ignores causal_attention and
-    Hugging Face pools the first token: writing either warns, naming the folder; a
+    Hugging Face's pooler reads the first token: writing either warns, naming the folder; a
     bidirectional model writes without a word."""
     import logging
 
@@ -136,7 +136,7 @@ def test_an_ltr_model_written_for_another_ecosystem_says_what_that_code_computes
     assert warnings[0].startswith(f"{tmp_path / 'tf1'}: ")
     assert "Google's modeling.py ignores the key" in warnings[0]
     assert warnings[1].startswith(f"{tmp_path / 'hf'}: ")
-    assert "pools the FIRST token" in warnings[1] and "pooler_output" in warnings[1]
+    assert "BertPooler reads the FIRST token" in warnings[1] and "pooler_output" in warnings[1]
 
 
 # -------------------------------------------------------------- objectives and losses

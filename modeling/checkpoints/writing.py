@@ -36,30 +36,23 @@ def _external_arrays(model, kind: str) -> dict:
     return arrays
 
 
-def causal_attention_caveat(config: BertConfig, kind: str) -> Optional[str]:
-    """What another ecosystem's code makes of a left-to-right (``causal_attention``) model
-    written in its layout, or None: the weights are exact, but the other code does not
-    compute what this project does with them, and a user of the files must know."""
+def _warn_if_causal(config: BertConfig, kind: str, out_dir: str) -> None:
+    """Warns, naming ``out_dir``, what another ecosystem's code makes of a left-to-right
+    (``causal_attention``) model written in its layout: the weights are exact, but that
+    code does not compute what this project does with them."""
     if not config.causal_attention:
-        return None
+        return
     if kind == HF:
-        return ("a left-to-right model (causal_attention) written with \"is_decoder\": true: "
-                "Hugging Face's BertModel keeps the causal attention but pools the FIRST token "
-                "([CLS], which under causal attention has seen nothing else); this project "
-                "pools the last real token, so pooler_output and the heads that read it "
-                "(e.g. BertForSequenceClassification) differ from ours there; "
-                "sequence_output does not")
-    if kind == TF1:
-        return ("a left-to-right model: bert_config.json keeps \"causal_attention\": true, "
-                "which this project reads; Google's modeling.py ignores the key and would run "
-                "this model with bidirectional attention")
-    return None
-
-
-def _warn_causal(config: BertConfig, kind: str, out_dir: str) -> None:
-    caveat = causal_attention_caveat(config, kind)
-    if caveat:
-        logging.warning("%s: %s", out_dir, caveat)
+        caveat = ("a left-to-right model (causal_attention), written with \"is_decoder\": "
+                  "true; Hugging Face's BertPooler reads the FIRST token ([CLS], which under "
+                  "causal attention has seen only itself) where this project reads the last "
+                  "real token: pooler_output and the heads on it (e.g. "
+                  "BertForSequenceClassification) differ from ours there")
+    else:
+        caveat = ("a left-to-right model: bert_config.json keeps \"causal_attention\": true, "
+                  "which this project reads; Google's modeling.py ignores the key and runs "
+                  "this model with bidirectional attention")
+    logging.warning("%s: %s", out_dir, caveat)
 
 
 def export_tf1_checkpoint(model, config: BertConfig, out_dir: str, *,
@@ -68,12 +61,11 @@ def export_tf1_checkpoint(model, config: BertConfig, out_dir: str, *,
 
     The checkpoint holds exactly the original variable names and shapes, so
     ``tf.train.load_checkpoint`` and the original code's ``init_from_checkpoint`` read it.
-    A left-to-right model is written with a warning (``causal_attention_caveat``).
+    A left-to-right model is written with a warning (``_warn_if_causal``).
 
     Returns:
       The checkpoint prefix ``out_dir/bert_model.ckpt``.
     """
-    _warn_causal(config, TF1, out_dir)
     tf.io.gfile.makedirs(out_dir)
     prefix = os.path.join(out_dir, "bert_model.ckpt")
     arrays = tf1_arrays(model)
@@ -84,6 +76,7 @@ def export_tf1_checkpoint(model, config: BertConfig, out_dir: str, *,
     config.to_json_file(os.path.join(out_dir, "bert_config.json"))
     if vocab_file:
         fileio.copy_file(vocab_file, os.path.join(out_dir, "vocab.txt"))
+    _warn_if_causal(config, TF1, out_dir)
     return prefix
 
 
@@ -92,14 +85,13 @@ def export_hf_checkpoint(model, config: BertConfig, out_dir: str, *,
     """Writes ``model`` as a Hugging Face directory: ``model.safetensors`` + ``config.json``.
 
     The GELU form is kept ("gelu_exact" -> "gelu", "gelu_tanh" -> "gelu_new"). A
-    left-to-right model is written with a warning (``causal_attention_caveat``).
+    left-to-right model is written with a warning (``_warn_if_causal``).
 
     Returns:
       The path of ``model.safetensors``.
     """
     from safetensors.numpy import save
 
-    _warn_causal(config, HF, out_dir)
     tf.io.gfile.makedirs(out_dir)
     path = os.path.join(out_dir, "model.safetensors")
     fileio.write_bytes(path, save(_external_arrays(model, HF), metadata={"format": "pt"}))
@@ -107,6 +99,7 @@ def export_hf_checkpoint(model, config: BertConfig, out_dir: str, *,
                       json.dumps(config.to_hf_dict(), indent=2, sort_keys=True) + "\n")
     if vocab_file:
         fileio.copy_file(vocab_file, os.path.join(out_dir, "vocab.txt"))
+    _warn_if_causal(config, HF, out_dir)
     return path
 
 
