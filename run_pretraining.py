@@ -32,7 +32,9 @@ _define(flags.DEFINE_integer, "max_predictions_per_seq", 20,
         "Maximum number of masked LM predictions per sequence. Must match data generation.")
 _define(flags.DEFINE_integer, "num_train_steps", 100000, "Number of training steps.")
 _define(flags.DEFINE_integer, "num_warmup_steps", 10000, "Number of warmup steps.")
-_define(flags.DEFINE_integer, "max_eval_steps", 100, "Maximum number of eval steps.")
+_define(flags.DEFINE_integer, "max_eval_steps", 100,
+        "Maximum number of eval steps (at least 1, as the original's Estimator required; "
+        "fewer when the eval records run out).")
 _define(flags.DEFINE_string, "input_compression", "auto",
         "TFRecord compression: auto (GZIP for *.gz / *.gzip), GZIP, ZLIB or NONE.")
 # Dynamic masking: only for unmasked records (create_pretraining_data --dynamic_masking),
@@ -69,10 +71,16 @@ _define(flags.DEFINE_integer, "phase1_steps", None,
         "paper's split).")
 _define(flags.DEFINE_integer, "phase2_max_seq_length", 512,
         "With --phase2_input_file: the phase-2 records' max_seq_length.")
-_define(flags.DEFINE_integer, "phase2_max_predictions_per_seq", 80,
-        "With --phase2_input_file: the phase-2 records' max_predictions_per_seq.")
+_define(flags.DEFINE_integer, "phase2_max_predictions_per_seq", None,
+        "With --phase2_input_file: the phase-2 records' max_predictions_per_seq (default: "
+        "--max_predictions_per_seq scaled by --phase2_max_seq_length / --max_seq_length, "
+        "rounded up: the same share of the tokens, as the original's 20 at 128 and 80 at "
+        "512).")
 _define(flags.DEFINE_integer, "phase2_train_batch_size", None,
         "With --phase2_input_file: the global batch of phase 2 (default: --train_batch_size).")
+
+# The masked LM's prediction counts: --objective=ltr predicts every token, and refuses them.
+_PREDICTION_FLAGS = ("max_predictions_per_seq", "phase2_max_predictions_per_seq")
 
 # The flags that only mean something with --phase2_input_file.
 _PHASE2_FLAGS = ("phase1_steps", "phase2_max_seq_length", "phase2_max_predictions_per_seq",
@@ -97,6 +105,11 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     if values.do_train and values.num_train_steps < 1:
         raise ValueError(f"--num_train_steps={values.num_train_steps}: --do_train needs at "
                          "least one step")
+    if values.max_eval_steps < 1:
+        # The original's Estimator.evaluate refused it too ("Must specify steps > 0"): no
+        # batch evaluated has no figures to report.
+        raise ValueError(f"--max_eval_steps={values.max_eval_steps} must be at least 1 (the "
+                         "eval batches to read)")
     objective, next_sentence_prediction = _objective_from_flags(values)
     phase2 = _phase2_from_flags(values)
     # Building it checks --learning_rate and the other optimizer flags (ValueError).
@@ -142,7 +155,8 @@ def _objective_from_flags(values) -> tuple:
         if values["next_sentence_prediction"].present and nsp:
             raise ValueError("--objective=ltr has no next sentence prediction (the paper's "
                              "'LTR & No NSP'): drop --next_sentence_prediction=true")
-        given = [f"--{name}" for name in MASKING_SETTINGS if values[name].present]
+        given = [f"--{name}" for name in MASKING_SETTINGS + _PREDICTION_FLAGS
+                 if values[name].present]
         if given:
             raise ValueError(f"{', '.join(given)}: --objective=ltr masks nothing (it predicts "
                              "every next token); these flags are for the masked LM")
@@ -169,13 +183,17 @@ def _phase2_from_flags(values) -> Phase2 | None:
                          f"--num_train_steps={values.num_train_steps} (phase 2 has the rest)")
     batch = (values.phase2_train_batch_size if values.phase2_train_batch_size is not None
              else values.train_batch_size)
+    predictions = values.phase2_max_predictions_per_seq
+    if predictions is None:  # the phase-1 share of the tokens, as 20 per 128 -> 80 per 512
+        predictions = -(-values.max_predictions_per_seq * values.phase2_max_seq_length
+                        // max(1, values.max_seq_length))
     for name, value in (("phase2_max_seq_length", values.phase2_max_seq_length),
-                        ("phase2_max_predictions_per_seq", values.phase2_max_predictions_per_seq),
+                        ("phase2_max_predictions_per_seq", predictions),
                         ("phase2_train_batch_size", batch)):
         if value < 1:
             raise ValueError(f"--{name}={value} must be positive")
     return Phase2(split_patterns(values.phase2_input_file), start,
-                  values.phase2_max_seq_length, values.phase2_max_predictions_per_seq, batch)
+                  values.phase2_max_seq_length, predictions, batch)
 
 
 def main(argv):

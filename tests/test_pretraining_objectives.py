@@ -346,6 +346,8 @@ def _pretrain(studies, out, **changes):
                  iterations_per_loop=3, log_steps=3, save_checkpoints_steps=6,
                  max_eval_steps=2, seed=1, do_train="true", do_eval="true")
     flags.update(changes)
+    if flags.get("objective") == "ltr":  # it predicts every token: the flag is refused
+        del flags["max_predictions_per_seq"]
     return S.run_runner(**flags)
 
 

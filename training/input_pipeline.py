@@ -80,8 +80,9 @@ def _not_records(path: str) -> bool:
             or _LEGACY_TEMPORARY.fullmatch(fileio.basename(path)) is not None)
 
 
-def list_files(patterns: Sequence[str]) -> list[str]:
-    """Expands globs with tf.io.gfile (works on gs://); errors when nothing matches.
+def list_files(patterns: Sequence[str], flag: str = "--input_file") -> list[str]:
+    """Expands globs with tf.io.gfile (works on gs://); errors naming `flag` when nothing
+    matches.
 
     Summary JSON files that create_pretraining_data writes beside its output and the
     temporaries of a writer (running, or killed) are skipped (with a log line), so
@@ -93,10 +94,10 @@ def list_files(patterns: Sequence[str]) -> list[str]:
         skipped = [path for path in matched if _not_records(path)]
         matched = [path for path in matched if not _not_records(path)]
         if skipped:
-            logging.info("input_file %r: skipping %d summary or temporary file(s), e.g. %s",
-                         pattern, len(skipped), skipped[0])
+            logging.info("%s %r: skipping %d summary or temporary file(s), e.g. %s",
+                         flag, pattern, len(skipped), skipped[0])
         if not matched:
-            raise FileNotFoundError(f"input_file pattern {pattern!r} matches no file")
+            raise FileNotFoundError(f"{flag} pattern {pattern!r} matches no file")
         files.extend(matched)
     return files
 
@@ -296,12 +297,15 @@ def compression_of(path: str, compression: str = "auto") -> str:
     return "GZIP" if path.endswith((".gz", ".gzip")) else ""
 
 
-def record_lengths(schema, max_seq_length: int, max_predictions_per_seq: int) -> dict:
-    """Feature -> (its length in the records of `schema`, the flag that sets it)."""
+def record_lengths(schema, max_seq_length: int, max_predictions_per_seq: int,
+                   flag_prefix: str = "") -> dict:
+    """Feature -> (its length in the records of `schema`, the flag that sets it: `--` +
+    `flag_prefix` + max_seq_length or max_predictions_per_seq, e.g. phase 2's
+    `--phase2_max_seq_length`)."""
     sizes = {"max_seq_length": max_seq_length,
              "max_predictions_per_seq": max_predictions_per_seq}
     return {f.name: (f.resolve_length(sizes),
-                     f"--{f.length}" if isinstance(f.length, str) else None)
+                     f"--{flag_prefix}{f.length}" if isinstance(f.length, str) else None)
             for f in schema.features}
 
 
@@ -312,12 +316,14 @@ def _schema_of(example) -> "features.RecordSchema":
 
 
 def _check_example(path: str, example, schema, max_seq_length: int,
-                   max_predictions_per_seq: int, limits: Sequence[IdLimit] = ()) -> None:
+                   max_predictions_per_seq: int, limits: Sequence[IdLimit] = (),
+                   flag_prefix: str = "") -> None:
     """Raises RecordFileError naming `path` when its first record lacks a feature of
-    `schema`, has another length than the flags say, or an id beyond `limits`."""
+    `schema`, has another length than the flags say (`record_lengths`), or an id beyond
+    `limits`."""
     feature_map = example.features.feature
-    for name, (length, flag) in record_lengths(schema, max_seq_length,
-                                               max_predictions_per_seq).items():
+    for name, (length, flag) in record_lengths(schema, max_seq_length, max_predictions_per_seq,
+                                               flag_prefix).items():
         if name not in feature_map:
             raise RecordFileError(f"{path}: first record has no feature {name!r}; found "
                                   f"{sorted(feature_map)}")
@@ -395,11 +401,12 @@ def _first_of(compression: str):
 
 def check_pretraining_files(files: Sequence[str], max_seq_length: int,
                             max_predictions_per_seq: int, compression: str = "auto",
-                            limits: Sequence[IdLimit] = ()):
+                            limits: Sequence[IdLimit] = (), flag_prefix: str = ""):
     """The record kind of every file, from its first record (None: all empty); raises
     RecordFileError naming a file whose first record does not fit the flags (lengths, ids
     beyond `limits`), or one file of each kind when masked and unmasked records are mixed
-    (the masked ones would be masked again, silently)."""
+    (the masked ones would be masked again, silently). `flag_prefix`: the flags named are
+    `--{flag_prefix}input_file` and the like (phase 2's: "phase2_")."""
     records = _first_records(files, compression)
     kinds = {}
     for path in files:
@@ -414,10 +421,10 @@ def check_pretraining_files(files: Sequence[str], max_seq_length: int,
             f"{f' and {len(masked) - 1} more' if len(masked) > 1 else ''}) and unmasked ones "
             f"({unmasked[0]}{f' and {len(unmasked) - 1} more' if len(unmasked) > 1 else ''}"
             ", create_pretraining_data --dynamic_masking); a run reads one kind: make them "
-            "all the same way or pass only one kind in --input_file")
+            f"all the same way or pass only one kind in --{flag_prefix}input_file")
     for path, schema in kinds.items():
         _check_example(path, tf.train.Example.FromString(records[path]), schema,
-                       max_seq_length, max_predictions_per_seq, limits)
+                       max_seq_length, max_predictions_per_seq, limits, flag_prefix)
     return next(iter(kinds.values()), None)
 
 

@@ -143,13 +143,23 @@ def _perplexity(mean_nll: float) -> float:
     return math.exp(mean_nll) if mean_nll < 700 else math.inf
 
 
+def _check_evaluated(totals, count_key: str) -> None:
+    """Raises ValueError when the totals hold no eval batch or no prediction: their figures
+    would read as a perfect score (loss 0, perplexity 1) made of nothing."""
+    steps, count = float(totals.get("steps", 0.0)), float(totals[count_key])
+    if steps < 1 or count <= 0:
+        raise ValueError(f"the eval read {int(steps)} batch(es) with {count:g} predictions: "
+                         "no figures to report (empty eval records, or max_eval_steps < 1)")
+
+
 def eval_metrics(totals, global_step):
     """The original's eval_results.txt figures from summed statistics, plus
     `masked_lm_perplexity` (exp of the weighted mean masked-LM loss: the paper's "LM
     (ppl)", Table 6); the next-sentence figures only when the totals have them (a run
-    without NSP reports none)."""
-    steps = max(float(totals.get("steps", 0.0)), 1.0)
-    weight = max(float(totals["mlm_weight_sum"]), 1e-12)
+    without NSP reports none). ValueError for totals of no batch or no prediction."""
+    _check_evaluated(totals, "mlm_weight_sum")
+    steps = float(totals["steps"])
+    weight = float(totals["mlm_weight_sum"])
     masked_lm_loss = float(totals["mlm_nll_sum"]) / weight
     results = {
         "global_step": int(global_step),
@@ -167,9 +177,11 @@ def eval_metrics(totals, global_step):
 
 def next_token_eval_metrics(totals, global_step):
     """The left-to-right LM's eval_results.txt figures: mean loss over batches, and over
-    every predicted token its loss, accuracy and perplexity (exp of that loss)."""
-    steps = max(float(totals.get("steps", 0.0)), 1.0)
-    count = max(float(totals["lm_count"]), 1e-12)
+    every predicted token its loss, accuracy and perplexity (exp of that loss).
+    ValueError for totals of no batch or no prediction."""
+    _check_evaluated(totals, "lm_count")
+    steps = float(totals["steps"])
+    count = float(totals["lm_count"])
     next_token_loss = float(totals["lm_nll_sum"]) / count
     return {"global_step": int(global_step), "loss": float(totals["loss"]) / steps,
             "next_token_accuracy": float(totals["lm_correct_sum"]) / count,

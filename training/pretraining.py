@@ -130,49 +130,94 @@ class _PhaseInput:
     files: list
     limits: tuple
     lengths: dict | None
+    schema: object  # data_prep.features' PRETRAINING or PRETRAINING_UNMASKED (None: empty)
+    pairs: dict  # summary path -> made with next-sentence pairs (records with a summary)
 
 
 def _phase_inputs(cfg: PretrainingRun, bert_config):
     """([_PhaseInput] of each phase, masking without its seed): every file's first record
-    checked against the flags, on the host, before any work (input_pipeline.RecordFileError,
-    DynamicMaskingError or ValueError naming the file), and the records' summaries against
-    the objective."""
+    checked against the flags (phase 2's: the --phase2_* ones), on the host, before any
+    work (input_pipeline.RecordFileError, DynamicMaskingError or ValueError naming the file
+    and the flag), the records' summaries against the objective, and phase 2's records
+    against phase 1's kind (`check_phases_alike`)."""
     from training import input_pipeline
 
     masking = dynamic_masking_for(cfg, bert_config, None)
     limits = input_pipeline.id_limits(
         vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
         masking=masking, bert_config_file=cfg.bert_config_file)
-    phases = [("--input_file", cfg.input_patterns, cfg.max_seq_length,
-               cfg.max_predictions_per_seq, cfg.train_batch_size)]
+    # (the prefix of the phase's flags, its records, lengths and batch)
+    phases = [("", cfg.input_patterns, cfg.max_seq_length, cfg.max_predictions_per_seq,
+               cfg.train_batch_size)]
     if cfg.phase2 is not None:
         p = cfg.phase2
-        phases.append(("--phase2_input_file", p.input_patterns, p.max_seq_length,
+        phases.append(("phase2_", p.input_patterns, p.max_seq_length,
                        p.max_predictions_per_seq, p.train_batch_size))
     checked = []
-    for flag, patterns, seq, preds, batch in phases:
-        files = input_pipeline.list_files(patterns)
+    for prefix, patterns, seq, preds, batch in phases:
+        flag = f"--{prefix}input_file"
+        files = input_pipeline.list_files(patterns, flag)
         schema = input_pipeline.check_pretraining_files(
-            files, seq, preds, cfg.input_compression, limits=limits)
+            files, seq, preds, cfg.input_compression, limits=limits, flag_prefix=prefix)
+        phase = _PhaseInput(
+            flag, patterns, seq, preds, batch, files, limits,
+            None if schema is None else input_pipeline.record_lengths(schema, seq, preds,
+                                                                      prefix),
+            schema, check_made_for_objective(cfg, flag, files))
+        if checked:
+            check_phases_alike(checked[0], phase)
         if schema is not None:
             input_pipeline.check_record_kind(schema, masking, files[0],
                                              read_unmasked=cfg.objective == "ltr")
-        check_made_for_objective(cfg, flag, files)
-        lengths = None if schema is None else input_pipeline.record_lengths(schema, seq, preds)
-        checked.append(_PhaseInput(flag, patterns, seq, preds, batch, files, limits, lengths))
+        checked.append(phase)
     return checked, masking
+
+
+def check_phases_alike(first: _PhaseInput, second: _PhaseInput) -> None:
+    """Refuses (ValueError naming a file of each) two phases of other kinds of records:
+    masked and unmasked (--dynamic_masking), or with and without next-sentence pairs (as
+    their summaries say): one run trains one objective on one kind of text, and the
+    masking flags would fit only one of them."""
+    from data_prep import features
+
+    def kind(phase):
+        return "masked" if phase.schema is features.PRETRAINING else \
+            "unmasked (create_pretraining_data --dynamic_masking)"
+
+    def pairs(phase):
+        return "with next-sentence pairs" if any(phase.pairs.values()) else \
+            "without next-sentence pairs (--next_sentence_prediction=false)"
+
+    differ = None
+    if first.schema is not None and second.schema is not None \
+            and first.schema is not second.schema:
+        differ = kind
+    elif first.pairs and second.pairs and (any(first.pairs.values())
+                                           != any(second.pairs.values())):
+        differ = pairs
+    if differ is not None:
+        raise ValueError(
+            f"{second.files[0]}: the records of {second.flag} are {differ(second)} but those "
+            f"of {first.flag} ({first.files[0]}) are {differ(first)}: both phases must be "
+            "the same kind of records (create_pretraining_data with the same "
+            "--dynamic_masking and --next_sentence_prediction, other lengths)")
 
 
 def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> None:
     """Refuses records whose create_pretraining_data summary says they cannot teach the
     objective: next sentence prediction from records without random next sentences
     (--next_sentence_prediction=false: every label 0), and the left-to-right LM across
-    the random B of next-sentence pairs. Records without a summary are not judged."""
+    the random B of next-sentence pairs. Records without a summary are not judged.
+
+    Returns:
+      {summary path: whether its records are next-sentence pairs}.
+    """
     from training import input_pipeline
 
+    made = {}
     for path, summary in input_pipeline.record_summaries(files).items():
         config = summary.get("config") or {}
-        pairs = config.get("next_sentence_prediction", True) is not False
+        pairs = made[path] = config.get("next_sentence_prediction", True) is not False
         if cfg.next_sentence_prediction and not pairs:
             raise ValueError(
                 f"{path}: the records of {flag} were made with --next_sentence_prediction="
@@ -185,6 +230,7 @@ def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> None:
                 "document's text half the time): --objective=ltr reads contiguous text; make "
                 "its records with create_pretraining_data --next_sentence_prediction=false "
                 "--dynamic_masking")
+    return made
 
 
 def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> dict:

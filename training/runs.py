@@ -119,41 +119,48 @@ def build_trainer(strategy, model_fn: Callable, task, *, hparams: Hyperparameter
     return model, loop.TrainingLoop(strategy, model, optimizer, loop_config, task)
 
 
-def check_attention_of(init_checkpoint: str, bert_config) -> None:
+def check_attention_of(init_checkpoint: str, bert_config,
+                       bert_config_file: str | None = None) -> None:
     """Raises ValueError when `init_checkpoint` was trained with the other attention
-    direction than `bert_config`: a left-to-right (`causal_attention`) model fine-tuned
-    with its context opened both ways, or the reverse, would run silently on weights
-    that never saw such attention. Read from the `bert_config.json` (else the
-    `run_identity.json`) beside the checkpoint; nothing to compare without either."""
+    direction than `bert_config` (read from `bert_config_file`, named when given): a
+    left-to-right (`causal_attention`) model fine-tuned with its context opened both ways,
+    or the reverse, would run silently on weights that never saw such attention. Read from
+    the config beside the checkpoint: `bert_config.json` (ours, Google's layout), a Hugging
+    Face `config.json` ("is_decoder") or the `run_identity.json` of a run; nothing to
+    compare without any."""
     import json
 
     from data_prep import fileio
     from modeling.config import BertConfig, ConfigError
 
-    directory = init_checkpoint if fileio.isdir(init_checkpoint) else fileio.parent_dir(
-        init_checkpoint)
+    directory = (init_checkpoint if fileio.isdir(init_checkpoint)
+                 else fileio.parent_dir(init_checkpoint)).rstrip("/")
+    readers = {"bert_config.json": lambda values, path: BertConfig.from_dict(values,
+                                                                             source=path),
+               "config.json": lambda values, path: BertConfig.from_hf_config(values),
+               "run_identity.json": lambda values, path: BertConfig.from_dict(
+                   values.get("bert_config", values), source=path)}
     saved, source = None, None
-    for name in ("bert_config.json", "run_identity.json"):
-        path = f"{directory.rstrip('/')}/{name}"
+    for name, read in readers.items():
+        path = f"{directory}/{name}"
         if not fileio.exists(path):
             continue
         try:
-            values = json.loads(fileio.read_text(path))
-            values = values.get("bert_config", values) if name == "run_identity.json" \
-                else values
-            saved, source = BertConfig.from_dict(values, source=path).causal_attention, path
+            saved = read(json.loads(fileio.read_text(path)), path).causal_attention
+            source = path
             break
-        except (ValueError, OSError, AttributeError, ConfigError):
+        except (ValueError, OSError, AttributeError, TypeError, ConfigError):
             continue  # not a config we can read: the weights' own checks still apply
     if saved is None or saved == bert_config.causal_attention:
         return
     ours = "left-to-right (causal_attention: true)" if bert_config.causal_attention \
         else "bidirectional"
     theirs = "left-to-right (causal_attention: true)" if saved else "bidirectional"
+    flag = f"--bert_config_file={bert_config_file}" if bert_config_file \
+        else "--bert_config_file"
     raise ValueError(
-        f"--init_checkpoint={init_checkpoint} is a {theirs} model ({source}) but "
-        f"--bert_config_file makes a {ours} encoder: use the bert_config.json the model was "
-        f"trained with ({directory.rstrip('/')}/bert_config.json)")
+        f"--init_checkpoint={init_checkpoint} is a {theirs} model ({source}) but {flag} "
+        f"makes a {ours} encoder: use the config the model was trained with ({source})")
 
 
 def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bool) -> int:

@@ -102,15 +102,27 @@ def vocab_for(path: str) -> Optional[str]:
 
 def checkpoint_has_pretraining_heads(path: str) -> bool:
     """True when the checkpoint at `path` holds the masked-LM head (any kind)."""
+    return _has_head(path, "cls.predictions.bias", "cls/predictions/output_bias",
+                     "model/masked_lm/")
+
+
+def checkpoint_has_next_sentence_head(path: str) -> bool:
+    """True when the checkpoint at `path` holds the next-sentence head (any kind): a
+    pretraining run without it is the paper's "No NSP" or its left-to-right LM."""
+    return _has_head(path, "cls.seq_relationship.bias", "cls/seq_relationship/output_bias",
+                     "model/next_sentence/")
+
+
+def _has_head(path: str, hf_name: str, tf1_name: str, ours_prefix: str) -> bool:
+    """Whether the checkpoint at `path` has a head: its tensor by name in its kind."""
     kind, location = resolve(path)
     if kind == HF:
-        names = hf_reader(location).shapes
-        return "cls.predictions.bias" in names
+        return hf_name in hf_reader(location).shapes
     with reading(location, "index"):
         names = list(checkpoint_reader(location).get_variable_to_shape_map())
     if kind == TF1:
-        return "cls/predictions/output_bias" in names
-    return any(n.startswith("model/masked_lm/") for n in names)
+        return tf1_name in names
+    return any(n.startswith(ours_prefix) for n in names)
 
 
 def load_pretrained(path, model, *, partial: bool = False,

@@ -12,7 +12,8 @@ from absl import logging
 
 from data_prep import fileio
 from modeling.checkpoints.common import HF, KINDS, OURS, TF1, CheckpointError
-from modeling.checkpoints.loading import (checkpoint_has_pretraining_heads, config_for,
+from modeling.checkpoints.loading import (checkpoint_has_next_sentence_head,
+                                          checkpoint_has_pretraining_heads, config_for,
                                           load_pretrained, resolve, vocab_for)
 from modeling.checkpoints.names import weight_table
 from modeling.checkpoints.ours import save_ours, write_checkpoint_state
@@ -122,7 +123,9 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
       input_kind: force the input kind (default: detected).
       vocab_file: copied into ``output_dir``; default: ``vocab.txt`` beside the input.
       model: "encoder", "pretrainer" or "auto" (pretrainer when the input has the
-        masked-LM head).
+        masked-LM head). The pretrainer's heads are the input's: the next-sentence head
+        only when it has one (the paper's "No NSP" has none), the left-to-right LM's
+        objective for a `causal_attention` config (written with `_warn_if_causal`).
       partial: tolerate unexpected input tensors (e.g. a fine-tuned classifier's head).
 
     Returns:
@@ -148,7 +151,14 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
                               "checkpoint; pass the config explicitly")
     if model == "auto":
         model = "pretrainer" if checkpoint_has_pretraining_heads(input_path) else "encoder"
-    network = BertPretrainer(config) if model == "pretrainer" else BertEncoder(config)
+    if model == "pretrainer":
+        causal = config.causal_attention  # the left-to-right LM has no NSP (Table 5)
+        network = BertPretrainer(
+            config, objective="ltr" if causal else "mlm",
+            next_sentence_prediction=not causal and checkpoint_has_next_sentence_head(
+                input_path))
+    else:
+        network = BertEncoder(config)
     report = load_pretrained(input_path, network, partial=partial, kind=input_kind)
     if report.missing:
         raise CheckpointError(report.describe())
