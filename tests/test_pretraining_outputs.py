@@ -8,7 +8,10 @@ report from nothing (flags checked in-process, before any work).
 import json
 import logging
 import math
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -115,6 +118,22 @@ def test_an_ltr_run_converts_to_every_format_keeping_its_direction(ltr_run, reco
                                          "bidirectional encoder"):
         runs.check_attention_of(str(out), BertConfig.from_json_file(records["config"]),
                                 "plain.json")
+
+
+@pytest.mark.slow
+def test_the_convert_checkpoint_cli_converts_an_ltr_run(ltr_run, tmp_path):
+    """The command a user types (the process is what is tested: exit status, output, no
+    traceback): exit 0, the file written, the warning for Hugging Face's code."""
+    out = tmp_path / "hf"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(S.REPO_ROOT, "convert_checkpoint.py"),
+         f"--input={ltr_run}", f"--output_dir={out}", "--output_format=hf"],
+        env=S.runner_env(), capture_output=True, text=True, cwd=S.REPO_ROOT, timeout=300,
+        check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and f"wrote {out / 'model.safetensors'}" in proc.stdout
+    assert "BertPooler reads the FIRST token" in proc.stderr
+    assert json.loads((out / "config.json").read_text())["is_decoder"] is True
 
 
 def test_a_no_nsp_run_converts_without_a_next_sentence_head(no_nsp_run, records, tmp_path):
