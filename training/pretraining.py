@@ -203,7 +203,7 @@ def check_phases_alike(first: _PhaseInput, second: _PhaseInput) -> None:
             "--dynamic_masking and --next_sentence_prediction, other lengths)")
 
 
-def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> None:
+def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> dict:
     """Refuses records whose create_pretraining_data summary says they cannot teach the
     objective: next sentence prediction from records without random next sentences
     (--next_sentence_prediction=false: every label 0), and the left-to-right LM across
