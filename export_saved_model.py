@@ -133,6 +133,7 @@ def build_serving_config(ckpt_dir: str):
 
     from modeling import checkpoints, export
     from modeling.config import BertConfig
+    from training import runs
 
     family = _family(FLAGS.model_type)
     meta = _metadata(ckpt_dir, family)
@@ -157,6 +158,10 @@ def build_serving_config(ckpt_dir: str):
         if not tf.io.gfile.exists(FLAGS.bert_config_file):
             raise FlagError(f"--bert_config_file: {FLAGS.bert_config_file} does not exist")
         config = BertConfig.from_json_file(FLAGS.bert_config_file)
+        try:  # a left-to-right model exported with attention both ways would serve silently
+            runs.check_attention_of(FLAGS.init_checkpoint, config, FLAGS.bert_config_file)
+        except ValueError as err:
+            raise FlagError(str(err)) from None
     else:
         config = checkpoints.config_for(FLAGS.init_checkpoint)
         if config is None:

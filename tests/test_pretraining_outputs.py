@@ -182,6 +182,27 @@ def test_an_ltr_run_records_its_direction_and_refuses_the_other(ltr_run, records
     assert config.causal_attention
 
 
+@pytest.mark.slow
+def test_export_refuses_an_ltr_run_with_a_bidirectional_config(ltr_run, records, tmp_path):
+    """export_saved_model.py of the LTR encoder with the plain config: one line naming
+    both configs, exit 2, nothing exported (the process is what is tested)."""
+    export_dir = tmp_path / "export"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(S.REPO_ROOT, "export_saved_model.py"),
+         "--model_type=encoder", f"--init_checkpoint={ltr_run}",
+         f"--bert_config_file={records['config']}", f"--vocab_file={records['vocab']}",
+         f"--export_dir={export_dir}"],
+        env=S.runner_env(), capture_output=True, text=True, cwd=S.REPO_ROOT, timeout=300,
+        check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert (f"export_saved_model.py: error: --init_checkpoint={ltr_run} is a left-to-right "
+            f"(causal_attention: true) model ({ltr_run}/bert_config.json) but "
+            f"--bert_config_file={records['config']} makes a bidirectional encoder"
+            ) in proc.stderr, proc.stderr[-3000:]
+    assert not export_dir.exists()
+
+
 # ------------------------------------------------------------ run_pretraining's flags
 
 
