@@ -53,6 +53,21 @@ def test_nan_gradients_after_a_checkpoint_set_it_aside_and_name_the_one_before(
     assert _steps(tmp_path)[-1] == 20
 
 
+def test_moving_newer_checkpoints_into_diverged_resumes_an_older_one(data, strategy,
+                                                                     tmp_path):  # noqa: F811
+    """The documented way to pick an older checkpoint than the one the error names."""
+    _, trainer = _make(strategy, tmp_path, steps=15, save=5, ipl=5)
+    trainer.restore_or_initialize()
+    make, identity = _input(data, trainer)
+    trainer.train(make, input_identity=identity)
+    assert _steps(tmp_path) == [5, 10, 15]
+    (tmp_path / "diverged").mkdir()
+    for path in glob.glob(str(tmp_path / "ckpt-1[05].*")):
+        os.rename(path, tmp_path / "diverged" / os.path.basename(path))
+    _, again = _make(strategy, tmp_path, steps=15, save=5, ipl=5)
+    assert again.restore_or_initialize() == 5
+
+
 def _pretrain(data, out, **flags):  # noqa: F811
     """run_pretraining's main in this process; returns the SystemExit message or None."""
     from absl import flags as absl_flags

@@ -33,10 +33,10 @@ resumed run with other input (files, batch size, seed, ...) is refused naming wh
 Under TPUStrategy the input comes from its distributed dataset, which TensorFlow cannot
 checkpoint: a resumed run starts its input over, reshuffled with seed + step (logged).
 
-Stopping: a SIGTERM or SIGHUP during `train` (a preempted machine) is turned into a stop
-request (`lifecycle.stop_requests`) that a variable carries into the compiled call; every
-replica reads it at each step and the gradients' all-reduce carries it, so all workers end
-after the same step. The loop then saves a checkpoint at that step and exits with
+Stopping: a SIGTERM or SIGHUP (a preempted machine) or Ctrl-C during `train` is turned
+into a stop request (`lifecycle.stop_requests`) that a variable carries into the compiled
+call; every replica reads it at each step and the gradients' all-reduce carries it, so
+all workers end after the same step. The loop then saves a checkpoint at that step and exits with
 128 + signal.
 
 float16 trains with `keras.optimizers.LossScaleOptimizer` (dynamic loss scaling; steps with
@@ -573,7 +573,8 @@ class TrainingLoop:
         (per-replica batches) or a plain one (global batches, split among the replicas).
 
         Returns:
-          The summed statistics (floats), `bad_step` (-1 when no step diverged), `steps` run and `skipped` (float16 steps with non-finite gradients).
+          The summed statistics (floats), `bad_step` (-1 when no step diverged), `steps`
+          run and `skipped` (float16 steps with non-finite gradients).
         """
         out = self._train_fn(iterator, tf.constant(num_steps, tf.int32))
         result = {key: float(value.numpy()) for key, value in out["totals"].items()}
@@ -611,8 +612,8 @@ class TrainingLoop:
             far above the run's first: see the module docstring), naming it and the
             checkpoint a rerun resumes from; the checkpoints whose weights led there are
             set aside first.
-          SystemExit: 128 + signal after a SIGTERM/SIGHUP, once the checkpoint of the step
-            it arrived in is saved.
+          SystemExit: 128 + signal after a SIGTERM, SIGHUP or Ctrl-C, once the checkpoint
+            of the step it arrived in is saved.
         """
         cfg = self.config
         step = int(self.global_step.numpy())
