@@ -36,8 +36,8 @@ checkpoint: a resumed run starts its input over, reshuffled with seed + step (lo
 Stopping: a SIGTERM or SIGHUP (a preempted machine) or Ctrl-C during `train` is turned
 into a stop request (`lifecycle.stop_requests`) that a variable carries into the compiled
 call; every replica reads it at each step and the gradients' all-reduce carries it, so
-all workers end after the same step. The loop then saves a checkpoint at that step and exits with
-128 + signal.
+all workers end after the same step. The loop then saves a checkpoint at that step and
+exits with 128 + signal.
 
 float16 trains with `keras.optimizers.LossScaleOptimizer` (dynamic loss scaling; steps with
 non-finite gradients are skipped and the scale halved; the loop counts and logs them).
@@ -84,6 +84,7 @@ MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
 # Per-step control values the replica step returns beside the task's statistics.
 _NONFINITE_GRADS = "_nonfinite_grads"
 _STOP = "_stop"
+ENCODER_INPUTS = ("input_ids", "input_mask", "segment_ids")
 # A step whose loss exceeds this many times the first loss of the process (at least 1)
 # has diverged (see the module docstring).
 DIVERGENCE_FACTOR = 100.0
@@ -97,7 +98,6 @@ class TrainingDivergedError(FloatingPointError, ValueError):
     """Training diverged at a step (the message names it, why, and the checkpoint a rerun
     resumes from). A FloatingPointError as the loop has always raised; a ValueError too,
     so that a runner reports it in one line."""
-ENCODER_INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -669,13 +669,13 @@ class TrainingLoop:
                                         "a rerun resumes from)")
         moved = checkpointing.set_aside(directory, step - 1)
         if moved:
-            message += (f". Set aside {', '.join(os.path.basename(p) for p in moved)} (its "
-                        f"weights led there) into {os.path.dirname(moved[0])}")
+            message += (f". Set aside {', '.join(os.path.basename(p) for p in moved)} (the "
+                        f"weights that led there) into {os.path.dirname(moved[0])}")
         left = checkpointing.checkpoints_newest_first(directory)
         if left:
-            message += (f". A rerun resumes from {left[0]} (older checkpoints: move the "
-                        f"newer ones into {os.path.join(directory, checkpointing.SET_ASIDE_DIR)}"
-                        " to resume one of them)")
+            aside = os.path.join(directory, checkpointing.SET_ASIDE_DIR)
+            message += (f". A rerun resumes from {left[0]} (to resume an older one, move "
+                        f"the newer ones' files into {aside} too)")
         else:
             message += (f". No checkpoint before it is left in {directory}: a rerun starts "
                         "over (from --init_checkpoint when given)")
