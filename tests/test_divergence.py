@@ -161,10 +161,20 @@ def test_a_loop_period_or_count_of_zero_is_refused_naming_its_flag(config, tmp_p
     message = _pretrain(config, tmp_path / "out", **{name: 0})
     assert message == f"run_pretraining.py: error: --{name}=0 must be a whole number >= 1"
     assert not os.path.exists(tmp_path / "out")
-    from training import runs
+    from absl import flags
 
-    with pytest.raises(ValueError, match=f"--{name}=-1 must be"):
-        runs.Hyperparameters(learning_rate=1e-3, **{name: -1})  # fine-tuning's settings
+    import run_classifier
+
+    try:  # fine-tuning: refused with the flags, before its data is read
+        flags.FLAGS(["run_classifier.py", "--task_name=MRPC", f"--data_dir={tmp_path}",
+                     "--vocab_file=v", "--bert_config_file=c", f"--output_dir={tmp_path}/o",
+                     "--do_train", f"--{name}=0"])
+        with pytest.raises(SystemExit) as refused:
+            run_classifier.main([])
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert str(refused.value.code) == (f"run_classifier.py: error: --{name}=0 must be a "
+                                       "whole number >= 1")
 
 
 def test_warmup_beyond_the_run_is_accepted_as_the_original_but_said(caplog):
