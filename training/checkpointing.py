@@ -19,6 +19,10 @@ interrupted by hand), and to the `ckpt-<N>.index` files on disk, newest first, w
 state file itself is empty or unreadable (a power cut before TensorFlow's unsynced
 rename reached the disk); `CheckpointSaver` then rewrites the state file from them.
 
+A run that diverged moves the checkpoints whose weights led there into
+`output_dir/diverged/` (`set_aside`, called by `training.loop`), so that a rerun resumes
+the newest sound one.
+
 Multi-worker: every worker must call `save` (the save may involve collectives); only the
 chief writes into `output_dir`, the others into a temporary directory that is deleted after
 each save, as TensorFlow's multi-worker guide prescribes.
