@@ -120,9 +120,9 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     loop = LoopConfig(
         output_dir=values.output_dir, num_train_steps=values.num_train_steps,
         train_batch_size=values.train_batch_size, eval_batch_size=values.eval_batch_size,
-        iterations_per_loop=max(1, values.iterations_per_loop),
-        save_checkpoints_steps=max(1, values.save_checkpoints_steps),
-        log_steps=max(1, values.log_steps), max_eval_steps=values.max_eval_steps,
+        iterations_per_loop=values.iterations_per_loop,
+        save_checkpoints_steps=values.save_checkpoints_steps,
+        log_steps=values.log_steps, max_eval_steps=values.max_eval_steps,
         gradient_accumulation_steps=values.gradient_accumulation_steps, dtype=values.dtype,
         jit_compile=values.jit_compile, keep_checkpoint_max=values.keep_checkpoint_max)
     return PretrainingRun(

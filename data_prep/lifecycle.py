@@ -6,8 +6,9 @@ raise `SystemExit(128 + signal)` in the main thread, so `finally` blocks and
 `signals_deferred()` holds those signals over a short critical section (the renames that
 commit a set of outputs, a checkpoint being written), so they end a run before or after it,
 never inside. `stop_requests(notify)` turns them, over a long computation (a training loop),
-into a request the work acts on at its next safe point (checkpoint, then exit), announced
-at once from a helper thread even while the main thread is inside a long native call.
+(Ctrl-C too) into a request the work acts on at its next safe point (checkpoint, then
+exit), announced at once from a helper thread even while the main thread is inside a long
+native call.
 `signal_decides_exit_status()` wraps a runner's work so that a run stopped by
 SIGTERM/SIGHUP exits 128 + signal even when library code, cut by the signal's SystemExit,
 raises an error of its own while unwinding (TensorFlow's scope checks do).
@@ -140,9 +141,9 @@ def signals_deferred():
 
 
 class StopRequest:
-    """What `stop_requests` yields: `signal` is None until SIGTERM/SIGHUP arrives, then its
-    number; `handled()` tells the block's exit that the work acted on it (the work raises
-    its own SystemExit, e.g. after a checkpoint)."""
+    """What `stop_requests` yields: `signal` is None until SIGTERM, SIGHUP or SIGINT
+    arrives, then its number; `handled()` tells the block's exit that the work acted on it
+    (the work raises its own SystemExit, e.g. after a checkpoint)."""
 
     def __init__(self):
         self.signal: int | None = None
@@ -159,7 +160,8 @@ class StopRequest:
 
 @contextlib.contextmanager
 def stop_requests(notify: Callable[[int], None] | None = None):
-    """SIGTERM and SIGHUP inside the block become a stop request instead of an exception.
+    """SIGTERM, SIGHUP and Ctrl-C (SIGINT) inside the block become a stop request instead
+    of an exception.
 
     Python runs a signal handler only when the main thread gets back to the interpreter,
     so a run whose main thread is inside a long native call (a compiled training loop of
@@ -171,8 +173,9 @@ def stop_requests(notify: Callable[[int], None] | None = None):
 
     When the block ends normally with a request it did not mark `handled()`, the request
     ends the run then (SystemExit(128 + signal)), as `exit_cleanly_on_signals` would
-    have. Ctrl-C keeps raising KeyboardInterrupt. Off the main thread (where Python cannot
-    install handlers) the block runs without stop requests.
+    have. Ctrl-C is a request like SIGTERM (exit status 130), unless SIGINT is ignored
+    (a background job). Off the main thread (where Python cannot install handlers) the
+    block runs without stop requests.
     """
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
@@ -197,13 +200,16 @@ def stop_requests(notify: Callable[[int], None] | None = None):
             if not data or 0 in data:  # the block ended
                 return
             for signum in data:
-                if signum in (signal.SIGTERM, signal.SIGHUP):
+                if signum in stopping:
                     if request.signal is None:
                         request.signal = signum
                     if notify is not None:
                         notify(signum)
 
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    stopping = [signal.SIGTERM, signal.SIGHUP]
+    if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None):
+        stopping.append(signal.SIGINT)
+    previous = {sig: signal.getsignal(sig) for sig in stopping}
     for sig in previous:
         signal.signal(sig, record)
     previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)

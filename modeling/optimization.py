@@ -33,6 +33,7 @@ import re
 from typing import Sequence
 
 import keras
+from absl import logging
 import tensorflow as tf
 from keras import ops
 
@@ -311,6 +312,14 @@ class OptimizerConfig:
     def __post_init__(self):
         """Every config is checked when built, whoever builds it."""
         self.validate()
+        if self.num_warmup_steps > self.num_train_steps:
+            # Accepted, as the original accepts it (its schedule never leaves warmup), but
+            # said: the peak rate is never reached.
+            logging.warning(
+                "--num_warmup_steps=%d exceeds --num_train_steps=%d: the learning rate never "
+                "leaves warmup (it reaches %.3g x --learning_rate at the last step)",
+                self.num_warmup_steps, self.num_train_steps,
+                self.num_train_steps / self.num_warmup_steps)
 
     def validate(self) -> None:
         """Raises ValueError naming the setting (its runners' flag of the same name) when a

@@ -19,6 +19,10 @@ interrupted by hand), and to the `ckpt-<N>.index` files on disk, newest first, w
 state file itself is empty or unreadable (a power cut before TensorFlow's unsynced
 rename reached the disk); `CheckpointSaver` then rewrites the state file from them.
 
+A run that diverged moves the checkpoints whose weights led there into
+`output_dir/diverged/` (`set_aside`, called by `training.loop`), so that a rerun resumes
+the newest sound one.
+
 Multi-worker: every worker must call `save` (the save may involve collectives); only the
 chief writes into `output_dir`, the others into a temporary directory that is deleted after
 each save, as TensorFlow's multi-worker guide prescribes.
@@ -246,6 +250,53 @@ def checkpoints_newest_first(directory: str) -> list[str]:
     if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
         paths.append(state.model_checkpoint_path)
     return list(reversed(paths))
+
+
+SET_ASIDE_DIR = "diverged"  # checkpoints of a diverged run, out of the resume's way
+
+
+def _step_of(prefix: str) -> int:
+    return int(os.path.basename(prefix).rsplit("-", 1)[-1])
+
+
+def set_aside(directory: str, from_step: int) -> list[str]:
+    """Moves the checkpoints of step `from_step` and later out of `directory` into
+    `directory/diverged/` (replacing same-named ones there) and rewrites the state file
+    without them, so that a rerun resumes from the newest one left (or starts over when
+    none is); returns their new prefixes, oldest first. Call it only while owning the
+    directory (the chief of a run that diverged: `training.loop`).
+
+    The state file is rewritten first, then the files are moved (a kill in between leaves
+    them unlisted, never listed and missing); they are kept, not deleted.
+    """
+    listed = checkpoints_newest_first(directory)
+    moving = sorted({p for p in listed + checkpoints_on_disk(directory)
+                     if _step_of(p) >= from_step}, key=_step_of)
+    moving = [p for p in moving if tf.io.gfile.glob(p + ".*")]
+    if not moving:
+        return []
+    keep = [p for p in reversed(listed) if _step_of(p) < from_step]  # oldest first
+    state_file = os.path.join(directory, "checkpoint")
+    with lifecycle.signals_deferred():
+        if keep:
+            tf.compat.v1.train.update_checkpoint_state(
+                directory, keep[-1], all_model_checkpoint_paths=keep)
+            fileio.sync(state_file)
+        elif tf.io.gfile.exists(state_file):
+            tf.io.gfile.remove(state_file)
+    target = os.path.join(directory, SET_ASIDE_DIR)
+    tf.io.gfile.makedirs(target)
+    moved = []
+    for prefix in moving:
+        for path in tf.io.gfile.glob(prefix + ".*"):
+            tf.io.gfile.rename(path, os.path.join(target, os.path.basename(path)),
+                               overwrite=True)
+        moved.append(os.path.join(target, os.path.basename(prefix)))
+    fileio.sync_directory(directory)
+    logging.warning("Set aside %s into %s; the newest checkpoint left: %s",
+                    ", ".join(os.path.basename(p) for p in moved), target,
+                    keep[-1] if keep else "none")
+    return moved
 
 
 class CheckpointRestoreError(ValueError):

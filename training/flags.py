@@ -248,9 +248,9 @@ def finetuning_run(values=FLAGS, *, max_seq_length: int | None = None):
     hparams = runs.Hyperparameters(
         learning_rate=learning_rates[0], optimizer=values.optimizer,
         weight_decay_rate=values.weight_decay_rate, clip_norm=values.clip_norm,
-        iterations_per_loop=max(1, values.iterations_per_loop),
-        save_checkpoints_steps=max(1, values.save_checkpoints_steps),
-        log_steps=max(1, values.log_steps),
+        iterations_per_loop=values.iterations_per_loop,
+        save_checkpoints_steps=values.save_checkpoints_steps,
+        log_steps=values.log_steps,
         gradient_accumulation_steps=values.gradient_accumulation_steps,
         keep_checkpoint_max=values.keep_checkpoint_max, dtype=values.dtype,
         jit_compile=values.jit_compile)

@@ -33,17 +33,26 @@ resumed run with other input (files, batch size, seed, ...) is refused naming wh
 Under TPUStrategy the input comes from its distributed dataset, which TensorFlow cannot
 checkpoint: a resumed run starts its input over, reshuffled with seed + step (logged).
 
-Stopping: a SIGTERM or SIGHUP during `train` (a preempted machine) is turned into a stop
-request (`lifecycle.stop_requests`) that a variable carries into the compiled call; every
-replica reads it at each step and the gradients' all-reduce carries it, so all workers end
-after the same step. The loop then saves a checkpoint at that step and exits with
-128 + signal.
+Stopping: a SIGTERM or SIGHUP (a preempted machine) or Ctrl-C during `train` is turned
+into a stop request (`lifecycle.stop_requests`) that a variable carries into the compiled
+call; every replica reads it at each step and the gradients' all-reduce carries it, so
+all workers end after the same step. The loop then saves a checkpoint at that step and
+exits with 128 + signal.
 
 float16 trains with `keras.optimizers.LossScaleOptimizer` (dynamic loss scaling; steps with
-non-finite gradients are skipped and the scale halved; the loop counts and logs them). In
-float32 and bfloat16 a non-finite LOSS, or non-finite GRADIENTS (global norm, checked every
-step) with a finite loss, stop the run with `FloatingPointError` naming the step, before
-any checkpoint of it: the newest checkpoint stays the last good one.
+non-finite gradients are skipped and the scale halved; the loop counts and logs them).
+
+Divergence: a step diverges when its loss is NaN or Inf, when its gradients are (their
+global norm, checked every step; not in float16, whose loss scaling skips such steps), or
+when its loss exceeds `DIVERGENCE_FACTOR` times the first loss this process trained on
+(at least 1): a loss far beyond any this run has seen, which sane training (a loss that
+starts high and falls, spikes of a few times its level) never produces and an exploding
+run does within a step or two. The run then stops with `TrainingDivergedError` (a
+`FloatingPointError`) naming the step, before any checkpoint of it, and sets aside the
+checkpoints whose weights led there (`checkpointing.set_aside`: the one of the step before,
+whose weights gave the bad loss or gradients, and any newer) into output_dir/diverged/, so
+that the newest checkpoint left is one that trained a sound step and a rerun with saner
+settings trains on from it; the message names it (or says that the rerun starts over).
 """
 
 from __future__ import annotations
@@ -76,6 +85,19 @@ MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
 _NONFINITE_GRADS = "_nonfinite_grads"
 _STOP = "_stop"
 ENCODER_INPUTS = ("input_ids", "input_mask", "segment_ids")
+# A step whose loss exceeds this many times the first loss of the process (at least 1)
+# has diverged (see the module docstring).
+DIVERGENCE_FACTOR = 100.0
+# Why a step diverged (`_train_steps`' "bad_kind"), as the error says it.
+_DIVERGED = {1: "training loss is NaN or Inf",
+             2: "gradients are NaN or Inf (their global norm) with a finite loss",
+             3: "training loss {loss:.4g} exceeds {factor:g} x the first loss of this run"}
+
+
+class TrainingDivergedError(FloatingPointError, ValueError):
+    """Training diverged at a step (the message names it, why, and the checkpoint a rerun
+    resumes from). A FloatingPointError as the loop has always raised; a ValueError too,
+    so that a runner reports it in one line."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +119,9 @@ class LoopConfig:
         Keras dtype policy itself is set by the runner before the model is built.
       jit_compile: compile the forward/backward pass with XLA.
       keep_checkpoint_max: checkpoints kept in output_dir.
+
+    Raises:
+      ValueError: a period or count below 1, naming its flag (`check_loop_settings`).
     """
 
     output_dir: str
@@ -111,6 +136,23 @@ class LoopConfig:
     dtype: str = "float32"
     jit_compile: bool = False
     keep_checkpoint_max: int = 5
+
+    def __post_init__(self):
+        check_loop_settings(iterations_per_loop=self.iterations_per_loop,
+                            save_checkpoints_steps=self.save_checkpoints_steps,
+                            log_steps=self.log_steps,
+                            keep_checkpoint_max=self.keep_checkpoint_max)
+
+
+def check_loop_settings(**settings: int) -> None:
+    """Raises ValueError naming the flag of a loop period or count below 1
+    (iterations_per_loop, save_checkpoints_steps, log_steps, keep_checkpoint_max): 0
+    has no meaning for them (a checkpoint every 0 steps, 0 checkpoints kept), so it is
+    refused rather than silently taken as 1. The one check of these settings, for
+    pretraining (`LoopConfig`) and fine-tuning (`runs.Hyperparameters`, before any work)."""
+    for name, value in settings.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name}={value} must be a whole number >= 1")
 
 
 def model_inputs(features):
@@ -334,6 +376,10 @@ class TrainingLoop:
         # scope: every worker has its own; the step's all-reduce combines them.
         self._stop_signal = tf.Variable(0, dtype=tf.int32, trainable=False,
                                         name="stop_signal")
+        # The loss above which a step has diverged: inf until this process's first step
+        # sets it (DIVERGENCE_FACTOR x that loss, at least 1); not saved in checkpoints.
+        self._loss_ceiling = tf.Variable(math.inf, dtype=tf.float32, trainable=False,
+                                         name="loss_ceiling")
         self._restored_path: str | None = None
         self.skipped_steps = 0  # float16 steps skipped for non-finite gradients
         self.checkpoint = checkpointing.make_checkpoint(model, optimizer, self.global_step,
@@ -481,7 +527,8 @@ class TrainingLoop:
         may_skip = self.loss_scale_optimizer is not None  # float16 skips non-finite steps
         totals = {key: tf.constant(0.0) for key in self.stat_keys}
         bad_step = tf.constant(-1, tf.int64)
-        bad_grads = tf.constant(False)
+        bad_kind = tf.constant(0)
+        bad_loss = tf.constant(0.0)
         stopped = tf.constant(False)
         done = tf.constant(0, tf.int32)
         skipped = tf.constant(0.0)
@@ -494,19 +541,23 @@ class TrainingLoop:
             self.global_step.assign_add(1)
             done += 1
             nonfinite = stats[_NONFINITE_GRADS] > 0
-            bad = not tf.math.is_finite(stats["loss"])
-            if not may_skip:
-                bad = bad or nonfinite
-            if bad:
+            loss = stats["loss"]
+            kind = tf.where(tf.logical_not(tf.math.is_finite(loss)), 1,
+                            tf.where(tf.logical_and(nonfinite, not may_skip), 2,
+                                     tf.where(loss > self._loss_ceiling, 3, 0)))
+            if kind > 0:
                 bad_step = self.global_step.read_value()
-                bad_grads = tf.math.is_finite(stats["loss"])
+                bad_kind, bad_loss = kind, loss
                 break
+            if tf.math.is_inf(self._loss_ceiling):
+                self._loss_ceiling.assign(DIVERGENCE_FACTOR * tf.maximum(loss, 1.0))
             totals = {key: totals[key] + stats[key] for key in self.stat_keys}
             skipped += tf.cast(nonfinite, tf.float32)
             if stats[_STOP] > 0:
                 stopped = tf.constant(True)
                 break
-        return {"totals": totals, "bad_step": bad_step, "bad_grads": bad_grads,
+        return {"totals": totals, "bad_step": bad_step, "bad_kind": bad_kind,
+                "bad_loss": bad_loss,
                 "steps": done, "stopped": stopped, "skipped": skipped}
 
     def _eval_replica_step(self, features):
@@ -534,8 +585,8 @@ class TrainingLoop:
         (per-replica batches) or a plain one (global batches, split among the replicas).
 
         Returns:
-          The summed statistics (floats), `bad_step` (-1 when every loss and gradient was
-          finite), `steps` run and `skipped` (float16 steps with non-finite gradients).
+          The summed statistics (floats), `bad_step` (-1 when no step diverged), `steps`
+          run and `skipped` (float16 steps with non-finite gradients).
         """
         out = self._train_fn(iterator, tf.constant(num_steps, tf.int32))
         result = {key: float(value.numpy()) for key, value in out["totals"].items()}
@@ -569,9 +620,12 @@ class TrainingLoop:
             (from its beginning), not an input to resume.
 
         Raises:
-          FloatingPointError: a non-finite loss or gradient, naming the step.
-          SystemExit: 128 + signal after a SIGTERM/SIGHUP, once the checkpoint of the step
-            it arrived in is saved.
+          TrainingDivergedError: a step diverged (a non-finite loss or gradient, or a loss
+            far above the run's first: see the module docstring), naming it and the
+            checkpoint a rerun resumes from; the checkpoints whose weights led there are
+            set aside first.
+          SystemExit: 128 + signal after a SIGTERM, SIGHUP or Ctrl-C, once the checkpoint
+            of the step it arrived in is saved.
         """
         cfg = self.config
         step = int(self.global_step.numpy())
@@ -593,11 +647,9 @@ class TrainingLoop:
                 out = self._train_fn(iterator, tf.constant(n, tf.int32))
                 bad_step = int(out["bad_step"].numpy())
                 if bad_step >= 0:
-                    what = ("gradients are NaN or Inf (their global norm) with a finite loss"
-                            if bool(out["bad_grads"].numpy()) else "training loss is NaN or Inf")
-                    raise FloatingPointError(
-                        f"{what} at step {bad_step}; stopping (the newest checkpoint in "
-                        f"{cfg.output_dir} predates it)")
+                    writer.flush()
+                    self._diverged(bad_step, int(out["bad_kind"].numpy()),
+                                   float(out["bad_loss"].numpy()))
                 done = int(out["steps"].numpy())
                 stopped = bool(out["stopped"].numpy())
                 step += done
@@ -617,6 +669,32 @@ class TrainingLoop:
         writer.flush()
         return self.history
 
+    def _diverged(self, step: int, kind: int, loss: float):
+        """Sets aside the checkpoints from step - 1 on (the weights that gave step `step`
+        its bad loss or gradients, and newer) and raises TrainingDivergedError naming the
+        checkpoint a rerun resumes from."""
+        directory = self.config.output_dir
+        what = _DIVERGED[kind].format(loss=loss, factor=DIVERGENCE_FACTOR)
+        message = f"{what} at step {step}: training diverged; stopping"
+        if not self.is_chief:
+            raise TrainingDivergedError(f"{message} (the chief worker names the checkpoint "
+                                        "a rerun resumes from)")
+        moved = checkpointing.set_aside(directory, step - 1)
+        if moved:
+            message += (f". Set aside {', '.join(os.path.basename(p) for p in moved)} (the "
+                        f"weights that led there) into {os.path.dirname(moved[0])}")
+        left = checkpointing.checkpoints_newest_first(directory)
+        if left:
+            aside = os.path.join(directory, checkpointing.SET_ASIDE_DIR)
+            message += (f". A rerun resumes from {left[0]} (to resume an older one, move "
+                        f"the newer ones' files into {aside} too)")
+        else:
+            message += (f". No checkpoint before it is left in {directory}: a rerun starts "
+                        "over (from --init_checkpoint when given)")
+        raise TrainingDivergedError(
+            message + "; lower the learning rate (or fix the input) first, or it diverges "
+            "again")
+
     def _request_stop(self, signum: int) -> None:
         """Called from the signal watcher thread: the compiled loop stops after its step."""
         self._stop_signal.assign(signum)
@@ -626,13 +704,11 @@ class TrainingLoop:
         writer.flush()
         path = self.saver.save(step)
         signum = request.signal
-        if signum is None:  # not this process's: a peer worker's signal stopped all
-            logging.warning("Stopping at step %d: another worker was asked to stop", step)
-        else:
-            logging.warning("Stopping at step %d on signal %d", step, signum)
-        if path:
-            logging.info("Saved checkpoint %s; a restart with the same command resumes "
-                         "from step %d", path, step)
+        why = ("(another worker was asked to stop)" if signum is None  # a peer's signal
+               else f"on signal {signum}")
+        logging.warning("Stopping at step %d %s%s", step, why,
+                        f": saved {path}; a restart with the same command resumes from "
+                        f"step {step}" if path else "")
         request.handled()
         raise SystemExit(request.exit_status())
 

@@ -27,6 +27,15 @@ class Hyperparameters:
     dtype: str = "float32"
     jit_compile: bool = False
 
+    def __post_init__(self):
+        """The loop's periods and counts are checked with the flags, before any work."""
+        from training import loop
+
+        loop.check_loop_settings(iterations_per_loop=self.iterations_per_loop,
+                                 save_checkpoints_steps=self.save_checkpoints_steps,
+                                 log_steps=self.log_steps,
+                                 keep_checkpoint_max=self.keep_checkpoint_max)
+
     def optimizer_config(self, num_train_steps: int = 1, num_warmup_steps: int = 0):
         """The `modeling.optimization.OptimizerConfig` of these settings; building it
         validates them (ValueError naming the flag), so a run can check them before the
