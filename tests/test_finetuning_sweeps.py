@@ -94,6 +94,21 @@ def test_bad_grid_values_are_refused_naming_the_flag(value, message):
     assert value.split("=")[0] in str(err.value)
 
 
+@pytest.mark.parametrize("value, message", [
+    ("1,,2", "'' is not an integer"), ("1,2,", "'' is not an integer"),
+    ("1,x", "'x' is not an integer"), ("-1", "-1 is not a seed"),
+    ("1,4294967296", "4294967296 is not a seed"), ("2,1,2", "a seed is repeated"),
+])
+def test_bad_seeds_are_refused_as_the_grid_flags_are_naming_the_flag(value, message):
+    from absl import flags
+
+    with pytest.raises(flags.ValidationError, match=message) as err:
+        _config_of("run_classifier", [f"--seeds={value}"])
+    assert str(err.value).startswith(f"--seeds={value}:")
+    assert _config_of("run_classifier", ["--seeds= 3, 0 ,4294967295"]).seeds == (
+        3, 0, 4294967295)
+
+
 def test_run_pretraining_refuses_a_list_naming_the_flag():
     from absl import flags
 
