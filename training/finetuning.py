@@ -16,7 +16,10 @@ dev predictions and how to write its output files. Everything else is here, once
   subdirectory `output_dir/lr<..>_bs<..>_ep<..>`, the best on dev copied to output_dir,
   every run's dev figures in `grid_results.tsv`;
 * sweeps resume: a run of a sweep (grid or seeds) that finished writes `run_results.json`
-  (all-or-nothing, last), and a rerun skips it; the interrupted one resumes exactly;
+  (all-or-nothing, last), and a rerun skips it; the interrupted one resumes exactly; one
+  that finished with other settings or data is done again from its start (what it made
+  removed first); one that diverged (the loop's `FloatingPointError`) is recorded as
+  failed, the sweep goes on and picks the best of those that finished;
 * `--keep_best_checkpoint`: dev evaluation after every checkpoint, the best weights kept in
   `run_dir/best` (loadable by every tool; its score and step in `best/best_checkpoint.json`,
   the directory replaced all-or-nothing, so a resumed run keeps comparing with it) and
