@@ -41,6 +41,8 @@ _define(flags.DEFINE_list, "tasks", ["CoLA", "SST-2", "MRPC", "STS-B", "QQP", "M
 _define(flags.DEFINE_enum, "wnli", "majority", ["majority", "finetune"],
         "WNLI: majority (the paper: every test example gets the most frequent label of the "
         "train and dev sets) or finetune (like the other tasks).")
+_define(flags.DEFINE_bool, "skip_bad_rows", False,
+        "Skip malformed rows (counted in the cache metadata) instead of failing on the first.")
 _define(flags.DEFINE_bool, "collect_only", False,
         "Train nothing: check the submission files finished task folders of output_dir hold "
         "and zip them.")
@@ -80,7 +82,7 @@ def run_config_from_flags(values=FLAGS) -> GlueRun:
     settings = dataclasses.replace(settings, do_train=True, do_eval=True, do_predict=True)
     return GlueRun(settings, glue.GlueSettings(
         glue_dir=values.glue_dir, tasks=glue.parse_tasks(values.tasks), wnli=values.wnli,
-        collect_only=values.collect_only))
+        collect_only=values.collect_only, skip_bad_rows=values.skip_bad_rows))
 
 
 def run(cfg: GlueRun) -> dict:

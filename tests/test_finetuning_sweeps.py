@@ -94,6 +94,21 @@ def test_bad_grid_values_are_refused_naming_the_flag(value, message):
     assert value.split("=")[0] in str(err.value)
 
 
+@pytest.mark.parametrize("value, message", [
+    ("1,,2", "'' is not an integer"), ("1,2,", "'' is not an integer"),
+    ("1,x", "'x' is not an integer"), ("-1", "-1 is not a seed"),
+    ("1,4294967296", "4294967296 is not a seed"), ("2,1,2", "a seed is repeated"),
+])
+def test_bad_seeds_are_refused_as_the_grid_flags_are_naming_the_flag(value, message):
+    from absl import flags
+
+    with pytest.raises(flags.ValidationError, match=message) as err:
+        _config_of("run_classifier", [f"--seeds={value}"])
+    assert str(err.value).startswith(f"--seeds={value}:")
+    assert _config_of("run_classifier", ["--seeds= 3, 0 ,4294967295"]).seeds == (
+        3, 0, 4294967295)
+
+
 def test_run_pretraining_refuses_a_list_naming_the_flag():
     from absl import flags
 
@@ -424,3 +439,144 @@ def test_a_squad_grid_keeps_the_best_predictions_and_a_rerun_reads_them_back(tmp
     assert sorted(again["files"]) == sorted(first["files"])
     assert again["files"]["predictions.json"] == str(out / best[0]["dir"] / "predictions.json")
     assert _read_table(out / "grid_results.tsv") == table
+
+
+# ------------------------------------------- reruns and resumes with other settings or data
+
+
+def _mrpc_run(mrpc, out, data=None, **overrides):
+    """A tiny MRPC run (24 training examples: 6 steps an epoch) of run_classifier."""
+    import run_classifier as rc
+    from training.runtime import RuntimeConfig
+
+    values = dict(task_name="mrpc", data_dir=str(data or mrpc["data"]),
+                  vocab_file=mrpc["vocab"], bert_config_file=mrpc["config"],
+                  output_dir=str(out), max_seq_length=SEQ, do_train=True, do_eval=True,
+                  train_batch_size=4, eval_batch_size=4, learning_rate=2e-3,
+                  num_train_epochs=1.0, save_checkpoints_steps=4, iterations_per_loop=2,
+                  log_steps=2, seeds=(1,), runtime=RuntimeConfig("one_device", seed=1))
+    values.update(overrides)
+    return rc.make_run(**values)
+
+
+@pytest.mark.slow
+def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weights(
+        mrpc, tmp_path):
+    """A finished run of a sweep (run_results.json) rerun with another --warmup_proportion
+    trains again from the start: its checkpoints and outputs equal a fresh run's with the
+    new settings, never the old run's final state evaluated under the new settings."""
+    import run_classifier as rc
+
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    rc.run(_mrpc_run(mrpc, out, skip_finished=True))
+    old = _weights(str(out / "ckpt-6"))
+    redone = rc.run(_mrpc_run(mrpc, out, skip_finished=True, warmup_proportion=0.5))
+    assert not redone["best_run"].get("skipped")
+    rc.run(_mrpc_run(mrpc, fresh, warmup_proportion=0.5))
+    expected = _weights(str(fresh / "ckpt-6"))
+    found = _weights(str(out / "ckpt-6"))
+    assert sorted(found) == sorted(expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(found[name], value, err_msg=name)
+    assert any(not np.array_equal(old[name], found[name]) for name in found)
+    assert (out / "eval_results.txt").read_bytes() == (fresh / "eval_results.txt").read_bytes()
+    with open(out / "run_results.json") as f:
+        assert json.load(f)["request"]["warmup_proportion"] == 0.5
+    # A rerun of the same settings still skips it.
+    again = rc.run(_mrpc_run(mrpc, out, skip_finished=True, warmup_proportion=0.5))
+    assert again["best_run"].get("skipped")
+
+
+@pytest.mark.slow
+def test_a_resume_on_other_records_or_another_length_is_refused(mrpc, tmp_path):
+    """Killed after ckpt-4 (here: a 4-step run resumed with more epochs). Resumed with
+    another --max_seq_length (no length buckets) or with train.tsv edited (a label flipped:
+    records of the same size), the saved input position means nothing: refused naming
+    what changed. Data restored byte for byte: the rebuilt records hash the same and the
+    run resumes."""
+    import shutil
+
+    import run_classifier as rc
+    from training import checkpointing
+
+    data = tmp_path / "MRPC"
+    shutil.copytree(mrpc["data"], data)
+    out = tmp_path / "out"
+    rc.run(_mrpc_run(mrpc, out, data, do_eval=False, num_train_epochs=0.7))
+    assert (out / "ckpt-4.index").exists() and not (out / "ckpt-8.index").exists()
+    longer = dict(do_eval=False, num_train_epochs=2.0)
+
+    with pytest.raises(checkpointing.InputPositionError,
+                       match=f"max_seq_length: {SEQ} there, 16 now") as err:
+        rc.run(_mrpc_run(mrpc, out, data, max_seq_length=16, **longer))
+    assert "ckpt-4" in str(err.value)
+
+    original = (data / "train.tsv").read_bytes()
+    lines = original.decode().split("\n")
+    lines[1] = ("1" if lines[1][0] == "0" else "0") + lines[1][1:]
+    (data / "train.tsv").write_text("\n".join(lines))
+    with pytest.raises(checkpointing.InputPositionError, match="records_sha256: '"):
+        rc.run(_mrpc_run(mrpc, out, data, **longer))
+
+    (data / "train.tsv").write_bytes(original)
+    result = rc.run(_mrpc_run(mrpc, out, data, **longer))
+    assert result["best_run"]["global_step"] == 12
+
+
+def _diverging_family(plan):
+    """A classification family whose run number i (in the order they train) has a NaN
+    loss when `plan[i]`: the loop stops it as it stops a diverged run."""
+    from tasks.classification.task import ClassificationFamily
+
+    class Diverging(ClassificationFamily):
+        def loop_task(self):
+            import copy
+
+            task = copy.copy(super().loop_task())  # the family's own is shared by its runs
+            if plan.pop(0):
+                original = task.loss_and_stats
+
+                def nan_loss(outputs, features):
+                    loss, stats = original(outputs, features)
+                    return loss * float("nan"), stats
+                task.loss_and_stats = nan_loss
+            return task
+
+    return Diverging
+
+
+@pytest.mark.slow
+def test_a_diverging_grid_point_is_recorded_as_failed_and_the_sweep_goes_on(mrpc, tmp_path):
+    """2 learning rates, the first diverges: recorded as failed (grid_results.tsv says
+    why), the second trains and is kept. A rerun with the same settings tries neither
+    again; a grid whose every point diverges fails naming the reason, table written."""
+    import run_classifier as rc
+    from training import finetuning
+
+    out = tmp_path / "out"
+    cfg = _mrpc_run(mrpc, out, learning_rate=(2e-3, 1e-3))
+    result = finetuning.run(cfg.finetuning, _diverging_family([True, False])(cfg.task, SEQ))
+    assert result["best_point"]["learning_rate"] == 1e-3
+    table = _read_table(out / "grid_results.tsv")
+    assert [row["dir"] for row in table] == ["lr0.002_bs4_ep1.0", "lr0.001_bs4_ep1.0"]
+    assert [row["best"] for row in table] == ["0", "1"]
+    assert "NaN or Inf" in table[0]["failed"] and "at step 1;" in table[0]["failed"]
+    assert table[0]["global_step"] == table[0]["eval_acc_and_f1"] == table[1]["failed"] == ""
+    assert (out / "eval_results.txt").read_bytes() == (
+        out / "lr0.001_bs4_ep1.0" / "eval_results.txt").read_bytes()
+    with open(out / "lr0.002_bs4_ep1.0" / "run_results.json") as f:
+        assert "NaN" in json.load(f)["failed"]
+
+    before = (out / "grid_results.tsv").read_bytes()
+    again = finetuning.run(cfg.finetuning, _diverging_family([])(cfg.task, SEQ))  # trains none
+    assert all(r.get("skipped") for r in again["runs"])
+    assert (out / "grid_results.tsv").read_bytes() == before
+
+    every = tmp_path / "every"
+    cfg = _mrpc_run(mrpc, every, learning_rate=(2e-3, 1e-3))
+    with pytest.raises(finetuning.FinetuningError,
+                       match="every run failed .*NaN or Inf"):
+        finetuning.run(cfg.finetuning, _diverging_family([True, True])(cfg.task, SEQ))
+    assert [row["failed"] != "" for row in _read_table(every / "grid_results.tsv")] == [
+        True, True]
+    del rc

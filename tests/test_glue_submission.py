@@ -252,6 +252,29 @@ def test_glue_submission_runs_the_papers_grid_unless_told_otherwise():
     assert (cfg.tasks, cfg.wnli) == (("rte", "wnli"), "finetune")
     with pytest.raises(ValueError, match="--do_predict: glue_submission.py always"):
         _glue_config(["--do_predict=false"])
+    assert not _glue_config([]).glue.skip_bad_rows
+    assert _glue_config(["--skip_bad_rows"]).glue.skip_bad_rows
+
+
+def test_a_bad_row_of_the_last_task_is_refused_before_any_task_trains(tmp_path):
+    """RTE's test set (the eighth task) has a malformed row: refused naming the file, the
+    line and the flag that skips it, before the first task (CoLA) writes anything."""
+    from tasks.classification import examples, glue
+    from training import finetuning
+
+    glue_dir = write_glue(tmp_path / "glue")
+    test_file = glue_dir / "RTE" / "test.tsv"
+    lines = test_file.read_text().count("\n")
+    with open(test_file, "a") as f:
+        f.write("99\tonly one sentence\n")
+    out = tmp_path / "out"
+    run = finetuning.FinetuningRun(vocab_file="v", bert_config_file="c", output_dir=str(out),
+                                   do_train=True, do_eval=True, do_predict=True)
+    with pytest.raises(examples.DataFormatError,
+                       match=rf"RTE/test.tsv:{lines + 1}: .*\(--skip_bad_rows skips such rows\)"):
+        glue.run_benchmark(run, glue.GlueSettings(glue_dir=str(glue_dir)))
+    assert not out.exists()
+    glue.check_data(str(glue_dir), glue.TASKS, skip_bad_rows=True)  # skipped: no error
 
 
 # ----------------------------------------------------------- the real CLI, end to end

@@ -188,6 +188,47 @@ def test_other_input_is_refused_naming_what_changed(data, strategy, tmp_path):
         assert named in message and "ckpt-4" in message and "--init_checkpoint" in message
 
 
+@pytest.mark.parametrize("keep", [0.5, 2.0])
+def test_a_record_file_replaced_under_its_name_is_other_input(data, strategy, tmp_path, keep):
+    """A shard replaced by a smaller one (the saved position may lie past its end) or a
+    larger one (the position counts other records) is refused naming the file sizes, not
+    resumed silently or failed inside TensorFlow."""
+    records = tmp_path / "records"
+    records.mkdir()
+    for path in sorted(tf.io.gfile.glob(data["pattern"])):
+        tf.io.gfile.copy(path, str(records / os.path.basename(path)))
+    shard = sorted(records.iterdir())[0]
+    data = dict(data, pattern=str(records / "*"))
+    out = tmp_path / "out"
+    _, trainer = _make(strategy, out, steps=4, save=4)
+    trainer.restore_or_initialize()
+    make, identity = _input(data, trainer)
+    trainer.train(make, input_identity=identity)
+    rows = list(tf.data.TFRecordDataset(str(shard)).as_numpy_iterator())
+    with tf.io.TFRecordWriter(str(shard)) as writer:
+        for row in (rows[:len(rows) // 2] if keep < 1 else rows + rows):
+            writer.write(row)
+    _, again = _make(strategy, out, steps=8, save=4)
+    assert again.restore_or_initialize() == 4
+    make, changed = _input(data, again)
+    assert changed["files"] == identity["files"]
+    with pytest.raises(checkpointing.InputPositionError, match=r"file_sizes: \[") as err:
+        again.train(make, input_identity=changed)
+    assert "ckpt-4" in str(err.value)
+
+
+def test_a_checkpoint_saved_before_a_key_was_recorded_resumes():
+    """Keys added to the input identity since (file sizes, max_seq_length, the records'
+    hash) are not held against a checkpoint saved without them; any other difference is."""
+    saved = {"kind": "records", "files": ["train.tf_record"], "batch_size": 8, "seed": 1}
+    loop._check_input_identity("ckpt-4", saved, {**saved, "file_sizes": [10],
+                                                 "max_seq_length": 32,
+                                                 "records_sha256": "ab"})
+    with pytest.raises(checkpointing.InputPositionError, match="batch_size: 8 there, 4 now"):
+        loop._check_input_identity("ckpt-4", saved, {**saved, "batch_size": 4,
+                                                     "file_sizes": [10]})
+
+
 def test_an_unseeded_run_resumes_with_the_seed_it_drew(data, strategy, tmp_path):
     _, trainer = _make(strategy, tmp_path, steps=4, save=4)
     trainer.restore_or_initialize()

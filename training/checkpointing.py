@@ -131,6 +131,22 @@ def checkpoints_on_disk(directory: str) -> list[str]:
     return [path for _, path in sorted(found, reverse=True)]
 
 
+def remove_checkpoints(directory: str) -> list[str]:
+    """Removes the `ckpt-<N>` checkpoints of `directory` (their files on disk) and the
+    state file naming them, the state file last; returns the paths removed. For a run that
+    must start over (`training.finetuning`); call it only while owning the directory."""
+    removed = []
+    for prefix in checkpoints_on_disk(directory):
+        for path in sorted(tf.io.gfile.glob(prefix + ".*"), key=lambda p: p.endswith(".index")):
+            tf.io.gfile.remove(path)  # the index last: what a kill leaves is still found
+            removed.append(path)
+    state_file = os.path.join(directory, "checkpoint")
+    if tf.io.gfile.exists(state_file):
+        tf.io.gfile.remove(state_file)
+        removed.append(state_file)
+    return removed
+
+
 def _read_state(directory: str):
     """(the state file's CheckpointState or None, the error when it exists but cannot be
     parsed: empty or garbled by a power cut)."""

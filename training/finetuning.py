@@ -16,7 +16,10 @@ dev predictions and how to write its output files. Everything else is here, once
   subdirectory `output_dir/lr<..>_bs<..>_ep<..>`, the best on dev copied to output_dir,
   every run's dev figures in `grid_results.tsv`;
 * sweeps resume: a run of a sweep (grid or seeds) that finished writes `run_results.json`
-  (all-or-nothing, last), and a rerun skips it; the interrupted one resumes exactly;
+  (all-or-nothing, last), and a rerun skips it; the interrupted one resumes exactly; one
+  that finished with other settings or data is done again from its start (what it made
+  removed first); one that diverged (the loop's `FloatingPointError`) is recorded as
+  failed, the sweep goes on and picks the best of those that finished;
 * `--keep_best_checkpoint`: dev evaluation after every checkpoint, the best weights kept in
   `run_dir/best` (loadable by every tool; its score and step in `best/best_checkpoint.json`,
   the directory replaced all-or-nothing, so a resumed run keeps comparing with it) and
@@ -435,18 +438,31 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
                                                family.export_metadata(point_settings))
 
                 request = _request(point_settings, family, prepared, seed)
-                finished = _finished(directory, request) if skip_finished else None
-                if finished is not None:
+                earlier, redo = _earlier(directory, request) if skip_finished else (None,
+                                                                                    False)
+                if earlier is not None:
                     claimed.commit()
-                    logging.info("%s finished earlier (%s): skipped", directory,
-                                 RESULTS_FILE)
-                    seed_runs.append({**finished, "point": dataclasses.asdict(point)})
+                    if earlier.get("failed"):
+                        logging.warning("%s failed earlier with these settings (%s): "
+                                        "skipped, not tried again: %s", directory,
+                                        RESULTS_FILE, earlier["failed"])
+                    else:
+                        logging.info("%s finished earlier (%s): skipped", directory,
+                                     RESULTS_FILE)
+                    seed_runs.append({**earlier, "point": dataclasses.asdict(point)})
                     continue
-                with input_pipeline.naming_bad_records(
-                        _record_files(family, prepared),
-                        limits=_id_limits(settings, bert_config)):
-                    result = _run_one(point_settings, family, prepared, strategy,
-                                      bert_config, seed, directory, commit)
+                if redo and chief:
+                    _remove_run(directory)
+                try:
+                    with input_pipeline.naming_bad_records(
+                            _record_files(family, prepared),
+                            limits=_id_limits(settings, bert_config)):
+                        result = _run_one(point_settings, family, prepared, strategy,
+                                          bert_config, seed, directory, commit)
+                except FloatingPointError as err:  # the loop's divergence stop
+                    if not skip_finished:
+                        raise
+                    result = _failed(directory, seed, err)
                 result["point"] = dataclasses.asdict(point)
                 if skip_finished and chief:
                     _write_finished(directory, request, result)
@@ -455,14 +471,38 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
                 point_results.append(_summarise_seeds(point_settings, family, prepared,
                                                       seed_runs, write=chief))
             else:
-                point_results.append({"runs": seed_runs, "best_seed": settings.seeds[0],
-                                      "best_run": seed_runs[0], "summary": {}})
-        if not grid:
-            return point_results[0]
-        return _summarise_grid(settings, family, prepared, points, point_results,
-                               write=chief)
+                finished = not seed_runs[0].get("failed")
+                point_results.append({"runs": seed_runs,
+                                      "best_seed": settings.seeds[0] if finished else None,
+                                      "best_run": seed_runs[0] if finished else None,
+                                      "summary": {}})
+        if grid:
+            return _summarise_grid(settings, family, prepared, points, point_results,
+                                   write=chief)
+        if point_results[0]["best_run"] is None:
+            raise _all_failed(point_results[0]["runs"], settings.output_dir)
+        return point_results[0]
     finally:
         claimed.release()
+
+
+def _failed(directory: str, seed, err: FloatingPointError) -> dict:
+    """The result of a sweep's run stopped by a divergence (`err`): recorded as failed,
+    with the reason, so that the sweep goes on and a rerun with the same settings skips it."""
+    reason = " ".join(str(err).split())  # one line (it goes into grid_results.tsv)
+    logging.error("%s failed: %s; the sweep goes on without it", directory, reason)
+    return {"seed": seed, "dir": directory, "global_step": None, "num_train_steps": None,
+            "eval": {}, "outputs": [], "model_dir": directory, "failed": reason}
+
+
+def _all_failed(runs_: Sequence[dict], output_dir: str) -> FinetuningError:
+    """The error of a sweep none of whose runs finished (each failed: the first reason)."""
+    first = runs_[0]
+    return FinetuningError(
+        f"{output_dir}: every run failed ({len(runs_)}; "
+        f"{_relative(first['dir'], output_dir) or '.'}: {first['failed']}). A rerun with "
+        "the same settings does not try them again: change them (e.g. a lower "
+        f"--learning_rate), or delete a run's {RESULTS_FILE} to retry it")
 
 
 def _request(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData,
@@ -503,24 +543,30 @@ def _write_finished(directory: str, request: dict, result: dict) -> None:
               "num_train_steps": result["num_train_steps"], "eval": result["eval"],
               "outputs": [_relative(p, directory) for p in result["outputs"]],
               "model_dir": _relative(result["model_dir"], directory)}
+    if result.get("failed"):
+        record["failed"] = result["failed"]
     fileio.write_text(os.path.join(directory, RESULTS_FILE),
                       json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
-def _finished(directory: str, request: dict) -> dict | None:
-    """The result of a run that finished with the same request (run_results.json, all
-    its outputs in place), else None."""
+def _earlier(directory: str, request: dict) -> tuple[dict | None, bool]:
+    """What an earlier run left in `directory`: (its result when it finished, or failed,
+    with the same request (run_results.json, all its outputs in place), else None; True
+    when it must be redone from scratch: its record says it ran with other settings or
+    data, or cannot be read). (None, False): nothing finished here, or the same run with
+    an output missing: it resumes from its newest checkpoint."""
     path = os.path.join(directory, RESULTS_FILE)
     if not fileio.exists(path):
-        return None
+        return None, False
     try:
         record = json.loads(fileio.read_text(path))
     except ValueError:
-        logging.warning("%s cannot be read: the run is done again", path)
-        return None
+        logging.warning("%s cannot be read: the run is done again, from its start", path)
+        return None, True
     if record.get("request") != request:
-        logging.info("%s: finished with other settings or data: the run is done again", path)
-        return None
+        logging.warning("%s: finished with other settings or data: the run is done again, "
+                        "from its start (its checkpoints and outputs are removed)", path)
+        return None, True
 
     def absolute(name):
         return name if fileio.is_url(name) or os.path.isabs(name) else \
@@ -530,10 +576,43 @@ def _finished(directory: str, request: dict) -> dict | None:
     missing = [p for p in outputs if not fileio.exists(p)]
     if missing:
         logging.info("%s: %s missing: the run is done again", path, missing[0])
-        return None
-    return {"seed": record["seed"], "dir": directory, "global_step": record["global_step"],
-            "num_train_steps": record["num_train_steps"], "eval": record["eval"],
-            "outputs": outputs, "model_dir": absolute(record["model_dir"]), "skipped": True}
+        return None, False
+    result = {"seed": record["seed"], "dir": directory, "global_step": record["global_step"],
+              "num_train_steps": record["num_train_steps"], "eval": record["eval"],
+              "outputs": outputs, "model_dir": absolute(record["model_dir"]), "skipped": True}
+    if record.get("failed"):
+        result["failed"] = record["failed"]
+    return result, False
+
+
+# What a run makes in its directory besides the outputs its record lists (the model
+# files beside the checkpoints are written again): its kept best checkpoint and its
+# TensorBoard summaries.
+_RUN_SUBDIRS = ("best", "train", "eval")
+
+
+def _remove_run(directory: str) -> None:
+    """Removes what a run of a sweep made in `directory` (checkpoints, best/, summaries,
+    the outputs its run_results.json lists, that record last), so that it is done again
+    from its initial checkpoint, never from the final state of a run with other settings
+    or data. A kill in between leaves the record: the next run removes the rest."""
+    from training import checkpointing
+
+    path = os.path.join(directory, RESULTS_FILE)
+    try:
+        outputs = json.loads(fileio.read_text(path)).get("outputs", [])
+    except ValueError:
+        outputs = []
+    removed = checkpointing.remove_checkpoints(directory)
+    for name in _RUN_SUBDIRS + tuple(outputs):
+        target = os.path.join(directory, name)
+        if name and not (fileio.is_url(name) or os.path.isabs(name)) and \
+                fileio.exists(target):
+            fileio.remove(target)
+            removed.append(target)
+    fileio.remove(path)
+    logging.warning("%s: removed what the earlier run made: %s", directory,
+                    ", ".join(os.path.basename(p) for p in removed) or "nothing else")
 
 
 def _record_files(family: TaskFamily, prepared: PreparedData) -> list:
@@ -612,6 +691,11 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
             dataclasses.replace(family.records(train), seed=data_seed,
                                 bucket_boundaries=family.input_options.bucket_boundaries),
             settings.train_batch_size)
+        # What the saved position counts in: records of this length, with this content
+        # (hashed when the cache was written): edited data is other input, not the same
+        # file name.
+        identity.update(max_seq_length=settings.max_seq_length,
+                        records_sha256=train.data.metadata["record_file_sha256"][:16])
         trainer.train(train_fn, on_checkpoint=best.on_checkpoint if best else None,
                       input_identity=identity)
     step = int(trainer.global_step.numpy())
@@ -745,20 +829,27 @@ def _summarise_seeds(settings: FinetuningRun, family: TaskFamily, prepared: Prep
 
     key = family.primary_metric()
     first_split = prepared.eval_splits[0].name
-    scores = [score(r["eval"][first_split], key) for r in seed_runs]
-    best = seed_runs[int(np.argmax(scores))]
-    summary = {"best_seed": best["seed"], "num_seeds": len(seed_runs)}
+    finished = [r for r in seed_runs if not r.get("failed")]
+    failed = [r["seed"] for r in seed_runs if r.get("failed")]
+    if not finished:  # no best: the grid goes on without this point, or the run fails
+        return {"runs": list(seed_runs), "best_seed": None, "best_run": None, "summary": {}}
+    scores = [score(r["eval"][first_split], key) for r in finished]
+    best = finished[int(np.argmax(scores))]
+    summary = {"best_seed": best["seed"], "num_seeds": len(finished)}
+    if failed:  # the statistics are over the seeds that finished
+        summary["num_failed_seeds"] = len(failed)
     for name in sorted(best["eval"][first_split]):
         if name == "global_step":
             continue
-        values = np.array([r["eval"][first_split][name] for r in seed_runs], np.float64)
+        values = np.array([r["eval"][first_split][name] for r in finished], np.float64)
         summary[f"{name}_mean"] = float(values.mean())
         summary[f"{name}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-        for run_result, value in zip(seed_runs, values):
+        for run_result, value in zip(finished, values):
             summary[f"{name}_seed_{run_result['seed']}"] = float(value)
-    logging.info("Best seed %s (%s = %s); %s mean %.6g std %.6g over %d seeds", best["seed"],
-                 key, best["eval"][first_split].get(key), key, summary[f"{key}_mean"],
-                 summary[f"{key}_std"], len(seed_runs))
+    logging.info("Best seed %s (%s = %s); %s mean %.6g std %.6g over %d seeds%s",
+                 best["seed"], key, best["eval"][first_split].get(key), key,
+                 summary[f"{key}_mean"], summary[f"{key}_std"], len(finished),
+                 f" (failed: seed {', '.join(map(str, failed))})" if failed else "")
     result = {"runs": list(seed_runs), "best_seed": best["seed"], "best_run": best,
               "summary": summary}
     if write:
@@ -785,17 +876,27 @@ def _summarise_grid(settings: FinetuningRun, family: TaskFamily, prepared: Prepa
                     points: Sequence[GridPoint], point_results: Sequence[dict],
                     write: bool = True) -> dict:
     """Picks the best run of the grid (by the primary metric on the first dev split, the
-    first in grid order on a tie), copies its result files to output_dir and writes
-    grid_results.tsv: one row per run (grid point x seed) with its dev figures."""
-    import numpy as np
-
+    first in grid order on a tie; runs that failed are not candidates), copies its result
+    files to output_dir and writes grid_results.tsv: one row per run (grid point x seed)
+    with its dev figures or why it failed. FinetuningError when no run finished (the
+    table written first)."""
     key = family.primary_metric()
     first_split = prepared.eval_splits[0].name
-    scores = [score(r["best_run"]["eval"][first_split], key) for r in point_results]
-    index = int(np.argmax(scores))
+    runs_ = [r for result in point_results for r in result["runs"]]
+    scores = [score(r["best_run"]["eval"][first_split], key) if r["best_run"] else None
+              for r in point_results]
+    if all(value is None for value in scores):
+        table = grid_table(settings.output_dir, prepared.eval_splits, runs_, None)
+        if write:
+            _publish([], settings.output_dir, {
+                os.path.join(settings.output_dir, GRID_RESULTS_FILE):
+                lambda temp: fileio.write_text(temp, table)})
+        raise _all_failed(runs_, settings.output_dir)
+    # The best of the points with a finished run (the first in grid order on a tie).
+    index = max((i for i, value in enumerate(scores) if value is not None),
+                key=lambda i: (scores[i], -i))
     best = point_results[index]["best_run"]
-    table = grid_table(settings.output_dir, prepared.eval_splits,
-                       [r for result in point_results for r in result["runs"]], best)
+    table = grid_table(settings.output_dir, prepared.eval_splits, runs_, best)
     logging.info("Grid results (%s on %s):\n%s", key, first_split, table.rstrip("\n"))
     logging.info("Best: learning_rate %s, train_batch_size %d, num_train_epochs %s, seed %s "
                  "(%s = %s) in %s", points[index].learning_rate,
@@ -805,8 +906,7 @@ def _summarise_grid(settings: FinetuningRun, family: TaskFamily, prepared: Prepa
         _publish(best["outputs"], settings.output_dir,
                  {os.path.join(settings.output_dir, GRID_RESULTS_FILE):
                   lambda temp: fileio.write_text(temp, table)})
-    return {"runs": [r for result in point_results for r in result["runs"]],
-            "best_seed": best["seed"], "best_run": best,
+    return {"runs": runs_, "best_seed": best["seed"], "best_run": best,
             "best_point": dataclasses.asdict(points[index]),
             "summary": point_results[index]["summary"], "grid": table}
 
@@ -815,19 +915,22 @@ def grid_table(output_dir: str, eval_splits: Sequence[Split], runs_: Sequence[di
                best: dict) -> str:
     """grid_results.tsv: a header, then per run its hyperparameters, seed, dev figures of
     every eval split (metric name + the split's suffix, e.g. `eval_accuracy_mm`), its
-    directory relative to output_dir and `best` (1 for the run kept)."""
+    directory relative to output_dir, `best` (1 for the run kept) and `failed` (why a run
+    stopped without figures, e.g. its loss diverged; empty for a run that finished)."""
     columns = sorted({name + split.suffix for r in runs_ for split in eval_splits
                       for name in r["eval"].get(split.name, {}) if name != "global_step"})
     header = ["learning_rate", "train_batch_size", "num_train_epochs", "seed", "global_step",
-              *columns, "dir", "best"]
+              *columns, "dir", "best", "failed"]
     lines = ["\t".join(header)]
     for r in runs_:
         figures = {name + split.suffix: value for split in eval_splits
                    for name, value in r["eval"].get(split.name, {}).items()}
         point = r["point"]
         row = [point["learning_rate"], point["train_batch_size"], point["num_train_epochs"],
-               "" if r["seed"] is None else r["seed"], r["global_step"],
+               "" if r["seed"] is None else r["seed"],
+               "" if r["global_step"] is None else r["global_step"],
                *[figures.get(name, "") for name in columns],
-               _relative(r["dir"], output_dir), int(r["dir"] == best["dir"])]
+               _relative(r["dir"], output_dir), int(best is not None and r["dir"] == best["dir"]),
+               r.get("failed", "")]
         lines.append("\t".join(str(value) for value in row))
     return "\n".join(lines) + "\n"

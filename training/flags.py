@@ -191,18 +191,23 @@ def define_bucketing_flags():
 
 
 def parse_seeds(values=FLAGS) -> tuple:
-    """--seeds as a tuple of ints, or (--seed,) when empty (None: unseeded)."""
+    """--seeds as a tuple of ints, or (--seed,) when empty (None: unseeded); refused as the
+    grid flags refuse their values (an empty item, a repeat), or outside NumPy's seeds."""
+    items = [str(item).strip() for item in values.seeds or ()]
+    spelled = ",".join(items)
     seeds = []
-    for item in values.seeds or ():
-        item = str(item).strip()
-        if not item:
-            continue
+    for item in items:
         try:
-            seeds.append(int(item))
+            seed = int(item)
         except ValueError:
-            raise flags.ValidationError(f"--seeds: {item!r} is not an integer") from None
+            raise flags.ValidationError(f"--seeds={spelled}: {item!r} is not an "
+                                        "integer") from None
+        if not 0 <= seed < 2 ** 32:
+            raise flags.ValidationError(f"--seeds={spelled}: {seed} is not a seed (0 to "
+                                        "2**32 - 1)")
+        seeds.append(seed)
     if len(set(seeds)) != len(seeds):
-        raise flags.ValidationError(f"--seeds repeats a seed: {seeds}")
+        raise flags.ValidationError(f"--seeds={spelled}: a seed is repeated")
     return tuple(seeds) or (values.seed,)
 
 

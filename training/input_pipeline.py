@@ -536,12 +536,15 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
 def pretraining_input_identity(config: PretrainingInputConfig, batch_size: int) -> dict:
     """What a pretraining training input is (`TrainingLoop.train`'s input_identity): what
     the saved position of its iterator means. The files by name, in order (a moved
-    directory is the same input; the position counts files and records), the GLOBAL
+    directory is the same input; the position counts files and records) and size (a file
+    replaced under its name: a position past its end, or in other records), the GLOBAL
     batch size, the seed and every setting that changes the stream of batches."""
     masking = config.masking
+    files = list_files(config.input_patterns)
     identity = {
         "kind": "pretraining",
-        "files": [fileio.basename(path) for path in list_files(config.input_patterns)],
+        "files": [fileio.basename(path) for path in files],
+        "file_sizes": [fileio.getsize(path) for path in files],
         "batch_size": int(batch_size), "seed": config.seed,
         "max_seq_length": config.max_seq_length,
         "max_predictions_per_seq": config.max_predictions_per_seq,

@@ -51,12 +51,14 @@ class GlueSettings:
       wnli: "majority" (the paper: the majority class of WNLI's train and dev sets) or
         "finetune" (fine-tuned like the other tasks).
       collect_only: no training: zip the files finished runs left in output_dir.
+      skip_bad_rows: skip malformed rows (counted) instead of failing on the first.
     """
 
     glue_dir: str | None
     tasks: tuple = TASKS
     wnli: str = "majority"
     collect_only: bool = False
+    skip_bad_rows: bool = False
 
 
 def parse_tasks(names: Sequence[str]) -> tuple:
@@ -93,15 +95,30 @@ def data_dir(glue_dir: str, task: str) -> str:
     return os.path.join(glue_dir, DATA_DIRS[task])
 
 
-def check_data_dirs(glue_dir: str, tasks: Sequence[str]) -> None:
-    """Refuses, before any training, a task whose folder (or test file) is missing."""
+def splits_read(task: str) -> list:
+    """The splits a task's run reads: train and dev (MNLI: both dev sets) then its test
+    splits; AX (predicted with MNLI's model) only its test set."""
+    tests = [split for _, split in submission_files(task)]
+    if task == "ax":
+        return tests
+    devs = ["dev_matched", "dev_mismatched"] if task == "mnli" else ["dev"]
+    return ["train", *devs, *tests]
+
+
+def check_data(glue_dir: str, tasks: Sequence[str], skip_bad_rows: bool = False) -> None:
+    """Refuses, before any training, a task whose folder or data file is missing, or whose
+    data has a malformed row (the message names file and line; --skip_bad_rows skips
+    them): a bad file is found before hours of other tasks' training, not after."""
     for task in tasks:
         directory = data_dir(glue_dir, task)
         if not fileio.isdir(directory):
             raise GlueError(f"--glue_dir={glue_dir}: no folder {DATA_DIRS[task]} for "
                             f"{RUN_DIRS[task]} ({directory})")
-        for _, split in submission_files(task):
-            processors.get_processor(task).source_file(directory, split)  # names the file
+        processor = processors.get_processor(task)
+        for split in splits_read(task):
+            processor.source_file(directory, split)  # names the missing file
+        for split in splits_read(task):
+            processor.read_split(directory, split, skip_bad_rows=skip_bad_rows)
 
 
 # ------------------------------------------------------------------------------ running
@@ -123,12 +140,13 @@ def run_benchmark(run, settings: GlueSettings) -> dict:
     """
     done = {}
     if not settings.collect_only:
-        check_data_dirs(settings.glue_dir, settings.tasks)
+        check_data(settings.glue_dir, settings.tasks, settings.skip_bad_rows)
         for task in settings.tasks:
             logging.info("***** GLUE %s *****", RUN_DIRS[task])
             if task == "wnli" and settings.wnli == "majority":
                 done[task] = majority_baseline(data_dir(settings.glue_dir, task),
-                                               os.path.join(run.output_dir, RUN_DIRS[task]))
+                                               os.path.join(run.output_dir, RUN_DIRS[task]),
+                                               settings.skip_bad_rows)
             elif task == "ax":
                 done[task] = _predict_ax(run, settings, done["mnli"]["model_dir"])
             else:
@@ -162,7 +180,8 @@ def _finetune(run, settings: GlueSettings, task: str) -> dict:
                                                                 RUN_DIRS[task]),
                                    skip_finished=True)
     family = ClassificationFamily(
-        ClassificationSettings(task_name=task, data_dir=data_dir(settings.glue_dir, task)),
+        ClassificationSettings(task_name=task, data_dir=data_dir(settings.glue_dir, task),
+                               skip_bad_rows=settings.skip_bad_rows),
         task_run.max_seq_length)
     result = finetuning.run(task_run, family)
     best = result["best_run"]
@@ -181,22 +200,24 @@ def _predict_ax(run, settings: GlueSettings, mnli_model_dir: str) -> dict:
         grid=None, keep_best_checkpoint=False, skip_finished=False)
     logging.info("AX: predicting with MNLI's model %s", mnli_model_dir)
     family = ClassificationFamily(
-        ClassificationSettings(task_name="ax", data_dir=data_dir(settings.glue_dir, "ax")),
+        ClassificationSettings(task_name="ax", data_dir=data_dir(settings.glue_dir, "ax"),
+                               skip_bad_rows=settings.skip_bad_rows),
         ax_run.max_seq_length)
     finetuning.run(ax_run, family)
     return {"dir": ax_run.output_dir, "dev": {}, "model_dir": mnli_model_dir}
 
 
-def majority_baseline(task_data_dir: str, output_dir: str) -> dict:
+def majority_baseline(task_data_dir: str, output_dir: str,
+                      skip_bad_rows: bool = False) -> dict:
     """WNLI as the paper submitted it: every test example gets the most frequent label of
     the train and dev sets together (a tie: the first in the label list). Writes WNLI.tsv,
     test_results.tsv (one-hot) and eval_results.txt (the dev accuracy of that rule) into
     output_dir, as one all-or-nothing set."""
     processor = processors.get_processor("wnli")
     labels = list(processor.get_labels())
-    train = processor.get_train_examples(task_data_dir)
-    dev = processor.get_dev_examples(task_data_dir)
-    test = processor.get_test_examples(task_data_dir)
+    train = processor.get_train_examples(task_data_dir, skip_bad_rows)
+    dev = processor.get_dev_examples(task_data_dir, skip_bad_rows)
+    test = processor.get_test_examples(task_data_dir, skip_bad_rows)
     counts = collections.Counter(str(e.label) for e in train + dev)
     majority = max(labels, key=lambda label: (counts[label], -labels.index(label)))
     label_id = labels.index(majority)

@@ -256,7 +256,7 @@ class _RowReader:
                 bad = BadRow(self.path, record.line, str(err))
                 if not skip_bad_rows:
                     raise DataFormatError(
-                        f"{bad} (pass skip_bad_rows=True to skip such rows)") from None
+                        f"{bad} (--skip_bad_rows skips such rows)") from None
                 bad_rows.append(bad)
                 continue
             if example is not None:

@@ -2,8 +2,12 @@
 
 The protocol, once for all families: the key (what shaped the records: source file
 fingerprint, vocab hash, settings, format version) is stored in
-`<record_file>.metadata.json` under "cache_key" with the record file's size; the cache is
-reused only when the key is equal, the files exist and the record file has that size.
+`<record_file>.metadata.json` under "cache_key" with the record file's size and the
+SHA-256 of its bytes (hashed once, when the records are written, or on the first reuse
+of a cache written before it was kept: a training run's input identity carries it, so a
+resume on other records is refused, `training.finetuning`); the
+cache is reused only when the key is equal, the files exist and the record file has that
+size.
 A rebuild first removes the old metadata (it must never describe other records), writes
 the records (each file all-or-nothing, `data_prep.fileio`), then the metadata, last: an
 interrupted rebuild leaves records without metadata, which the next run rebuilds.
@@ -80,6 +84,12 @@ class RecordCache:
             return None
         if fileio.getsize(self.record_file) != metadata.get("record_file_size"):
             return None
+        if not metadata.get("record_file_sha256"):
+            # Written before the hash was kept: these records (key and size agree), hashed
+            # now, once; not rebuilt (a rebuild would make finished sweep runs look stale).
+            metadata["record_file_sha256"] = fileio.sha256(self.record_file)
+            fileio.write_text(self.metadata_file,
+                              json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
         return metadata
 
     def begin(self) -> None:
@@ -90,9 +100,10 @@ class RecordCache:
 
     def commit(self, key: dict, metadata: dict) -> dict:
         """After the records are in place: writes their metadata (`metadata` plus the record
-        file's name and size and the key), last. Returns what was written."""
+        file's name, size and SHA-256 and the key), last. Returns what was written."""
         metadata = {**metadata, "record_file": os.path.basename(self.record_file),
-                    "record_file_size": fileio.getsize(self.record_file), "cache_key": key}
+                    "record_file_size": fileio.getsize(self.record_file),
+                    "record_file_sha256": fileio.sha256(self.record_file), "cache_key": key}
         fileio.write_text(self.metadata_file,
                           json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
         return metadata
