@@ -30,6 +30,7 @@ Nothing here imports TensorFlow: a tool that never loads it pays nothing for it.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Callable, Mapping
 
@@ -110,20 +111,25 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def path_error(err: BaseException, flag_values: Mapping[str, object]) -> str | None:
-    """`--flag=value: <reason>` when `err` (a TensorFlow or OS error) is about a path a
-    string flag names (the flag's value, or one of its comma-separated parts, appears in
-    the error's path or message); None otherwise."""
+    """`--flag=value: <reason>` when `err` (a TensorFlow or OS error of a file system) is
+    about a path a string flag names: the flag's value (or one of its comma-separated
+    parts, up to a glob's pattern) appears in the error, or a path in the error leads to
+    it (a folder above it, as creating or listing one reports); None otherwise."""
     text = _error_text(err)
     if text is None:
         return None
+    named = [p.rstrip("/") for p in re.findall(r"(?:\w+://|/)[^\s'\",;]+", text)]
     best = None
     for name, value in flag_values.items():
         if not isinstance(value, str) or not value:
             continue
         for part in (value, *value.split(",")):
-            part = part.strip().rstrip("*")
-            if len(part) > 1 and part in text and (best is None or len(part) > len(best[1])):
-                best = (name, part, value)
+            part = re.split(r"[*?\[]", part.strip())[0].rstrip("/")  # a glob: up to its pattern
+            if len(part) < 2:
+                continue
+            if part in text or any(len(p) > 6 and (part + "/").startswith(p + "/") for p in named):
+                if best is None or len(part) > len(best[1]):
+                    best = (name, part, value)
     if best is None:
         return None
     name, _, value = best

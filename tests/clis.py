@@ -86,7 +86,7 @@ def call_main(tool: str, argv=(), stdin: str | None = None) -> Result:
 
 
 def run_cli(tool: str, *args, timeout: float = 600, env: dict | None = None,
-            cwd: str = REPO_ROOT, **flags) -> Result:
+            cwd: str = REPO_ROOT, stdin: str | None = None, **flags) -> Result:
     """Starts `tool` as a process with `args` and `--name=value` for each of `flags`."""
     name, kind, _ = TOOLS[tool]
     argv = [*map(str, args), *(f"--{k}={v}" for k, v in flags.items())]
@@ -95,7 +95,7 @@ def run_cli(tool: str, *args, timeout: float = 600, env: dict | None = None,
     environment = dict(os.environ, PYTHONPATH=REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
                        CUDA_VISIBLE_DEVICES="", **(env or {}))
     done = subprocess.run(command + argv, cwd=cwd, env=environment, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+                          text=True, timeout=timeout, check=False, input=stdin)
     return Result(done.returncode, done.stdout, done.stderr)
 
 
