@@ -58,8 +58,10 @@ def program(tool: str) -> str:
     return f"{module}.py" if kind == "script" else module.rpartition(".")[2]
 
 
-def call_main(tool: str, argv=(), stdin: str | None = None) -> Result:
-    """Runs `tool`'s command line `argv` in this process (see the module docstring)."""
+def call_main(tool: str, argv=(), stdin: str | None = None, **flags) -> Result:
+    """Runs `tool`'s command line `argv` and `--name=value` for each of `flags` in this
+    process (see the module docstring)."""
+    argv = [*map(str, argv), *(f"--{k}={v}" for k, v in flags.items())]
     name, _, defines = TOOLS[tool]
     module = importlib.import_module(name)
     out, err = io.StringIO(), io.StringIO()
