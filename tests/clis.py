@@ -58,9 +58,10 @@ def program(tool: str) -> str:
     return f"{module}.py" if kind == "script" else module.rpartition(".")[2]
 
 
-def call_main(tool: str, argv=(), stdin: str | None = None, **flags) -> Result:
+def call_main(tool: str, argv=(), stdin: str | None = None, cwd: str | None = None,
+              **flags) -> Result:
     """Runs `tool`'s command line `argv` and `--name=value` for each of `flags` in this
-    process (see the module docstring)."""
+    process (see the module docstring), in the folder `cwd` if given."""
     argv = [*map(str, argv), *(f"--{k}={v}" for k, v in flags.items())]
     name, _, defines = TOOLS[tool]
     module = importlib.import_module(name)
@@ -73,6 +74,8 @@ def call_main(tool: str, argv=(), stdin: str | None = None, **flags) -> Result:
         stack.enter_context(contextlib.redirect_stderr(err))
         if stdin is not None:
             stack.enter_context(_stdin(stdin))
+        if cwd is not None:
+            stack.enter_context(contextlib.chdir(cwd))
         try:
             if defines is None:
                 code = module.main(list(argv)) or 0
