@@ -45,10 +45,10 @@ class FlagError(ValueError):
 
 def run_main(work: Callable[[], int | None], program: str, errors: tuple = (), *,
              flag_values: Mapping[str, object] | None = None) -> int:
-    """Runs `work()` as the command `program`; returns its status (0 for None).
+    """Runs `work()` as the command `program`; returns its exit status.
 
     Args:
-      work: the command's body; returns an exit status or None.
+      work: the command's body; returns an exit status, or anything else for 0.
       program: the name the error line starts with (e.g. "run_squad.py").
       errors: the exception types that mean bad input for this command (besides
         `FlagError` and absl's flag errors); their message is the line.
@@ -74,7 +74,7 @@ def run_main(work: Callable[[], int | None], program: str, errors: tuple = (), *
         if message is None:
             raise
         sys.exit(f"{program}: error: {message}")
-    return int(status or 0)
+    return status if isinstance(status, int) else 0  # a result (a dict, a path): success
 
 
 def start(main: Callable[[list], int | None], program: str, *,
