@@ -233,16 +233,20 @@ def test_a_path_error_names_the_flag_whose_path_it_is():
 # --------------------------------------------------------------------------- help
 
 
-def _help_defaults(module) -> dict:
-    """flag -> the default --helpfull prints, as text, for the flags `module`'s process
-    has (absl's help text, parsed back)."""
+def _help_defaults() -> dict:
+    """flag -> the default --helpfull prints, as text (absl's help parsed back: a flag's
+    line is indented 2 spaces, its continuation lines 4, "(default: ...)" among them)."""
     from absl import flags
 
-    text = flags.FLAGS.get_help()
-    found = {}
-    for match in re.finditer(r"^\s+--(?:\[no\])?(\w+):.*?\n(?:(?!\s+--).*\n)*?\s+\(default: "
-                             r"(.*?)\)\s*$", text, re.M):
-        found[match.group(1)] = match.group(2)
+    found, current = {}, None
+    for line in flags.FLAGS.get_help().splitlines():
+        flag = re.match(r"  --(?:\[no\])?(\w+):", line)
+        if flag:
+            current = flag.group(1)
+            continue
+        default = re.match(r"    \(default: (.*)\)$", line)
+        if default and current:
+            found[current] = default.group(1)
     return found
 
 
@@ -288,7 +292,8 @@ def test_the_help_shows_the_default_the_runner_uses(runner):
         from training import flags as common_flags
 
         common_flags.use_defaults(module.DEFAULTS)
-        shown = _help_defaults(module)
+        shown = _help_defaults()
+        assert {"max_seq_length", "learning_rate", "train_batch_size"} <= set(shown)
 
         def config(extra):
             values.unparse_flags()
