@@ -1,8 +1,9 @@
 """Owns the absl flags shared by every runner (defined once here) and their conversion to configs.
 
-Runners call `define_common_flags()` (plus their own), then build plain frozen dataclasses with
-`runtime_config(FLAGS)` (a `training.runtime.RuntimeConfig`) and `finetuning_run(FLAGS)`;
-libraries never see FLAGS, and nothing below the runners imports this module. Flag names
+Runners call `define_common_flags()` (plus their own) and state their own defaults of the
+shared flags (`use_defaults`: what --helpfull shows is what runs), then build plain frozen
+dataclasses with `runtime_config(FLAGS)` (a `training.runtime.RuntimeConfig`) and
+`finetuning_run(FLAGS)`; libraries never see FLAGS, and nothing below the runners imports this module. Flag names
 and meanings follow Google's original runners; the new ones (distribution_strategy, dtype,
 ...) are documented inline.
 """
