@@ -16,6 +16,8 @@ kept in every output (see docs/modeling.md).
 
 from absl import app, flags
 
+from data_prep import cli
+
 FLAGS = flags.FLAGS
 
 
@@ -37,18 +39,15 @@ def define_flags():
 
 
 def main(argv):
-    """Runs `run`; bad input ends with one line naming the file or flag, exit 2."""
+    """Runs `run` in the shell: bad input ends with one line naming the file or flag."""
     del argv
     from data_prep import fileio
     from data_prep.tokenization import VocabError
     from modeling.checkpoints import CheckpointError
     from modeling.config import ConfigError
-    from training import cli
 
-    if not FLAGS.input or not FLAGS.output_dir:
-        raise app.UsageError("--input and --output_dir are required")
-    cli.run_cli(run, "convert_checkpoint.py", (cli.FlagError, CheckpointError, ConfigError,
-                                               VocabError, fileio.OutputError), status=2)
+    return cli.run_main(run, "convert_checkpoint.py", (CheckpointError, ConfigError,
+                                                       VocabError, fileio.OutputError))
 
 
 def run():
@@ -57,12 +56,13 @@ def run():
     from data_prep import fileio
     from modeling import checkpoints
     from modeling.config import BertConfig
-    from training.cli import FlagError
 
+    if not FLAGS.input or not FLAGS.output_dir:
+        raise app.UsageError("--input and --output_dir are required")
     if FLAGS.vocab_file and not fileio.exists(FLAGS.vocab_file):
-        raise FlagError(f"--vocab_file={FLAGS.vocab_file}: no such file")
+        raise cli.FlagError(f"--vocab_file={FLAGS.vocab_file}: no such file")
     if fileio.exists(FLAGS.output_dir) and not fileio.isdir(FLAGS.output_dir):
-        raise FlagError(f"--output_dir={FLAGS.output_dir} is a file; expected a directory")
+        raise cli.FlagError(f"--output_dir={FLAGS.output_dir} is a file; expected a directory")
     config = (BertConfig.from_config_file(FLAGS.bert_config_file)
               if FLAGS.bert_config_file else None)
     written = checkpoints.convert(
@@ -74,4 +74,4 @@ def run():
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.start(main, "convert_checkpoint.py")

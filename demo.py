@@ -51,10 +51,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 import time
 
-from absl import app, flags
+from absl import flags
+
+from data_prep import cli
 
 from demo_lib import reports
 from demo_lib.settings import FULL, QUICK, Settings
@@ -270,7 +271,12 @@ def resolve_settings() -> Settings:
 
 
 def main(argv) -> int:
+    """The command (flags parsed): `work` in the shell (`data_prep.cli`)."""
     del argv
+    return cli.run_main(_work, "demo.py", (StageError,))
+
+
+def _work() -> None:
     settings = resolve_settings()
     os.makedirs(settings.output_dir, exist_ok=True)
     stages = build_stages(settings)
@@ -286,16 +292,12 @@ def main(argv) -> int:
         for index, stage in enumerate(stages, start=1):
             results[stage.name] = run_stage(stage, index, len(stages), settings)
         summary["ok"] = True
-    except StageError as err:
-        print(f"\nERROR: {err}", file=sys.stderr, flush=True)
-        return 1
     finally:
         summary["seconds"] = round(time.time() - start, 2)
         write_summary(summary_path, summary)
     print_summary(stages, results, settings, time.time() - start)
-    return 0
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.start(main, "demo.py")

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import os
 
-from absl import app, flags
+from absl import flags
 
-from training.cli import FlagError
+from data_prep import cli
+from data_prep.cli import FlagError
 
 FLAGS = flags.FLAGS
 
@@ -249,15 +250,14 @@ def main(argv):
     from modeling import export
     from modeling.checkpoints import CheckpointError
     from modeling.config import ConfigError
-    from training import cli
 
     # SIGTERM/SIGHUP unwind like Ctrl-C: the temporary export is removed, the previous
     # export (if any) stays.
-    cli.run_cli(run, "export_saved_model.py", (FlagError, export.ExportError, CheckpointError,
-                                               ConfigError, VocabError, fileio.OutputError),
-                status=2)
+    return cli.run_main(run, "export_saved_model.py", (export.ExportError, CheckpointError,
+                                                       ConfigError, VocabError,
+                                                       fileio.OutputError))
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.start(main, "export_saved_model.py")

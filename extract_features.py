@@ -21,6 +21,7 @@ import re
 
 from absl import app, flags, logging
 
+from data_prep import cli
 from tasks.feature_extraction.extract import (Example, compute_layers, convert_examples,
                                               feature_json)
 
@@ -232,12 +233,11 @@ def main(argv):
     from data_prep.tokenization import VocabError
     from modeling.checkpoints import CheckpointError
     from modeling.config import ConfigError
-    from training import cli
 
-    cli.run_cli(run, "extract_features.py", (InputError, VocabError, ConfigError,
-                                             CheckpointError))
+    return cli.run_main(run, "extract_features.py", (InputError, VocabError, ConfigError,
+                                                     CheckpointError))
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.start(main, "extract_features.py")

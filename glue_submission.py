@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from absl import app, flags
+from absl import flags
 
+from data_prep import cli as shell
 from training import cli, finetuning
 from training import flags as common_flags
 
@@ -62,10 +63,17 @@ class GlueRun:
     glue: "object"  # tasks.classification.glue.GlueSettings
 
 
+# This runner's defaults of the flags runners share, shown by --helpfull and used when a
+# flag is not given (training/flags.py `use_defaults`).
+DEFAULTS = {"learning_rate": PAPER_LEARNING_RATES}
+common_flags.use_defaults(DEFAULTS)
+
+
 def run_config_from_flags(values=FLAGS) -> GlueRun:
     """Validates the flags and turns them into a `GlueRun`."""
     from tasks.classification import glue
 
+    common_flags.use_defaults(DEFAULTS, values)
     for name in ("output_dir",) + (() if values.collect_only else (
             "glue_dir", "vocab_file", "bert_config_file")):
         if not getattr(values, name):
@@ -74,11 +82,7 @@ def run_config_from_flags(values=FLAGS) -> GlueRun:
     if given:
         raise ValueError(f"--{given[0]}: glue_submission.py always trains, evaluates on dev "
                          "and predicts the test sets")
-    settings = common_flags.finetuning_run(values)
-    if not values["learning_rate"].present:
-        settings = dataclasses.replace(settings, grid=finetuning.Grid(
-            PAPER_LEARNING_RATES, common_flags.grid_values(values, "train_batch_size"),
-            common_flags.grid_values(values, "num_train_epochs")))
+    settings = common_flags.finetuning_run(values)  # default: the paper's learning rates
     settings = dataclasses.replace(settings, do_train=True, do_eval=True, do_predict=True)
     return GlueRun(settings, glue.GlueSettings(
         glue_dir=values.glue_dir, tasks=glue.parse_tasks(values.tasks), wnli=values.wnli,
@@ -96,8 +100,8 @@ def run(cfg: GlueRun) -> dict:
 
 def main(argv):
     del argv
-    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "glue_submission.py")
+    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "glue_submission.py")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    shell.start(main, "glue_submission.py")

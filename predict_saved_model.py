@@ -23,7 +23,9 @@ words, SQuAD's windows) are gathered per input. `--output_json=FILE` also writes
 `{"export_dir", "signature", "inputs", "predictions": [{output: value, ...}, ...]}`,
 all-or-nothing (a temporary beside it, renamed into place; local or tf.io.gfile paths).
 
-Errors exit with status 2 and a message naming the argument: an input string that is not
+Errors exit with status 1 and one line `predict_saved_model.py: error: <message>` naming the
+argument, as every command of the repository (this one imports none of it: the same
+convention, kept here so serving needs nothing but TensorFlow): an input string that is not
 valid UTF-8 (bytes the shell passed that are not UTF-8, or a lone surrogate), an input
 the export refuses (e.g. a context needing more windows than the export's
 max_context_windows: the message names the input), an --output_json that is a directory
@@ -42,11 +44,18 @@ INPUT_FLAGS = ("text", "text_pair", "question", "context", "ending")
 
 
 class UsageError(ValueError):
-    """An argument that cannot work; the message names it (exit status 2)."""
+    """An argument that cannot work; the message names it (exit status 1)."""
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """A bad argument is one error line and status 1 (not argparse's usage and 2)."""
+
+    def error(self, message):
+        sys.exit(_error(message))
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(
+    parser = _ArgumentParser(
         prog="python predict_saved_model.py",
         description="Print the predictions of an exported SavedModel on raw strings.")
     parser.add_argument("--export_dir", required=True, help="the SavedModel's folder")
@@ -230,7 +239,7 @@ def _describe(row: dict, labels: list) -> str:
 
 def _error(message: str) -> int:
     print(f"predict_saved_model.py: error: {message}", file=sys.stderr)
-    return 2
+    return 1
 
 
 def _reason(message: str) -> str:

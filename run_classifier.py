@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from absl import app, flags
+from absl import flags
 
+from data_prep import cli as shell
 from training import cli, finetuning
 from training import flags as common_flags
 
@@ -77,12 +78,19 @@ def _column(value):
         return value
 
 
+# This runner's defaults of the flags runners share, shown by --helpfull and used when a
+# flag is not given (training/flags.py `use_defaults`).
+DEFAULTS = {"task_name": None}
+common_flags.use_defaults(DEFAULTS)
+
+
 def run_config_from_flags(values=FLAGS) -> ClassifierRun:
     """Validates the flags and turns them into a `ClassifierRun`."""
     from tasks.classification import processors
     from tasks.classification.metrics import normalize_task_name
     from tasks.classification.task import ClassificationSettings
 
+    common_flags.use_defaults(DEFAULTS, values)
     for name in ("task_name", "data_dir", "vocab_file", "bert_config_file", "output_dir"):
         if not getattr(values, name):
             raise ValueError(f"--{name} is required")
@@ -129,8 +137,8 @@ def run(cfg: ClassifierRun) -> dict:
 
 def main(argv):
     del argv
-    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_classifier.py")
+    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_classifier.py")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    shell.start(main, "run_classifier.py")

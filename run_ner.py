@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from absl import app, flags
+from absl import flags
 
+from data_prep import cli as shell
 from training import cli, finetuning
 from training import flags as common_flags
 
@@ -76,11 +77,18 @@ def make_run(**kwargs) -> NerRun:
     return NerRun(settings, TaggingSettings(**rest))
 
 
+# This runner's defaults of the flags runners share, shown by --helpfull and used when a
+# flag is not given (training/flags.py `use_defaults`).
+DEFAULTS = {"doc_stride": None}
+common_flags.use_defaults(DEFAULTS)
+
+
 def run_config_from_flags(values=FLAGS) -> NerRun:
     """Validates the flags and turns them into a `NerRun` (reads no file)."""
     from tasks.tagging import data
     from tasks.tagging.task import TaggingSettings
 
+    common_flags.use_defaults(DEFAULTS, values)
     for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
         if not getattr(values, name):
             raise ValueError(f"--{name} is required")
@@ -88,9 +96,7 @@ def run_config_from_flags(values=FLAGS) -> NerRun:
         given = [name for name in _FEATURE_FLAGS if values[name].present]
         if given:
             raise ValueError(f"--{given[0]} only applies with --feature_based")
-    # --doc_stride may be shared with run_squad in one process: only a value given on the
-    # command line counts (absent: half a window).
-    doc_stride = values.doc_stride if values["doc_stride"].present else None
+    doc_stride = values.doc_stride  # None: half a window
     if doc_stride is not None and doc_stride < 1:
         raise ValueError(f"--doc_stride={doc_stride} must be at least 1")
     label_list = data.parse_label_list(values.label_list) if values.label_list else None
@@ -119,8 +125,8 @@ def run(cfg: NerRun) -> dict:
 
 def main(argv):
     del argv
-    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_ner.py")
+    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_ner.py")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    shell.start(main, "run_ner.py")

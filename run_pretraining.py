@@ -16,8 +16,9 @@ rest at `--phase2_max_seq_length`, one run). The runner only parses flags into a
 
 from __future__ import annotations
 
-from absl import app, flags
+from absl import flags
 
+from data_prep import cli as shell
 from training import cli
 from training import flags as common_flags
 from training.pretraining import MASKING_SETTINGS, Phase2, PretrainingRun, run  # noqa: F401
@@ -87,12 +88,19 @@ _PHASE2_FLAGS = ("phase1_steps", "phase2_max_seq_length", "phase2_max_prediction
                  "phase2_train_batch_size")
 
 
+# This runner's defaults of the flags runners share, shown by --helpfull and used when a
+# flag is not given (training/flags.py `use_defaults`).
+DEFAULTS = {}
+common_flags.use_defaults(DEFAULTS)
+
+
 def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     """Validates the flags and turns them into a `PretrainingRun`."""
     from modeling.optimization import OptimizerConfig
     from training.input_pipeline import split_patterns
     from training.loop import LoopConfig
 
+    common_flags.use_defaults(DEFAULTS, values)
     common_flags.refuse_grids(values, ("learning_rate", "train_batch_size"), "run_pretraining.py")
     if not values.do_train and not values.do_eval:
         raise ValueError("At least one of `do_train` or `do_eval` must be True.")
@@ -198,8 +206,8 @@ def _phase2_from_flags(values) -> Phase2 | None:
 
 def main(argv):
     del argv
-    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_pretraining.py")
+    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_pretraining.py")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    shell.start(main, "run_pretraining.py")

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from absl import app, flags
+from absl import flags
 
+from data_prep import cli as shell
 from training import cli, finetuning
 from training import flags as common_flags
 
@@ -55,8 +56,8 @@ _define(flags.DEFINE_integer, "bilstm_units", 0,
         "units per direction between the encoder and the span layer (the paper's '+ BiLSTM', "
         "Table 5, on its left-to-right model); saved in export_metadata.json for export.")
 
-# The original's --max_seq_length default for SQuAD; the shared flag's default (128) is the
-# classifier's, so an absent --max_seq_length means this.
+# The original's --max_seq_length default for SQuAD (the shared flag's, 128, is the
+# classifier's); DEFAULTS below makes it this runner's.
 SQUAD_MAX_SEQ_LENGTH = 384
 SQUAD_DOC_STRIDE = 128
 
@@ -79,18 +80,22 @@ def make_run(**kwargs) -> SquadRun:
     return SquadRun(settings, SquadSettings(**rest))
 
 
+# This runner's defaults of the flags runners share, shown by --helpfull and used when a
+# flag is not given (training/flags.py `use_defaults`).
+DEFAULTS = {"max_seq_length": SQUAD_MAX_SEQ_LENGTH, "doc_stride": SQUAD_DOC_STRIDE}
+common_flags.use_defaults(DEFAULTS)
+
+
 def run_config_from_flags(values=FLAGS) -> SquadRun:
     """Turns the flags into a `SquadRun` (checked by `run`)."""
     from tasks.squad.task import SquadSettings
 
+    common_flags.use_defaults(DEFAULTS, values)
     return SquadRun(
-        common_flags.finetuning_run(values, max_seq_length=SQUAD_MAX_SEQ_LENGTH),
+        common_flags.finetuning_run(values),
         SquadSettings(
             train_file=values.train_file, predict_file=values.predict_file,
-            # --doc_stride may be defined by another runner in the same process (run_ner,
-            # default None): only a value given on the command line replaces SQuAD's 128.
-            doc_stride=(values.doc_stride if values["doc_stride"].present
-                        else SQUAD_DOC_STRIDE),
+            doc_stride=values.doc_stride,
             max_query_length=values.max_query_length,
             n_best_size=values.n_best_size, max_answer_length=values.max_answer_length,
             verbose_logging=values.verbose_logging,
@@ -143,8 +148,8 @@ def _results_of_files(outputs) -> dict:
 
 def main(argv):
     del argv
-    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_squad.py")
+    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_squad.py")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    shell.start(main, "run_squad.py")

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from absl import app, flags
+from absl import flags
 
+from data_prep import cli as shell
 from training import cli, finetuning
 from training import flags as common_flags
 
@@ -66,11 +67,18 @@ def make_run(**kwargs) -> SwagRun:
     return SwagRun(settings, MultipleChoiceSettings(**rest))
 
 
+# This runner's defaults of the flags runners share, shown by --helpfull and used when a
+# flag is not given (training/flags.py `use_defaults`).
+DEFAULTS = {"task_name": "swag"}
+common_flags.use_defaults(DEFAULTS)
+
+
 def run_config_from_flags(values=FLAGS) -> SwagRun:
     """Validates the flags and turns them into a `SwagRun` (reads no file)."""
     from tasks.multiple_choice import data
     from tasks.multiple_choice.task import MultipleChoiceSettings
 
+    common_flags.use_defaults(DEFAULTS, values)
     for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
         if not getattr(values, name):
             raise ValueError(f"--{name} is required")
@@ -110,8 +118,8 @@ def run(cfg: SwagRun) -> dict:
 
 def main(argv):
     del argv
-    cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_swag.py")
+    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_swag.py")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    shell.start(main, "run_swag.py")

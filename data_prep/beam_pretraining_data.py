@@ -57,11 +57,11 @@ import time
 import typing
 
 import apache_beam as beam
-from absl import app, flags, logging
+from absl import flags, logging
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
-from data_prep import features, fileio, lifecycle, pretraining_cli
+from data_prep import cli, features, fileio, pretraining_cli
 from data_prep.pretraining_cli import CliError
 from data_prep.pretraining_data.chunks import load_tokenizer
 from data_prep.pretraining_data.documents import plan_chunks, read_documents
@@ -423,27 +423,28 @@ def job_from_flags() -> BeamJob:
 
 
 def main(argv):
+    """The command (our flags parsed, Beam's options in argv): `work` in the shell."""
+    return cli.run_main(lambda: _work(argv), "beam_pretraining_data",
+                        pretraining_cli.USER_ERRORS)
+
+
+def _work(argv) -> None:
+    options = pipeline_options(argv[1:])
+    job = job_from_flags()
     try:
-        options = pipeline_options(argv[1:])
-        job = job_from_flags()
         summary = run_job(job, options)
-    except pretraining_cli.USER_ERRORS as err:
-        print(f"beam_pretraining_data: error: {err}", file=sys.stderr, flush=True)
-        return 1
     except KeyboardInterrupt:
         print("beam_pretraining_data: interrupted; no output written (earlier outputs are "
               "unchanged)", file=sys.stderr, flush=True)
-        return 130
+        raise
     pretraining_cli.log_summary(summary)
     logging.info("Summary written to %s", job.summary_path)
-    return 0
 
 
 def run():
-    lifecycle.exit_cleanly_on_signals()
+    """The command; our flags are parsed here, the rest (Beam's options) reach main()."""
     define_flags()
-    # Our flags are parsed here; the rest (Beam's options) reach main() for Beam.
-    app.run(main, flags_parser=lambda argv: FLAGS(argv, known_only=True))
+    cli.start(main, "beam_pretraining_data", known_only=True)
 
 
 if __name__ == "__main__":

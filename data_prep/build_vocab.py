@@ -39,10 +39,9 @@ import importlib.util
 import json
 import os
 import random
-import sys
 import time
 
-from data_prep import fileio, text_input, tokenization
+from data_prep import cli, fileio, text_input, tokenization
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 LAYOUTS = ("bert", "compact")
@@ -498,42 +497,39 @@ def define_flags(flag_values=None) -> None:
 
 
 def main(argv) -> int:
+    """The command (flags parsed): `work` in the shell (`data_prep.cli`)."""
+    return cli.run_main(lambda: _work(argv), "build_vocab",
+                        (BuildVocabError, text_input.InputError, OSError))
+
+
+def _work(argv) -> None:
     from absl import flags, logging
 
     if len(argv) > 1:
-        print(f"build_vocab: error: unexpected arguments {argv[1:]}", file=sys.stderr)
-        return 2
+        raise cli.FlagError(f"unexpected arguments {argv[1:]}")
     FLAGS = flags.FLAGS
     for name in ("input_file", "output_file"):
         if not FLAGS[name].value:
-            print(f"build_vocab: error: --{name} is required", file=sys.stderr)
-            return 2
-    try:
-        config = VocabConfig(
-            vocab_size=FLAGS.vocab_size, do_lower_case=FLAGS.do_lower_case,
-            num_unused=FLAGS.num_unused, layout=FLAGS.layout,
-            min_token_count=FLAGS.min_token_count, max_token_length=FLAGS.max_token_length,
-            num_iterations=FLAGS.num_iterations, max_unique_words=FLAGS.max_unique_words,
-            max_input_mb=FLAGS.max_input_mb, seed=FLAGS.random_seed)
-        summary = build_vocab(FLAGS.input_file, FLAGS.output_file, config, log=logging.info)
-        summary_path = write_summary(summary, FLAGS.output_file)
-    except (BuildVocabError, text_input.InputError, OSError) as err:
-        print(f"build_vocab: error: {err}", file=sys.stderr)
-        return 1
+            raise cli.FlagError(f"--{name} is required")
+    config = VocabConfig(
+        vocab_size=FLAGS.vocab_size, do_lower_case=FLAGS.do_lower_case,
+        num_unused=FLAGS.num_unused, layout=FLAGS.layout,
+        min_token_count=FLAGS.min_token_count, max_token_length=FLAGS.max_token_length,
+        num_iterations=FLAGS.num_iterations, max_unique_words=FLAGS.max_unique_words,
+        max_input_mb=FLAGS.max_input_mb, seed=FLAGS.random_seed)
+    summary = build_vocab(FLAGS.input_file, FLAGS.output_file, config, log=logging.info)
+    summary_path = write_summary(summary, FLAGS.output_file)
     logging.info("summary: %s", summary_path)
     print(f"vocab: {summary['vocab_size']} tokens -> {FLAGS.output_file}; [UNK] rate "
           f"{summary['unk_rate']:.4%}, {summary['pieces_per_word']:.3f} pieces/word on "
           f"{summary['sample_lines']} sample lines; ids: " + ", ".join(
               f"{t}={i}" for t, i in summary["special_token_ids"].items()))
-    return 0
 
 
 def run() -> None:
     """Console-script entry point (`build_vocab`)."""
-    from absl import app
-
     define_flags()
-    app.run(main)
+    cli.start(main, "build_vocab")
 
 
 if __name__ == "__main__":

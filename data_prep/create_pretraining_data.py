@@ -58,7 +58,8 @@ import numpy as np
 import numpy.random
 from absl import app, flags, logging
 
-from data_prep import fileio, lifecycle, pretraining_cli, shared_results, tokenization
+from data_prep import (cli, fileio, lifecycle, pretraining_cli, shared_results,
+                       tokenization)
 from data_prep.pretraining_cli import CliError
 from data_prep.pretraining_data import documents
 from data_prep.pretraining_data.chunks import ChunkTask, load_tokenizer, process_chunk
@@ -562,11 +563,17 @@ def write_summary(atomic: fileio.AtomicOutputs, path: str, summary: dict) -> Non
 
 
 def main(argv):
+    """The command (flags parsed): `work` in the shell (`data_prep.cli`)."""
+    return cli.run_main(lambda: _work(argv), "create_pretraining_data",
+                        pretraining_cli.USER_ERRORS)
+
+
+def _work(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    job = pretraining_cli.job_from_flags(FLAGS)
+    num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
     try:
-        job = pretraining_cli.job_from_flags(FLAGS)
-        num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
         summary = generate(
             job.config, job.input_files, job.outputs, vocab_file=job.vocab_file,
             do_lower_case=job.do_lower_case, seed=job.seed, num_workers=num_workers,
@@ -574,27 +581,17 @@ def main(argv):
             shuffle_buffer_size=FLAGS.shuffle_buffer_size,
             progress_seconds=FLAGS.progress_seconds, exact_draws=job.exact_draws,
             summary_path=job.summary_path, dynamic_masking=job.dynamic_masking)
-    except pretraining_cli.USER_ERRORS as err:
-        print(f"create_pretraining_data: error: {err}", file=sys.stderr, flush=True)
-        return 1
     except BrokenProcessPool as err:
-        print(f"create_pretraining_data: error: a worker process died ({err}); if it was "
-              "killed for memory, use fewer --num_workers or a smaller --chunk_size_mb",
-              file=sys.stderr, flush=True)
-        return 1
-    except KeyboardInterrupt:  # Ctrl-C; `generate` said what became of the outputs
-        return 130
+        raise CliError(f"a worker process died ({err}); if it was killed for memory, use "
+                       "fewer --num_workers or a smaller --chunk_size_mb") from None
     pretraining_cli.log_summary(summary)
     logging.info("Summary written to %s", job.summary_path)
-    return 0
 
 
 def run():
-    """The command: raises SystemExit with `main`'s status (`app.run`), so the run ends as
-    every Python program does (`lifecycle` module docstring)."""
-    lifecycle.exit_cleanly_on_signals()
+    """The command (console script `create_pretraining_data`)."""
     define_flags()
-    app.run(main)
+    cli.start(main, "create_pretraining_data")
 
 
 if __name__ == "__main__":

@@ -67,7 +67,6 @@ Classification data (`--classification_dir=CDIR`, with or without `--output_dir`
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import functools
@@ -86,7 +85,7 @@ import warnings
 import zlib
 from collections.abc import Iterator
 
-from data_prep import fileio
+from data_prep import cli, fileio
 
 KIND_MODULE = "module"
 KIND_CLASS = "class"
@@ -622,7 +621,11 @@ def write_corpus(output_dir: str, *, max_mb: float | None = 3.0,
 
 def main(argv=None) -> int:
     """CLI: the corpus shards + DIR/summary.json and/or the classification TSVs."""
-    parser = argparse.ArgumentParser(
+    return cli.run_main(lambda: _work(argv), "sample_corpus", (ValueError, OSError))
+
+
+def _work(argv) -> None:
+    parser = cli.ArgumentParser(
         prog="python -m data_prep.sample_corpus",
         description="Write a BERT pretraining corpus (one sentence per line, blank line "
                     "between documents) from the Python standard library's documentation, "
@@ -662,13 +665,9 @@ def main(argv=None) -> int:
     if not args.output_dir and not args.classification_dir:
         parser.error("give --output_dir (corpus) and/or --classification_dir")
     if args.output_dir:
-        try:
-            summary = write_corpus(args.output_dir, max_mb=args.max_mb or None,
-                                   max_documents=args.max_documents or None,
-                                   num_shards=args.num_shards, prefix=args.prefix)
-        except (ValueError, OSError) as err:
-            print(f"sample_corpus: error: {err}", file=sys.stderr)
-            return 2
+        summary = write_corpus(args.output_dir, max_mb=args.max_mb or None,
+                               max_documents=args.max_documents or None,
+                               num_shards=args.num_shards, prefix=args.prefix)
         fileio.write_text(os.path.join(args.output_dir, "summary.json"),
                           summary.to_json() + "\n")
         print(f"sample_corpus: {summary.documents} documents, {summary.sentences} sentences, "
@@ -676,18 +675,14 @@ def main(argv=None) -> int:
               f"{summary.seconds:.1f} s -> {len(summary.files)} file(s) in {args.output_dir}; "
               f"sentences per kind: " + ", ".join(f"{k} {v}" for k, v in summary.kinds.items()))
     if args.classification_dir:
-        try:
-            data = write_classification_data(
-                args.classification_dir, max_mb=args.max_mb or None,
-                max_documents=args.max_documents or None, label=args.classification_label,
-                rows_per_class=args.classification_rows_per_class,
-                min_words=args.classification_min_words,
-                max_classes=args.classification_max_classes,
-                dev_percent=args.classification_dev_percent,
-                test_percent=args.classification_test_percent, seed=args.classification_seed)
-        except (ValueError, OSError) as err:
-            print(f"sample_corpus: error: {err}", file=sys.stderr)
-            return 2
+        data = write_classification_data(
+            args.classification_dir, max_mb=args.max_mb or None,
+            max_documents=args.max_documents or None, label=args.classification_label,
+            rows_per_class=args.classification_rows_per_class,
+            min_words=args.classification_min_words,
+            max_classes=args.classification_max_classes,
+            dev_percent=args.classification_dev_percent,
+            test_percent=args.classification_test_percent, seed=args.classification_seed)
         fileio.write_text(os.path.join(args.classification_dir, "summary.json"),
                           data.to_json() + "\n")
         print(f"sample_corpus: classification by {data.label}: {len(data.labels)} labels "
@@ -695,7 +690,6 @@ def main(argv=None) -> int:
               f"{data.rows['dev']}, test {data.rows['test']} (balanced; documents "
               f"{data.documents['train']}/{data.documents['dev']}/{data.documents['test']}) "
               f"in {data.seconds:.1f} s -> {args.classification_dir}")
-    return 0
 
 
 if __name__ == "__main__":

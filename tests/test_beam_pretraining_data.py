@@ -18,6 +18,7 @@ import pretraining_reference as reference_runs
 from data_prep.pretraining_data.config import PretrainingConfig
 
 from data_prep import beam_pretraining_data as bpd  # noqa: E402
+from tests.clis import call_main  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The DirectRunner's in-process engine, named explicitly: nothing is downloaded.
@@ -322,7 +323,6 @@ def test_cli_output_depends_on_the_seed_only(prose, tmp_path):
     assert runs["one"] != runs["seed"]
 
 
-@pytest.mark.slow
 def test_cli_refuses_what_it_would_ignore(prose, tmp_path):
     """Flags of the local process pool (not this tool's flags, nor Beam options), unknown
     flags and masking flags with --dynamic_masking are errors naming the flag; nothing is
@@ -341,8 +341,9 @@ def test_cli_refuses_what_it_would_ignore(prose, tmp_path):
             (["--mask_token_rate=0.9", "--random_token_rate=0.2"],
              "--mask_token_rate=0.9 plus --random_token_rate=0.2 is more than 1"),
             (["--pool_size_mb=0"], "--pool_size_mb")]:
-        done = run_cli(*common, *extra)
-        assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
+        done = call_main("beam_pretraining_data", [*common, *extra])
+        assert done.code == 1 and message in done.stderr, done.stderr[-2000:]
+        assert "beam_pretraining_data: error: " in done.stderr, done.stderr[-2000:]
         assert not os.listdir(tmp_path), os.listdir(tmp_path)
 
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from data_prep import build_vocab, sample_corpus, tokenization
+from tests.clis import call_main
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,13 +23,6 @@ MULTILINGUAL = [
     "A " + "ʘ" + "abcdefghij" * 6 + " word.",
     "",
 ]
-
-
-def _run_cli(*flags):
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, "-m", "data_prep.build_vocab", *flags],
-                          cwd=REPO_ROOT, env=env, check=False, capture_output=True, text=True,
-                          timeout=120)
 
 
 def _read_vocab(path):
@@ -121,9 +115,9 @@ def test_learn_vocab_rejects_too_small_sizes():
 
 def test_cli_uncased_end_to_end(corpus_dir, tmp_path):
     output = tmp_path / "out" / "vocab.txt"
-    result = _run_cli(f"--input_file={corpus_dir}/docs-*.txt,{corpus_dir}/multi.txt",
-                      f"--output_file={output}", "--vocab_size=700")
-    assert result.returncode == 0, result.stderr
+    result = call_main("build_vocab", [f"--input_file={corpus_dir}/docs-*.txt,{corpus_dir}/multi.txt",
+                      f"--output_file={output}", "--vocab_size=700"])
+    assert result.code == 0, result.stderr
     vocab = _read_vocab(output)
     assert len(vocab) <= 700 and len(vocab) == len(set(vocab))
     assert len(vocab) > 600, "the target size is approached on this corpus"
@@ -145,10 +139,10 @@ def test_cli_uncased_end_to_end(corpus_dir, tmp_path):
 
 def test_cli_cased_compact_end_to_end(corpus_dir, tmp_path):
     output = tmp_path / "vocab.txt"
-    result = _run_cli(f"--input_file={corpus_dir}/*.txt", f"--output_file={output}",
+    result = call_main("build_vocab", [f"--input_file={corpus_dir}/*.txt", f"--output_file={output}",
                       "--vocab_size=800", "--do_lower_case=false", "--layout=compact",
-                      "--num_unused=10")
-    assert result.returncode == 0, result.stderr
+                      "--num_unused=10"])
+    assert result.code == 0, result.stderr
     vocab = _read_vocab(output)
     assert vocab[:7] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]", "[unused1]"]
     assert vocab[14] == "[unused9]"
@@ -187,9 +181,9 @@ def test_cli_bad_input_fails_clearly(tmp_path, case):
         expected = "a_file/vocab.txt: cannot write there"
     output = tmp_path / "vocab.txt"
     flags.setdefault("output_file", str(output))
-    result = _run_cli(*[f"--{k}={v}" for k, v in flags.items()])
-    assert result.returncode != 0
-    assert expected in result.stderr, result.stderr
+    result = call_main("build_vocab", **flags)
+    assert result.code == 1
+    assert f"build_vocab: error: " in result.stderr and expected in result.stderr, result.stderr
     assert not output.exists()
     assert [p for p in os.listdir(tmp_path) if ".tmp" in p] == []
 
@@ -210,5 +204,5 @@ def test_importing_defines_no_flags():
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
                             check=False, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
+    assert result.code == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -2,15 +2,14 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, write_vocab
+from conftest import write_vocab
 from modeling import checkpoints
+from tests.clis import call_main
 from test_modeling_reference import run_original_graph, tiny_config_dict, tiny_inputs
 
 
@@ -57,30 +56,21 @@ def test_encoder_only_conversion_and_missing_config(google_dir, tmp_path):
         checkpoints.convert(str(tmp_path / "enc"), str(tmp_path / "x"), "hf")
 
 
-@pytest.mark.slow
 def test_cli(google_dir, tmp_path):
-    result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "convert_checkpoint.py"),
-         f"--input={google_dir / 'bert_model.ckpt'}", f"--output_dir={tmp_path / 'hf'}",
-         "--output_format=hf"], check=False, capture_output=True, text=True, cwd=REPO_ROOT,
-        timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = call_main("convert_checkpoint", input=google_dir / "bert_model.ckpt",
+                       output_dir=tmp_path / "hf", output_format="hf")
+    assert result.code == 0, result.stderr[-3000:]
     assert "model.safetensors" in result.stdout
     assert (tmp_path / "hf" / "config.json").exists()
 
 
-@pytest.mark.slow
 def test_cli_refuses_a_pickle_with_a_clear_error(tmp_path):
     source = tmp_path / "torch"
     source.mkdir()
     (source / "pytorch_model.bin").write_bytes(b"PK\x03\x04 not unpickled")
-    result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "convert_checkpoint.py"),
-         f"--input={source}", f"--output_dir={tmp_path / 'out'}", "--output_format=hf"],
-        check=False, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert result.returncode == 2, result.stderr[-3000:]
+    result = call_main("convert_checkpoint", input=source, output_dir=tmp_path / "out",
+                       output_format="hf")
+    assert result.code == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert f"convert_checkpoint.py: error: {source / 'pytorch_model.bin'} is a PyTorch " \
            "pickle" in result.stderr

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conftest import TINY_VOCAB, write_vocab
+from tests import clis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["the", "a", "of", "and", "to", "in", "is", "was", "it", "he", "she", "on", "cat",
@@ -235,11 +236,18 @@ def test_one_chunk_gives_the_originals_records(tmp_path, vocab_file):
 
 
 def _error(tmp_path, vocab_file, *args, corpus=None):
+    """The command's error output for bad input: in this process with one worker (no fork
+    of the test process), as a process when the test asks for worker processes."""
     if corpus is None:
         corpus = write_corpus(tmp_path / "ok.txt", 5, 4)
-    done = run_cli(f"--input_file={corpus}", f"--output_file={tmp_path / 'o.tfrecord'}",
-                   f"--vocab_file={vocab_file}", *SMALL, *args)
-    assert done.returncode != 0
+    argv = [f"--input_file={corpus}", f"--output_file={tmp_path / 'o.tfrecord'}",
+            f"--vocab_file={vocab_file}", *SMALL, *args]
+    if any(arg.startswith("--num_workers=") for arg in args):
+        done = clis.run_cli("create_pretraining_data", *argv)
+    else:
+        done = clis.call_main("create_pretraining_data", [*argv, "--num_workers=1"])
+    assert done.code == 1
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert not glob.glob(str(tmp_path / "o.tfrecord*")), "no output may be left behind"
     assert not [n for n in os.listdir(tmp_path) if "o.tfrecord" in n], "nor a temporary"
     return done.stderr
@@ -317,14 +325,15 @@ def test_bad_vocab_and_output_paths(tmp_path, vocab_file):
     malformed = write_vocab(tmp_path / "malformed.txt", ["[PAD]", "[UNK]", "the", "cat"])
     for vocab, expected in [(str(tmp_path / "missing.txt"), "missing.txt"),
                             (malformed, "[CLS]")]:
-        done = run_cli(f"--input_file={corpus}", f"--output_file={tmp_path / 'o.tfrecord'}",
-                       f"--vocab_file={vocab}")
-        assert done.returncode == 1 and "--vocab_file" in done.stderr
+        done = clis.call_main("create_pretraining_data", input_file=corpus,
+                              output_file=tmp_path / "o.tfrecord", vocab_file=vocab,
+                              num_workers=1)
+        assert done.code == 1 and "--vocab_file" in done.stderr
         assert expected in done.stderr
     unwritable = tmp_path / "no_such_dir" / "o.tfrecord"
-    done = run_cli(f"--input_file={corpus}", f"--output_file={unwritable}",
-                   f"--vocab_file={vocab_file}")
-    assert done.returncode == 1 and "--output_file: cannot write" in done.stderr
+    done = clis.call_main("create_pretraining_data", input_file=corpus,
+                          output_file=unwritable, vocab_file=vocab_file, num_workers=1)
+    assert done.code == 1 and "--output_file: cannot write" in done.stderr
     assert "no_such_dir" in done.stderr
 
 
@@ -409,8 +418,10 @@ def test_outputs_that_would_destroy_data_are_refused_before_any_work(tmp_path, v
          "a_directory is a directory; expected a file name"),
     ]
     for args, expected in cases:
-        done = run_cli(*args, f"--vocab_file={vocab_file}", *small, cwd=str(tmp_path))
-        assert done.returncode == 1, (args, done.stderr[-2000:])
+        done = clis.call_main("create_pretraining_data",
+                              [*args, f"--vocab_file={vocab_file}", *small, "--num_workers=1"],
+                              cwd=str(tmp_path))
+        assert done.code == 1, (args, done.stderr[-2000:])
         assert "create_pretraining_data: error: --output_file" in done.stderr, args
         assert expected in done.stderr, (args, done.stderr[-2000:])
         assert {p: open(p, "rb").read() for p in before} == before, args

@@ -254,10 +254,11 @@ def _key_values(path):
 
 
 def test_predict_cli_rejects_missing_or_unpaired_inputs(tmp_path):
-    """Argument errors stop before TensorFlow is imported (exit status 2, a message)."""
+    """Argument errors stop before TensorFlow is imported (exit status 1, one line)."""
     script = os.path.join(REPO_ROOT, "predict_saved_model.py")
     for args, message in (([], "at least one --text"),
                           (["--text=a", "--text=b", "--text_pair=c"], "same number of times")):
         result = subprocess.run([sys.executable, script, f"--export_dir={tmp_path}", *args],
                                 check=False, capture_output=True, text=True, timeout=60)
-        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+        assert "predict_saved_model.py: error: " in result.stderr, result.stderr

@@ -28,6 +28,7 @@ from data_prep.pretraining_data.instances import unit_instances
 from data_prep.pretraining_data.masking import create_masked_lm_predictions, mask_vectorized
 from training import dynamic_masking as dm
 from training import input_pipeline
+from tests.clis import call_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = reference_runs.CONFIG
@@ -470,9 +471,9 @@ def test_run_pretraining_trains_on_unmasked_records(prose, tmp_path):
     records = str(tmp_path / "pairs.tfrecord")
     data = ["--input_file=" + prose["corpus"], "--vocab_file=" + prose["vocab"],
             f"--output_file={records}", f"--max_seq_length={SEQ}"]
-    done = _run([*data, "--dynamic_masking", "--masked_lm_prob=0.2"],
-                module="data_prep.create_pretraining_data")
-    assert done.returncode != 0 and "--masked_lm_prob" in done.stderr
+    refused = call_main("create_pretraining_data",
+                        [*data, "--dynamic_masking", "--masked_lm_prob=0.2"])
+    assert refused.code == 1 and "--masked_lm_prob" in refused.stderr
     done = _run([*data, "--dynamic_masking"], module="data_prep.create_pretraining_data")
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "_pairs.tfrecord.summary.json").read_text())
@@ -491,8 +492,9 @@ def test_run_pretraining_trains_on_unmasked_records(prose, tmp_path):
              "--train_batch_size=8", "--eval_batch_size=8", "--num_train_steps=6",
              "--num_warmup_steps=2", "--iterations_per_loop=3", "--save_checkpoints_steps=6",
              "--max_eval_steps=3", "--seed=1", "--learning_rate=1e-3"]
-    done = _run([*train, f"--output_dir={tmp_path / 'no_vocab'}", "--do_train"])
-    assert done.returncode != 0 and "--vocab_file" in done.stderr, done.stderr[-2000:]
+    refused = call_main("run_pretraining", [*train[1:], f"--output_dir={tmp_path / 'no_vocab'}",
+                                            "--do_train"])
+    assert refused.code == 1 and "--vocab_file" in refused.stderr, refused.stderr[-2000:]
     done = _run([*train, f"--output_dir={tmp_path / 'run'}", "--do_train", "--do_eval",
                  f"--vocab_file={prose['vocab']}", "--do_whole_word_mask"])
     assert done.returncode == 0, done.stderr[-3000:]

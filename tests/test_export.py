@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, TINY_VOCAB, run_isolated, write_vocab
+from conftest import TINY_VOCAB, run_isolated, write_vocab
 from data_prep.tokenization import FullTokenizer
 from modeling import export
 from modeling.config import BertConfig
@@ -22,6 +22,7 @@ from modeling.optimization import OptimizerConfig, create_optimizer
 from tasks import register_serving_families
 from tasks.classification.export import python_features
 from training import checkpointing
+from tests.clis import call_main
 
 # The families register as their modules are imported (export_saved_model.py does this).
 register_serving_families()
@@ -84,9 +85,8 @@ def _save_like_training(model, directory):
 
 
 def _cli(*flags, cwd=None):
-    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "export_saved_model.py"),
-                           *flags], capture_output=True, text=True, cwd=cwd or REPO_ROOT,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
+    """export_saved_model.py's command line, in this process (tests/clis.py)."""
+    return call_main("export_saved_model", flags, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def served(run_dir, tmp_path_factory):
     d, _ = run_dir
     out = tmp_path_factory.mktemp("exports")
     result = _cli(f"--init_checkpoint={d}", f"--export_dir={out / 'classifier'}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.code == 0, result.stderr[-3000:]
     assert "labels=['neg', 'neutral', 'pos']" in result.stdout
 
     keras.utils.set_random_seed(2)
@@ -388,7 +388,6 @@ def test_metadata_round_trip_and_errors(tmp_path):
         export.read_export_metadata(str(tmp_path / "bad.json"))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("flags,message", [
     (["--init_checkpoint={tmp}/nothing_here"], "--init_checkpoint"),
     (["--init_checkpoint={run}", "--num_labels=2", "--label_list=a,b,c"],
@@ -398,9 +397,10 @@ def test_metadata_round_trip_and_errors(tmp_path):
 def test_cli_bad_flags_exit_non_zero(run_dir, tmp_path, flags, message):
     d, _ = run_dir
     flags = [f.format(tmp=tmp_path, run=d) for f in flags]
-    result = _cli(*flags, f"--export_dir={tmp_path / 'out'}")
-    assert result.returncode != 0
-    assert message in result.stderr, result.stderr[-2000:]
+    result = call_main("export_saved_model", [*flags, f"--export_dir={tmp_path / 'out'}"])
+    assert result.code == 1
+    assert f"export_saved_model.py: error: " in result.stderr and message in result.stderr, \
+        result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
 
@@ -488,7 +488,6 @@ def test_overwrite_swaps_in_the_new_export_and_cleans_stale_temporaries(tmp_path
     assert np.abs(want - old).max() > 1e-3  # the two exports are told apart
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("where,message", [
     ("run", "is the directory of --init_checkpoint"),
     ("parent", "contains the directory of --init_checkpoint"),
@@ -499,8 +498,9 @@ def test_cli_overwrite_never_touches_the_checkpoint(run_dir, where, message):
     d, _ = run_dir
     target = {"run": d, "parent": d.parent, "child": d / "export"}[where]
     before = sorted(os.listdir(d))
-    result = _cli(f"--init_checkpoint={d}", f"--export_dir={target}", "--overwrite=true")
-    assert result.returncode == 2, result.stderr[-2000:]
+    result = call_main("export_saved_model", init_checkpoint=d, export_dir=target,
+                       overwrite="true")
+    assert result.code == 1, result.stderr[-2000:]
     assert message in result.stderr and "Traceback" not in result.stderr
     assert sorted(os.listdir(d)) == before
 

@@ -110,7 +110,7 @@ def test_cli_refuses_another_familys_run_and_exports_its_own(tmp_path, run_type,
     run = _run_dir(tmp_path / "run", model, run_type)
     result = _cli(f"--model_type={asked}", f"--init_checkpoint={run}", *flags,
                   f"--export_dir={tmp_path / 'out'}")
-    assert result.returncode == 2, (result.stdout + result.stderr)[-3000:]
+    assert result.code == 1, (result.stdout + result.stderr)[-3000:]
     assert "Traceback" not in result.stderr
     assert (f"{run} holds a fine-tuned" in result.stderr
             and f"model_type={run_type!r}" in result.stderr
@@ -118,7 +118,7 @@ def test_cli_refuses_another_familys_run_and_exports_its_own(tmp_path, run_type,
     assert not (tmp_path / "out").exists()
     result = _cli(f"--model_type={run_type}", f"--init_checkpoint={run}",
                   f"--export_dir={tmp_path / 'own'}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.code == 0, result.stderr[-3000:]
     assert export.export_kind(str(tmp_path / "own")) == run_type
 
 
@@ -137,13 +137,13 @@ def test_squad_export_takes_the_runs_windows_and_flags_override_them(tmp_path):
 
     result = _cli("--model_type=squad", f"--init_checkpoint={run}",
                   f"--export_dir={tmp_path / 'from_run'}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.code == 0, result.stderr[-3000:]
     got = marker("from_run")
     assert {k: got[k] for k in SQUAD_SETTINGS} == SQUAD_SETTINGS
     assert got["max_seq_length"] == SEQ and got["model_type"] == "squad"
     result = _cli("--model_type=squad", f"--init_checkpoint={run}", "--doc_stride=5",
                   "--max_query_length=4", f"--export_dir={tmp_path / 'flags'}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.code == 0, result.stderr[-3000:]
     got = marker("flags")
     assert (got["doc_stride"], got["max_query_length"]) == (5, 4)
     assert (got["max_answer_length"], got["n_best_size"]) == (6, 7)

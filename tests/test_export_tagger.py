@@ -99,7 +99,7 @@ def served(tmp_path_factory):
     for name, run in runs.items():
         result = _cli("--model_type=tagger", f"--init_checkpoint={run}",
                       f"--export_dir={root / ('export_' + name)}")
-        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.code == 0, result.stderr[-3000:]
         calls[name] = {"dir": str(root / f"export_{name}"), "calls": {
             "serving_default": {"text": TEXTS}, "preprocess": {"text": TEXTS},
             "tag_words": {"words": padded}}}
@@ -343,7 +343,7 @@ def test_tag_words_unknown_and_empty_words(vocab_file):
 @pytest.mark.slow
 def test_cli_refuses_metadata_of_another_run(tmp_path):
     """A classifier run's export_metadata.json is not a tagging run's: a clear error, exit
-    status 2, nothing written."""
+    status 1, nothing written."""
     from modeling.models import BertClassifier
 
     keras.utils.set_random_seed(5)
@@ -356,7 +356,7 @@ def test_cli_refuses_metadata_of_another_run(tmp_path):
         task="mrpc", labels=("0", "1"), max_seq_length=SEQ, text_pair=True))
     result = _cli("--model_type=tagger", f"--init_checkpoint={run}",
                   f"--export_dir={tmp_path / 'out'}")
-    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.code == 1, result.stderr[-2000:]
     assert "task='mrpc'" in result.stderr and "run_ner.py" in result.stderr
     assert not (tmp_path / "out").exists()
     assert json.loads((run / "export_metadata.json").read_text())["task"] == "mrpc"
@@ -379,7 +379,7 @@ def test_cli_everything_explicit_without_metadata(served, tmp_path):
                 f"--max_seq_length={SEQ}", "--tag_scheme=IOBES", "--feature_based",
                 "--feature_layers=weighted_sum_all", "--lstm_units=8"]
     result = _cli(*explicit, f"--doc_stride={DOC_STRIDE}", f"--export_dir={tmp_path / 'e'}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.code == 0, result.stderr[-3000:]
     loaded = tf.saved_model.load(str(tmp_path / "e"))
     got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
     expected = {k.split("/")[-1]: v for k, v in served["outputs"].items()
@@ -392,17 +392,17 @@ def test_cli_everything_explicit_without_metadata(served, tmp_path):
             np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
 
     result = _cli(*explicit, f"--export_dir={tmp_path / 'default_stride'}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.code == 0, result.stderr[-3000:]
     marker = json.loads((tmp_path / "default_stride" / "assets.extra" /
                          export.METADATA_FILE).read_text())
     assert marker["doc_stride"] == (SEQ - 2) // 2 and marker["tag_scheme"] == "IOBES"
     assert marker["feature_based"] and marker["lstm_units"] == 8
 
     result = _cli(*explicit, "--tag_scheme=BIO", f"--export_dir={tmp_path / 'no'}")
-    assert result.returncode == 2 and "tag_scheme='BIO' is not one of" in result.stderr
+    assert result.code == 1 and "tag_scheme='BIO' is not one of" in result.stderr
     assert not (tmp_path / "no").exists()
     result = _cli(*explicit, "--n_best_size=5", f"--export_dir={tmp_path / 'no'}")
-    assert result.returncode == 2
+    assert result.code == 1
     assert "--n_best_size does not apply to --model_type=tagger (it is for: squad)" in \
         result.stderr
     assert not (tmp_path / "no").exists()

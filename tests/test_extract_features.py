@@ -15,6 +15,7 @@ from test_modeling_reference import (random_hf_weights, run_original_graph, tiny
 
 import extract_features  # noqa: E402  (defines no flags at import)
 from tasks.feature_extraction import extract  # noqa: E402
+from tests.clis import call_main  # noqa: E402
 
 LINES = [
     "The cat sat on the mat.",
@@ -215,13 +216,6 @@ def test_a_directory_or_a_missing_file_is_refused(tmp_path):
     assert _read_error(missing) == f"--input_file={missing}: no such file"
 
 
-def _run_failing(args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "extract_features.py")]
-                          + args, check=False, capture_output=True, text=True, env=env,
-                          timeout=300, cwd=REPO_ROOT)
-
-
 # (input file content or None for a directory, flag overrides, expected message part)
 BAD_RUNS = {
     "invalid_utf8": (b"the cat\n\xc3( sat\n", {}, "input.txt:2: invalid UTF-8 at byte offset 8"),
@@ -239,7 +233,6 @@ BAD_RUNS = {
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_RUNS))
 def test_cli_refuses_bad_input_with_one_line_and_writes_nothing(google_dir, tmp_path, case):
     """Exit 1, a message naming the file / line / flag, no traceback, and the output of
@@ -260,8 +253,8 @@ def test_cli_refuses_bad_input_with_one_line_and_writes_nothing(google_dir, tmp_
              "bert_config_file": directory / "bert_config.json",
              "vocab_file": directory / "vocab.txt", "layers": "-1", "max_seq_length": SEQ}
     flags.update({k: work / v if k.endswith("_file") else v for k, v in overrides.items()})
-    result = _run_failing([f"--{k}={v}" for k, v in flags.items()])
-    assert result.returncode == 1, result.stderr[-3000:]
+    result = call_main("extract_features", **flags)
+    assert result.code == 1, result.stderr[-3000:]
     assert expected in result.stderr, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert os.listdir(out) == ["out.jsonl"] and (out / "out.jsonl").read_text() == "earlier\n"

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests import test_loop_support as S
+from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
 from tests.test_run_classifier import write_mrpc
 
@@ -132,7 +133,6 @@ def test_run_pretraining_refuses_a_list_naming_the_flag():
         flags.FLAGS.unparse_flags()
 
 
-@pytest.mark.slow
 def test_the_commands_refuse_a_bad_grid_in_one_line_naming_the_flag(tmp_path):
     """A runner that takes one value and a grid value that is not a number: exit 1, one
     line naming the flag (no traceback), nothing written."""
@@ -146,9 +146,9 @@ def test_the_commands_refuse_a_bad_grid_in_one_line_naming_the_flag(tmp_path):
               "--bert_config_file=c", f"--output_dir={out}", "--do_train", "--do_eval",
               "--learning_rate=5e-5,abc"],
              "flag --learning_rate=5e-5,abc: could not convert string to float")):
-        code, log = _run([sys.executable, os.path.join(S.REPO_ROOT, argv[0]), *argv[1:]])
-        assert code == 1 and message in log, log[-2000:]
-        assert "Traceback" not in log and not out.exists()
+        result = call_main(argv[0][:-3], argv[1:])
+        assert result.code == 1 and message in result.stderr, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr and not out.exists()
 
 
 def test_programmatic_tuples_make_the_same_grid():

@@ -97,6 +97,8 @@ def _is_refusal(err: Exception, name: str) -> bool:
 def _alternatives(flag, default):
     """Valid values other than the current one, for each kind of flag."""
     kind = flag.flag_type()
+    if isinstance(default, tuple):  # a grid by default (glue_submission's learning rates)
+        return [str(default[0])]
     if kind == "bool":
         return ["false" if default else "true"]
     if kind == "int":

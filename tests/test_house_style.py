@@ -1,24 +1,96 @@
-"""House rules that apply to the whole tree: libraries never read global absl FLAGS."""
+"""House rules that apply to the whole tree: libraries never read global absl FLAGS, imports
+point down the layers, every command goes through the one CLI shell (`data_prep.cli`)."""
 
+import ast
 import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LIBRARIES = ("modeling", "data_prep", "training", "tasks")
-# CLIs that live inside the library packages may parse flags in their own main().
-CLI_MODULES = {"flags.py", "create_pretraining_data.py", "beam_pretraining_data.py",
-               "pretraining_cli.py", "build_vocab.py", "tokenization.py"}
+SHELL = "data_prep.cli"
+
+
+def _command(path: pathlib.Path) -> bool:
+    """A command module: it defines a top-level `main` (what its command line calls)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body)
+
+
+def _reads_flags(path: pathlib.Path) -> bool:
+    """The module reads or defines absl flags (the global FLAGS, flags.DEFINE_*)."""
+    return bool(re.search(r"\bFLAGS\b|\bDEFINE_?\w*\(", path.read_text(encoding="utf-8")))
+
+
+def _flag_rule_breaches(root: pathlib.Path = ROOT) -> list:
+    """What breaks "flags are read only by commands" inside the libraries: a library module
+    reading flags that is neither a command nor imported only by commands and runners (the
+    shared flag definitions: training/flags.py, data_prep/pretraining_cli.py); a library
+    module importing a command (a CLI inside a library)."""
+    modules = _project_modules(root)
+    graph = _import_graph(root)
+    in_library = {name for name in modules if name.split(".")[0] in LIBRARIES}
+    commands = {name for name in in_library if _command(modules[name])}
+    runners = {name for name in modules if "." not in name and name not in LIBRARIES}
+    breaches = []
+    for name in sorted(in_library - {SHELL}):  # the shell reads flags to name them in errors
+        importers = sorted(a for a, edges in graph.items() if name in edges)
+        if name in commands:
+            libraries = [a for a in importers if a in in_library and a not in commands]
+            if libraries:
+                breaches.append(f"{name} is a command imported by library {libraries[0]}")
+        elif _reads_flags(modules[name]):
+            others = [a for a in importers if a not in commands and a not in runners]
+            if others or not importers:
+                breaches.append(f"{name} reads flags but is no command (imported by "
+                                f"{others[0] if others else 'no command or runner'})")
+    return breaches
 
 
 def test_libraries_do_not_read_global_flags():
+    """Flags are read by commands (a module with `main`) and by the shared flag modules
+    only commands and runners import; no library module imports either."""
+    breaches = _flag_rule_breaches()
+    assert not breaches, "flags read inside library modules:\n" + "\n".join(breaches)
+
+
+def test_every_command_goes_through_the_shell():
+    """Every module with a `main` (runners, data tools, library commands) runs its work in
+    `data_prep.cli.run_main` (one error line, exit 1, signals cleaned up), directly or
+    through training/cli.py (the runners' errors). A command that imports nothing of the
+    project (predict_saved_model.py: serving with TensorFlow alone) keeps the convention
+    by itself (tests/test_cli.py checks it)."""
+    modules = _project_modules(ROOT)
+    graph = _import_graph(ROOT)
     offenders = []
-    for package in LIBRARIES:
-        for path in (ROOT / package).rglob("*.py"):
-            if path.name in CLI_MODULES:
-                continue
-            if re.search(r"\bFLAGS\b", path.read_text(encoding="utf-8")):
-                offenders.append(str(path.relative_to(ROOT)))
-    assert not offenders, f"FLAGS read inside library modules: {offenders}"
+    for name, path in sorted(modules.items()):
+        if name in (SHELL, "training.cli") or not _command(path) or not graph[name]:
+            continue
+        text = path.read_text(encoding="utf-8")
+        through = SHELL in graph[name] or "training.cli" in graph[name]
+        if not through or not re.search(r"\b(run_main|run_cli)\(", text):
+            offenders.append(name)
+    assert not offenders, f"commands that bypass the shell ({SHELL}.run_main): {offenders}"
+
+
+def test_the_flag_rule_sees_what_it_must(tmp_path):
+    """On a small tree: a library reading FLAGS without a `main` is found, a shared flags
+    module imported only by a command is not, a library importing a command is found."""
+    files = {
+        "run_x.py": "from training import flags\ndef main(argv):\n    pass\n",
+        "training/__init__.py": "",
+        "training/flags.py": "FLAGS = None\n",
+        "training/loop.py": "def f():\n    return FLAGS.x\n",
+        "data_prep/__init__.py": "",
+        "data_prep/shared_flags.py": "from absl import flags\nflags.DEFINE_string('a', None, '')\n",
+        "data_prep/tool.py": "from data_prep import shared_flags\ndef main(argv):\n    pass\n",
+        "data_prep/lib.py": "from data_prep import tool\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    assert _flag_rule_breaches(tmp_path) == [
+        "data_prep.tool is a command imported by library data_prep.lib",
+        "training.loop reads flags but is no command (imported by no command or runner)"]
 
 
 # --------------------------------------------------------------------------- imports
@@ -63,8 +135,6 @@ def _imports(module: str, path: pathlib.Path, modules: dict) -> list:
     and every string that is a dotted path of a project module ("tasks.squad.export",
     or the leading literal of f"tasks.{name}.export"). Prose (docstrings, messages) is
     not a module path."""
-    import ast
-
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -1,6 +1,6 @@
 """predict_saved_model.py on hostile input (issue 22): an input the export refuses (a
 context needing more windows than it allows), strings that are not UTF-8, and an
---output_json that cannot be written give a clear error (exit status 2, naming the
+--output_json that cannot be written give a clear error (exit status 1, naming the
 argument) and no traceback; --output_json is written all-or-nothing."""
 
 import json
@@ -60,7 +60,7 @@ def test_a_context_beyond_the_exports_windows_is_named(exports, tmp_path):
     result = _cli([f"--export_dir={exports['squad']}", f"--output_json={out}",
                    "--question=who sat?", "--context=the cat sat.",
                    "--question=who sat?", f"--context={LONG_CONTEXT}"], tmp_path)
-    assert result.returncode == 2
+    assert result.returncode == 1
     line = _error_line(result.stderr)
     assert "input #2 (--question, --context) refused by the export" in line, line
     assert f"max_context_windows={MAX_WINDOWS}" in line and "--max_context_windows" in line
@@ -79,14 +79,14 @@ def test_a_context_beyond_the_exports_windows_is_named(exports, tmp_path):
 ])
 def test_bytes_that_are_not_utf8_are_named(exports, tmp_path, argument, message):
     result = _cli([f"--export_dir={exports['classifier']}".encode(), argument], tmp_path)
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert message in _error_line(result.stderr)
 
 
 def test_a_lone_surrogate_is_named(exports, capsys):
     code = predict_saved_model.main([f"--export_dir={exports['classifier']}", "--text=ok",
                                      "--text=a\ud800b"])
-    assert code == 2
+    assert code == 1
     assert ("--text #2: U+D800 is a lone surrogate, not a character (at character 1)"
             in capsys.readouterr().err)
 
@@ -102,7 +102,7 @@ def test_output_json_that_cannot_be_written_is_refused_before_any_work(exports, 
         code = predict_saved_model.main([f"--export_dir={exports['classifier']}",
                                          "--text=hi", f"--output_json={path}"])
         err = capsys.readouterr().err
-        assert code == 2 and f"--output_json={path}" in err and message in err, err
+        assert code == 1 and f"--output_json={path}" in err and message in err, err
     assert (tmp_path / "a_file").read_text() == "mine"
     assert sorted(os.listdir(tmp_path / "a_folder")) == []
 
@@ -117,7 +117,7 @@ def test_output_json_in_a_read_only_folder_is_refused(exports, tmp_path, capsys)
                                          "--text=hi", f"--output_json={folder / 'x.json'}"])
     finally:
         folder.chmod(0o755)
-    assert code == 2 and "is not writable" in capsys.readouterr().err
+    assert code == 1 and "is not writable" in capsys.readouterr().err
 
 
 def test_output_json_is_written_all_or_nothing(exports, tmp_path, capsys, monkeypatch):
@@ -135,7 +135,7 @@ def test_output_json_is_written_all_or_nothing(exports, tmp_path, capsys, monkey
         patch.setattr(predict_saved_model.os, "replace", refuse)
         code = predict_saved_model.main(args)
     err = capsys.readouterr().err
-    assert code == 2 and f"--output_json={out}: cannot write it" in err
+    assert code == 1 and f"--output_json={out}: cannot write it" in err
     assert "Permission denied" in err
     assert out.read_text() == "previous" and os.listdir(tmp_path) == ["served.json"]
     assert predict_saved_model.main(args) == 0

@@ -20,6 +20,7 @@ from modeling.config import BertConfig, ConfigError
 from modeling.encoder import BertEncoder
 from modeling.models import BertPretrainer, BertSpanLabeler
 from tests import test_loop_support as S
+from tests.clis import call_main
 from training import loop, runs
 
 GOOGLE_KEYS = ["attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob",
@@ -339,7 +340,7 @@ def studies(tmp_path_factory):
             "vocab": vocab, "config": config, "squad_tokens": squad_tokens}
 
 
-def _pretrain(studies, out, **changes):
+def _pretrain_flags(studies, out, **changes):
     flags = dict(bert_config_file=studies["config"], output_dir=str(out),
                  max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, train_batch_size=8,
                  eval_batch_size=8, learning_rate=1e-3, num_train_steps=6, num_warmup_steps=2,
@@ -348,7 +349,11 @@ def _pretrain(studies, out, **changes):
     flags.update(changes)
     if flags.get("objective") == "ltr":  # it predicts every token: the flag is refused
         del flags["max_predictions_per_seq"]
-    return S.run_runner(**flags)
+    return flags
+
+
+def _pretrain(studies, out, **changes):
+    return S.run_runner(**_pretrain_flags(studies, out, **changes))
 
 
 @pytest.mark.slow
@@ -373,11 +378,14 @@ def test_no_nsp_runs_report_no_next_sentence_figures(studies, tmp_path):
         assert [step for step, _, _ in progress] == [3, 6]
         assert all(list(accs) == ["mlm_acc"] for _, _, accs in progress), progress
         assert "nsp_acc" not in log
-    rc, log = _pretrain(studies, tmp_path / "nsp", input_file=studies["masked"])
-    assert rc != 0 and "--next_sentence_prediction=false" in log, log[-3000:]
-    rc, log = _pretrain(studies, tmp_path / "ltr_pairs", input_file=studies["pairs"],
-                        objective="ltr")
-    assert rc != 0 and "--objective=ltr reads contiguous text" in log, log[-3000:]
+    result = call_main("run_pretraining", **_pretrain_flags(studies, tmp_path / "nsp",
+                                                            input_file=studies["masked"]))
+    assert result.code == 1, result.stderr[-3000:]
+    assert "--next_sentence_prediction=false" in result.stderr, result.stderr[-3000:]
+    result = call_main("run_pretraining", **_pretrain_flags(
+        studies, tmp_path / "ltr_pairs", input_file=studies["pairs"], objective="ltr"))
+    assert result.code == 1, result.stderr[-3000:]
+    assert "--objective=ltr reads contiguous text" in result.stderr, result.stderr[-3000:]
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ import tensorflow as tf
 from seqeval import metrics as seqeval
 
 from tests import test_loop_support as S
+from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
 
 SEQ = 16
@@ -162,7 +163,9 @@ def env(tmp_path_factory):
             "bert_config": config, "tf1": prefix}
 
 
-def run_cli(env, out, timeout=300, **flags):
+def _argv(env, out, **flags):
+    """run_ner.py's command line for the tiny data of `env` (flags replaced; None: a bool
+    flag given bare)."""
     values = dict(data_dir=env["data"], vocab_file=env["vocab"],
                   bert_config_file=env["config"], init_checkpoint=env["tf1"],
                   output_dir=str(out), max_seq_length=SEQ, do_train="true", do_eval="true",
@@ -170,8 +173,11 @@ def run_cli(env, out, timeout=300, **flags):
                   predict_batch_size=4, num_train_epochs=4.0, iterations_per_loop=5,
                   log_steps=5, seed=3)
     values.update(flags)
-    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_ner.py")] + [
-        f"--{k}={v}" if v is not None else f"--{k}" for k, v in values.items()]
+    return [f"--{k}={v}" if v is not None else f"--{k}" for k, v in values.items()]
+
+
+def run_cli(env, out, timeout=300, **flags):
+    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_ner.py"), *_argv(env, out, **flags)]
     proc = subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
                           timeout=timeout, cwd=S.REPO_ROOT, check=False)
     return proc.returncode, proc.stdout + proc.stderr
@@ -396,14 +402,15 @@ def test_bad_input_fails_before_training(env, tmp_path, case, edit, message):
     assert not tf.io.gfile.glob(str(out / "ckpt-*")) and not (out / "train.tf_record").exists()
 
 
-@pytest.mark.slow
 def test_cli_bad_input_exits_non_zero_naming_file_and_line(env, tmp_path):
     data = _bad_dir(tmp_path, env, "bad", lambda d: _replace_line(d / "eng.train", 4, "x O"))
-    code, log = run_cli(env, tmp_path / "out", data_dir=str(data))
-    assert code != 0
-    assert "run_ner.py: error:" in log and "eng.train:4: 2 columns" in log, log[-2000:]
-    code, log = run_cli(env, tmp_path / "out2", lstm_units=8)
-    assert code != 0 and "--lstm_units only applies with --feature_based" in log
+    result = call_main("run_ner", _argv(env, tmp_path / "out", data_dir=str(data)))
+    assert result.code == 1
+    assert "run_ner.py: error:" in result.stderr, result.stderr[-2000:]
+    assert "eng.train:4: 2 columns" in result.stderr, result.stderr[-2000:]
+    result = call_main("run_ner", _argv(env, tmp_path / "out2", lstm_units=8))
+    assert result.code == 1
+    assert "--lstm_units only applies with --feature_based" in result.stderr
 
 
 # --- modeling pieces: the loss, the feature-based model ------------------------------------

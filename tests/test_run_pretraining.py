@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from tests import test_loop_support as S
+from tests.clis import call_main
 from training import loop
 
 pytestmark = pytest.mark.slow
@@ -183,11 +184,14 @@ def test_phase_two_longer_sequences_from_phase_one(data, one_device_run, tmp_pat
 
 
 def test_wrong_max_seq_length_fails_fast_with_the_file(data, tmp_path):
-    rc, log = S.run_runner(**_flags(data, tmp_path, max_seq_length=64))
-    assert rc != 0
-    assert "max_seq_length expects 64" in log and "records.tfrecord-00000-of-00002" in log
+    result = call_main("run_pretraining", **_flags(data, tmp_path, max_seq_length=64))
+    assert result.code == 1
+    assert "max_seq_length expects 64" in result.stderr
+    assert "records.tfrecord-00000-of-00002" in result.stderr
 
 
 def test_neither_train_nor_eval_is_an_error(data, tmp_path):
-    rc, log = S.run_runner(**_flags(data, tmp_path, do_train="false", do_eval="false"))
-    assert rc != 0 and "At least one of `do_train` or `do_eval` must be True" in log
+    result = call_main("run_pretraining",
+                       **_flags(data, tmp_path, do_train="false", do_eval="false"))
+    assert result.code == 1
+    assert "At least one of `do_train` or `do_eval` must be True" in result.stderr

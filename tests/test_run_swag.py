@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests import test_loop_support as S
+from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
 from tests.test_multiple_choice_data import swag_row, write_swag
 
@@ -51,7 +52,8 @@ def env(tmp_path_factory):
             "config": S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB))}
 
 
-def _cli(env, out, **overrides):
+def _argv(env, out, **overrides):
+    """run_swag.py's command line for the tiny data of `env` (flags replaced)."""
     flags = dict(data_dir=env["data"], vocab_file=env["vocab"],
                  bert_config_file=env["config"], output_dir=out, do_train="true",
                  do_eval="true", do_predict="true", max_seq_length=16, train_batch_size=8,
@@ -59,8 +61,12 @@ def _cli(env, out, **overrides):
                  num_train_epochs=20.0, save_checkpoints_steps=80, iterations_per_loop=40,
                  seed=1, distribution_strategy="one_device")
     flags.update(overrides)
-    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_swag.py")] + [
-        f"--{k}={v}" for k, v in flags.items()]
+    return [f"--{k}={v}" for k, v in flags.items()]
+
+
+def _cli(env, out, **overrides):
+    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_swag.py"), *_argv(env, out,
+                                                                            **overrides)]
     return subprocess.run(cmd, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
                           text=True, timeout=400, check=False)
 
@@ -165,8 +171,8 @@ def test_bad_input_is_refused_before_training(env, tmp_path):
     d = tmp_path / "bad"
     d.mkdir()
     (d / "train.csv").write_text("sent1,sent2,ending0,ending1\nx,y,a,b\n", encoding="utf-8")
-    proc = _cli(dict(env, data=str(d)), tmp_path / "out", do_eval="false",
-                do_predict="false")
-    assert proc.returncode != 0
-    assert "train.csv:1: no column 'ending2'" in proc.stderr, proc.stderr[-2000:]
+    result = call_main("run_swag", _argv(dict(env, data=str(d)), tmp_path / "out",
+                                         do_eval="false", do_predict="false"))
+    assert result.code == 1
+    assert "train.csv:1: no column 'ending2'" in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "out").exists()  # a refused run leaves no directory it made

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from data_prep import sample_corpus
+from tests.clis import call_main
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -107,15 +108,15 @@ def test_cli_writes_bert_format_deterministically(tmp_path):
 
 
 def test_cli_rejects_bad_settings(tmp_path):
-    result = _run(["-m", "data_prep.sample_corpus", f"--output_dir={tmp_path}",
-                   "--num_shards=0"])
-    assert result.returncode != 0
-    assert "num_shards" in result.stderr
+    result = call_main("sample_corpus", output_dir=tmp_path, num_shards=0)
+    assert result.code == 1
+    assert "sample_corpus: error: num_shards must be >= 1, got 0" in result.stderr
 
 
 _FULL_RUN = r"""
 import json, sys
 from data_prep import sample_corpus
+from tests.clis import call_main
 summary = sample_corpus.write_corpus(sys.argv[1], max_mb=float(sys.argv[2]), num_shards=1)
 pairs = sample_corpus.labelled_sentences(max_mb=float(sys.argv[2]))
 packages = sample_corpus.labelled_sentences(max_mb=0.05, label="package")
@@ -286,5 +287,5 @@ def test_cli_writes_classification_tsvs_deterministically(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (both / "corpus" / "stdlib-00000-of-00001.txt").exists()
     assert (both / "cls" / "train.tsv").read_bytes() == (outputs[0] / "train.tsv").read_bytes()
-    result = _run(["-m", "data_prep.sample_corpus", "--max_mb=0.3"])
-    assert result.returncode == 2 and "--classification_dir" in result.stderr
+    result = call_main("sample_corpus", max_mb=0.3)
+    assert result.code == 1 and "--classification_dir" in result.stderr

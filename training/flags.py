@@ -1,8 +1,9 @@
 """Owns the absl flags shared by every runner (defined once here) and their conversion to configs.
 
-Runners call `define_common_flags()` (plus their own), then build plain frozen dataclasses with
-`runtime_config(FLAGS)` (a `training.runtime.RuntimeConfig`) and `finetuning_run(FLAGS)`;
-libraries never see FLAGS, and nothing below the runners imports this module. Flag names
+Runners call `define_common_flags()` (plus their own) and state their own defaults of the
+shared flags (`use_defaults`: what --helpfull shows is what runs), then build plain frozen
+dataclasses with `runtime_config(FLAGS)` (a `training.runtime.RuntimeConfig`) and
+`finetuning_run(FLAGS)`; libraries never see FLAGS, and nothing below the runners imports this module. Flag names
 and meanings follow Google's original runners; the new ones (distribution_strategy, dtype,
 ...) are documented inline.
 """
@@ -22,6 +23,25 @@ STRATEGY_NAMES = ("", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 def define_once(define, name, *args, **kwargs):
     if name not in FLAGS:
         define(name, *args, **kwargs)
+
+
+# flag -> the default it was defined with, for every flag a runner gave its own default.
+_DEFINED_DEFAULTS: dict = {}
+
+
+def use_defaults(defaults: dict, values=FLAGS) -> None:
+    """Gives the flags this runner's defaults: those in `defaults`, the defined ones for the
+    rest (a flag another runner of this process changed goes back to its definition's).
+
+    A flag shared by several runners has one definition per process (absl), with the
+    default of whichever module defined it first; each runner states its own here, at
+    import (before the command line is parsed, so --help and --helpfull show them) and
+    again when it reads its flags (`run_config_from_flags`: absl then also updates the
+    value of a flag not given on the command line), so what the help says is what runs.
+    """
+    for name in set(_DEFINED_DEFAULTS) | set(defaults):
+        _DEFINED_DEFAULTS.setdefault(name, values[name].default)
+        values.set_default(name, defaults.get(name, _DEFINED_DEFAULTS[name]))
 
 
 class _GridParser(flags.ArgumentParser):
@@ -233,17 +253,11 @@ def runtime_config(values=FLAGS) -> RuntimeConfig:
     )
 
 
-def finetuning_run(values=FLAGS, *, max_seq_length: int | None = None):
-    """The shared fine-tuning flags as a `training.finetuning.FinetuningRun`.
-
-    Args:
-      max_seq_length: the runner's default when --max_seq_length is not given (SQuAD's is
-        384, the shared flag's 128).
-    """
+def finetuning_run(values=FLAGS):
+    """The shared fine-tuning flags as a `training.finetuning.FinetuningRun`."""
     from training import finetuning, runs
 
-    if max_seq_length is None or values["max_seq_length"].present:
-        max_seq_length = values.max_seq_length
+    max_seq_length = values.max_seq_length
     learning_rates = grid_values(values, "learning_rate")
     batch_sizes = grid_values(values, "train_batch_size")
     epochs = grid_values(values, "num_train_epochs")

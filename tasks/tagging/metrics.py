@@ -26,14 +26,12 @@ type. Its rules, reproduced here:
 `evaluate(sentences)` counts; `ChunkCounts.figures()` gives the fractions (the perl
 prints percentages); `report(counts)` prints the perl's text; `chunks(tags)` decodes the
 (type, start, end) chunks of one tag sequence with the same rules (what a served tagger
-returns as entities). `python -m tasks.tagging.metrics < predictions.txt` prints the
-perl's report for a file in its input format.
+returns as entities). The command is `tasks.tagging.conlleval`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Iterable, Sequence
 
 # conlleval's sentence-boundary word and outside tag.
@@ -267,19 +265,3 @@ def chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
             start = i
         prev, prev_type = prefix, kind
     return out
-
-
-def main(argv=None) -> int:
-    """Prints conlleval's report for its input format read from stdin."""
-    del argv
-    try:
-        counts = evaluate_lines(sys.stdin)
-    except ValueError as err:
-        print(f"conlleval: {err}", file=sys.stderr)
-        return 1
-    sys.stdout.write(report(counts))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Runs the project's commands for tests: in this process by default, as a process when the
+process is what a test proves.
+
+* `call_main(tool, argv)` parses `argv` as the command line does (`data_prep.cli`: a bad
+  flag is the same one line) and calls the tool's `main`, in this process, with absl's
+  flags in a scope of their own (the tool's flags defined for the call, every flag as it
+  was afterwards), stdout and stderr captured and `SystemExit` caught: a `Result`.
+* `run_cli(tool, *args, **flags)` starts the command as a user does (`python script.py`
+  or `python -m module`) and returns the same `Result`. Use it only where the process is
+  under test: exit status, the message on stderr with no traceback, signals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import importlib
+import io
+import os
+import subprocess
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# tool -> (module, how it is started, whether absl parses its flags, what defines them:
+# "import" (the runners, at import), "define_flags" (called when the command starts)).
+TOOLS = {
+    "run_pretraining": ("run_pretraining", "script", "import"),
+    "run_classifier": ("run_classifier", "script", "import"),
+    "run_squad": ("run_squad", "script", "import"),
+    "run_ner": ("run_ner", "script", "import"),
+    "run_swag": ("run_swag", "script", "import"),
+    "glue_submission": ("glue_submission", "script", "import"),
+    "convert_checkpoint": ("convert_checkpoint", "script", "define_flags"),
+    "export_saved_model": ("export_saved_model", "script", "define_flags"),
+    "extract_features": ("extract_features", "script", "define_flags"),
+    "build_vocab": ("data_prep.build_vocab", "module", "define_flags"),
+    "create_pretraining_data": ("data_prep.create_pretraining_data", "module", "define_flags"),
+    "beam_pretraining_data": ("data_prep.beam_pretraining_data", "module", "define_flags"),
+    "sample_corpus": ("data_prep.sample_corpus", "module", None),  # argparse
+    "conlleval": ("tasks.tagging.conlleval", "module", None),  # argparse
+}
+
+
+@dataclasses.dataclass
+class Result:
+    """What a command did: its exit status and what it wrote."""
+
+    code: int
+    stdout: str
+    stderr: str  # including the message of a SystemExit("prog: error: ...")
+
+
+def program(tool: str) -> str:
+    """The name a tool's error lines start with (the shell's `program`)."""
+    module, kind, _ = TOOLS[tool]
+    return f"{module}.py" if kind == "script" else module.rpartition(".")[2]
+
+
+def call_main(tool: str, argv=(), stdin: str | None = None, cwd: str | None = None,
+              **flags) -> Result:
+    """Runs `tool`'s command line `argv` and `--name=value` for each of `flags` in this
+    process (see the module docstring), in the folder `cwd` if given."""
+    argv = [*map(str, argv), *(f"--{k}={v}" for k, v in flags.items())]
+    name, _, defines = TOOLS[tool]
+    module = importlib.import_module(name)
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.ExitStack() as stack:
+        if defines is not None:
+            stack.enter_context(_flag_scope(module if defines == "define_flags" else None))
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        if stdin is not None:
+            stack.enter_context(_stdin(stdin))
+        if cwd is not None:
+            stack.enter_context(contextlib.chdir(cwd))
+        try:
+            if defines is None:
+                code = module.main(list(argv)) or 0
+            else:
+                from data_prep import cli as shell
+
+                remaining = shell.parse_flags([program(tool), *argv], program(tool),
+                                              known_only=tool == "beam_pretraining_data")
+                code = module.main(remaining) or 0
+        except SystemExit as exit_:
+            code = _status(exit_, err)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def run_cli(tool: str, *args, timeout: float = 600, env: dict | None = None,
+            cwd: str = REPO_ROOT, stdin: str | None = None, **flags) -> Result:
+    """Starts `tool` as a process with `args` and `--name=value` for each of `flags`."""
+    name, kind, _ = TOOLS[tool]
+    argv = [*map(str, args), *(f"--{k}={v}" for k, v in flags.items())]
+    command = ([sys.executable, os.path.join(REPO_ROOT, f"{name}.py")] if kind == "script"
+               else [sys.executable, "-m", name])
+    environment = dict(os.environ, PYTHONPATH=REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
+                       CUDA_VISIBLE_DEVICES="", **(env or {}))
+    done = subprocess.run(command + argv, cwd=cwd, env=environment, capture_output=True,
+                          text=True, timeout=timeout, check=False, input=stdin)
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+def _status(exit_: SystemExit, err: io.StringIO) -> int:
+    """The exit status Python gives a SystemExit; its message goes to `err` as Python
+    prints it."""
+    if exit_.code is None:
+        return 0
+    if isinstance(exit_.code, int):
+        return exit_.code
+    print(exit_.code, file=err)
+    return 1
+
+
+# absl keeps its flags in these dicts of the one global FlagValues.
+_FLAG_STATE = ("__flags", "__hiddenflags", "__flags_by_module", "__flags_by_module_id",
+               "__key_flags_by_module")
+
+
+@contextlib.contextmanager
+def _flag_scope(tool_module=None):
+    """The flags as they are now come back afterwards (definitions and values).
+
+    With `tool_module` (a command that defines its flags when it starts), the project's
+    flags are removed first and the tool's defined: commands define flags of the same
+    names (--input_file, --max_seq_length, ...), one at a time as in their own process.
+    """
+    from absl import flags
+
+    values = flags.FLAGS
+    state = {key: copy.copy(values.__dict__[key]) for key in _FLAG_STATE}
+    state["__flags_by_module"] = {k: list(v) for k, v in state["__flags_by_module"].items()}
+    state["__flags_by_module_id"] = {k: list(v)
+                                     for k, v in state["__flags_by_module_id"].items()}
+    state["__key_flags_by_module"] = {k: list(v)
+                                      for k, v in state["__key_flags_by_module"].items()}
+    saved = {name: (values[name].value, values[name].present, values[name].default)
+             for name in values}
+    was_parsed = values.is_parsed()
+    try:
+        if tool_module is not None:
+            for name in [name for module, module_flags in values.flags_by_module_dict().items()
+                         if not module.startswith("absl") for name in
+                         (flag.name for flag in module_flags)]:
+                if name in values:
+                    delattr(values, name)
+            tool_module.define_flags()
+        yield
+    finally:
+        values.unparse_flags()
+        for key in _FLAG_STATE:
+            values.__dict__[key] = state[key]
+        for name, (value, present, default) in saved.items():
+            flag = values[name]
+            if flag.default != default:
+                flag._set_default(default)  # noqa: SLF001 - what FlagValues.set_default calls
+            flag.value, flag.present = value, present
+        if was_parsed:
+            values.mark_as_parsed()
+
+
+@contextlib.contextmanager
+def _stdin(text: str):
+    previous = sys.stdin
+    sys.stdin = io.StringIO(text)
+    try:
+        yield
+    finally:
+        sys.stdin = previous
