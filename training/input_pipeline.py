@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -65,19 +64,14 @@ def split_patterns(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
-# Summaries create_pretraining_data writes beside its records: `_NAME.summary.json` now
-# (which `NAME*` does not match), `NAME.summary.json` before (which it did). Either is
-# skipped wherever a wider glob such as `DIR/*` finds it.
+# Summaries create_pretraining_data writes beside its records (`_NAME.summary.json`, which
+# `NAME*` does not match), skipped wherever a wider glob such as `DIR/*` finds them.
 NOT_RECORDS_SUFFIX = ".summary.json"
-# Temporaries of an older create_pretraining_data (`NAME.tmp-PID`); today's are hidden
-# names that `fileio.is_temporary` recognises.
-_LEGACY_TEMPORARY = re.compile(r".*\.tmp-\d+")
 
 
 def _not_records(path: str) -> bool:
     """Summaries and temporaries (of a run in progress, or killed) are never records."""
-    return (path.endswith(NOT_RECORDS_SUFFIX) or fileio.is_temporary(path)
-            or _LEGACY_TEMPORARY.fullmatch(fileio.basename(path)) is not None)
+    return path.endswith(NOT_RECORDS_SUFFIX) or fileio.is_temporary(path)
 
 
 def list_files(patterns: Sequence[str]) -> list[str]:
