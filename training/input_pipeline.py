@@ -343,20 +343,6 @@ def _first_record(path: str, compression: str):
     return None if raw is None else tf.train.Example.FromString(raw.numpy())
 
 
-def check_first_record(path: str, max_seq_length: int, max_predictions_per_seq: int,
-                       compression: str = "auto"):
-    """The record kind of `path` from its first record's features: `features.PRETRAINING`
-    (masked) or `features.PRETRAINING_UNMASKED` (create_pretraining_data
-    --dynamic_masking); None for an empty file. Raises RecordFileError (a ValueError) if
-    the record is neither or does not have the expected lengths."""
-    example = _first_record(path, compression)
-    if example is None:
-        return None  # An empty file contributes nothing; nothing to check.
-    schema = _schema_of(example)
-    _check_example(path, example, schema, max_seq_length, max_predictions_per_seq)
-    return schema
-
-
 def _first_records(files: Sequence[str], compression: str) -> dict:
     """path -> serialized first record (absent: an empty file), read in parallel: a corpus
     of a thousand shards on a bucket is a thousand round trips."""
