@@ -11,7 +11,6 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
-from modeling.encoder import BertEncoder
 from modeling.export.metadata import ExportError, ExportMetadata, write_marker
 from modeling.export.registry import get_family
 from modeling.export.serving import ServingModule
@@ -219,8 +218,3 @@ def expect_model(model, expected, config: ServingConfig) -> None:
     if not isinstance(model, expected):
         raise ExportError(f"model_type {config.model_type!r} needs a {expected.__name__}, got "
                           f"{type(model).__name__}")
-
-
-def encoder_of(model):
-    """The ``BertEncoder`` inside a task model (or the model itself)."""
-    return model if isinstance(model, BertEncoder) else model.encoder

@@ -64,6 +64,11 @@ def pad_positions(x, width, axis: int = 1):
     return tf.pad(x, paddings)
 
 
+def encoder_of(model):
+    """The ``BertEncoder`` inside a task model (or the model itself)."""
+    return model if isinstance(model, BertEncoder) else model.encoder
+
+
 class ServingModule(tf.Module):
     """The exported object: the Keras model, the in-graph tokenizer and the signatures.
 
@@ -80,7 +85,7 @@ class ServingModule(tf.Module):
 
         self.config = config
         self.model = model
-        self.encoder = model if isinstance(model, BertEncoder) else model.encoder
+        self.encoder = encoder_of(model)
         self.tokenizer = tokenizer or BertInGraphTokenizer(config.vocab_file,
                                                            config.do_lower_case)
         self.vocab_file = tf.saved_model.Asset(config.vocab_file)

@@ -13,9 +13,10 @@ from typing import Optional, Sequence
 import tensorflow as tf
 
 from data_prep import fileio
-from modeling.export.families import ServingConfig, encoder_of
+from modeling.export.families import ServingConfig
 from modeling.export.metadata import MARKER_PATH, ExportError
 from modeling.export.registry import get_family
+from modeling.export.serving import encoder_of
 
 # The top-level entries of a SavedModel written by tf.saved_model.save, plus our marker.
 SAVED_MODEL_ENTRIES = frozenset({"saved_model.pb", "variables", "assets", "assets.extra",
