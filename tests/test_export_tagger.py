@@ -355,7 +355,8 @@ def test_cli_refuses_metadata_of_another_run(tmp_path):
     _config().to_json_file(str(run / "bert_config.json"))
     _save_like_training(BertClassifier(_config(), 2), run)
     write_export_metadata(str(run), ExportMetadata(
-        task="mrpc", labels=("0", "1"), max_seq_length=SEQ, text_pair=True))
+        task="mrpc", labels=("0", "1"), max_seq_length=SEQ, text_pair=True,
+        model_type="classifier"))
     result = _cli("--model_type=tagger", f"--init_checkpoint={run}",
                   f"--export_dir={tmp_path / 'out'}")
     assert result.returncode == 2, result.stderr[-2000:]
