@@ -93,13 +93,13 @@ def _check_family_flags(family) -> None:
 
 
 def _model_types():
-    from modeling.export import model_types
+    from modeling.export.registry import model_types
 
     return model_types()
 
 
 def _family(model_type):
-    from modeling.export import get_family
+    from modeling.export.registry import get_family
 
     return get_family(model_type)
 
@@ -113,17 +113,18 @@ def _checkpoint_dir(path: str) -> str:
 def _metadata(ckpt_dir: str, family):
     import tensorflow as tf
 
-    from modeling import export
+    from modeling.export import registry
+    from modeling.export.metadata import METADATA_FILE, ExportError
 
-    path = FLAGS.metadata_file or os.path.join(ckpt_dir, export.METADATA_FILE)
+    path = FLAGS.metadata_file or os.path.join(ckpt_dir, METADATA_FILE)
     if FLAGS.metadata_file and not tf.io.gfile.exists(path):
         raise FlagError(f"--metadata_file={path}: no such file")
     if not tf.io.gfile.exists(path):
         return None
     try:
         # Refuses the metadata of another family's run (a SWAG run as a classifier, ...).
-        return export.read_run_metadata(path, family)
-    except export.ExportError as err:
+        return registry.read_run_metadata(path, family)
+    except ExportError as err:
         raise FlagError(str(err)) from None
 
 
@@ -132,7 +133,8 @@ def build_serving_config(ckpt_dir: str):
     before heavy work."""
     import tensorflow as tf
 
-    from modeling import checkpoints, export
+    from modeling import checkpoints
+    from modeling.export.metadata import ExportError
     from modeling.config import BertConfig
     from training import runs
 
@@ -149,7 +151,7 @@ def build_serving_config(ckpt_dir: str):
              if FLAGS[spec.name].present}
     try:
         settings = family.settings(given, meta, max_seq_length)
-    except export.ExportError as err:
+    except ExportError as err:
         raise FlagError(str(err)) from None
     vocab_file = FLAGS.vocab_file or os.path.join(ckpt_dir, "vocab.txt")
     if not tf.io.gfile.exists(vocab_file):
@@ -175,7 +177,7 @@ def build_serving_config(ckpt_dir: str):
         serving = family.config_class(
             vocab_file=vocab_file, do_lower_case=do_lower_case, max_seq_length=max_seq_length,
             task=(meta.task if meta else ""), **settings)
-    except export.ExportError as err:
+    except ExportError as err:
         raise FlagError(str(err)) from None
     return serving, config
 
@@ -217,7 +219,8 @@ def run() -> str:
         raise FlagError("--init_checkpoint is required")
     if not FLAGS.export_dir:
         raise FlagError("--export_dir is required")
-    from modeling import checkpoints, export
+    from modeling import checkpoints
+    from modeling.export import writer
 
     _check_family_flags(_family(FLAGS.model_type))
     try:
@@ -228,12 +231,12 @@ def run() -> str:
     serving, config = build_serving_config(ckpt_dir)
     inputs = _inputs(location)
     # Before any work: refuse an export_dir that would replace an input or foreign data.
-    export.check_export_dir(os.path.abspath(FLAGS.export_dir) if "://" not in FLAGS.export_dir
+    writer.check_export_dir(os.path.abspath(FLAGS.export_dir) if "://" not in FLAGS.export_dir
                             else FLAGS.export_dir, overwrite=FLAGS.overwrite,
                             inputs=[*inputs, ("--vocab_file", serving.vocab_file)])
     model = build_model(serving, config, FLAGS.dtype)
     load_weights(model, FLAGS.init_checkpoint, serving.model_type)
-    out = export.export_saved_model(model, serving, FLAGS.export_dir,
+    out = writer.export_saved_model(model, serving, FLAGS.export_dir,
                                     overwrite=FLAGS.overwrite, inputs=inputs)
     labels = getattr(serving, "labels", ())
     print(f"exported {serving.model_type} ({FLAGS.dtype}, max_seq_length="
@@ -247,13 +250,13 @@ def main(argv):
     del argv
     from data_prep import fileio
     from data_prep.tokenization import VocabError
-    from modeling import export
     from modeling.checkpoints import CheckpointError
     from modeling.config import ConfigError
+    from modeling.export.metadata import ExportError
 
     # SIGTERM/SIGHUP unwind like Ctrl-C: the temporary export is removed, the previous
     # export (if any) stays.
-    return cli.run_main(run, "export_saved_model.py", (export.ExportError, CheckpointError,
+    return cli.run_main(run, "export_saved_model.py", (ExportError, CheckpointError,
                                                        ConfigError, VocabError,
                                                        fileio.OutputError))
 

@@ -83,11 +83,6 @@ def _tree_rss(root_pid):
     return tree
 
 
-def _tree_rss_bytes(root_pid):
-    """Sum of the RSS of root_pid and all its descendants (from /proc)."""
-    return sum(r for _, r in _tree_rss(root_pid).values())
-
-
 # Wall time is taken inside the wrapper, around the command alone: this process's
 # memory-polling thread can hold its GIL and delay noticing the end by up to ~0.2 s.
 _MAXRSS_WRAPPER = ("import resource, subprocess, sys, time; t = time.perf_counter(); "

@@ -13,7 +13,7 @@ counted everywhere):
   reloaded with ``tf.saved_model.load``, ``serving_default(text=...)`` (in-graph
   tokenization; the encoder runs on the request's longest row);
 * ``export fp32, padded``: the same export with every request padded to max_seq_length
-  (how the export ran before issue 25; ``modeling.export.WIDTH_MULTIPLE`` past the window);
+  (how the export ran before issue 25; ``modeling.export.serving.WIDTH_MULTIPLE`` past the window);
 * ``export bf16``: ``--dtype=bfloat16`` (mixed_bfloat16 compute, float32 outputs);
 * ``onnxruntime fp32`` / ``onnxruntime int8``: the Hugging Face PyTorch model exported
   with ``torch.onnx.export`` (dynamic batch and length), int8 by onnxruntime's
@@ -87,25 +87,26 @@ def window_text() -> str:
 def build(work: str, model_dir: str) -> dict:
     """Exports the encoder (fp32, padded fp32, bf16) and the ONNX models into ``work``."""
     import tasks
-    from modeling import checkpoints, export
+    from modeling import checkpoints
+    from modeling.export import families, serving, writer
     from modeling.encoder import BertEncoder
 
     tasks.register_serving_families()
     config = checkpoints.config_for(model_dir)
     vocab = os.path.join(model_dir, "vocab.txt")
     dirs = {}
-    for name, dtype, multiple in (("export fp32", "float32", export.WIDTH_MULTIPLE),
+    for name, dtype, multiple in (("export fp32", "float32", serving.WIDTH_MULTIPLE),
                                   ("export fp32, padded", "float32", 10 ** 6),
-                                  ("export bf16", "mixed_bfloat16", export.WIDTH_MULTIPLE)):
+                                  ("export bf16", "mixed_bfloat16", serving.WIDTH_MULTIPLE)):
         encoder = BertEncoder(config, dtype=dtype)
         checkpoints.load_pretrained(model_dir, encoder, partial=True)
-        saved, export.WIDTH_MULTIPLE = export.WIDTH_MULTIPLE, multiple
+        saved, serving.WIDTH_MULTIPLE = serving.WIDTH_MULTIPLE, multiple
         try:
-            dirs[name] = export.export_saved_model(
-                encoder, export.serving_config("encoder", vocab, True, MAX_SEQ_LENGTH),
+            dirs[name] = writer.export_saved_model(
+                encoder, families.serving_config("encoder", vocab, True, MAX_SEQ_LENGTH),
                 os.path.join(work, name.replace(" ", "_").replace(",", "")))
         finally:
-            export.WIDTH_MULTIPLE = saved
+            serving.WIDTH_MULTIPLE = saved
     dirs.update(build_onnx(work, model_dir))
     return dirs
 

@@ -43,7 +43,6 @@ import json
 import multiprocessing
 import os
 import random
-import re
 import sys
 import time
 
@@ -160,33 +159,6 @@ def warn_long_lines(path: str, long_lines: list, max_seq_length: int) -> int:
 
 def _size_text(size: int) -> str:
     return f"{size / 1e6:.2f} MB" if size >= 10_000 else f"{size} bytes"
-
-
-def clean_legacy_temporaries(paths) -> None:
-    """Removes `NAME.tmp-PID` files that earlier versions of this CLI left when killed.
-
-    They match the glob `NAME*`; this run owns NAME, and a file is removed only when its
-    process no longer runs. (Temporaries are now hidden: see `fileio.temporary_path`.)
-    Those versions wrote local files only.
-    """
-    for path in paths:
-        if fileio.is_url(path):
-            continue
-        directory, name = os.path.split(path)
-        pattern = re.compile(re.escape(name) + r"(?:\.summary\.json)?\.tmp-(\d+)")
-        try:
-            entries = fileio.listdir(directory or ".")
-        except OSError:
-            continue
-        for entry in entries:
-            found = pattern.fullmatch(entry)
-            if found and not fileio.pid_alive(int(found.group(1))):
-                stale = os.path.join(directory, entry)
-                try:
-                    fileio.remove(stale)
-                except OSError:
-                    continue
-                logging.warning("Removed %s, left by an interrupted run", stale)
 
 
 class OutputWriteError(CliError):
@@ -443,7 +415,6 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
                         exact_draws=exact_draws, dynamic_masking=dynamic_masking)
     stats = Stats(split_documents=len(warnings))
     finals = list(outputs) + ([summary_path] if summary_path else [])
-    clean_legacy_temporaries(finals)
     pool, shared = start_workers(num_workers, vocab_file, do_lower_case)
     atomic = None
     try:

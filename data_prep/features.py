@@ -12,7 +12,7 @@ derive from it:
   `schema.parser(**sizes)` (parses and casts int64 to int32, the in-memory dtype).
 
 Integers are int64 on disk (as Google's files), int32 in memory. To add a record kind,
-declare another `RecordSchema` and register it in `SCHEMAS`.
+declare another `RecordSchema` (task families declare theirs in their own `data.py`).
 """
 
 from __future__ import annotations
@@ -51,9 +51,6 @@ class RecordSchema:
     @property
     def names(self) -> tuple:
         return tuple(f.name for f in self.features)
-
-    def size_parameters(self) -> tuple:
-        return tuple(sorted({f.length for f in self.features if isinstance(f.length, str)}))
 
     def lengths(self, **sizes: int) -> dict:
         """Feature name -> fixed length for the given size parameters."""
@@ -114,9 +111,6 @@ PRETRAINING_UNMASKED = RecordSchema(
     features=tuple(f for f in PRETRAINING.features
                    if not f.name.startswith("masked_lm_")),
 )
-
-SCHEMAS = {PRETRAINING.kind: PRETRAINING, PRETRAINING_UNMASKED.kind: PRETRAINING_UNMASKED}
-
 
 def pretraining_schema(dynamic_masking: bool) -> RecordSchema:
     """The record kind create_pretraining_data writes: masked, or unmasked pairs."""
@@ -183,15 +177,6 @@ def packed_int64(values: Sequence[int]) -> bytes:
         except (IndexError, TypeError):
             pass
     return b"".join([encode_varint(int(v)) for v in values])
-
-
-def packed_uint(values: Sequence[int]) -> bytes:
-    """`packed_int64` for values known to be non-negative (ids, positions): no sign check."""
-    table = _varint_table()
-    try:
-        return b"".join([table[v] for v in values])
-    except IndexError:
-        return b"".join([encode_varint(v) for v in values])
 
 
 def packed_float32(values: Sequence[float]) -> bytes:

@@ -5,8 +5,8 @@ The original numerics are named here once and handed to the layers explicitly:
 * ``LAYER_NORM_EPSILON`` (1e-12), the epsilon of every LayerNorm in the original;
 * ``ATTENTION_MASK_VALUE`` (-10000.0), what the original adds to the attention scores of
   padded positions;
-* the weight initializer, a truncated normal with ``initializer_range`` as its stddev
-  (``initializer(config)``);
+* ``initializer_range``, the stddev of the truncated normal every layer draws its weights
+  from;
 * the GELU form, stored unambiguously in ``BertConfig.hidden_act``.
 
 Activation names. ``hidden_act`` always holds one of ``ACTIVATIONS``:
@@ -264,14 +264,6 @@ class BertConfig:
                  layer_norm_eps=LAYER_NORM_EPSILON, position_embedding_type="absolute",
                  pad_token_id=0)
         return d
-
-
-def initializer(config_or_range) -> "keras.initializers.Initializer":  # noqa: F821
-    """The original's weight initializer: TruncatedNormal(stddev=initializer_range)."""
-    import keras
-
-    stddev = getattr(config_or_range, "initializer_range", config_or_range)
-    return keras.initializers.TruncatedNormal(stddev=float(stddev))
 
 
 def _read_json(path: str) -> Any:

@@ -11,14 +11,15 @@ import pkgutil
 
 
 def register_serving_families() -> tuple:
-    """Imports every serving family so that it registers with ``modeling.export``: each
-    task package's ``export`` module, and ``modeling.hub_export``. Returns the model types.
+    """Imports every serving family so that it registers with
+    ``modeling.export.registry``: ``modeling.export.encoder``, ``modeling.export.hub`` and
+    each task package's ``export`` module. Returns the model types.
 
     Adding a task package with an ``export.py`` adds its family here, with no edit.
     """
-    from modeling import export, hub_export  # noqa: F401  (hub registers at import)
+    from modeling.export import encoder, hub, registry  # noqa: F401  (register at import)
 
     for info in pkgutil.iter_modules(__path__):
         if info.ispkg and importlib.util.find_spec(f"{__name__}.{info.name}.export"):
             importlib.import_module(f"{__name__}.{info.name}.export")
-    return export.model_types()
+    return registry.model_types()

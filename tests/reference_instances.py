@@ -237,7 +237,7 @@ class InstanceSerializer:
                         for flag in (False, True)}
 
     def __call__(self, instance: Instance) -> bytes:
-        encoder, packed = self.encoder, features.packed_uint
+        encoder, packed = self.encoder, features.packed_int64
         n = len(instance.input_ids)
         first = instance.num_tokens_a + 2
         k = len(instance.masked_lm_positions)

@@ -510,15 +510,14 @@ def test_summary_is_not_matched_by_the_output_glob_and_the_original_reads_it(
     assert input_pipeline.list_files([str(tmp_path / "*.tfrecord*")]) == matched
 
 
-def test_readers_skip_temporaries_and_old_style_summaries(tmp_path):
-    """A writer's temporaries (running or killed, today's hidden ones and the old
-    `NAME.tmp-PID`) and summaries are never taken as records."""
+def test_readers_skip_temporaries_and_summaries(tmp_path):
+    """A writer's temporaries (running or killed) and summaries are never taken as
+    records."""
     from data_prep import fileio
     from training import input_pipeline
 
     records = [tmp_path / "out.tfrecord", tmp_path / "out.tfrecord-00001-of-00002"]
     others = [fileio.temporary_path(str(tmp_path / "out.tfrecord")),
-              str(tmp_path / "out.tfrecord.tmp-12345"),
               str(tmp_path / "out.tfrecord.summary.json"),
               str(tmp_path / "_out.tfrecord.summary.json")]
     for path in [*map(str, records), *others]:

@@ -46,7 +46,7 @@ def test_bert_config_and_run_identity(tmp_path, monkeypatch):
 
 def test_model_files_beside_the_checkpoints(tmp_path, monkeypatch):
     from modeling.config import BertConfig
-    from modeling.export import ExportMetadata
+    from modeling.export.metadata import ExportMetadata
     from training import runs
 
     vocab = write_vocab(tmp_path / "vocab_in.txt")

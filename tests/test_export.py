@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from conftest import TINY_VOCAB, run_isolated, write_vocab
 from data_prep.tokenization import FullTokenizer
-from modeling import export
+from modeling.export import families, registry, serving, writer
+from modeling.export.metadata import ExportError, ExportMetadata, write_export_metadata
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier, BertSpanLabeler
@@ -99,7 +100,7 @@ def run_dir(tmp_path_factory):
     _config().to_json_file(str(d / "bert_config.json"))
     model = BertClassifier(_config(), len(LABELS))
     _save_like_training(model, d)
-    export.write_export_metadata(str(d), export.ExportMetadata(
+    write_export_metadata(str(d), ExportMetadata(
         task="toy", labels=tuple(LABELS), do_lower_case=True, max_seq_length=SEQ,
         text_pair=True))
     return d, model
@@ -117,10 +118,10 @@ def served(run_dir, tmp_path_factory):
 
     keras.utils.set_random_seed(2)
     encoder = BertEncoder(_config())
-    export.export_saved_model(encoder, export.serving_config(
+    writer.export_saved_model(encoder, families.serving_config(
         "encoder", str(d / "vocab.txt"), True, SEQ), str(out / "encoder"))
     squad = BertSpanLabeler(_config())
-    export.export_saved_model(squad, export.serving_config(
+    writer.export_saved_model(squad, families.serving_config(
         "squad", str(d / "vocab.txt"), True, SEQ, max_query_length=8, max_answer_length=5,
         doc_stride=DOC_STRIDE, n_best_size=N_BEST),
         str(out / "squad"))
@@ -298,7 +299,7 @@ def test_max_context_rule_equals_data_prep_squad():
              (80, 9, 4)]
     offset, seq = 3, 24
     spans, windows = _windows_of(cases, offset)
-    got = export.max_context(windows, tf.range(seq, dtype=tf.int64)[None, :]).numpy()
+    got = serving.max_context(windows, tf.range(seq, dtype=tf.int64)[None, :]).numpy()
     row = 0
     for (n, _, _), s in zip(cases, spans):
         best = max_context_span_index(s, n)
@@ -321,7 +322,7 @@ def test_max_context_rule_random_layouts():
         span = int(rng.integers(1, 20))
         cases.append((int(rng.integers(1, 90)), span, int(rng.integers(1, span + 3))))
     spans, windows = _windows_of(cases, 2)
-    got = export.max_context(windows, tf.range(24, dtype=tf.int64)[None, :]).numpy()
+    got = serving.max_context(windows, tf.range(24, dtype=tf.int64)[None, :]).numpy()
     row = 0
     for (n, _, _), s in zip(cases, spans):
         best = max_context_span_index(s, n)
@@ -335,8 +336,8 @@ def test_bfloat16_model_exports_float32_outputs(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
     keras.utils.set_random_seed(3)
     model = BertClassifier(_config(), 2, dtype="mixed_bfloat16")
-    serving = export.serving_config("classifier", vocab, True, SEQ, labels=("no", "yes"))
-    export.export_saved_model(model, serving, str(tmp_path / "bf16"))
+    serving = families.serving_config("classifier", vocab, True, SEQ, labels=("no", "yes"))
+    writer.export_saved_model(model, serving, str(tmp_path / "bf16"))
     loaded = tf.saved_model.load(str(tmp_path / "bf16"))
     got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
     assert got["probabilities"].dtype == tf.float32
@@ -352,7 +353,7 @@ def test_regression_export_gives_score(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
     keras.utils.set_random_seed(4)
     model = BertClassifier(_config(), 1)
-    export.export_saved_model(model, export.serving_config(
+    writer.export_saved_model(model, families.serving_config(
         "classifier", vocab, True, SEQ, is_regression=True, text_pair=True),
         str(tmp_path / "reg"))
     serve = tf.saved_model.load(str(tmp_path / "reg")).signatures["serving_default"]
@@ -369,23 +370,23 @@ def test_export_is_atomic_and_refuses_to_overwrite(tmp_path):
     target = tmp_path / "exp"
     target.mkdir()
     (target / "keep.txt").write_text("old")
-    serving = export.serving_config("classifier", vocab, True, SEQ, labels=("a", "b"))
-    with pytest.raises(export.ExportError, match="exists and is not empty"):
-        export.export_saved_model(model, serving, str(target))
-    with pytest.raises(export.ExportError, match="2 outputs but 3 labels"):
-        export.export_saved_model(model, export.serving_config(
+    serving = families.serving_config("classifier", vocab, True, SEQ, labels=("a", "b"))
+    with pytest.raises(ExportError, match="exists and is not empty"):
+        writer.export_saved_model(model, serving, str(target))
+    with pytest.raises(ExportError, match="2 outputs but 3 labels"):
+        writer.export_saved_model(model, families.serving_config(
             "classifier", vocab, True, SEQ, labels=("a", "b", "c")), str(tmp_path / "x"))
     assert sorted(os.listdir(tmp_path)) == ["exp", "vocab.txt"]  # no temporary left behind
 
 
 def test_metadata_round_trip_and_errors(tmp_path):
-    meta = export.ExportMetadata(task="mrpc", labels=("0", "1"), text_pair=True,
-                                 max_seq_length=64)
-    export.write_export_metadata(str(tmp_path), meta)
-    assert export.read_export_metadata(str(tmp_path)) == meta
+    meta = ExportMetadata(task="mrpc", labels=("0", "1"), text_pair=True,
+                          max_seq_length=64)
+    write_export_metadata(str(tmp_path), meta)
+    assert registry.read_run_metadata(str(tmp_path)) == meta
     (tmp_path / "bad.json").write_text('{"labels": ["a"], "colour": 1}')
-    with pytest.raises(export.ExportError, match="unknown keys"):
-        export.read_export_metadata(str(tmp_path / "bad.json"))
+    with pytest.raises(ExportError, match="unknown keys"):
+        registry.read_run_metadata(str(tmp_path / "bad.json"))
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -452,14 +453,14 @@ def test_overwrite_replaces_only_our_exports_never_inputs(tmp_path):
         ours_plus: "not an export written by this project",
     }
     for target, message in refused.items():
-        with pytest.raises(export.ExportError, match=message) as err:
-            export.check_export_dir(target, overwrite=True, inputs=inputs)
+        with pytest.raises(ExportError, match=message) as err:
+            writer.check_export_dir(target, overwrite=True, inputs=inputs)
         assert "--export_dir=" in str(err.value), target
-    with pytest.raises(export.ExportError, match="previous classifier export.*--overwrite"):
-        export.check_export_dir(ours, overwrite=False, inputs=inputs)
+    with pytest.raises(ExportError, match="previous classifier export.*--overwrite"):
+        writer.check_export_dir(ours, overwrite=False, inputs=inputs)
     for target in (ours, str(tmp_path / "empty"), str(tmp_path / "new" / "dir")):
-        export.check_export_dir(target, overwrite=True, inputs=inputs)
-    assert export.export_kind(ours) == "classifier" and export.export_kind(ours_plus) is None
+        writer.check_export_dir(target, overwrite=True, inputs=inputs)
+    assert writer.export_kind(ours) == "classifier" and writer.export_kind(ours_plus) is None
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
 
 
@@ -467,18 +468,18 @@ def test_overwrite_swaps_in_the_new_export_and_cleans_stale_temporaries(tmp_path
     from data_prep import fileio
 
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
-    serving = export.serving_config("classifier", vocab, True, SEQ, labels=("a", "b"))
+    serving = families.serving_config("classifier", vocab, True, SEQ, labels=("a", "b"))
     target = tmp_path / "exp"
     keras.utils.set_random_seed(21)
     first, second = BertClassifier(_config(), 2), BertClassifier(_config(), 2)
-    export.export_saved_model(first, serving, str(target))
+    writer.export_saved_model(first, serving, str(target))
     # A temporary left by a killed export (its process is gone): removed by the next run.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = tmp_path / f".exp{fileio.TEMP_MARK}{fileio._HOST}-{dead.pid}-0badcafe"
     stale.mkdir()
     (stale / "saved_model.pb").write_bytes(b"half")
-    export.export_saved_model(second, serving, str(target), overwrite=True)
+    writer.export_saved_model(second, serving, str(target), overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["exp", "vocab.txt"]
     got = tf.saved_model.load(str(target)).signatures["serving_default"](
         text=tf.constant(TEXTS))["probabilities"].numpy()
@@ -532,7 +533,7 @@ def long_squad(run_dir, tmp_path_factory):
     keras.utils.set_random_seed(8)
     model = BertSpanLabeler(_config())
     out = tmp_path_factory.mktemp("squad_long") / "squad"
-    export.export_saved_model(model, export.serving_config(
+    writer.export_saved_model(model, families.serving_config(
         "squad", str(d / "vocab.txt"), True, SEQ, max_query_length=8, max_answer_length=5,
         doc_stride=DOC_STRIDE, n_best_size=N_BEST, max_context_windows=LONG_CONTEXT_WINDOWS),
         str(out))
@@ -565,7 +566,7 @@ def test_squad_long_context_equals_python_and_limit_is_enforced(long_squad):
     assert text.replace(" ", "") == best["text"].lower().replace(" ", "")
     # One window more than the export's maximum: a clear error, no unbounded memory.
     too_long = " ".join(["the cat sat on the mat far away"] * 2000)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=export.TOO_MANY_WINDOWS):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=serving.TOO_MANY_WINDOWS):
         serve(question=tf.constant(["who sat?", "x"]), context=tf.constant([too_long, "a"]))
 
 

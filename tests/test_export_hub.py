@@ -19,7 +19,8 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT, run_isolated, write_vocab
 from data_prep.tokenization import FullTokenizer
-from modeling import export
+from modeling.export import writer
+from modeling.export.metadata import ExportMetadata, write_export_metadata
 from modeling.config import BertConfig
 from modeling.models import BertClassifier
 from tasks.classification.export import python_features
@@ -128,7 +129,7 @@ def hub_export(tmp_path_factory):
     model = BertClassifier(_config(), 3)
     _save_like_training(model, run)
     # A fine-tuning run's metadata (seq 32) must not become the preprocessor's default.
-    export.write_export_metadata(str(run), export.ExportMetadata(
+    write_export_metadata(str(run), ExportMetadata(
         labels=("a", "b", "c"), max_seq_length=32, text_pair=True))
     out = tmp_path_factory.mktemp("exports") / "hub"
     result = subprocess.run(
@@ -139,7 +140,7 @@ def hub_export(tmp_path_factory):
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(os.listdir(out)) == ["encoder", "preprocessor"]
-    assert export.export_kind(str(out)) == "hub"
+    assert writer.export_kind(str(out)) == "hub"
 
     outputs = run_isolated(tmp_path_factory.mktemp("elsewhere"), USE_SCRIPT, {
         "texts": TEXTS, "pairs": PAIRS, "pair_seq": PAIR_SEQ,

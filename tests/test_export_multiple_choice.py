@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from conftest import write_vocab
 from data_prep.tokenization import FullTokenizer
-from modeling import export
+from modeling.export import families, writer
+from modeling.export.metadata import ExportError
 from modeling.models import BertClassifier, BertMultipleChoice
 from tasks.classification.export import python_features
 from tasks.multiple_choice import data
@@ -50,8 +51,8 @@ def exported(tmp_path_factory):
     vocab = write_vocab(root / "vocab.txt", VOCAB)
     keras.utils.set_random_seed(5)
     model = BertMultipleChoice(_config())
-    config = export.serving_config("multiple_choice", vocab, True, SEQ, task="swag")
-    export.export_saved_model(model, config, str(root / "export"))
+    config = families.serving_config("multiple_choice", vocab, True, SEQ, task="swag")
+    writer.export_saved_model(model, config, str(root / "export"))
     return dict(model=model, vocab=vocab, loaded=tf.saved_model.load(str(root / "export")),
                 dir=root / "export")
 
@@ -83,12 +84,12 @@ def test_served_probabilities_equal_the_keras_model(exported):
     two = [(c, q, e[:2]) for c, q, e in CASES]
     got_two = signatures["serving_default"](**_strings(two))
     assert got_two["probabilities"].shape == (len(CASES), 2)
-    assert export.export_kind(str(exported["dir"])) == "multiple_choice"
+    assert writer.export_kind(str(exported["dir"])) == "multiple_choice"
 
 
 def test_a_classifier_is_not_exported_as_multiple_choice(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
-    config = export.serving_config("multiple_choice", vocab, True, SEQ)
-    with pytest.raises(export.ExportError, match="needs a BertMultipleChoice"):
-        export.export_saved_model(BertClassifier(_config(), 2), config, str(tmp_path / "x"))
+    config = families.serving_config("multiple_choice", vocab, True, SEQ)
+    with pytest.raises(ExportError, match="needs a BertMultipleChoice"):
+        writer.export_saved_model(BertClassifier(_config(), 2), config, str(tmp_path / "x"))
     assert not (tmp_path / "x").exists()

@@ -10,7 +10,9 @@ import keras
 import pytest
 
 from conftest import write_vocab
-from modeling import export
+from modeling.export import families, registry, writer
+from modeling.export.metadata import (METADATA_FILE, ExportError, write_export_metadata,
+                                      write_marker)
 from modeling.models import BertClassifier, BertMultipleChoice, BertSpanLabeler
 from test_export import SEQ, VOCAB, _cli, _config, _save_like_training
 
@@ -44,45 +46,38 @@ def runner_metadata(run_type, data_dir):
     return family.export_metadata(run)
 
 
-@pytest.mark.parametrize("legacy", [False, True], ids=["recorded", "legacy"])
-def test_each_family_exports_only_its_own_runs(tmp_path, legacy):
+def test_each_family_exports_only_its_own_runs(tmp_path):
     """Every pair (run family, asked family): accepted when they match (or the encoder
     is asked), else refused naming the directory, the run's family and task, and what was
-    asked. Legacy: metadata written before model_type was recorded, told apart by task
-    and keys."""
+    asked."""
     for run_type in RUN_FAMILIES:
         meta = runner_metadata(run_type, tmp_path)
         assert meta.model_type == run_type
         directory = tmp_path / run_type
         directory.mkdir()
-        export.write_export_metadata(str(directory), meta)
-        if legacy:
-            path = directory / export.METADATA_FILE
-            data = json.loads(path.read_text())
-            del data["model_type"]
-            path.write_text(json.dumps(data))
-        for asked in export.model_types():
-            family = export.get_family(asked)
+        write_export_metadata(str(directory), meta)
+        for asked in registry.model_types():
+            family = registry.get_family(asked)
             if asked == run_type or asked in ENCODER_FAMILIES:
-                got = export.read_run_metadata(str(directory), family)
-                assert type(got) is export.get_family(run_type).metadata_class, (run_type, asked)
+                got = registry.read_run_metadata(str(directory), family)
+                assert type(got) is registry.get_family(run_type).metadata_class, (run_type, asked)
                 assert (got.max_seq_length, got.task) == (SEQ, meta.task)
                 continue
-            with pytest.raises(export.ExportError) as err:
-                export.read_run_metadata(str(directory), family)
+            with pytest.raises(ExportError) as err:
+                registry.read_run_metadata(str(directory), family)
             message = str(err.value)
             for part in (str(directory), f"model_type={run_type!r}", f"task={meta.task!r}",
                          f"--model_type={asked} was asked",
                          f"export it with --model_type={run_type}"):
                 assert part in message, (run_type, asked, message)
         # The default reader reads a run as its own family's metadata.
-        assert type(export.read_export_metadata(str(directory))) is type(meta)
+        assert type(registry.read_run_metadata(str(directory))) is type(meta)
 
 
 def test_an_unknown_model_type_is_refused(tmp_path):
-    (tmp_path / export.METADATA_FILE).write_text('{"task": "x", "model_type": "clasifier"}')
-    with pytest.raises(export.ExportError, match="model_type='clasifier' is not one of"):
-        export.read_run_metadata(str(tmp_path), export.get_family("classifier"))
+    (tmp_path / METADATA_FILE).write_text('{"task": "x", "model_type": "clasifier"}')
+    with pytest.raises(ExportError, match="model_type='clasifier' is not one of"):
+        registry.read_run_metadata(str(tmp_path), registry.get_family("classifier"))
 
 
 def _run_dir(directory, model, run_type):
@@ -91,7 +86,7 @@ def _run_dir(directory, model, run_type):
     write_vocab(directory / "vocab.txt", VOCAB)
     _config().to_json_file(str(directory / "bert_config.json"))
     _save_like_training(model, directory)
-    export.write_export_metadata(str(directory), runner_metadata(run_type, directory))
+    write_export_metadata(str(directory), runner_metadata(run_type, directory))
     return directory
 
 
@@ -119,7 +114,7 @@ def test_cli_refuses_another_familys_run_and_exports_its_own(tmp_path, run_type,
     result = _cli(f"--model_type={run_type}", f"--init_checkpoint={run}",
                   f"--export_dir={tmp_path / 'own'}")
     assert result.code == 0, result.stderr[-3000:]
-    assert export.export_kind(str(tmp_path / "own")) == run_type
+    assert writer.export_kind(str(tmp_path / "own")) == run_type
 
 
 @pytest.mark.slow
@@ -128,11 +123,11 @@ def test_squad_export_takes_the_runs_windows_and_flags_override_them(tmp_path):
     doc_stride, so its export fell back to 64 / 128 (and refused max_seq_length 32)."""
     keras.utils.set_random_seed(12)
     run = _run_dir(tmp_path / "run", BertSpanLabeler(_config()), "squad")
-    meta = json.loads((run / export.METADATA_FILE).read_text())
+    meta = json.loads((run / METADATA_FILE).read_text())
     assert {k: meta[k] for k in SQUAD_SETTINGS} == SQUAD_SETTINGS
 
     def marker(name):
-        path = tmp_path / name / "assets.extra" / export.METADATA_FILE
+        path = tmp_path / name / "assets.extra" / METADATA_FILE
         return json.loads(path.read_text())
 
     result = _cli("--model_type=squad", f"--init_checkpoint={run}",
@@ -168,14 +163,14 @@ def _flag_verdict(family, spec, metadata, vocab):
 
     try:
         baseline = config({})
-    except export.ExportError:
+    except ExportError:
         return "no baseline"  # e.g. a tagger without its run's labels
     outcomes = []
     for value in _alternatives(spec):
         try:
             if config({spec.name: value}) != baseline:
                 return "used"
-        except export.ExportError as err:
+        except ExportError as err:
             named = f"--{spec.name}" in str(err) or f"{spec.name}=" in str(err)
             outcomes.append("refused" if named else f"CRASHED: {err}")
     return "refused" if "refused" in outcomes else (outcomes or ["IGNORED"])[0]
@@ -186,8 +181,8 @@ def test_every_family_flag_sets_its_familys_config(tmp_path):
     config (or is refused naming itself), from a run's metadata or without one."""
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
     verdicts = {}
-    for model_type in export.model_types():
-        family = export.get_family(model_type)
+    for model_type in registry.model_types():
+        family = registry.get_family(model_type)
         # No run; the family's runner's run (STS-B regression for the classifier); a
         # labelled run.
         runs = [None, family.metadata_class(labels=("O", "B-Y"), model_type=model_type)]
@@ -203,9 +198,9 @@ def test_every_family_flag_sets_its_familys_config(tmp_path):
     assert not wrong, wrong
     assert verdicts["tagger --num_labels"] == "refused"  # a check only, with labels
     # The classifier's labels alone, then a regression run: no flag silently dropped.
-    classifier = export.get_family("classifier")
+    classifier = registry.get_family("classifier")
     assert classifier.settings({"num_labels": 3}, None, SEQ)["labels"] == ("0", "1", "2")
-    with pytest.raises(export.ExportError, match="--label_list=a,b with a regression head"):
+    with pytest.raises(ExportError, match="--label_list=a,b with a regression head"):
         classifier.settings({"label_list": ["a", "b"]},
                             runner_metadata("classifier", tmp_path), SEQ)
 
@@ -213,26 +208,26 @@ def test_every_family_flag_sets_its_familys_config(tmp_path):
 def test_the_registry_refuses_a_second_family_of_a_model_type(tmp_path):
     from tasks.classification.export import ClassifierServingConfig
 
-    class Impostor(export.ServingFamily):
+    class Impostor(families.ServingFamily):
         model_type = "classifier"
         config_class = ClassifierServingConfig
 
-    class Mismatched(export.ServingFamily):
+    class Mismatched(families.ServingFamily):
         model_type = "not_a_classifier"
         config_class = ClassifierServingConfig
 
     with pytest.raises(ValueError, match="'classifier' is registered twice"):
-        export.register(Impostor())
+        registry.register(Impostor())
     with pytest.raises(ValueError, match="has model_type 'classifier', not "
                                          "'not_a_classifier'"):
-        export.register(Mismatched())
-    assert "not_a_classifier" not in export.model_types()
-    assert type(export.get_family("classifier")).__name__ == "ClassifierServing"
-    with pytest.raises(export.ExportError, match="model_type 'clasifier' is not one of"):
-        export.get_family("clasifier")
+        registry.register(Mismatched())
+    assert "not_a_classifier" not in registry.model_types()
+    assert type(registry.get_family("classifier")).__name__ == "ClassifierServing"
+    with pytest.raises(ExportError, match="model_type 'clasifier' is not one of"):
+        registry.get_family("clasifier")
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
-    with pytest.raises(export.ExportError, match=r"'squad' has no setting \['labels'\]"):
-        export.serving_config("squad", vocab, True, 384, labels=("a",))
+    with pytest.raises(ExportError, match=r"'squad' has no setting \['labels'\]"):
+        families.serving_config("squad", vocab, True, 384, labels=("a",))
 
 
 # The marker's keys, in order, as every export wrote them before the families owned their
@@ -254,13 +249,13 @@ def test_the_export_marker_keeps_its_keys_for_every_family(tmp_path):
     settings = {"classifier": dict(labels=("a", "b"), text_pair=True),
                 "encoder": dict(text_pair=True), "squad": dict(max_query_length=8),
                 "tagger": dict(labels=("O", "B-X", "I-X"))}
-    assert set(export.model_types()) == set(MARKER_KEYS)
+    assert set(registry.model_types()) == set(MARKER_KEYS)
     for model_type, keys in MARKER_KEYS.items():
-        config = export.serving_config(model_type, vocab, True, SEQ, task="t",
-                                       **settings.get(model_type, {}))
+        config = families.serving_config(model_type, vocab, True, SEQ, task="t",
+                                         **settings.get(model_type, {}))
         directory = tmp_path / model_type
-        export.write_marker(str(directory), model_type, config)
-        data = json.loads((directory / "assets.extra" / export.METADATA_FILE).read_text())
+        write_marker(str(directory), model_type, config)
+        data = json.loads((directory / "assets.extra" / METADATA_FILE).read_text())
         assert list(data) == keys, model_type
         assert data["model_type"] == model_type and data["max_seq_length"] == SEQ
         assert data["text_pair"] == (model_type in ("classifier", "encoder"))

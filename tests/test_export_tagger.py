@@ -21,7 +21,9 @@ from original_bert import original_module
 from test_export import SERVE_SCRIPT, VOCAB, _cli, _save_like_training
 
 from data_prep.tokenization import FullTokenizer
-from modeling import export
+from modeling.export import families, serving, writer
+from modeling.export.metadata import (METADATA_FILE, ExportError, ExportMetadata,
+                                      write_export_metadata)
 from modeling.config import BertConfig
 from tasks.tagging import data, metrics
 from tasks.tagging import export as tagger_export
@@ -70,7 +72,7 @@ def _run_dir(directory, model, labels, scheme, **settings):
     write_vocab(directory / "vocab.txt", VOCAB)
     _config().to_json_file(str(directory / "bert_config.json"))
     _save_like_training(model, directory)
-    export.write_export_metadata(str(directory), TaggingExportMetadata(
+    write_export_metadata(str(directory), TaggingExportMetadata(
         task="tagging", labels=tuple(labels), do_lower_case=True, max_seq_length=SEQ,
         tag_scheme=scheme, doc_stride=DOC_STRIDE, **settings))
     return directory
@@ -242,10 +244,10 @@ def _serving_module(vocab_file, labels, scheme="IOB2", dtype=None, **config):
     """The ServingModule and chunk tables of a random tagger (signatures run eagerly)."""
     keras.utils.set_random_seed(4)
     model = build_tagging_model(_config(), len(labels), dtype=dtype)
-    serving = export.serving_config("tagger", vocab_file, True, SEQ, labels=tuple(labels),
-                                   tag_scheme=scheme, doc_stride=DOC_STRIDE, **config)
-    module = export.ServingModule(model, serving)
-    return module, tagger_export.ChunkTables(serving)
+    settings = families.serving_config("tagger", vocab_file, True, SEQ, labels=tuple(labels),
+                                       tag_scheme=scheme, doc_stride=DOC_STRIDE, **config)
+    module = serving.ServingModule(model, settings)
+    return module, tagger_export.ChunkTables(settings)
 
 
 # Label sets of each scheme, plus tags conlleval splits oddly (no type, "0" type, a hyphen
@@ -268,7 +270,7 @@ def test_entity_decoding_equals_metrics_chunks(vocab_file, scheme):
         tables = tagger_export.ChunkTables(types.SimpleNamespace(labels=labels,
                                                                  tag_scheme="IOB2"))
     else:
-        tables = tagger_export.ChunkTables(export.serving_config(
+        tables = tagger_export.ChunkTables(families.serving_config(
             "tagger", vocab_file, True, SEQ, labels=labels, tag_scheme=scheme))
     rng = np.random.default_rng(len(scheme))
     sequences = [rng.integers(0, len(labels), int(rng.integers(0, 12))).tolist()
@@ -284,14 +286,14 @@ def test_entity_decoding_equals_metrics_chunks(vocab_file, scheme):
 
 def test_tag_scheme_none_returns_no_entities(vocab_file):
     labels = ("NN", "VB", "DT")
-    serving = export.serving_config("tagger", vocab_file, True, SEQ, labels=labels,
-                                   tag_scheme="none")
+    serving = families.serving_config("tagger", vocab_file, True, SEQ, labels=labels,
+                                      tag_scheme="none")
     got = tagger_export.decode_entities(tagger_export.ChunkTables(serving),
                                         tf.ragged.constant([[0, 1, 2, 0]], tf.int32))
     assert got["example"].shape == (0,)
-    with pytest.raises(export.ExportError, match="not all chunk tags"):
-        export.serving_config("tagger", vocab_file, True, SEQ, labels=labels,
-                             tag_scheme="IOB2")
+    with pytest.raises(ExportError, match="not all chunk tags"):
+        families.serving_config("tagger", vocab_file, True, SEQ, labels=labels,
+                                tag_scheme="IOB2")
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -306,8 +308,8 @@ def test_tag_scheme_none_returns_no_entities(vocab_file):
 def test_tagger_settings_that_cannot_work_are_refused(vocab_file, settings, message):
     config = dict(labels=IOB2)
     config.update(settings)
-    with pytest.raises(export.ExportError, match=message):
-        export.serving_config("tagger", vocab_file, True, SEQ, **config)
+    with pytest.raises(ExportError, match=message):
+        families.serving_config("tagger", vocab_file, True, SEQ, **config)
 
 
 def test_bfloat16_tagger_outputs_float32_and_too_many_windows(vocab_file):
@@ -320,7 +322,7 @@ def test_bfloat16_tagger_outputs_float32_and_too_many_windows(vocab_file):
     # 14 pieces fit one window; each 5 more need another: 24 pieces fit 3, 25 need 4.
     tagger_export._serve_text(module, tables, tf.constant([" ".join(["the"] * 24)]))
     with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=f"a text {export.TOO_MANY_WINDOWS}=3"):
+                       match=f"a text {serving.TOO_MANY_WINDOWS}=3"):
         tagger_export._serve_text(module, tables, tf.constant(["a", " ".join(["the"] * 25)]))
 
 
@@ -352,8 +354,9 @@ def test_cli_refuses_metadata_of_another_run(tmp_path):
     write_vocab(run / "vocab.txt", VOCAB)
     _config().to_json_file(str(run / "bert_config.json"))
     _save_like_training(BertClassifier(_config(), 2), run)
-    export.write_export_metadata(str(run), export.ExportMetadata(
-        task="mrpc", labels=("0", "1"), max_seq_length=SEQ, text_pair=True))
+    write_export_metadata(str(run), ExportMetadata(
+        task="mrpc", labels=("0", "1"), max_seq_length=SEQ, text_pair=True,
+        model_type="classifier"))
     result = _cli("--model_type=tagger", f"--init_checkpoint={run}",
                   f"--export_dir={tmp_path / 'out'}")
     assert result.code == 1, result.stderr[-2000:]
@@ -373,7 +376,7 @@ def test_cli_everything_explicit_without_metadata(served, tmp_path):
                                              lstm_units=8),
                    IOBES, "IOBES", feature_based=True, feature_layers="weighted_sum_all",
                    lstm_units=8)
-    (run / export.METADATA_FILE).unlink()
+    (run / METADATA_FILE).unlink()
     explicit = ["--model_type=tagger", f"--init_checkpoint={run}",
                 f"--label_list={','.join(IOBES)}", "--do_lower_case=true",
                 f"--max_seq_length={SEQ}", "--tag_scheme=IOBES", "--feature_based",
@@ -394,7 +397,7 @@ def test_cli_everything_explicit_without_metadata(served, tmp_path):
     result = _cli(*explicit, f"--export_dir={tmp_path / 'default_stride'}")
     assert result.code == 0, result.stderr[-3000:]
     marker = json.loads((tmp_path / "default_stride" / "assets.extra" /
-                         export.METADATA_FILE).read_text())
+                         METADATA_FILE).read_text())
     assert marker["doc_stride"] == (SEQ - 2) // 2 and marker["tag_scheme"] == "IOBES"
     assert marker["feature_based"] and marker["lstm_units"] == 8
 
@@ -462,7 +465,7 @@ def test_request_memory_grows_linearly_with_the_text(served, tmp_path):
     for x4 words); the linear one +15 MB and +67 MB. The bounds (300 MB, and x2.5 the
     linear extrapolation) leave room for allocator noise and fail for the quadratic one."""
     directory = tmp_path / "export"
-    export.export_saved_model(served["models"]["fine"], export.serving_config(
+    writer.export_saved_model(served["models"]["fine"], families.serving_config(
         "tagger", served["vocab"], True, SEQ, labels=IOB2, tag_scheme="IOB2",
         doc_stride=DOC_STRIDE, max_context_windows=4000), str(directory))
     script = tmp_path / "memory.py"

@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from conftest import write_vocab
 from data_prep.tokenization import FullTokenizer
-from modeling import export, hub_export
+from modeling.export import families, serving
+from modeling.export import hub as hub_export
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier, BertMultipleChoice, BertSpanLabeler
 from tasks.classification.export import python_features
@@ -61,8 +62,8 @@ def _signatures(model, config, monkeypatch, padded):
     at max_seq_length: the graph before issue 25."""
     with monkeypatch.context() as patch:
         if padded:
-            patch.setattr(export, "WIDTH_MULTIPLE", 10 ** 6)
-        return export.ServingModule(model, config).signatures()
+            patch.setattr(serving, "WIDTH_MULTIPLE", 10 ** 6)
+        return serving.ServingModule(model, config).signatures()
 
 
 def _assert_equal_where_returned(got, want, name, width):
@@ -90,7 +91,7 @@ def vocab(tmp_path_factory):
 def test_a_short_request_runs_on_its_width_with_todays_outputs(model_type, vocab,
                                                                 monkeypatch):
     model = _model(model_type)
-    config = export.serving_config(model_type, vocab, True, SEQ, **_settings(model_type))
+    config = families.serving_config(model_type, vocab, True, SEQ, **_settings(model_type))
     now = _signatures(model, config, monkeypatch, padded=False)
     before = _signatures(model, config, monkeypatch, padded=True)
     assert set(now) == set(before)
@@ -100,7 +101,7 @@ def test_a_short_request_runs_on_its_width_with_todays_outputs(model_type, vocab
     longest = int(mask.sum(axis=-1).max())
     width = mask.shape[-1]
     # The longest row, rounded up to the multiple: far below max_seq_length here.
-    assert width == -(-longest // export.WIDTH_MULTIPLE) * export.WIDTH_MULTIPLE < SEQ, (
+    assert width == -(-longest // serving.WIDTH_MULTIPLE) * serving.WIDTH_MULTIPLE < SEQ, (
         width, longest)
     assert before["preprocess"](**inputs)["input_mask"].shape[-1] == SEQ
     checked = 0
@@ -146,8 +147,8 @@ def test_a_short_request_runs_on_its_width_with_todays_outputs(model_type, vocab
 def test_a_full_window_request_keeps_max_seq_length(vocab):
     """A row that fills the window: the request runs at max_seq_length, never beyond."""
     model = _model("classifier")
-    config = export.serving_config("classifier", vocab, True, SEQ, labels=("a", "b", "c"))
-    sigs = export.ServingModule(model, config).signatures()
+    config = families.serving_config("classifier", vocab, True, SEQ, labels=("a", "b", "c"))
+    sigs = serving.ServingModule(model, config).signatures()
     long_text = " ".join(["the big red dog ran far away home"] * 20)
     features = sigs["preprocess"](text=tf.constant(["a cat", long_text]))
     assert features["input_ids"].shape == (2, SEQ)
@@ -160,8 +161,8 @@ def test_the_encoder_returns_every_layer_only_on_request(vocab):
     """serving_default: pooled + sequence outputs; serving_all_layers adds the stacked
     layers (large: [batch, layers, seq, hidden])."""
     model = _model("encoder")
-    config = export.serving_config("encoder", vocab, True, SEQ)
-    sigs = export.ServingModule(model, config).signatures()
+    config = families.serving_config("encoder", vocab, True, SEQ)
+    sigs = serving.ServingModule(model, config).signatures()
     text = tf.constant(SHORT)
     lean = sigs["serving_default"](text=text)
     full = sigs["serving_all_layers"](text=text)
@@ -194,7 +195,7 @@ def test_hub_encoder_runs_on_the_request_width_and_answers_at_seq_length(vocab):
     expected = model({ours: inputs[hub] for ours, hub in zip(
         ("input_ids", "input_mask", "segment_ids"), hub_export.HUB_INPUTS)}, training=False)
     longest = int(inputs["input_mask"].numpy().sum(axis=1).max())
-    width = -(-longest // export.WIDTH_MULTIPLE) * export.WIDTH_MULTIPLE
+    width = -(-longest // serving.WIDTH_MULTIPLE) * serving.WIDTH_MULTIPLE
     assert width < SEQ
     np.testing.assert_allclose(got["pooled_output"], expected["pooled_output"], atol=1e-5,
                                rtol=0)
@@ -208,11 +209,11 @@ def test_hub_encoder_runs_on_the_request_width_and_answers_at_seq_length(vocab):
 def test_request_width():
     mask = tf.constant([[1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
                         [1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]])
-    assert int(export.request_width(mask)) == 16            # 9 rounded up to 8k
-    assert int(export.request_width(mask[:, :12])) == 12    # never past the window
-    assert int(export.request_width(mask[:1])) == 8
-    assert int(export.request_width(tf.zeros([0, 20], tf.int32))) == 8   # empty request
-    assert int(export.request_width(tf.zeros([2, 3, 20], tf.int32) + mask[:1])) == 8
+    assert int(serving.request_width(mask)) == 16            # 9 rounded up to 8k
+    assert int(serving.request_width(mask[:, :12])) == 12    # never past the window
+    assert int(serving.request_width(mask[:1])) == 8
+    assert int(serving.request_width(tf.zeros([0, 20], tf.int32))) == 8   # empty request
+    assert int(serving.request_width(tf.zeros([2, 3, 20], tf.int32) + mask[:1])) == 8
 
 
 def test_a_bfloat16_export_also_runs_on_the_request_width(vocab, monkeypatch):
@@ -220,7 +221,7 @@ def test_a_bfloat16_export_also_runs_on_the_request_width(vocab, monkeypatch):
     within bfloat16's rounding (its 8-bit mantissa; different shapes may round apart)."""
     keras.utils.set_random_seed(32)
     model = BertClassifier(_config(), 3, dtype="mixed_bfloat16")
-    config = export.serving_config("classifier", vocab, True, SEQ, labels=("a", "b", "c"))
+    config = families.serving_config("classifier", vocab, True, SEQ, labels=("a", "b", "c"))
     now = _signatures(model, config, monkeypatch, padded=False)
     before = _signatures(model, config, monkeypatch, padded=True)
     text = tf.constant(SHORT)

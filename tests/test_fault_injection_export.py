@@ -28,7 +28,8 @@ import tensorflow_text  # noqa: F401  (registers the ops the exported graph uses
 from conftest import REPO_ROOT, write_vocab
 from data_prep import fileio
 from data_prep.tokenization import FullTokenizer
-from modeling import export
+from modeling.export import writer
+from modeling.export.metadata import ExportMetadata, write_export_metadata
 from modeling.models import BertClassifier
 from tasks.classification.export import python_features
 from test_export import LABELS, SEQ, TEXTS, VOCAB, _config, _save_like_training
@@ -50,7 +51,7 @@ def _run_dir(root, name, seed):
     _config().to_json_file(str(directory / "bert_config.json"))
     model = BertClassifier(_config(), len(LABELS))
     _save_like_training(model, directory)
-    export.write_export_metadata(str(directory), export.ExportMetadata(
+    write_export_metadata(str(directory), ExportMetadata(
         labels=tuple(LABELS), max_seq_length=SEQ))
     features = python_features(FullTokenizer(str(directory / "vocab.txt")), TEXTS,
                                       None, SEQ)
@@ -179,7 +180,7 @@ def test_kill_at_random_moments_leaves_the_old_or_the_new_export(tmp_path):
         stderr = process.stderr.read()
         assert not [child for child in children if fileio.pid_alive(child)], children
         # Under the final name: a complete export, the previous one or the new one.
-        assert export.export_kind(str(target)) == "classifier", (i, sig, code)
+        assert writer.export_kind(str(target)) == "classifier", (i, sig, code)
         found = _which(_served(target), references)
         assert found in (current, new)
         leftovers = [name for name in os.listdir(out) if name != "export"]

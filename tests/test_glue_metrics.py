@@ -99,32 +99,27 @@ def test_primary_metric_names():
     assert gm.primary_metric_name("custom", is_regression=True) == "pearson_and_spearman"
 
 
-def test_write_test_results_tsv_like_the_original(tmp_path):
+def test_test_results_tsv_like_the_original():
     probabilities = np.array([[0.1, 0.9], [0.75, 0.25], [1 / 3, 2 / 3]], dtype=np.float32)
-    path = tmp_path / "test_results.tsv"
-    assert gm.write_test_results_tsv(str(path), probabilities) == 3
     # The original writes "\t".join(str(p) for p in row) per example, no header.
-    assert path.read_text() == "0.1\t0.9\n0.75\t0.25\n0.33333334\t0.6666667\n"
+    assert (gm.test_results_text(probabilities)
+            == "0.1\t0.9\n0.75\t0.25\n0.33333334\t0.6666667\n")
     with pytest.raises(ValueError, match="num_classes"):
-        gm.write_test_results_tsv(str(path), [0.1, 0.9])
+        gm.test_results_text([0.1, 0.9])
 
 
-def test_glue_submission_files(tmp_path):
-    path = tmp_path / gm.glue_submission_file_name("mnli", "test_mismatched")
-    assert path.name == "MNLI-mm.tsv"
+def test_glue_submission_files():
+    assert gm.glue_submission_file_name("mnli", "test_mismatched") == "MNLI-mm.tsv"
     labels = ["contradiction", "entailment", "neutral"]
-    gm.write_glue_submission(str(path), "mnli", [[0.1, 0.2, 0.7], [0.8, 0.1, 0.1]], labels)
-    assert path.read_text() == "index\tprediction\n0\tneutral\n1\tcontradiction\n"
-    sts = tmp_path / "STS-B.tsv"
-    gm.write_glue_submission(str(sts), "sts-b", np.array([4.25, 0.5], dtype=np.float32))
-    assert sts.read_text() == "index\tprediction\n0\t4.25\n1\t0.5\n"
-    rte = tmp_path / "RTE.tsv"
-    gm.write_glue_submission(str(rte), "RTE", [1, 0], ["entailment", "not_entailment"],
-                             indices=[5, 6])
-    assert rte.read_text() == "index\tprediction\n5\tnot_entailment\n6\tentailment\n"
+    assert (gm.glue_submission_text("mnli", [[0.1, 0.2, 0.7], [0.8, 0.1, 0.1]], labels)
+            == "index\tprediction\n0\tneutral\n1\tcontradiction\n")
+    assert (gm.glue_submission_text("sts-b", np.array([4.25, 0.5], dtype=np.float32))
+            == "index\tprediction\n0\t4.25\n1\t0.5\n")
+    assert (gm.glue_submission_text("RTE", [1, 0], ["entailment", "not_entailment"],
+                                    indices=[5, 6])
+            == "index\tprediction\n5\tnot_entailment\n6\tentailment\n")
     with pytest.raises(ValueError, match="prediction id 2 outside"):
-        gm.write_glue_submission(str(rte), "rte", [2], ["entailment", "not_entailment"])
-    assert not list(tmp_path.glob(".*tmp*"))
+        gm.glue_submission_text("rte", [2], ["entailment", "not_entailment"])
 
 
 def test_submission_file_names():

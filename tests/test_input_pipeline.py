@@ -108,7 +108,7 @@ def test_wrong_max_seq_length_names_file_and_lengths(files):
 
 def test_wrong_max_predictions_is_reported(files):
     with pytest.raises(ValueError, match="max_predictions_per_seq expects 7"):
-        ip.check_first_record(files["plain"][0], S.SEQ, 7)
+        ip.check_pretraining_files([files["plain"][0]], S.SEQ, 7)
 
 
 def test_pattern_matching_nothing_is_an_error(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 import predict_saved_model
 from conftest import REPO_ROOT, write_vocab
-from modeling import export
+from modeling.export import families, writer
 from modeling.models import BertClassifier, BertSpanLabeler
 from test_export import SEQ, VOCAB, _config
 
@@ -26,9 +26,9 @@ def exports(tmp_path_factory):
     root = tmp_path_factory.mktemp("predict")
     vocab = write_vocab(root / "vocab.txt", VOCAB)
     keras.utils.set_random_seed(3)
-    export.export_saved_model(BertClassifier(_config(), 2), export.serving_config(
+    writer.export_saved_model(BertClassifier(_config(), 2), families.serving_config(
         "classifier", vocab, True, SEQ, labels=("no", "yes")), str(root / "classifier"))
-    export.export_saved_model(BertSpanLabeler(_config()), export.serving_config(
+    writer.export_saved_model(BertSpanLabeler(_config()), families.serving_config(
         "squad", vocab, True, SEQ, max_query_length=8, doc_stride=16,
         max_context_windows=MAX_WINDOWS), str(root / "squad"))
     return {"classifier": str(root / "classifier"), "squad": str(root / "squad")}

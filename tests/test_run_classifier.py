@@ -19,6 +19,7 @@ from tasks.classification import data as cd
 from tasks.classification import examples as ce
 from tasks.classification import processors
 from tasks.classification import metrics as gm
+from tasks.common.record_cache import RecordCache
 from tests import test_loop_support as S
 from tests.conftest import TINY_VOCAB, write_vocab
 
@@ -332,17 +333,17 @@ def test_mrpc_cli_from_tf1_checkpoint_trains_evaluates_predicts(mrpc_cli, env):
 
 
 def test_mrpc_output_dir_is_ready_for_export(mrpc_cli, env):
-    from modeling import export
+    from modeling.export import registry
+    from modeling.export.metadata import ExportMetadata
 
     out = mrpc_cli["dir"]
-    meta = export.read_export_metadata(out)
-    assert meta == export.ExportMetadata(task="mrpc", labels=("0", "1"), is_regression=False,
-                                         do_lower_case=True, max_seq_length=SEQ, text_pair=True,
-                                         model_type="classifier")
+    meta = registry.read_run_metadata(out)
+    assert meta == ExportMetadata(task="mrpc", labels=("0", "1"), is_regression=False,
+                                  do_lower_case=True, max_seq_length=SEQ, text_pair=True,
+                                  model_type="classifier")
     assert open(os.path.join(out, "vocab.txt")).read() == open(env["vocab"]).read()
     assert os.path.exists(os.path.join(out, "bert_config.json"))
-    cache = cd.record_file_names(out, "train")[1]
-    assert os.path.exists(cache)
+    assert os.path.exists(RecordCache.at(out, "train.tf_record").metadata_file)
 
 
 def test_cola_learns_and_mcc_matches_predictions(runs, env):
@@ -355,8 +356,8 @@ def test_cola_learns_and_mcc_matches_predictions(runs, env):
     _check_submission(os.path.join(out, "CoLA.tsv"), probs, ["0", "1"])
     independent = _independent_probabilities(out, env["cola"], "cola", env["vocab"])
     np.testing.assert_allclose(probs, independent, atol=2e-5)
-    from modeling import export
-    assert not export.read_export_metadata(out).text_pair  # a single-sentence task
+    from modeling.export import registry
+    assert not registry.read_run_metadata(out).text_pair  # a single-sentence task
 
 
 def test_eval_only_rerun_restores_the_checkpoint_and_reuses_the_cache(runs, env):

@@ -228,13 +228,14 @@ def test_cli_predictions_equal_an_independent_forward_pass(env, finetuned):
     """One window at a time, unbucketed, from the run's checkpoint: each word's tag is the
     argmax at its first piece in the window that scores it."""
     from data_prep import tokenization
-    from modeling import checkpoints, export
+    from modeling import checkpoints
+    from modeling.export.metadata import METADATA_FILE
     from modeling.models import BertTokenTagger
     from tasks.tagging import data as D
     from tasks.tagging.task import TaggingExportMetadata, model_from_metadata
 
     # export_metadata.json holds what rebuilding the model and decoding its tags need.
-    with open(os.path.join(finetuned["dir"], export.METADATA_FILE)) as f:
+    with open(os.path.join(finetuned["dir"], METADATA_FILE)) as f:
         metadata = TaggingExportMetadata.from_dict(json.load(f))
     assert (metadata.labels, metadata.tag_scheme, metadata.do_lower_case) == (
         tuple(LABELS), "IOB1", True)

@@ -209,11 +209,11 @@ def test_v1_cli_trains_predicts_and_scores(v1_cli, env):
 
 @pytest.mark.slow
 def test_v1_output_dir_is_ready_for_export(v1_cli):
-    from modeling import export
-    from tasks.squad.task import SquadExportMetadata
+    from modeling.export import registry
+    from tasks.squad import export as squad_export
 
     out = v1_cli["dir"]
-    meta = export.read_export_metadata(out, SquadExportMetadata)
+    meta = registry.read_run_metadata(out, squad_export.FAMILY)
     assert (meta.task, meta.max_seq_length, meta.do_lower_case) == ("squad", SEQ, True)
     # What the export needs to window and answer as the run did (issue 22).
     assert (meta.model_type, meta.max_query_length, meta.doc_stride, meta.n_best_size,

@@ -447,7 +447,8 @@ def test_missing_logits_and_empty_candidates(tmp_path):
     config = squad.WindowConfig(max_seq_length=32, doc_stride=8, max_query_length=8)
     examples, features, _, _, _ = build(tmp_path, data, True, config)
     with pytest.raises(KeyError, match="no logits for feature unique_id 1000000000"):
-        postprocess.compute_predictions(examples, features, [])
+        postprocess.compute_predictions(examples, features, (np.zeros(0, np.int64),
+                                                             np.zeros((0, 32)), np.zeros((0, 32))))
     # All top logits on the question: no valid span; v1.1 answers "empty" as the original.
     start = np.zeros((1, 32), np.float32)
     start[0, :3] = 5

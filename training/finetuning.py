@@ -265,7 +265,7 @@ class TaskFamily:
         raise NotImplementedError
 
     def export_metadata(self, settings: FinetuningRun):
-        """The `modeling.export.ExportMetadata` written beside the checkpoints."""
+        """The `modeling.export.metadata.ExportMetadata` written beside the checkpoints."""
         raise NotImplementedError
 
 

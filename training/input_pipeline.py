@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -65,19 +64,14 @@ def split_patterns(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
-# Summaries create_pretraining_data writes beside its records: `_NAME.summary.json` now
-# (which `NAME*` does not match), `NAME.summary.json` before (which it did). Either is
-# skipped wherever a wider glob such as `DIR/*` finds it.
+# Summaries create_pretraining_data writes beside its records (`_NAME.summary.json`, which
+# `NAME*` does not match), skipped wherever a wider glob such as `DIR/*` finds them.
 NOT_RECORDS_SUFFIX = ".summary.json"
-# Temporaries of an older create_pretraining_data (`NAME.tmp-PID`); today's are hidden
-# names that `fileio.is_temporary` recognises.
-_LEGACY_TEMPORARY = re.compile(r".*\.tmp-\d+")
 
 
 def _not_records(path: str) -> bool:
     """Summaries and temporaries (of a run in progress, or killed) are never records."""
-    return (path.endswith(NOT_RECORDS_SUFFIX) or fileio.is_temporary(path)
-            or _LEGACY_TEMPORARY.fullmatch(fileio.basename(path)) is not None)
+    return path.endswith(NOT_RECORDS_SUFFIX) or fileio.is_temporary(path)
 
 
 def list_files(patterns: Sequence[str], flag: str = "--input_file") -> list[str]:
@@ -353,20 +347,6 @@ def _first_record(path: str, compression: str):
             f"{path}: not a readable TFRecord file (compression="
             f"{compression_of(path, compression)!r}): {err}") from err
     return None if raw is None else tf.train.Example.FromString(raw.numpy())
-
-
-def check_first_record(path: str, max_seq_length: int, max_predictions_per_seq: int,
-                       compression: str = "auto"):
-    """The record kind of `path` from its first record's features: `features.PRETRAINING`
-    (masked) or `features.PRETRAINING_UNMASKED` (create_pretraining_data
-    --dynamic_masking); None for an empty file. Raises RecordFileError (a ValueError) if
-    the record is neither or does not have the expected lengths."""
-    example = _first_record(path, compression)
-    if example is None:
-        return None  # An empty file contributes nothing; nothing to check.
-    schema = _schema_of(example)
-    _check_example(path, example, schema, max_seq_length, max_predictions_per_seq)
-    return schema
 
 
 def _first_records(files: Sequence[str], compression: str) -> dict:

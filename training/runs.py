@@ -197,11 +197,11 @@ def write_model_files(directory: str, bert_config, vocab_file: str, metadata) ->
     import tensorflow as tf
 
     from data_prep import fileio
-    from modeling import export
+    from modeling.export.metadata import write_export_metadata
 
     tf.io.gfile.makedirs(directory)
     bert_config.to_json_file(os.path.join(directory, "bert_config.json"))
     vocab = os.path.join(directory, "vocab.txt")
     if os.path.abspath(vocab_file) != os.path.abspath(vocab):
         fileio.copy_file(vocab_file, vocab)
-    export.write_export_metadata(directory, metadata)
+    write_export_metadata(directory, metadata)

@@ -30,17 +30,3 @@ def write_scalars(summary_writer, values: dict, step: int):
             tf.summary.write(key, tf.constant(float(value), tf.float32), step=step,
                              metadata=_SCALAR_METADATA)
     summary_writer.flush()
-
-
-def read_scalars(event_dir: str) -> dict:
-    """{tag: [(step, value)]} from the event files in `event_dir` (for tests and tools)."""
-    from tensorflow.core.util import event_pb2
-
-    out = {}
-    for path in sorted(tf.io.gfile.glob(os.path.join(event_dir, "events.out.tfevents.*"))):
-        for raw in tf.data.TFRecordDataset(path):
-            event = event_pb2.Event.FromString(raw.numpy())
-            for value in event.summary.value:
-                tensor = tf.make_ndarray(value.tensor)
-                out.setdefault(value.tag, []).append((event.step, float(tensor)))
-    return out

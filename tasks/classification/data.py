@@ -112,8 +112,7 @@ def pad_examples(examples: Sequence, batch_size: int) -> list:
     return list(examples) + [PaddingInputExample() for _ in range(padding)]
 
 
-# --- Classifier record schema (declared with data_prep.features' types, so it can move into
-# features.SCHEMAS unchanged) ---------------------------------------------------------------
+# --- Classifier record schema (declared with data_prep.features' types) ----------------------
 
 # Feature names as the original's file_based_convert_examples_to_features.
 CLASSIFIER_SCHEMA = features_lib.RecordSchema(
@@ -203,12 +202,6 @@ class CachedSplit(CachedRecords):
     def parse_spec(self) -> dict:
         """The tf.io.parse_example spec of the records (classifier_parse_spec)."""
         return classifier_parse_spec(self.max_seq_length, self.is_regression)
-
-
-def record_file_names(output_dir: str, split: str) -> tuple[str, str]:
-    """(TFRecord path, metadata JSON path) of a split in output_dir."""
-    cache = RecordCache.at(output_dir, f"{split}.tf_record")
-    return cache.record_file, cache.metadata_file
 
 
 def _cache_key(processor: TableProcessor, split: str, source: str, *, vocab_file,

@@ -18,11 +18,12 @@ from typing import ClassVar, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from modeling import export
+from modeling.export import families, registry, serving
+from modeling.export.metadata import ExportError
 
 
 @dataclasses.dataclass(frozen=True)
-class ClassifierServingConfig(export.ServingConfig):
+class ClassifierServingConfig(families.ServingConfig):
     """``--model_type=classifier``'s settings.
 
     Attributes:
@@ -38,46 +39,41 @@ class ClassifierServingConfig(export.ServingConfig):
     model_type: ClassVar[str] = "classifier"
 
 
-class ClassifierServing(export.ServingFamily):
+class ClassifierServing(families.ServingFamily):
     """``--model_type=classifier``: a fine-tuned ``BertClassifier``."""
 
     model_type = "classifier"
     config_class = ClassifierServingConfig
     weights_description = "a fine-tuned classifier (run_classifier.py output)"
     flags = (
-        export.FamilyFlag("label_list", "list", None, "label names in id order (comma "
-                          "separated); default: the run's metadata's labels."),
-        export.FamilyFlag("num_labels", "integer", None, "outputs of the head; checked "
-                          "against the label list. Without a label list, labels are named "
-                          "'0'..'n-1'."),
-        export.FamilyFlag("is_regression", "bool", None, "one float output (score); "
-                          "default: the run's metadata, else false."),
-        export.TEXT_PAIR_FLAG,
+        families.FamilyFlag("label_list", "list", None, "label names in id order (comma "
+                            "separated); default: the run's metadata's labels."),
+        families.FamilyFlag("num_labels", "integer", None, "outputs of the head; checked "
+                            "against the label list. Without a label list, labels are named "
+                            "'0'..'n-1'."),
+        families.FamilyFlag("is_regression", "bool", None, "one float output (score); "
+                            "default: the run's metadata, else false."),
+        families.TEXT_PAIR_FLAG,
     )
 
-    def claims_legacy_run(self, data):
-        # run_classifier.py's metadata: the shared keys only, with labels or regression.
-        return (set(data) <= export.metadata_keys(export.ExportMetadata)
-                and bool(data.get("labels") or data.get("is_regression")))
-
     def settings(self, given, metadata, max_seq_length):
-        text_pair = export.text_pair_setting(given, metadata)
+        text_pair = families.text_pair_setting(given, metadata)
         is_regression = given.get("is_regression")
         if is_regression is None:
             is_regression = bool(metadata and metadata.is_regression)
         if is_regression:
             if given.get("num_labels") not in (None, 1):
-                raise export.ExportError(
+                raise ExportError(
                     f"--num_labels={given['num_labels']} with --is_regression: a "
                     "regression head has exactly 1 output")
             if given.get("label_list"):
                 # Would be parsed and ignored: a regression head has no labels.
-                raise export.ExportError(
+                raise ExportError(
                     f"--label_list={','.join(given['label_list'])} with a regression head "
                     "(--is_regression, or the run's export_metadata.json): it has no "
                     "labels; pass --nois_regression to export a classifier")
             return {"labels": (), "is_regression": True, "text_pair": text_pair}
-        labels = export.label_names(given, metadata, self.model_type, name_by_count=True)
+        labels = families.label_names(given, metadata, self.model_type, name_by_count=True)
         return {"labels": labels, "is_regression": False, "text_pair": text_pair}
 
     def weights_hint(self, message):
@@ -88,8 +84,8 @@ class ClassifierServing(export.ServingFamily):
 
     def validate(self, config):
         if not config.is_regression and len(config.labels) < 1:
-            raise export.ExportError("a classifier export needs its label names (or "
-                                     "is_regression)")
+            raise ExportError("a classifier export needs its label names (or "
+                              "is_regression)")
 
     def build_model(self, config, bert_config, dtype_policy):
         from modeling.models import BertClassifier
@@ -100,10 +96,10 @@ class ClassifierServing(export.ServingFamily):
     def check_model(self, model, config):
         from modeling.models import BertClassifier
 
-        export._expect_model(model, BertClassifier, config)
+        families.expect_model(model, BertClassifier, config)
         want = 1 if config.is_regression else len(config.labels)
         if model.num_labels != want:
-            raise export.ExportError(
+            raise ExportError(
                 f"the classifier has {model.num_labels} outputs but "
                 + ("regression needs 1" if config.is_regression
                    else f"{len(config.labels)} labels were given: {list(config.labels)}"))
@@ -112,10 +108,10 @@ class ClassifierServing(export.ServingFamily):
         def classify(features):
             return _classify(module, features)
 
-        sigs = export.text_signatures(module, classify, module.config.text_pair)
+        sigs = serving.text_signatures(module, classify, module.config.text_pair)
         sigs["serving_tokenized"] = tf.function(
-            lambda **f: classify(export.trim_to_request(f))).get_concrete_function(
-                **export.ids_specs())
+            lambda **f: classify(serving.trim_to_request(f))).get_concrete_function(
+                **serving.ids_specs())
         return sigs
 
 
@@ -131,7 +127,7 @@ def _classify(module, features):
             "label": tf.gather(labels, tf.argmax(probabilities, axis=-1))}
 
 
-FAMILY = export.register(ClassifierServing())
+FAMILY = registry.register(ClassifierServing())
 
 
 def python_features(tokenizer, texts: Sequence[str], text_pairs: Optional[Sequence[str]],

@@ -32,7 +32,6 @@ DATA_DIRS = {"cola": "CoLA", "sst-2": "SST-2", "mrpc": "MRPC", "sts-b": "STS-B",
 RUN_DIRS = {**DATA_DIRS, "ax": "AX"}
 SUBMISSION_ZIP = "submission.zip"
 DEV_RESULTS_FILE = "glue_dev_results.tsv"
-WNLI_MODES = ("majority", "finetune")
 
 
 class GlueError(ValueError):

@@ -18,7 +18,6 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from data_prep import fileio
 
 # Canonical task names and the spellings accepted for them.
 _TASK_ALIASES = {
@@ -243,22 +242,6 @@ def test_results_text(probabilities) -> str:
         raise ValueError(f"probabilities must be [num_examples, num_classes], got shape "
                          f"{array.shape}")
     return "".join("\t".join(str(value) for value in row) + "\n" for row in array)
-
-
-def write_test_results_tsv(path: str, probabilities) -> int:
-    """Writes `test_results_text` to `path` all-or-nothing; returns the number of lines."""
-    text = test_results_text(probabilities)
-    fileio.write_text(path, text)
-    return text.count("\n")
-
-
-def write_glue_submission(path: str, task_name: str, predictions,
-                          label_list: Sequence[str] | None = None,
-                          indices: Sequence | None = None) -> int:
-    """Writes `glue_submission_text` to `path` all-or-nothing; returns the examples written."""
-    text = glue_submission_text(task_name, predictions, label_list, indices)
-    fileio.write_text(path, text)
-    return text.count("\n") - 1
 
 
 def glue_submission_text(task_name: str, predictions, label_list: Sequence[str] | None = None,

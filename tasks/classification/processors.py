@@ -191,7 +191,6 @@ _GLUE_FACTORIES = {
     "wnli": lambda: _index_pair("wnli", BINARY_LABELS),
     "ax": _ax,
 }
-TASK_NAMES = tuple(_GLUE_FACTORIES) + ("xnli", "custom")
 
 
 def get_processor(task_name: str, *, xnli_language: str = "zh",

@@ -1,8 +1,8 @@
 """The classification task as the loop and the runner see it: loss, dataset, eval and predict outputs.
 
 `classifier_task` is the loop's task object (`tasks.common.classifier_task.ClassifierTask`,
-the original run_classifier's loss, with the task's official metrics), `classifier_dataset`
-reads the cached records, and `ClassificationFamily` is what
+the original run_classifier's loss, with the task's official metrics), and
+`ClassificationFamily` is what
 `training.finetuning.run` needs: the splits of a GLUE/XNLI/custom task (MNLI: both dev
 and test sets), the model, `eval_results.txt` figures (the original's keys, plus the
 official metrics) and `test_results.tsv` + the GLUE submission file, written together.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Sequence
 
 import tensorflow as tf
 
@@ -27,54 +26,6 @@ def classifier_task(task_name: str, num_labels: int, is_regression: bool = False
     metrics (`metrics.task_metrics`)."""
     return ClassifierTask(num_labels, is_regression, task_metrics=functools.partial(
         metrics.task_metrics, task_name, is_regression=is_regression))
-
-
-@dataclasses.dataclass(frozen=True)
-class ClassifierInputConfig:
-    """A classifier split's TFRecord file(s) and their shape.
-
-    Attributes:
-      input_patterns: file globs (e.g. `prepare_classifier_records(...).record_file`).
-      max_seq_length: must match the records.
-      is_regression: float `label_ids` instead of int.
-      shuffle_buffer: training shuffle buffer (the original: 100).
-      seed: shuffle seed (reproducible order).
-    """
-
-    input_patterns: Sequence[str]
-    max_seq_length: int = 128
-    is_regression: bool = False
-    shuffle_buffer: int = 100
-    seed: int | None = None
-
-
-def classifier_dataset(config: ClassifierInputConfig, *, batch_size: int, is_training: bool,
-                       input_context: tf.distribute.InputContext | None = None
-                       ) -> tf.data.Dataset:
-    """Batched classifier features, like the original's file_based_input_fn.
-
-    Training repeats and shuffles, and is sharded per input pipeline; evaluation and
-    prediction read the records once, in order (pad the split to whole batches first).
-    Batches always drop the remainder (static shapes).
-
-    Args:
-      config: files and shape.
-      batch_size: per-replica batch for training (`input_context.get_per_replica_batch_size`);
-        for `TrainingLoop.predict` the GLOBAL batch.
-      is_training: shuffle and repeat forever.
-      input_context: shards the records across input pipelines (training).
-
-    Returns:
-      Dataset of dicts: int32 [batch, max_seq_length] `input_ids`, `input_mask`,
-      `segment_ids`; [batch] `label_ids` (int32, float32 for regression) and int32
-      `is_real_example`.
-    """
-    spec = data.classifier_parse_spec(config.max_seq_length, config.is_regression)
-    records = input_pipeline.RecordsConfig(tuple(config.input_patterns), spec,
-                                           config.shuffle_buffer, config.seed)
-    return input_pipeline.finetuning_records(records, batch_size=batch_size,
-                                             is_training=is_training,
-                                             input_context=input_context, drop_remainder=True)
 
 
 # MNLI is evaluated and predicted on both its matched and mismatched sets: split -> suffix
@@ -222,13 +173,13 @@ class ClassificationFamily(finetuning.TaskFamily):
         return list(texts)
 
     def export_metadata(self, run):
-        from modeling import export
+        from modeling.export.metadata import ExportMetadata
 
         text_pair = any(layout.text_b is not None
                         for layout in self.processor.layouts.values())
         from tasks.classification.export import FAMILY
 
-        return export.ExportMetadata(
+        return ExportMetadata(
             task=self.settings.task_name, labels=tuple(self.label_list),
             is_regression=self.is_regression, do_lower_case=run.do_lower_case,
             max_seq_length=run.max_seq_length, text_pair=text_pair,

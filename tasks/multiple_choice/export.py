@@ -28,29 +28,23 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from modeling import export
+from modeling.export import families, registry, serving
 
 
 @dataclasses.dataclass(frozen=True)
-class MultipleChoiceServingConfig(export.ServingConfig):
+class MultipleChoiceServingConfig(families.ServingConfig):
     """``--model_type=multiple_choice``'s settings: the common ones (any number of
     choices per request)."""
 
     model_type: ClassVar[str] = "multiple_choice"
 
 
-class MultipleChoiceServing(export.ServingFamily):
+class MultipleChoiceServing(families.ServingFamily):
     """``--model_type=multiple_choice``: a fine-tuned ``BertMultipleChoice`` (run_swag.py)."""
 
     model_type = "multiple_choice"
     config_class = MultipleChoiceServingConfig
     weights_description = "a fine-tuned multiple-choice model (run_swag.py output)"
-
-    def claims_legacy_run(self, data):
-        # run_swag.py's metadata: task swag or custom, the shared keys, no labels.
-        return (data.get("task") in ("swag", "custom")
-                and set(data) <= export.metadata_keys(export.ExportMetadata)
-                and not data.get("labels") and not data.get("is_regression"))
 
     def build_model(self, config, bert_config, dtype_policy):
         from modeling.models import BertMultipleChoice
@@ -60,7 +54,7 @@ class MultipleChoiceServing(export.ServingFamily):
     def check_model(self, model, config):
         from modeling.models import BertMultipleChoice
 
-        export._expect_model(model, BertMultipleChoice, config)
+        families.expect_model(model, BertMultipleChoice, config)
 
     def signatures(self, module):
         def serve(context, question, endings):
@@ -69,8 +63,8 @@ class MultipleChoiceServing(export.ServingFamily):
         def preprocess(context, question, endings):
             return pack_choices(module, context, question, endings)
 
-        strings = dict(context=export.string_spec("context"),
-                       question=export.string_spec("question"),
+        strings = dict(context=serving.string_spec("context"),
+                       question=serving.string_spec("question"),
                        endings=tf.TensorSpec([None, None], tf.string, name="endings"))
         ids = {k: tf.TensorSpec([None, None, None], tf.int32, name=k)
                for k in ("input_ids", "input_mask", "segment_ids")}
@@ -78,17 +72,17 @@ class MultipleChoiceServing(export.ServingFamily):
             "serving_default": tf.function(serve).get_concrete_function(**strings),
             "preprocess": tf.function(preprocess).get_concrete_function(**strings),
             "serving_tokenized": tf.function(
-                lambda **f: _choose(module, export.trim_to_request(f))).get_concrete_function(
+                lambda **f: _choose(module, serving.trim_to_request(f))).get_concrete_function(
                     **ids),
         }
 
 
 def pack_choices(module, context, question, endings):
     """Raw strings -> int32 features [batch, choices, seq], run_swag.py's packing (at
-    max_seq_length), ``seq`` the request's width (``export.trim_to_request``).
+    max_seq_length), ``seq`` the request's width (``serving.trim_to_request``).
 
     Args:
-      module: the ``export.ServingModule`` (its tokenizer and max_seq_length).
+      module: the ``serving.ServingModule`` (its tokenizer and max_seq_length).
       context, question: string [batch]; an empty question means sentence B is the ending.
       endings: string [batch, choices].
     """
@@ -104,7 +98,7 @@ def pack_choices(module, context, question, endings):
     second = tf.where(question != "", tf.strings.join([question, endings], " "), endings)
     first = tf.reshape(tf.broadcast_to(tf.expand_dims(context, 1), shape), [-1])
     tok = module.tokenizer
-    packed = export.trim_to_request(tok.pack_inputs(
+    packed = serving.trim_to_request(tok.pack_inputs(
         tok.tokenize(first), tok.tokenize(tf.reshape(second, [-1])),
         max_seq_length=module.config.max_seq_length))
     return {k: tf.reshape(v, [batch, choices, -1]) for k, v in packed.items()}
@@ -117,4 +111,4 @@ def _choose(module, features):
             "label": tf.cast(tf.argmax(logits, axis=-1), tf.int32)}
 
 
-FAMILY = export.register(MultipleChoiceServing())
+FAMILY = registry.register(MultipleChoiceServing())

@@ -125,10 +125,10 @@ class MultipleChoiceFamily(finetuning.TaskFamily):
         return [path]
 
     def export_metadata(self, run):
-        from modeling import export
+        from modeling.export.metadata import ExportMetadata
         from tasks.multiple_choice.export import FAMILY
 
-        return export.ExportMetadata(task=self.settings.task_name,
-                                     do_lower_case=run.do_lower_case,
-                                     max_seq_length=run.max_seq_length,
-                                     model_type=FAMILY.model_type)
+        return ExportMetadata(task=self.settings.task_name,
+                              do_lower_case=run.do_lower_case,
+                              max_seq_length=run.max_seq_length,
+                              model_type=FAMILY.model_type)

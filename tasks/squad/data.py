@@ -440,10 +440,9 @@ def convert_examples_to_features(
 # 3. Storage: TFRecords and the prediction sidecar
 # ---------------------------------------------------------------------------
 
-# The squad TFRecord schemas, with the feature names of the original's FeatureWriter.
-# Declared with data_prep.features' types so they can move into features.SCHEMAS as they
-# are. Scalars have length 1, i.e. parse to shape [1] ([batch, 1] batched), like every
-# schema there; the original parsed them to shape [].
+# The squad TFRecord schemas, with the feature names of the original's FeatureWriter,
+# declared with data_prep.features' types. Scalars have length 1, i.e. parse to shape [1]
+# ([batch, 1] batched), like every schema there; the original parsed them to shape [].
 SQUAD_PREDICT_SCHEMA = features_lib.RecordSchema(
     kind="squad_predict",
     features=(

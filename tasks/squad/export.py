@@ -30,13 +30,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from modeling import export
-from modeling.export import max_context
+from modeling.export import families, registry, serving
+from modeling.export.metadata import ExportError
+from modeling.export.serving import max_context
 from tasks.squad.task import MODEL_TYPE, SquadExportMetadata
 
 
 @dataclasses.dataclass(frozen=True)
-class SquadServingConfig(export.ServingConfig):
+class SquadServingConfig(families.ServingConfig):
     """``--model_type=squad``'s settings (``run_squad.py``'s flags of the same names).
 
     Attributes:
@@ -62,29 +63,29 @@ class SquadServingConfig(export.ServingConfig):
     omitted_at_default: ClassVar[dict] = {"bilstm_units": 0}
 
 
-class SquadServing(export.ServingFamily):
+class SquadServing(families.ServingFamily):
     """``--model_type=squad``: a fine-tuned ``BertSpanLabeler``."""
 
     model_type = MODEL_TYPE
     config_class = SquadServingConfig
     weights_description = "a fine-tuned SQuAD model (run_squad.py output)"
     flags = (
-        export.FamilyFlag("max_query_length", "integer", 64, "question tokens kept; "
-                          "default: the run's metadata, else 64."),
-        export.FamilyFlag("max_answer_length", "integer", 30, "longest answer in tokens; "
-                          "default: the run's metadata, else 30."),
-        export.FamilyFlag("n_best_size", "integer", 20, "candidate starts / ends per "
-                          "window (the original's filter before picking the best span); "
-                          "default: the run's metadata, else 20."),
-        export.FamilyFlag("doc_stride", "integer", 128, "tokens between the starts of "
-                          "consecutive windows of a long context; default: the run's "
-                          "metadata, else 128."),
-        export.FamilyFlag("max_context_windows", "integer", 64, "most windows one "
-                          "context may need; a longer one is refused with an error "
-                          "(bounded memory per request)."),
-        export.FamilyFlag("bilstm_units", "integer", 0, "the run's --bilstm_units (a "
-                          "BiLSTM under the span layer; 0: none); default: the run's "
-                          "metadata."),
+        families.FamilyFlag("max_query_length", "integer", 64, "question tokens kept; "
+                            "default: the run's metadata, else 64."),
+        families.FamilyFlag("max_answer_length", "integer", 30, "longest answer in tokens; "
+                            "default: the run's metadata, else 30."),
+        families.FamilyFlag("n_best_size", "integer", 20, "candidate starts / ends per "
+                            "window (the original's filter before picking the best span); "
+                            "default: the run's metadata, else 20."),
+        families.FamilyFlag("doc_stride", "integer", 128, "tokens between the starts of "
+                            "consecutive windows of a long context; default: the run's "
+                            "metadata, else 128."),
+        families.FamilyFlag("max_context_windows", "integer", 64, "most windows one "
+                            "context may need; a longer one is refused with an error "
+                            "(bounded memory per request)."),
+        families.FamilyFlag("bilstm_units", "integer", 0, "the run's --bilstm_units (a "
+                            "BiLSTM under the span layer; 0: none); default: the run's "
+                            "metadata."),
     )
     default_max_seq_length = 384
     # The run's settings that the export takes (explicit flags override them).
@@ -93,9 +94,6 @@ class SquadServing(export.ServingFamily):
 
     metadata_class = SquadExportMetadata
 
-    def claims_legacy_run(self, data):
-        return data.get("task") in ("squad", "squad_v2")
-
     def config_fields(self, metadata):
         # 0: metadata written before the run recorded the setting.
         return {name: getattr(metadata, name) for name in self.RUN_SETTINGS
@@ -103,15 +101,15 @@ class SquadServing(export.ServingFamily):
 
     def validate(self, config):
         if config.max_seq_length < config.max_query_length + 4:
-            raise export.ExportError(
+            raise ExportError(
                 f"max_seq_length={config.max_seq_length} leaves no room for the context "
                 f"after max_query_length={config.max_query_length}")
         if config.bilstm_units < 0:
-            raise export.ExportError(f"bilstm_units={config.bilstm_units} must not be "
-                                     "negative (0: no BiLSTM)")
+            raise ExportError(f"bilstm_units={config.bilstm_units} must not be "
+                              "negative (0: no BiLSTM)")
         if min(config.doc_stride, config.n_best_size, config.max_answer_length,
                config.max_context_windows) < 1:
-            raise export.ExportError(
+            raise ExportError(
                 f"doc_stride={config.doc_stride}, n_best_size={config.n_best_size}, "
                 f"max_answer_length={config.max_answer_length} and max_context_windows="
                 f"{config.max_context_windows} must be positive")
@@ -125,9 +123,9 @@ class SquadServing(export.ServingFamily):
     def check_model(self, model, config):
         from modeling.models import BertSpanLabeler
 
-        export._expect_model(model, BertSpanLabeler, config)
+        families.expect_model(model, BertSpanLabeler, config)
         if model.bilstm_units != config.bilstm_units:
-            raise export.ExportError(
+            raise ExportError(
                 f"the SQuAD model has bilstm_units={model.bilstm_units}; the settings say "
                 f"{config.bilstm_units}")
 
@@ -141,18 +139,18 @@ class SquadServing(export.ServingFamily):
                     "window_example_index": tf.cast(windows["example"], tf.int32),
                     "window_doc_start": tf.cast(windows["doc_start"], tf.int32)}
 
-        strings = {"question": export.string_spec("question"),
-                   "context": export.string_spec("context")}
+        strings = {"question": serving.string_spec("question"),
+                   "context": serving.string_spec("context")}
         return {
             "serving_default": tf.function(serve).get_concrete_function(**strings),
             "preprocess": tf.function(preprocess).get_concrete_function(**strings),
             "serving_tokenized": tf.function(
                 lambda **f: _span_logits_ids(module, f)).get_concrete_function(
-                    **export.ids_specs()),
+                    **serving.ids_specs()),
         }
 
 
-FAMILY = export.register(SquadServing())
+FAMILY = registry.register(SquadServing())
 
 
 def pack_squad(module, question, context):
@@ -171,7 +169,7 @@ def pack_squad(module, question, context):
 
     Returns:
       (features, windows): features are int32 [windows, seq], seq the longest window's
-      length (``export.trim_to_request``); windows is a dict of
+      length (``serving.trim_to_request``); windows is a dict of
       [windows] int64 tensors: example (row of the input batch), index (of the window
       within its example), doc_start (first context token of the window, in context
       sub-tokens), context_start (its position in the window), context_length, and the
@@ -188,7 +186,7 @@ def pack_squad(module, question, context):
     len_q = q.row_lengths()
     span = c.max_seq_length - 3 - len_q                       # context tokens per window
     stride = tf.minimum(tf.cast(c.doc_stride, tf.int64), span)
-    window, windows = export.token_windows(
+    window, windows = serving.token_windows(
         ctx, span, stride, c.max_context_windows, what="a context",
         settings=f"doc_stride={c.doc_stride}, max_seq_length={c.max_seq_length}",
         advice="split the context or export with a larger --max_context_windows")
@@ -200,9 +198,9 @@ def pack_squad(module, question, context):
     segment_ids, _ = tf_text.pad_model_inputs(segments, c.max_seq_length)
     # The request's longest window, not max_seq_length: the windows themselves are the
     # original's (max_seq_length sets their span), only their padding is cut.
-    features = export.trim_to_request({"input_ids": tf.cast(input_ids, tf.int32),
-                                       "input_mask": tf.cast(input_mask, tf.int32),
-                                       "segment_ids": tf.cast(segment_ids, tf.int32)})
+    features = serving.trim_to_request({"input_ids": tf.cast(input_ids, tf.int32),
+                                        "input_mask": tf.cast(input_mask, tf.int32),
+                                        "segment_ids": tf.cast(segment_ids, tf.int32)})
     windows.update(context_start=tf.gather(len_q, example) + 2,
                    context_length=windows["length"])
     return features, windows
@@ -227,8 +225,8 @@ def _span_logits_ids(module, features):
     """``serving_tokenized``: the logits on the request's width, returned at the width
     the caller passed (0 at the positions cut as padding)."""
     width = tf.shape(features["input_ids"])[1]
-    out = _span_logits(module, export.trim_to_request(features))
-    return {name: export.pad_positions(value, width) for name, value in out.items()}
+    out = _span_logits(module, serving.trim_to_request(features))
+    return {name: serving.pad_positions(value, width) for name, value in out.items()}
 
 
 def best_span(module, features, windows):

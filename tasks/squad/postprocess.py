@@ -15,7 +15,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 from absl import logging
@@ -25,14 +25,6 @@ from tasks.squad.data import SquadExample, SquadFeature
 
 # The original's initial "minimum null score": large and positive.
 _NO_NULL_SCORE = 1000000
-
-class RawResult(NamedTuple):
-    """The model's logits for one feature: start/end each [seq_length]."""
-
-    unique_id: int
-    start_logits: Any
-    end_logits: Any
-
 
 @dataclasses.dataclass(frozen=True)
 class PostprocessConfig:
@@ -126,16 +118,11 @@ def _softmax(scores: Sequence[float]) -> list[float]:
 
 def _stack_results(results, features) -> tuple[np.ndarray, np.ndarray]:
     """[num_features, seq_len] float64 start/end logits in `features` order."""
-    if isinstance(results, tuple) and len(results) == 3 and not hasattr(results[0], "start_logits"):
-        unique_ids, starts, ends = results
-        row_of = {int(u): i for i, u in enumerate(np.asarray(unique_ids).reshape(-1))}
-        starts = np.asarray(starts, dtype=np.float64)
-        ends = np.asarray(ends, dtype=np.float64)
-        get = lambda i: (starts[i], ends[i])  # noqa: E731
-    else:
-        results = list(results)
-        row_of = {int(r.unique_id): i for i, r in enumerate(results)}
-        get = lambda i: (results[i].start_logits, results[i].end_logits)  # noqa: E731
+    unique_ids, starts, ends = results
+    row_of = {int(u): i for i, u in enumerate(np.asarray(unique_ids).reshape(-1))}
+    starts = np.asarray(starts, dtype=np.float64)
+    ends = np.asarray(ends, dtype=np.float64)
+    get = lambda i: (starts[i], ends[i])  # noqa: E731
     rows = []
     for f in features:
         if f.unique_id not in row_of:
@@ -214,8 +201,7 @@ def compute_predictions(
     Args:
       examples: the prediction examples, in the order features were made from them.
       features: their windows (any order; each example's windows are used in list order).
-      results: an iterable of RawResult, or a tuple (unique_ids [N], start_logits [N, L],
-        end_logits [N, L]) of arrays.
+      results: a tuple (unique_ids [N], start_logits [N, L], end_logits [N, L]) of arrays.
       config: n-best size, maximum answer length, casing and the v2.0 settings.
 
     Returns:

@@ -15,7 +15,8 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from modeling import export, losses
+from modeling import losses
+from modeling.export.metadata import ExportMetadata
 from tasks.squad import data
 from training import finetuning, input_pipeline
 from training.loop import Task
@@ -124,7 +125,7 @@ class SquadSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class SquadExportMetadata(export.ExportMetadata):
+class SquadExportMetadata(ExportMetadata):
     """`export_metadata.json` of a SQuAD run: the shared fields plus the windows and the
     answer selection the run used, so that its export serves what it predicted.
 

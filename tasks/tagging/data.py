@@ -559,12 +559,6 @@ class PreparedTagging(CachedRecords):
         return self.metadata["num_sentences"]
 
 
-def record_file_names(output_dir: str, split: str) -> tuple[str, str]:
-    """(TFRecord path, metadata JSON path) of a split in output_dir."""
-    cache = RecordCache.at(output_dir, f"{split}.tf_record")
-    return cache.record_file, cache.metadata_file
-
-
 def _cache_key(conll: ConllFile, split, *, vocab_file, do_lower_case, config, label_list,
                is_training) -> dict:
     return cache_key(format_version=CACHE_FORMAT_VERSION, split=split,

@@ -17,13 +17,13 @@ the training path tokenizes a CoNLL word (``tasks.tagging.data``; a pre-split wo
 tokenizes to nothing is ``[UNK]``), and its tag is predicted from its FIRST piece.
 
 Windows. A text longer than one window (``max_seq_length - 2`` pieces) is never
-truncated: windows ``doc_stride`` pieces apart (``modeling.export.token_windows``; the
+truncated: windows ``doc_stride`` pieces apart (``modeling.export.serving.token_windows``; the
 last, shorter one filled up with the pieces before it, as context, like the Python
 path's), each word read from the window where its first piece has the most context
-(``modeling.export.max_context``, the rule of ``tasks.tagging.data.sentence_windows``).
+(``modeling.export.serving.max_context``, the rule of ``tasks.tagging.data.sentence_windows``).
 The cost is linear in the text's length; a text needing more than
 ``max_context_windows`` windows is refused with InvalidArgumentError (message holding
-``modeling.export.TOO_MANY_WINDOWS``). The whole text is one sequence (one CoNLL
+``modeling.export.serving.TOO_MANY_WINDOWS``). The whole text is one sequence (one CoNLL
 "sentence"): entities may span what a reader would call two sentences only if the tags
 say so.
 
@@ -66,7 +66,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from data_prep.tf_tokenization import substrings
-from modeling import export
+from modeling.export import families, registry, serving
+from modeling.export.metadata import ExportError
 from tasks.tagging import data, metrics
 from tasks.tagging.task import (
     DEFAULT_FEATURE_LAYERS,
@@ -76,11 +77,9 @@ from tasks.tagging.task import (
     build_tagging_model,
 )
 
-TAGGING_TASK = "tagging"  # the `task` a tagging run writes in its export_metadata.json
-
 
 @dataclasses.dataclass(frozen=True)
-class TaggerServingConfig(export.ServingConfig):
+class TaggerServingConfig(families.ServingConfig):
     """``--model_type=tagger``'s settings (``run_ner.py``'s, from its metadata).
 
     Attributes:
@@ -105,7 +104,7 @@ class TaggerServingConfig(export.ServingConfig):
     model_type: ClassVar[str] = MODEL_TYPE
 
 
-class TaggerServing(export.ServingFamily):
+class TaggerServing(families.ServingFamily):
     """``--model_type=tagger``: a ``run_ner.py`` model (``BertTokenTagger`` or, feature
     based, ``BertFeatureTagger``)."""
 
@@ -113,25 +112,25 @@ class TaggerServing(export.ServingFamily):
     config_class = TaggerServingConfig
     weights_description = "a fine-tuned token tagger (run_ner.py output)"
     flags = (
-        export.FamilyFlag("label_list", "list", None, "tag names in id order (comma "
-                          "separated); default: the run's metadata's labels."),
-        export.FamilyFlag("num_labels", "integer", None, "outputs of the head; checked "
-                          "against the label list."),
-        export.FamilyFlag("doc_stride", "integer", 128, "pieces between the starts of "
-                          "consecutive windows of a long text; default: the run's "
-                          "metadata, else half a window (as run_ner.py)."),
-        export.FamilyFlag("max_context_windows", "integer", 64, "most windows one text "
-                          "may need; a longer one is refused with an error (bounded "
-                          "memory per request)."),
-        export.FamilyFlag("tag_scheme", "string", "", "how entities are decoded from the "
-                          "tags: IOB1, IOB2, IOBES, IOE or none; default: the run's "
-                          "metadata, else detected from the labels."),
-        export.FamilyFlag("feature_based", "bool", False, "the run_ner.py --feature_based "
-                          "model (frozen encoder + BiLSTM); default: the run's metadata."),
-        export.FamilyFlag("feature_layers", "string", "", "feature-based: the run's "
-                          "--feature_layers; default: the run's metadata."),
-        export.FamilyFlag("lstm_units", "integer", 0, "feature-based: the run's "
-                          "--lstm_units (0: 768); default: the run's metadata."),
+        families.FamilyFlag("label_list", "list", None, "tag names in id order (comma "
+                            "separated); default: the run's metadata's labels."),
+        families.FamilyFlag("num_labels", "integer", None, "outputs of the head; checked "
+                            "against the label list."),
+        families.FamilyFlag("doc_stride", "integer", 128, "pieces between the starts of "
+                            "consecutive windows of a long text; default: the run's "
+                            "metadata, else half a window (as run_ner.py)."),
+        families.FamilyFlag("max_context_windows", "integer", 64, "most windows one text "
+                            "may need; a longer one is refused with an error (bounded "
+                            "memory per request)."),
+        families.FamilyFlag("tag_scheme", "string", "", "how entities are decoded from the "
+                            "tags: IOB1, IOB2, IOBES, IOE or none; default: the run's "
+                            "metadata, else detected from the labels."),
+        families.FamilyFlag("feature_based", "bool", False, "the run_ner.py --feature_based "
+                            "model (frozen encoder + BiLSTM); default: the run's metadata."),
+        families.FamilyFlag("feature_layers", "string", "", "feature-based: the run's "
+                            "--feature_layers; default: the run's metadata."),
+        families.FamilyFlag("lstm_units", "integer", 0, "feature-based: the run's "
+                            "--lstm_units (0: 768); default: the run's metadata."),
     )
     metadata_class = TaggingExportMetadata
 
@@ -139,12 +138,9 @@ class TaggerServing(export.ServingFamily):
         # run_ner.py's default: windows half a window apart (data.WindowConfig.stride).
         return {"doc_stride": data.WindowConfig(max_seq_length=max(3, max_seq_length)).stride}
 
-    def claims_legacy_run(self, data):
-        return data.get("task") == TAGGING_TASK
-
     def settings(self, given, metadata, max_seq_length):
         values = super().settings(given, metadata, max_seq_length)
-        values["labels"] = export.label_names(given, metadata, self.model_type)
+        values["labels"] = families.label_names(given, metadata, self.model_type)
         return values
 
     def config_fields(self, metadata):
@@ -160,28 +156,28 @@ class TaggerServing(export.ServingFamily):
 
         labels = list(config.labels)
         if not labels:
-            raise export.ExportError("a tagger export needs its label names (--label_list, "
-                                     "or the run's export_metadata.json)")
+            raise ExportError("a tagger export needs its label names (--label_list, "
+                              "or the run's export_metadata.json)")
         if len(set(labels)) != len(labels):
-            raise export.ExportError(f"the tagger's labels repeat a name: {labels}")
+            raise ExportError(f"the tagger's labels repeat a name: {labels}")
         if config.tag_scheme not in ("",) + data.SCHEMES:
-            raise export.ExportError(f"tag_scheme={config.tag_scheme!r} is not one of "
-                                     f"{data.SCHEMES}")
+            raise ExportError(f"tag_scheme={config.tag_scheme!r} is not one of "
+                              f"{data.SCHEMES}")
         if (data.is_chunk_scheme(tag_scheme(config))
                 and data.detect_tag_scheme(labels) == "none"):
-            raise export.ExportError(
+            raise ExportError(
                 f"tag_scheme={config.tag_scheme} but the labels {labels} are not all chunk "
                 "tags (O or P-TYPE with P in B, I, E, S); use tag_scheme none")
         if config.doc_stride < 1 or config.max_context_windows < 1:
-            raise export.ExportError(f"doc_stride={config.doc_stride} and max_context_windows="
-                                     f"{config.max_context_windows} must be positive")
+            raise ExportError(f"doc_stride={config.doc_stride} and max_context_windows="
+                              f"{config.max_context_windows} must be positive")
         if config.feature_based:
             if (config.feature_layers or DEFAULT_FEATURE_LAYERS) not in FEATURE_LAYERS:
-                raise export.ExportError(f"feature_layers={config.feature_layers!r} is not "
-                                         f"one of {FEATURE_LAYERS}")
+                raise ExportError(f"feature_layers={config.feature_layers!r} is not "
+                                  f"one of {FEATURE_LAYERS}")
             if config.lstm_units < 0:
-                raise export.ExportError(f"lstm_units={config.lstm_units} must not be "
-                                         "negative (0: the default, 768)")
+                raise ExportError(f"lstm_units={config.lstm_units} must not be "
+                                  "negative (0: the default, 768)")
 
     def build_model(self, config, bert_config, dtype_policy):
         # What tasks.tagging.task.model_from_metadata builds, from the serving config.
@@ -194,16 +190,16 @@ class TaggerServing(export.ServingFamily):
         from modeling.models import BertFeatureTagger, BertTokenTagger
 
         expected = BertFeatureTagger if config.feature_based else BertTokenTagger
-        export._expect_model(model, expected, config)
+        families.expect_model(model, expected, config)
         if model.num_labels != len(config.labels):
-            raise export.ExportError(
+            raise ExportError(
                 f"the tagger has {model.num_labels} outputs but {len(config.labels)} labels "
                 f"were given: {list(config.labels)}")
         if config.feature_based:
             want = (config.feature_layers or DEFAULT_FEATURE_LAYERS,
                     config.lstm_units or DEFAULT_LSTM_UNITS)
             if (model.feature_layers, model.lstm_units) != want:
-                raise export.ExportError(
+                raise ExportError(
                     f"the feature-based tagger has feature_layers={model.feature_layers}, "
                     f"lstm_units={model.lstm_units}; the settings say {want}")
 
@@ -226,7 +222,7 @@ class TaggerServing(export.ServingFamily):
                     "word_window": tf.cast(scoring[:, 0], tf.int32),
                     "word_window_position": tf.cast(scoring[:, 1], tf.int32)}
 
-        text = {"text": export.string_spec("text")}
+        text = {"text": serving.string_spec("text")}
         return {
             "serving_default": tf.function(serve).get_concrete_function(**text),
             "tag_words": tf.function(tag_words).get_concrete_function(
@@ -234,11 +230,11 @@ class TaggerServing(export.ServingFamily):
             "preprocess": tf.function(preprocess).get_concrete_function(**text),
             "serving_tokenized": tf.function(
                 lambda **f: _logits_ids(module, f)).get_concrete_function(
-                    **export.ids_specs()),
+                    **serving.ids_specs()),
         }
 
 
-FAMILY = export.register(TaggerServing())
+FAMILY = registry.register(TaggerServing())
 
 
 def tag_scheme(config) -> str:
@@ -276,8 +272,8 @@ def _logits_ids(module, features):
     """``serving_tokenized``: the model on the request's width, its outputs returned at
     the width the caller passed (0 at the positions cut as padding)."""
     width = tf.shape(features["input_ids"])[1]
-    out = _logits(module, export.trim_to_request(features))
-    return {name: export.pad_positions(value, width) for name, value in out.items()}
+    out = _logits(module, serving.trim_to_request(features))
+    return {name: serving.pad_positions(value, width) for name, value in out.items()}
 
 
 def split_text(module, text):
@@ -332,7 +328,7 @@ def pack_words(module, words):
     room = c.max_seq_length - 2
     span = tf.fill([batch], tf.constant(room, tf.int64))
     stride = tf.minimum(tf.cast(c.doc_stride, tf.int64), span)
-    window, windows = export.token_windows(
+    window, windows = serving.token_windows(
         pieces, span, stride, c.max_context_windows, what="a text",
         settings=f"doc_stride={c.doc_stride}, max_seq_length={c.max_seq_length}",
         advice="split the text or export with a larger --max_context_windows",
@@ -344,9 +340,9 @@ def pack_words(module, words):
     input_ids, input_mask = tf_text.pad_model_inputs(ids, c.max_seq_length)
     segment_ids, _ = tf_text.pad_model_inputs(segments, c.max_seq_length)
     # The request's longest window, not max_seq_length (only padding is cut).
-    features = export.trim_to_request({"input_ids": tf.cast(input_ids, tf.int32),
-                                       "input_mask": tf.cast(input_mask, tf.int32),
-                                       "segment_ids": tf.cast(segment_ids, tf.int32)})
+    features = serving.trim_to_request({"input_ids": tf.cast(input_ids, tf.int32),
+                                        "input_mask": tf.cast(input_mask, tf.int32),
+                                        "segment_ids": tf.cast(segment_ids, tf.int32)})
 
     # Pieces numbered over the whole batch (pieces.flat_values order): which are first
     # pieces, and of which word (every word has at least one piece).
@@ -364,7 +360,7 @@ def pack_words(module, words):
              + windows["doc_start"][:, None] + pos - start)            # [windows, seq]
     inside = (pos >= start) & (pos < start + windows["length"][:, None])
     piece = tf.where(inside, piece, total)
-    scored = inside & export.max_context(windows, pos) & tf.gather(is_first, piece)
+    scored = inside & serving.max_context(windows, pos) & tf.gather(is_first, piece)
     where = tf.where(scored)                                           # [m, 2]
     word = tf.gather(word_of_piece, tf.gather_nd(piece, where))
     # Exactly one window scores each word: put the rows back in word order.

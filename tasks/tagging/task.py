@@ -27,7 +27,8 @@ import os
 import numpy as np
 
 from data_prep import fileio
-from modeling import export, losses
+from modeling import losses
+from modeling.export.metadata import METADATA_FILE, ExportMetadata
 from tasks.tagging import data, metrics
 from training import finetuning, input_pipeline
 from training.loop import Task
@@ -89,7 +90,7 @@ class TaggingSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class TaggingExportMetadata(export.ExportMetadata):
+class TaggingExportMetadata(ExportMetadata):
     """`export_metadata.json` of a tagging run: the shared fields plus what rebuilding the
     model and decoding its tags need.
 
@@ -243,7 +244,7 @@ class TaggingFamily(finetuning.TaskFamily):
         path = run.init_checkpoint
         if run.do_train or not path or not fileio.isdir(path):
             return
-        meta_file = os.path.join(path, export.METADATA_FILE)
+        meta_file = os.path.join(path, METADATA_FILE)
         if not fileio.exists(meta_file):
             return
         found = json.loads(fileio.read_text(meta_file))

@@ -41,7 +41,8 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from modeling import export
+from modeling.export import families, registry, serving
+from modeling.export.metadata import ExportError, write_marker
 from modeling.encoder import BertEncoder
 
 ENCODER_DIR = "encoder"
@@ -79,14 +80,14 @@ class HubEncoder(tf.__internal__.tracking.AutoTrackable):
             # seq_length; the outputs come back at the width passed (zeros where only
             # padding was cut), as TF Hub's interface has them.
             width = tf.shape(inputs["input_word_ids"])[1]
-            features = export.trim_to_request(
+            features = serving.trim_to_request(
                 {ours: inputs[hub] for ours, hub in zip(_OUR_INPUTS, HUB_INPUTS)})
             out = encoder(features, training=training)
             pooled = tf.cast(out["pooled_output"], tf.float32)
             return {"pooled_output": pooled, "default": pooled,
-                    "sequence_output": export.pad_positions(
+                    "sequence_output": serving.pad_positions(
                         tf.cast(out["sequence_output"], tf.float32), width),
-                    "encoder_outputs": [export.pad_positions(tf.cast(x, tf.float32), width)
+                    "encoder_outputs": [serving.pad_positions(tf.cast(x, tf.float32), width)
                                         for x in out["encoder_outputs"]]}
 
         for training in (False, True):
@@ -180,14 +181,14 @@ class HubPreprocessor(tf.Module):
 
 
 @dataclasses.dataclass(frozen=True)
-class HubServingConfig(export.ServingConfig):
+class HubServingConfig(families.ServingConfig):
     """``--model_type=hub``'s settings: the common ones (``max_seq_length`` is the
     preprocessor's default ``seq_length``)."""
 
     model_type: ClassVar[str] = "hub"
 
 
-class HubServing(export.ServingFamily):
+class HubServing(families.ServingFamily):
     """``--model_type=hub``: the pretrained (or fine-tuned) encoder for TF Hub users."""
 
     model_type = "hub"
@@ -202,11 +203,11 @@ class HubServing(export.ServingFamily):
         return BertEncoder(bert_config, dtype=dtype_policy)
 
     def check_model(self, model, config):
-        export._expect_model(model, BertEncoder, config)
+        families.expect_model(model, BertEncoder, config)
 
     def signatures(self, module):
-        raise export.ExportError("a hub export has no serving signatures: it is two "
-                                 "reusable SavedModels (see modeling/hub_export.py)")
+        raise ExportError("a hub export has no serving signatures: it is two "
+                          "reusable SavedModels (see modeling/export/hub.py)")
 
     def write(self, model, config, directory, tokenizer=None):
         from data_prep.tf_tokenization import BertInGraphTokenizer
@@ -215,11 +216,11 @@ class HubServing(export.ServingFamily):
         encoder_dir = os.path.join(directory, ENCODER_DIR)
         tf.saved_model.save(HubEncoder(model, config.vocab_file, config.do_lower_case),
                             encoder_dir)
-        export.write_marker(encoder_dir, "hub_encoder", config)
+        write_marker(encoder_dir, "hub_encoder", config)
         preprocessor_dir = os.path.join(directory, PREPROCESSOR_DIR)
         preprocessor = HubPreprocessor(tokenizer, config.max_seq_length)
         tf.saved_model.save(preprocessor, preprocessor_dir)
-        export.write_marker(preprocessor_dir, "hub_preprocessor", config)
+        write_marker(preprocessor_dir, "hub_preprocessor", config)
 
 
-FAMILY = export.register(HubServing())
+FAMILY = registry.register(HubServing())
