@@ -58,7 +58,7 @@ import numpy as np
 import numpy.random
 from absl import app, flags, logging
 
-from data_prep import fileio, lifecycle, pretraining_cli, shared_results, tokenization
+from data_prep import fileio, lifecycle, pretraining_cli, shared_results
 from data_prep.pretraining_cli import CliError
 from data_prep.pretraining_data import documents
 from data_prep.pretraining_data.chunks import ChunkTask, load_tokenizer, process_chunk
@@ -310,7 +310,7 @@ def start_workers(num_workers, vocab_file, do_lower_case):
     the executor's pipe).
 
     On Linux the workers are forked after this process has built the tokenizer (and
-    imported numpy), so they inherit it, Unicode tables included, and the shared results
+    imported numpy), so they inherit it and the shared results
     file; elsewhere they are spawned clean. Each worker dies with this process, even on
     `kill -9`, and leaves Ctrl-C and SIGTERM to it (`lifecycle.init_worker_process`).
     """
@@ -320,7 +320,6 @@ def start_workers(num_workers, vocab_file, do_lower_case):
     shared = None
     if fork:
         load_tokenizer(vocab_file, do_lower_case)
-        tokenization.load_tables()
         shared = shared_results.SharedResults.create()
     context = multiprocessing.get_context("fork" if fork else "spawn")
     # An executor, not multiprocessing.Pool: a worker killed (e.g. by the OOM killer)
