@@ -156,8 +156,8 @@ def main():
     parser.add_argument("--ours_root", default=ROOT,
                         help="checkout whose create_pretraining_data is timed")
     parser.add_argument("--compare_root", default=None,
-                        help="another checkout (e.g. the code before a change) timed in the "
-                        "same run, right after ours, with the same flags")
+                        help="other checkouts, comma-separated (e.g. the code before a "
+                        "change) timed in the same run, right after ours, with the same flags")
     parser.add_argument("--startup", default=True, action=argparse.BooleanOptionalAction,
                         help="also time start-up alone (a 2 KB corpus)")
     parser.add_argument("--repeats", type=int, default=1,
@@ -187,7 +187,8 @@ def main():
     bench_corpus.write_vocab(vocab_path)
     load_before = os.getloadavg()
     checkouts = [("ours", args.ours_root)] + (
-        [(f"ours from {args.compare_root}", args.compare_root)] if args.compare_root else [])
+        [(f"ours from {root}", root) for root in args.compare_root.split(",")]
+        if args.compare_root else [])
     # Bytecode caches, as a user's second run (or any pip install) has them: the
     # original's site-packages have them; without this, an environment with
     # PYTHONDONTWRITEBYTECODE=1 would compile our modules in every timed run (~30 ms).
@@ -219,9 +220,9 @@ def main():
         if args.exact_draws_run:
             variants.append((all_cores, ["--exact_draws"]))
         for workers, extra in variants:
-            for label, root in checkouts:
+            for checkout, (label, root) in enumerate(checkouts):
                 out = os.path.join(work, f"ours_{kind}_{size_mb:g}_{workers}_{len(extra)}_"
-                                         f"{len(label)}.tfrecord")
+                                         f"{checkout}.tfrecord")
                 runs.append((f"{label}, {workers} worker(s)"
                              f"{', --exact_draws' if extra else ''}", out,
                              ["-m", "data_prep.create_pretraining_data",
@@ -276,9 +277,8 @@ def main():
             print(json.dumps(rows[-1]), flush=True)
     if args.startup:  # after the sizes: the vocab is learned from the first corpus
         rows += startup_rows(work, vocab_path, common, env, args.ours_root)
-        if args.compare_root:
-            rows += startup_rows(work, vocab_path, common, env, args.compare_root,
-                                 label=f"ours from {args.compare_root}")
+        for label, root in checkouts[1:]:
+            rows += startup_rows(work, vocab_path, common, env, root, label=label)
     print(format_table(rows, args, load_before, os.getloadavg()))
 
 
