@@ -82,11 +82,10 @@ def main(argv) -> int:
     try:
         _tokenize(argv)
     except (ValueError, flags.Error) as err:
-        sys.stdout.flush()
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
     finally:
-        sys.stdout.flush()
+        sys.stdout.flush()  # the lines before an error are kept
     return 0
 
 

@@ -307,8 +307,9 @@ def start_workers(num_workers, vocab_file, do_lower_case):
     """A process pool (executor) for `process_chunk`, or None to work in this process.
 
     On Linux the workers are forked after this process has built the tokenizer (and
-    imported numpy), so they inherit it; elsewhere they are spawned clean. Each worker dies with this process, even on
-    `kill -9`, and leaves Ctrl-C and SIGTERM to it (`lifecycle.init_worker_process`).
+    imported numpy), so they inherit it; elsewhere they are spawned clean. Each worker dies
+    with this process, even on `kill -9`, and leaves Ctrl-C and SIGTERM to it
+    (`lifecycle.init_worker_process`).
     """
     if num_workers <= 1:
         return None

@@ -216,9 +216,8 @@ class FullTokenizer:
 
     `tokenize` is the fast path (whole-line string passes plus bounded caches of
     whitespace chunk -> WordPieces and word -> WordPieces; `tokenize_to_ids` adds chunk ->
-    ids); `tokenize_exact` is the
-    character-by-character reference. Both give the original's output. The caches assume
-    the vocab is not mutated after construction.
+    ids); `tokenize_exact` is the character-by-character reference. Both give the
+    original's output. The caches assume the vocab is not mutated after construction.
     """
 
     # Each cache is cleared when it reaches this size, bounding memory on huge corpora.

@@ -6,8 +6,6 @@ test_tf_tokenization.py to measure where the in-graph tokenizer differs.
 
 import functools
 import io
-import os
-import pathlib
 import random
 import subprocess
 import sys

@@ -3,8 +3,9 @@
 * `shuffle` is CPython's `Random.shuffle` inlined: the same permutation from the same
   generator state, without the method calls per element that dominate the original's
   masking (a shuffle of every instance's positions): 15-30% of an `--exact_draws` run's
-  CPU (bench/RESULTS.md, "Speed machinery"). It follows `_randbelow_with_getrandbits`; `INLINE_OK` checks at
-  import that this Python's `random` agrees, and `Random.shuffle` is used if it does not.
+  CPU (bench/RESULTS.md, "Speed machinery"). It follows `_randbelow_with_getrandbits`;
+  `INLINE_OK` checks at import that this Python's `random` agrees, and `Random.shuffle`
+  is used if it does not.
 * `chunk_rng` / `chunk_masking_rng`: the generators of one unit of work (a chunk of the
   local pipeline, a pool of the Beam pipeline), derived from the seed and the unit's
   number only, so the output does not depend on which process runs which unit.
