@@ -54,14 +54,13 @@ def main():
 
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_beam_")
     os.makedirs(work, exist_ok=True)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               BERT_KERAS3_CACHE_DIR=os.path.join(work, "cache"))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     common = ["--max_seq_length=128", "--max_predictions_per_seq=20",
               f"--dupe_factor={args.dupe_factor}", "--masked_lm_prob=0.15",
               "--random_seed=12345", "--do_lower_case=true"]
     vocab = os.path.join(work, "vocab.txt")
     bench_corpus.write_vocab(vocab)
-    # Bytecode and the tokenizer's table cache, as a user's second run finds them.
+    # Bytecode, as a user's second run finds it.
     subprocess.run([sys.executable, "-m", "compileall", "-q", "data_prep"], cwd=ROOT,
                    env={k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"},
                    check=True)

@@ -18,10 +18,9 @@ CPU seconds of all its processes (robust on a shared,
 loaded machine, where wall time is not), instances/s and peak memory (the largest single
 process, from getrusage, and the whole process tree, sampled from /proc), plus the
 Python tokenizer's own speed on the same text, the ceiling of a tokenizer-bound pipeline.
-Our runs use a table cache of their own (`BERT_KERAS3_CACHE_DIR` in the work directory),
-filled before the first timed run, as any run after a user's first finds it. With
---startup (default) it also times start-up alone: ours with all cores on a 2 KB corpus,
-with that cache and with caching off (the tokenizer's Unicode tables computed in the run).
+With --startup (default) it also times start-up alone: ours with all cores on a 2 KB
+corpus (a `--compare_root` from before 2026-11-27 has a Unicode table cache: timed with
+it, in the work directory, and with caching off).
 
     .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=1,10
     .venv/bin/python bench/bench_create_pretraining_data.py --sizes_mb=1 --skip_original
@@ -129,7 +128,6 @@ def count_records(paths):
 
 def tokenizer_speed(corpus_path, vocab_path):
     tokenizer = tokenization.FullTokenizer(vocab_path, do_lower_case=True)
-    tokenization.load_tables()  # start-up, not tokenizer speed
     with open(corpus_path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     start = time.perf_counter()
@@ -153,8 +151,8 @@ def main():
     parser.add_argument("--ours_root", default=ROOT,
                         help="checkout whose create_pretraining_data is timed")
     parser.add_argument("--compare_root", default=None,
-                        help="another checkout (e.g. the code before a change) timed in the "
-                        "same run, right after ours, with the same flags")
+                        help="other checkouts, comma-separated (e.g. the code before a "
+                        "change) timed in the same run, right after ours, with the same flags")
     parser.add_argument("--startup", default=True, action=argparse.BooleanOptionalAction,
                         help="also time start-up alone (a 2 KB corpus)")
     parser.add_argument("--repeats", type=int, default=1,
@@ -176,6 +174,7 @@ def main():
               f"--max_predictions_per_seq={args.max_predictions_per_seq}",
               f"--dupe_factor={args.dupe_factor}", "--masked_lm_prob=0.15",
               "--random_seed=12345", "--do_lower_case=true"]
+    # An old checkout's table cache goes to the work directory, not the user's home.
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                BERT_KERAS3_CACHE_DIR=os.path.join(work, "cache"))
     rows = []
@@ -183,11 +182,12 @@ def main():
     bench_corpus.write_vocab(vocab_path)
     load_before = os.getloadavg()
     checkouts = [("ours", args.ours_root)] + (
-        [(f"ours from {args.compare_root}", args.compare_root)] if args.compare_root else [])
+        [(f"ours from {root}", root) for root in args.compare_root.split(",")]
+        if args.compare_root else [])
     # Bytecode caches, as a user's second run (or any pip install) has them: the
     # original's site-packages have them; without this, an environment with
     # PYTHONDONTWRITEBYTECODE=1 would compile our modules in every timed run (~30 ms).
-    # Then one run fills the tokenizer's table cache, as a user's first run does.
+    # Then one warm-up run (which fills an old checkout's table cache).
     for _, root in checkouts:
         subprocess.run([sys.executable, "-m", "compileall", "-q", "data_prep"], cwd=root,
                        env={k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"},
@@ -215,9 +215,9 @@ def main():
         if args.exact_draws_run:
             variants.append((all_cores, ["--exact_draws"]))
         for workers, extra in variants:
-            for label, root in checkouts:
+            for checkout, (label, root) in enumerate(checkouts):
                 out = os.path.join(work, f"ours_{kind}_{size_mb:g}_{workers}_{len(extra)}_"
-                                         f"{len(label)}.tfrecord")
+                                         f"{checkout}.tfrecord")
                 runs.append((f"{label}, {workers} worker(s)"
                              f"{', --exact_draws' if extra else ''}", out,
                              ["-m", "data_prep.create_pretraining_data",
@@ -272,15 +272,14 @@ def main():
             print(json.dumps(rows[-1]), flush=True)
     if args.startup:  # after the sizes: the vocab is learned from the first corpus
         rows += startup_rows(work, vocab_path, common, env, args.ours_root)
-        if args.compare_root:
-            rows += startup_rows(work, vocab_path, common, env, args.compare_root,
-                                 label=f"ours from {args.compare_root}")
+        for label, root in checkouts[1:]:
+            rows += startup_rows(work, vocab_path, common, env, root, label=label)
     print(format_table(rows, args, load_before, os.getloadavg()))
 
 
 def startup_command(work, vocab_path, common):
     """Ours on a 2 KB corpus in two chunks (two workers start, as in a real run): the
-    start-up run, and the warm-up that fills the table cache before the timed runs."""
+    start-up run, and the warm-up before the timed runs."""
     corpus = os.path.join(work, "corpus_startup.txt")
     if not os.path.exists(corpus):
         bench_corpus.write_corpus(corpus, 0.002)
@@ -292,16 +291,20 @@ def startup_command(work, vocab_path, common):
 
 def startup_rows(work, vocab_path, common, env, ours_root, label="ours",
                  repeats=5):
-    """Ours on a 2 KB corpus in two chunks (start-up dominates, workers included): with
-    the table cache, and with caching off."""
+    """Ours on a 2 KB corpus in two chunks (start-up dominates, workers included); a
+    checkout with a table cache also with caching off."""
     cmd = startup_command(work, vocab_path, common)
     out = os.path.join(work, "startup.tfrecord")  # startup_command's output
     nbytes = os.path.getsize(os.path.join(work, "corpus_startup.txt"))
     measure(cmd, env=env, cwd=ours_root)  # fills the cache
     rows = []
-    for name, run_env in ((f"{label}, start-up (2 KB corpus), table cache", env),
-                          (f"{label}, start-up (2 KB corpus), no table cache",
-                           dict(env, BERT_KERAS3_CACHE_DIR=""))):
+    variants = [(f"{label}, start-up (2 KB corpus)", env)]
+    with open(os.path.join(ours_root, "data_prep", "tokenization.py")) as f:
+        if "BERT_KERAS3_CACHE_DIR" in f.read():
+            variants = [(f"{label}, start-up (2 KB corpus), table cache", env),
+                        (f"{label}, start-up (2 KB corpus), no table cache",
+                         dict(env, BERT_KERAS3_CACHE_DIR=""))]
+    for name, run_env in variants:
         load = os.getloadavg()[0]
         best = min((measure(cmd, env=run_env, cwd=ours_root) for _ in range(repeats)),
                    key=lambda m: m[0])

@@ -14,13 +14,11 @@ time (also shown); rounds interleave the tokenizers and the best round of each c
 TensorFlow is limited to one intra-op and one inter-op thread.
 
 Then the command-line tools as a user runs them, start-up included: our
-`python -m data_prep.tokenization` against the original's tokenizer in an equivalent
+`python -m data_prep.bert_tokenize` against the original's tokenizer in an equivalent
 stdin -> stdout script, on the same text (wall and CPU seconds of the process, best of
 the rounds; outputs compared byte for byte), and each one's start-up alone (empty
-input). Our start-up is measured with the tokenizer's Unicode table cache warm and with
-caching off (`BERT_KERAS3_CACHE_DIR=`, the tables computed in the run). `--compare_root`
-adds the CLI of another checkout of this project (e.g. the code before a change) to the
-same rounds.
+input). `--compare_root` adds the CLI of another checkout of this project (e.g. the code
+before a change) to the same rounds.
 """
 
 from __future__ import annotations
@@ -85,27 +83,34 @@ def cli_table(lines, vocab_file, workdir, repeats, ours_root, compare_root=None)
     mb = os.path.getsize(text_path) / 1e6
     cache_dir = os.path.join(workdir, "cache")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT / "tests"))
-    ours = [sys.executable, "-m", "data_prep.tokenization", f"--vocab_file={vocab_file}",
-            "--do_lower_case=true"]
     original = [sys.executable, "-c", ORIGINAL_CLI, vocab_file]
-    warm = dict(env, BERT_KERAS3_CACHE_DIR=cache_dir)
-    cold = dict(env, BERT_KERAS3_CACHE_DIR="")
     checkouts = [("ours", ours_root)] + (
         [(f"ours from {compare_root}", compare_root)] if compare_root else [])
-    # Fills the cache, if this code has one: a non-ASCII line makes the tokenizer build
-    # (and cache) its full tables, which ASCII-only input never needs.
+    # A checkout from before 2026-11-27 has its CLI in data_prep/tokenization.py and a
+    # Unicode table cache (timed warm, and off: the tables computed in the run).
+    variants = {}
     warm_up_path = os.path.join(workdir, "warm_up.txt")
     with open(warm_up_path, "w", encoding="utf-8") as f:
         f.write("Naïve café, Ünïcödé.\n")
-    for _, root in checkouts:
-        run_process(ours, warm_up_path, warm, root)
+    for label, root in checkouts:
+        new = os.path.exists(os.path.join(root, "data_prep", "bert_tokenize.py"))
+        cmd = [sys.executable, "-m", "data_prep.bert_tokenize" if new else
+               "data_prep.tokenization", f"--vocab_file={vocab_file}", "--do_lower_case=true"]
+        if new:
+            variants[label] = [("", cmd, env, root)]
+        else:
+            warm = dict(env, BERT_KERAS3_CACHE_DIR=cache_dir)
+            run_process(cmd, warm_up_path, warm, root)  # fills its cache
+            variants[label] = [(", table cache warm", cmd, warm, root),
+                               (", no table cache", cmd,
+                                dict(env, BERT_KERAS3_CACHE_DIR=""), root)]
     groups = []
     for stdin_path, what in ((empty_path, "start-up only (empty input)"),
                              (text_path, f"{mb:.2f} MB")):
         group = {f"original, {what}": (original, stdin_path, env, ROOT)}
-        for label, root in checkouts:
-            group[f"{label}, {what}, table cache warm"] = (ours, stdin_path, warm, root)
-            group[f"{label}, {what}, no table cache"] = (ours, stdin_path, cold, root)
+        for label, runs in variants.items():
+            for suffix, cmd, run_env, root in runs:
+                group[f"{label}, {what}{suffix}"] = (cmd, stdin_path, run_env, root)
         groups.append(group)
     runs = {name: run for group in groups for name, run in group.items()}
     wall = dict.fromkeys(runs, float("inf"))
@@ -140,7 +145,7 @@ def main() -> None:
     parser.add_argument("--in_process", default=True, action=argparse.BooleanOptionalAction,
                         help="time the tokenizers in this process")
     parser.add_argument("--ours_root", default=str(ROOT),
-                        help="checkout whose `python -m data_prep.tokenization` is timed")
+                        help="checkout whose `python -m data_prep.bert_tokenize` is timed")
     parser.add_argument("--compare_root", default=None,
                         help="another checkout (e.g. the code before a change) whose CLI is "
                         "timed in the same rounds")
@@ -173,7 +178,6 @@ def main() -> None:
     from original_bert import original_module
 
     original = original_module("tokenization").FullTokenizer(vocab_file, do_lower_case=True)
-    tokenization._fast_basic().load_tables()  # once per process, not per tokenizer
 
     def ours(method):
         def run():  # a fresh tokenizer each time: the caches start cold

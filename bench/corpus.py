@@ -21,8 +21,8 @@ already appeared is dropped, so no line of the corpus repeats. One document per 
 file (its docstrings, then its comments); one sentence per line, a blank line between
 documents: the original BERT input format. About 19 MB in all with the pinned packages
 (the Beam and dev extras installed, `make .venv/.dev`); the whole text is built once
-(1-3 minutes on 2 cores, with the load) and cached beside the tokenizer's table cache,
-keyed by the code and the source files' names and contents. `describe()` (`--describe`) counts the distinct
+(1-3 minutes on 2 cores, with the load) and cached (`_cache_file`), keyed by the code
+and the source files' names and contents. `describe()` (`--describe`) counts the distinct
 lines and prints the SHA-256 to compare two machines' corpora.
 
 `--corpus=repeated` is the old benches' kind of corpus, kept to measure what repetition
@@ -148,13 +148,17 @@ def _fingerprint() -> str:
 
 
 def _cache_file() -> str | None:
-    """The whole unique text's cache file (the tokenizer tables' cache directory), or None."""
-    from data_prep import tokenization
-
-    tables = tokenization.tables_cache_file()
-    if tables is None:
+    """The whole unique text's cache file, or None: under `$BERT_KERAS3_CACHE_DIR` (empty:
+    no cache), else `$XDG_CACHE_HOME/bert-keras3`, else `~/.cache/bert-keras3` (a bench,
+    run on purpose, may keep its corpus there; the library writes nothing of its own)."""
+    directory = os.environ.get("BERT_KERAS3_CACHE_DIR")
+    if directory is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                 ".cache")
+        directory = os.path.join(base, "bert-keras3")
+    if not directory:
         return None
-    return os.path.join(os.path.dirname(tables), f"bench-corpus-{_fingerprint()}.txt")
+    return os.path.join(directory, f"bench-corpus-{_fingerprint()}.txt")
 
 
 @functools.cache
@@ -229,9 +233,9 @@ def write_vocab(vocab_path: str, size: int = 30_000, sample_mb: float = 5.0) -> 
     special tokens, every character alone and as a `##` piece, the 3,000 most frequent word
     endings (`##` pieces of 2-5 characters), then the most frequent words, up to `size`
     entries. Returns the number of entries (about 21,000 with the defaults)."""
-    from data_prep import tokenization
+    from data_prep import reference_tokenization
 
-    basic = tokenization.BasicTokenizer(do_lower_case=True)
+    basic = reference_tokenization.BasicTokenizer(do_lower_case=True)
     words = collections.Counter()
     for line in _prefix(unique_text(), int(sample_mb * 1e6)).decode("utf-8").split("\n"):
         words.update(basic.tokenize(line))

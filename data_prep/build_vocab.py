@@ -4,7 +4,7 @@
         --vocab_size=8000 --do_lower_case=true
 
 The text is split into words exactly as the BERT tokenizer does at use time
-(`data_prep.tokenization.BasicTokenizer`: cleaning, CJK splitting, optional lower-casing
+(`data_prep.reference_tokenization.BasicTokenizer`: cleaning, CJK splitting, optional lower-casing
 and accent stripping, punctuation splitting), and tensorflow-text's WordPiece learner
 (`tensorflow_text.tools.wordpiece_vocab.wordpiece_tokenizer_learner_lib.learn`, the
 algorithm behind `bert_vocab_from_dataset`) learns the pieces from the word counts.
@@ -41,7 +41,7 @@ import os
 import random
 import time
 
-from data_prep import cli, fileio, text_input, tokenization
+from data_prep import cli, fileio, reference_tokenization, text_input, tokenization
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 LAYOUTS = ("bert", "compact")
@@ -199,7 +199,7 @@ def count_words(lines, do_lower_case: bool) -> collections.Counter:
     chunks: collections.Counter = collections.Counter()
     for line in lines:
         chunks.update(line.split(" "))
-    basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
+    basic = reference_tokenization.BasicTokenizer(do_lower_case=do_lower_case)
     words: collections.Counter = collections.Counter()
     for chunk, count in chunks.items():
         for word in basic.tokenize(chunk):
@@ -224,8 +224,8 @@ def special_tokens(num_unused: int, layout: str = "bert") -> list[str]:
 
 def can_continue_word(char: str) -> bool:
     """Whether `char` can follow another character inside a basic-tokenizer word."""
-    return not (tokenization._is_punctuation(char)
-                or tokenization._is_chinese_char(ord(char)))
+    return not (reference_tokenization.is_punctuation(char)
+                or reference_tokenization.is_chinese_char(ord(char)))
 
 
 def character_tokens(word_counts) -> list[str]:
@@ -382,7 +382,7 @@ def unk_report(vocab_file: str, lines: list[str], do_lower_case: bool) -> dict:
             word_pieces = tokenizer.wordpiece_tokenizer.tokenize(word)
             words += 1
             pieces += len(word_pieces)
-            unknown += word_pieces.count(tokenization.UNK_TOKEN)
+            unknown += word_pieces.count(reference_tokenization.UNK_TOKEN)
     return {
         "sample_lines": len(lines),
         "sample_words": words,

@@ -57,8 +57,7 @@ import numpy as np
 import numpy.random
 from absl import app, flags, logging
 
-from data_prep import (cli, fileio, lifecycle, pretraining_cli, shared_results,
-                       tokenization)
+from data_prep import cli, fileio, lifecycle, pretraining_cli
 from data_prep.pretraining_cli import CliError
 from data_prep.pretraining_data import documents
 from data_prep.pretraining_data.chunks import ChunkTask, load_tokenizer, process_chunk
@@ -252,8 +251,7 @@ class ShuffleBuffer:
     are written in a uniformly random order (numpy permutation) and the buffer starts
     again. A block of whole chunks, each shuffled, put in a random order, is a uniform
     shuffle of the block; records are only referenced (memoryview slices of the chunks'
-    data: strings, or slots mapped by `shared_results`), never copied, until they are
-    written.
+    data), never copied, until they are written.
     """
 
     def __init__(self, size: int, seed: int):
@@ -278,30 +276,25 @@ class ShuffleBuffer:
 
 
 def start_workers(num_workers, vocab_file, do_lower_case):
-    """A process pool (executor) for `process_chunk`, or None to work in this process;
-    with it, the `shared_results.SharedResults` its results come through (None: through
-    the executor's pipe).
+    """A process pool (executor) for `process_chunk`, or None to work in this process.
 
     On Linux the workers are forked after this process has built the tokenizer (and
-    imported numpy), so they inherit it, Unicode tables included, and the shared results
-    file; elsewhere they are spawned clean. Each worker dies with this process, even on
-    `kill -9`, and leaves Ctrl-C and SIGTERM to it (`lifecycle.init_worker_process`).
+    imported numpy), so they inherit it; elsewhere they are spawned clean. Each worker dies
+    with this process, even on `kill -9`, and leaves Ctrl-C and SIGTERM to it
+    (`lifecycle.init_worker_process`).
     """
     if num_workers <= 1:
-        return None, None
+        return None
     fork = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
-    shared = None
     if fork:
         load_tokenizer(vocab_file, do_lower_case)
-        tokenization.load_tables()
-        shared = shared_results.SharedResults.create()
     context = multiprocessing.get_context("fork" if fork else "spawn")
     # An executor, not multiprocessing.Pool: a worker killed (e.g. by the OOM killer)
     # fails the run with BrokenProcessPool instead of hanging it.
     pool = concurrent.futures.ProcessPoolExecutor(
         num_workers, mp_context=context, initializer=lifecycle.init_worker_process,
         initargs=(os.getpid(),))
-    return pool, shared
+    return pool
 
 
 def stop_workers(pool) -> None:
@@ -328,20 +321,13 @@ def stop_workers(pool) -> None:
         writer.close()
 
 
-def ordered_results(tasks, pool, window, shared=None):
+def ordered_results(tasks, pool, window):
     """`process_chunk` over the tasks, yielded in task order, with at most `window` chunks
     in flight so memory stays flat however far workers run ahead. The first window is
-    submitted now, so workers start while this process goes on. With `shared`, the
-    records come through its slots (a result's data is then a read-only memoryview)."""
+    submitted now, so workers start while this process goes on."""
     if pool is None:
         return (process_chunk(task) for task in tasks)
     task_iter = iter(tasks)
-
-    def submit(task):
-        if shared is None:
-            return pool.submit(process_chunk, task), None
-        slot = shared.acquire()
-        return pool.submit(shared_results.process_chunk, task, slot), slot
 
     # The first submissions start the workers. Signals are held meanwhile: one arriving
     # while a worker is being forked would hit it before `init_worker_process` (a stray
@@ -349,17 +335,14 @@ def ordered_results(tasks, pool, window, shared=None):
     # exceptions.
     with lifecycle.signals_deferred():
         pending = collections.deque(
-            submit(task) for task in itertools.islice(task_iter, window))
+            pool.submit(process_chunk, task) for task in itertools.islice(task_iter, window))
 
     def in_order():
         while pending:
-            future, slot = pending.popleft()
-            result = future.result()
-            if shared is not None:
-                result = shared.receive(result[0], slot, result[1])
+            result = pending.popleft().result()
             task = next(task_iter, None)
             if task is not None:
-                pending.append(submit(task))
+                pending.append(pool.submit(process_chunk, task))
             yield result
 
     return in_order()
@@ -415,11 +398,11 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
                         exact_draws=exact_draws, dynamic_masking=dynamic_masking)
     stats = Stats(split_documents=len(warnings))
     finals = list(outputs) + ([summary_path] if summary_path else [])
-    pool, shared = start_workers(num_workers, vocab_file, do_lower_case)
+    pool = start_workers(num_workers, vocab_file, do_lower_case)
     atomic = None
     try:
         with fileio.AtomicOutputs(finals) as atomic:
-            results = ordered_results(tasks, pool, window=num_workers + 2, shared=shared)
+            results = ordered_results(tasks, pool, window=num_workers + 2)
             # Local files are scanned while the workers start on the first chunks (a
             # warning only).
             long_lines = sum(
@@ -465,8 +448,6 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
         # Here the records and the summary are in place together.
     except BaseException as err:
         stop_workers(pool)
-        if shared is not None:
-            shared.close()
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             done = atomic is not None and atomic.committed  # a signal held over the renames
             print("create_pretraining_data: " + (
@@ -476,8 +457,6 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
         raise
     if pool is not None:
         pool.shutdown(wait=True)  # all work is done: the workers exit and are reaped here
-    if shared is not None:
-        shared.close()
     return summary
 
 

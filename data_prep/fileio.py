@@ -104,8 +104,8 @@ def open_file(path: str, mode: str = "r", encoding: str = "utf-8", newline: str 
 
 
 def _gfile_class():
-    """`tf.io.gfile.GFile` that also writes memoryviews (records mapped from shared
-    memory), as local files do."""
+    """`tf.io.gfile.GFile` that also writes memoryviews (records sliced from a chunk's
+    data), as local files do."""
     global _GFILE_CLASS
     if _GFILE_CLASS is None:
         class GFile(_gfile().GFile):

@@ -13,11 +13,12 @@ listed in docs/tokenization.md; CLIs use the pure-Python tokenizer, which is exa
 from __future__ import annotations
 
 import functools
+import unicodedata
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from data_prep import tokenization
+from data_prep import reference_tokenization, tokenization
 
 # FastWordpieceTokenizer's limit on a vocab token's UTF-8 length (suffix indicator excluded).
 _FAST_WORDPIECE_MAX_TOKEN_BYTES = 256
@@ -45,21 +46,20 @@ class _GraphPatterns:
 
     def __init__(self):
         drop, to_space, punct, chinese, marks = [], [], [], [], []
-        fast = tokenization._fast_basic()
         for cp in range(0x110000):
             if 0xD800 <= cp <= 0xDFFF:  # not representable in UTF-8 strings
                 continue
             char = chr(cp)
-            mapped = fast.clean_table.get(cp, char)
+            mapped = tokenization.clean_value(cp)
             if mapped is None:
                 drop.append(cp)
             elif mapped == " " and char != " ":
                 to_space.append(cp)
-            if tokenization._is_punctuation(char):
+            if reference_tokenization.is_punctuation(char):
                 punct.append(cp)
-            if tokenization._is_chinese_char(cp):
+            if reference_tokenization.is_chinese_char(cp):
                 chinese.append(cp)
-            if cp in fast.strip_marks_table:
+            if unicodedata.category(char) == "Mn":
                 marks.append(cp)
         self.drop = f"[{_re2_class(drop)}]"
         self.to_space = f"[{_re2_class(to_space)}]"
@@ -103,7 +103,7 @@ class BertInGraphTokenizer(tf.Module):
     """
 
     def __init__(self, vocab_file: str, do_lower_case: bool = True,
-                 max_chars_per_word: int = tokenization.MAX_INPUT_CHARS_PER_WORD,
+                 max_chars_per_word: int = reference_tokenization.MAX_INPUT_CHARS_PER_WORD,
                  name: str | None = None):
         super().__init__(name=name)
         vocab = tokenization.load_vocab(vocab_file)

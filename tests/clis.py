@@ -40,6 +40,7 @@ TOOLS = {
     "beam_pretraining_data": ("data_prep.beam_pretraining_data", "module", "define_flags"),
     "sample_corpus": ("data_prep.sample_corpus", "module", None),  # argparse
     "conlleval": ("tasks.tagging.conlleval", "module", None),  # argparse
+    "bert_tokenize": ("data_prep.bert_tokenize", "module", "define_flags"),
 }
 
 
@@ -58,14 +59,16 @@ def program(tool: str) -> str:
     return f"{module}.py" if kind == "script" else module.rpartition(".")[2]
 
 
-def call_main(tool: str, argv=(), stdin: str | None = None, cwd: str | None = None,
+def call_main(tool: str, argv=(), stdin: str | bytes | None = None, cwd: str | None = None,
               **flags) -> Result:
     """Runs `tool`'s command line `argv` and `--name=value` for each of `flags` in this
-    process (see the module docstring), in the folder `cwd` if given."""
+    process (see the module docstring), in the folder `cwd` if given. stdin and stdout
+    are byte streams underneath, as a process's are (`sys.stdout.buffer` works)."""
     argv = [*map(str, argv), *(f"--{k}={v}" for k, v in flags.items())]
     name, _, defines = TOOLS[tool]
     module = importlib.import_module(name)
-    out, err = io.StringIO(), io.StringIO()
+    out_bytes, err = io.BytesIO(), io.StringIO()
+    out = io.TextIOWrapper(out_bytes, encoding="utf-8", write_through=True)
     code = 0
     with contextlib.ExitStack() as stack:
         if defines is not None:
@@ -87,7 +90,8 @@ def call_main(tool: str, argv=(), stdin: str | None = None, cwd: str | None = No
                 code = module.main(remaining) or 0
         except SystemExit as exit_:
             code = _status(exit_, err)
-    return Result(code, out.getvalue(), err.getvalue())
+    out.flush()
+    return Result(code, out_bytes.getvalue().decode("utf-8"), err.getvalue())
 
 
 def run_cli(tool: str, *args, timeout: float = 600, env: dict | None = None,
@@ -163,9 +167,10 @@ def _flag_scope(tool_module=None):
 
 
 @contextlib.contextmanager
-def _stdin(text: str):
+def _stdin(text: str | bytes):
     previous = sys.stdin
-    sys.stdin = io.StringIO(text)
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    sys.stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
     try:
         yield
     finally:

@@ -67,6 +67,8 @@ BAD_INPUT = {
     # sample_corpus exited 2 (argparse).
     "sample_corpus": (["--max_mb=0.3"], "give --output_dir (corpus) and/or --classification_dir"),
     "conlleval": ([], "line 2: unexpected number of features"),  # stdin: a short line
+    # bert_tokenize printed no program name (and lived inside data_prep/tokenization.py).
+    "bert_tokenize": (["--do_lower_case=false"], "--vocab_file is required"),
 }
 
 

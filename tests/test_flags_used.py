@@ -177,7 +177,7 @@ def test_the_walk_tells_a_refusal_from_a_crash(tmp_path):
 STATIC_CLIS = ("extract_features.py", "export_saved_model.py", "predict_saved_model.py",
                "convert_checkpoint.py", "demo.py", "data_prep/create_pretraining_data.py",
                "data_prep/build_vocab.py", "data_prep/beam_pretraining_data.py",
-               "data_prep/sample_corpus.py", "data_prep/tokenization.py",
+               "data_prep/sample_corpus.py", "data_prep/bert_tokenize.py",
                "data_prep/pretraining_cli.py")
 # Where flags are defined for the runners (walked through them), not read.
 SHARED_FLAG_MODULES = ("training/flags.py",)

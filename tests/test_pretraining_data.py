@@ -373,6 +373,9 @@ def test_random_replacements_come_from_the_whole_vocab():
 
 
 def test_shuffle_draws_like_random_shuffle():
+    from data_prep.pretraining_data import draws
+
+    assert draws.INLINE_OK  # the inlined shuffle is the one tested here, not the fallback
     for n in range(0, 300, 7):
         a, b = list(range(n)), list(range(n))
         r1, r2 = random.Random(n), random.Random(n)

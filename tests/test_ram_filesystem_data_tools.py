@@ -288,21 +288,20 @@ def test_build_vocab_on_ram_paths(tmp_path):
 
 
 BERT_TOKENIZE = r'''
-from data_prep import tokenization as tool
+from data_prep import bert_tokenize as tool
 
-tool._define_flags()
 TEXT = "The cat sat on the mat.\nUnaffable dogs ran far away!\n\nhome\n".encode()
 
 
 def run(root):
     """stdin -> stdout with the vocab on ram://; the output is what was printed."""
-    parse([f"--vocab_file={root}/in/vocab.txt", "--do_lower_case=true"])
     stdin, stdout = io.TextIOWrapper(io.BytesIO(TEXT)), io.TextIOWrapper(io.BytesIO())
     with contextlib.ExitStack() as stack:
         stack.enter_context(contextlib.redirect_stdout(stdout))
         sys.stdin = stdin
         stack.callback(setattr, sys, "stdin", sys.__stdin__)
-        status = tool.main(["tool"])
+        status = tool.main(["bert_tokenize", f"--vocab_file={root}/in/vocab.txt",
+                            "--do_lower_case=true"])
     stdout.flush()
     return status, {"stdout": stdout.buffer.getvalue()}
 '''

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tasks.squad import data as squad
-from data_prep import tokenization
+from data_prep import reference_tokenization, tokenization
 from tests.conftest import write_vocab
 
 # Contexts with punctuation, accents, numbers, quotes and dashes; long enough together to
@@ -35,7 +35,7 @@ SENTENCES = [
 SHORT_CONTEXT = "The cat sat on the mat in 1999, far away from home."
 QUESTION_WORDS = "what when who where which how many is was the did of in does named"
 
-PUNCT = tokenization._is_punctuation  # the tokenizer's own predicate
+PUNCT = reference_tokenization.is_punctuation  # the tokenizer's own predicate
 
 
 def build_vocab_tokens(texts, do_lower_case):
@@ -45,7 +45,7 @@ def build_vocab_tokens(texts, do_lower_case):
     [UNK]; long words are split into a 4-character head and 3-character `##` pieces, so
     answers cross sub-token boundaries.
     """
-    basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
+    basic = reference_tokenization.BasicTokenizer(do_lower_case=do_lower_case)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     seen = set(vocab)
 

@@ -263,14 +263,14 @@ def final_text_cases(rng, count=400):
     characters), spans starting or ending on a space, empty predictions."""
     words = ["Zürich", "(1895-1943).", "O'Neill's", "café", "Zu\u0308rich", "a\u200bb", "U.S.",
              "km²", "$4.2", "\"quoted\"", "Brontë,", "x", "ÉLODIE", "日本語", "end."]
-    from data_prep import tokenization
+    from data_prep import reference_tokenization
 
     cases = []
     for _ in range(count):
         n = int(rng.integers(1, 5))
         orig = " ".join(rng.choice(words, size=n))
         lower = bool(rng.integers(0, 2))
-        toks = tokenization.BasicTokenizer(do_lower_case=lower).tokenize(orig)
+        toks = reference_tokenization.BasicTokenizer(do_lower_case=lower).tokenize(orig)
         tok_text = " ".join(toks)
         kind = int(rng.integers(0, 4))
         if kind == 0 and toks:

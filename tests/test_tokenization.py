@@ -4,8 +4,7 @@ The adversarial corpus is generated here, deterministically, and is also used by
 test_tf_tokenization.py to measure where the in-graph tokenizer differs.
 """
 
-import os
-import pathlib
+import functools
 import random
 import subprocess
 import sys
@@ -13,8 +12,9 @@ import unicodedata
 
 import pytest
 
-from data_prep import tokenization
+from data_prep import reference_tokenization, tokenization
 from original_bert import original_module
+from tests.clis import call_main
 
 SEED = 20261122
 
@@ -177,7 +177,7 @@ def build_vocab_tokens(lines):
     rng = random.Random(SEED + 1)
     words = {}
     for lower in (True, False):
-        basic = tokenization.BasicTokenizer(do_lower_case=lower)
+        basic = reference_tokenization.BasicTokenizer(do_lower_case=lower)
         for line in lines:
             for word in basic.tokenize(line):
                 words[word] = words.get(word, 0) + 1
@@ -282,122 +282,32 @@ def test_basic_tokenizer_matches_original_on_every_code_point(original, do_lower
     assert mismatches == []
 
 
-# --- The fast path's Unicode tables: computed vectorised, cached, loaded lazily ---------------
+# --- The fast path's character tables: filled on first sight, never written anywhere ----
 
 
-def _reference_table_sets():
-    """The classes the fast path needs, by calling the reference predicates on every code
-    point (the per-character construction the tables used to be built with)."""
-    sets = {name: set() for name in tokenization._TABLE_CLASSES}
-    for cp in range(0x110000):
-        char = chr(cp)
-        if cp == 0 or cp == 0xFFFD or tokenization._is_control(char):
-            sets["delete"].add(cp)
-        elif (tokenization._is_whitespace(char) or char.isspace()) and char != " ":
-            sets["space"].add(cp)
-        if tokenization._is_punctuation(char):
-            sets["punctuation"].add(cp)
-        if tokenization._is_chinese_char(cp):
-            sets["chinese"].add(cp)
-        if unicodedata.category(char) == "Mn":
-            sets["nonspacing"].add(cp)
-    return sets
-
-
-def test_vectorised_tables_equal_the_reference_predicates_on_every_code_point():
-    ranges = tokenization._compute_table_ranges()
-    reference = _reference_table_sets()
-    for name in tokenization._TABLE_CLASSES:
-        assert set(tokenization._expand(ranges[name])) == reference[name], name
-    assert len(reference["nonspacing"]) > 1000 and len(reference["space"]) > 10
-
-
-@pytest.fixture
-def table_cache(tmp_path, monkeypatch):
-    """The tokenizer's table cache in an empty directory of its own."""
-    monkeypatch.setenv(tokenization.CACHE_DIR_ENV, str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-def _tables_of(fast):
-    return (fast.clean_table, fast.strip_marks_table, fast.chinese_re.pattern,
-            fast.split_re.pattern)
-
-
-@pytest.fixture(scope="module")
-def computed_tables():
-    """The tables computed in this process, without any cache."""
-    fast = tokenization._FastBasic()
-    fast.load_tables(tokenization._compute_table_ranges())
-    return _tables_of(fast)
-
-
-def test_table_cache_is_written_once_and_then_read(table_cache, monkeypatch):
-    built = tokenization._FastBasic()
-    built.load_tables()
-    (path,) = table_cache.iterdir()
-    assert path == pathlib.Path(tokenization.tables_cache_file())
-    assert unicodedata.unidata_version in path.name  # versioned by the Unicode database
-    assert not [p for p in os.listdir(table_cache) if ".tmp-" in p]
-
-    def no_computing():
-        raise AssertionError("the tables must come from the cache")
-
-    monkeypatch.setattr(tokenization, "_compute_table_ranges", no_computing)
-    cached = tokenization._FastBasic()
-    cached.load_tables()
-    assert _tables_of(cached) == _tables_of(built)
-
-
-@pytest.mark.parametrize("damage", ["truncated", "not json", "edited range", "wrong key",
-                                    "pickle", "wrong shape"])
-def test_a_damaged_table_cache_is_ignored_and_rebuilt(table_cache, computed_tables, damage):
-    import json
-    import pickle
-
-    tokenization._FastBasic().load_tables()
-    path = pathlib.Path(tokenization.tables_cache_file())
-    good = path.read_text()
-    data = json.loads(good)
-    if damage == "truncated":
-        path.write_text(good[: len(good) // 2])
-    elif damage == "not json":
-        path.write_bytes(b"\xff\x00 garbage")
-    elif damage == "edited range":  # valid JSON, stale checksum
-        data["ranges"]["punctuation"][0][1] += 1
-        path.write_text(json.dumps(data))
-    elif damage == "wrong key":
-        data["key"] = "unicode-0.0.0-0000"
-        path.write_text(json.dumps(data))
-    elif damage == "pickle":  # never unpickled: not JSON, so rebuilt
-        path.write_bytes(pickle.dumps({"ranges": data["ranges"]}))
-    elif damage == "wrong shape":  # consistent checksum, impossible ranges
-        data["ranges"]["space"] = [[5, 3]]
-        data["sha256"] = tokenization._tables_payload_digest(data["ranges"])
-        path.write_text(json.dumps(data))
-    fast = tokenization._FastBasic()
-    fast.load_tables()
-    assert _tables_of(fast) == computed_tables
-    assert json.loads(path.read_text()) == json.loads(good)  # rewritten
-
-
-def test_tables_without_a_writable_cache(tmp_path, monkeypatch):
-    blocker = tmp_path / "a_file"
-    blocker.write_text("")
-    monkeypatch.setenv(tokenization.CACHE_DIR_ENV, str(blocker / "cache"))
-    assert tokenization._FastBasic().tokenize("naïve Ωmega", True) == ["naive", "ωmega"]
-    monkeypatch.setenv(tokenization.CACHE_DIR_ENV, "")  # caching off
-    assert tokenization.tables_cache_file() is None
-    assert tokenization._FastBasic().tokenize("naïve Ωmega", True) == ["naive", "ωmega"]
-
-
-def test_ascii_text_needs_no_unicode_tables(table_cache):
-    fast = tokenization._FastBasic()
+def test_tables_fill_with_the_characters_seen_and_nothing_is_written(tmp_path, monkeypatch):
+    """The tables hold only what the text used, and tokenizing writes no file: not in the
+    user's home, not in a cache directory (the tables used to be cached in ~/.cache)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.delenv("BERT_KERAS3_CACHE_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tokenization, "_fast_basic",
+                        functools.lru_cache(maxsize=1)(tokenization._FastBasic))
+    fast = tokenization._fast_basic()
     assert fast.tokenize("Hello, World!\x07 it's\tme", True) == [
         "hello", ",", "world", "!", "it", "'", "s", "me"]
-    assert "split_re" not in vars(fast) and not table_cache.exists()
-    assert fast.tokenize("Héllo", True) == ["hello"]  # loads them on first use
-    assert "split_re" in vars(fast) and table_cache.exists()
+    assert fast.tokenize("Naïve Ωmega 中文, «ok»", True) == [
+        "naive", "ωmega", "中", "文", ",", "«", "ok", "»"]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[UNK]\nnaive\n", encoding="utf-8")
+    assert tokenization.FullTokenizer(str(vocab)).tokenize("Naïve\u00a0naïve") == [
+        "naive", "naive"]
+    assert ord("Ω") in fast.clean_table and ord("«") in fast.split_table
+    assert len(fast.clean_table) < 100 and len(fast.split_table) < 100
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["home", "vocab.txt"]
 
 
 def test_fast_equals_exact_on_random_strings(vocab_file):
@@ -489,66 +399,76 @@ def test_word_cache_is_bounded(tiny_vocab_file, monkeypatch):
     assert len(tokenizer._chunk_id_cache) <= 10
 
 
-# --- CLI -------------------------------------------------------------------------------
+# --- CLI (data_prep/bert_tokenize.py) ---------------------------------------------------
 
 
-def _run_cli(args, stdin: bytes, cache_dir=None):
-    env = dict(os.environ)
-    if cache_dir is not None:
-        env[tokenization.CACHE_DIR_ENV] = str(cache_dir)
-    return subprocess.run([sys.executable, "-m", "data_prep.tokenization", *args],
-                          input=stdin, check=False, capture_output=True, timeout=60,
-                          cwd=tokenization.__file__.rsplit("/data_prep/", 1)[0], env=env)
+def _run_cli(args, stdin: bytes):
+    """bert_tokenize in this process: (status, stdout bytes, stderr text)."""
+    result = call_main("bert_tokenize", args, stdin=stdin)
+    return result.code, result.stdout.encode("utf-8"), result.stderr
 
 
 @pytest.mark.parametrize("do_lower_case", ["true", "false"])
-def test_cli_matches_original_line_by_line(corpus, vocab_file, original, do_lower_case,
-                                           tmp_path):
-    """Tables computed and cached (first run), read from the cache, and computed with
-    caching off: the same output, the original's."""
+def test_cli_matches_original_line_by_line(corpus, vocab_file, original, do_lower_case):
     lines = corpus[:600] + ["", "a\rb", "\r", "   "]
     reference = original.FullTokenizer(vocab_file, do_lower_case=do_lower_case == "true")
     expected = "".join(" ".join(reference.tokenize(line)) + "\n" for line in lines)
-    for cache_dir in (tmp_path / "cache", tmp_path / "cache", ""):
-        result = _run_cli([f"--vocab_file={vocab_file}", f"--do_lower_case={do_lower_case}"],
-                          "\n".join(lines).encode("utf-8") + b"\n", cache_dir=cache_dir)
-        assert result.returncode == 0, result.stderr.decode()
-        assert result.stdout.decode("utf-8") == expected, cache_dir
-    assert len(os.listdir(tmp_path / "cache")) == 1
+    status, out, err = _run_cli(
+        [f"--vocab_file={vocab_file}", f"--do_lower_case={do_lower_case}"],
+        "\n".join(lines).encode("utf-8") + b"\n")
+    assert status == 0, err
+    assert out.decode("utf-8") == expected
 
 
 def test_cli_last_line_without_newline(tiny_vocab_file):
-    result = _run_cli([f"--vocab_file={tiny_vocab_file}"], b"The cat.\nsat\r on")
-    assert result.returncode == 0, result.stderr.decode()
-    assert result.stdout == b"the cat .\nsat on\n"
+    status, out, err = _run_cli([f"--vocab_file={tiny_vocab_file}"], b"The cat.\nsat\r on")
+    assert status == 0, err
+    assert out == b"the cat .\nsat on\n"
 
 
 def test_cli_invalid_utf8_names_the_line(tiny_vocab_file):
-    result = _run_cli([f"--vocab_file={tiny_vocab_file}"], b"ok\nfine\nbad \xff byte\nmore\n")
-    assert result.returncode != 0
+    status, out, err = _run_cli([f"--vocab_file={tiny_vocab_file}"],
+                                b"ok\nfine\nbad \xff byte\nmore\n")
     # ok\n (3 bytes), fine\n (5), then "bad " (4): the bad byte is at offset 12.
-    assert (b"stdin:3: invalid UTF-8 at byte offset 12 (invalid start byte)"
-            in result.stderr), result.stderr
+    assert status == 1
+    assert err.startswith("bert_tokenize: error: stdin:3: invalid UTF-8 at byte offset 12 "
+                          "(invalid start byte)") and err.count("\n") == 1, err
     tokenizer = tokenization.FullTokenizer(tiny_vocab_file, True)
     expected = " ".join(tokenizer.tokenize("ok")) + "\n" + " ".join(tokenizer.tokenize("fine"))
-    assert result.stdout.decode() == expected + "\n"  # lines before the bad one are kept
+    assert out.decode() == expected + "\n"  # lines before the bad one are kept
 
 
-def test_cli_bad_vocab(tmp_path):
+def test_cli_bad_input_is_one_error_line(tmp_path):
     no_mask = tmp_path / "no_mask.txt"
     no_mask.write_text("[UNK]\n[CLS]\n[SEP]\nthe\n", encoding="utf-8")
-    result = _run_cli([f"--vocab_file={no_mask}"], b"the\n")
-    assert result.returncode != 0
-    assert b"[MASK]" in result.stderr and b"no_mask.txt" in result.stderr
-    result = _run_cli([f"--vocab_file={tmp_path / 'nope.txt'}"], b"the\n")
-    assert result.returncode != 0 and b"nope.txt" in result.stderr
-    result = _run_cli([], b"the\n")
-    assert result.returncode != 0 and b"--vocab_file" in result.stderr
+    cases = [([f"--vocab_file={no_mask}"], ["[MASK]", "no_mask.txt"]),
+             ([f"--vocab_file={tmp_path / 'nope.txt'}"], ["nope.txt"]),
+             ([], ["--vocab_file is required"]),
+             ([f"--vocab_file={no_mask}", "extra"], ["unexpected arguments ['extra']"]),
+             (["--no_such_flag=1"], ["no_such_flag"])]
+    for args, needles in cases:
+        status, out, err = _run_cli(args, b"the\n")
+        assert status == 1 and out == b"", args
+        assert err.startswith("bert_tokenize: error: ") and err.count("\n") == 1, err
+        assert all(needle in err for needle in needles), err
+
+
+def test_cli_as_a_command(tiny_vocab_file):
+    """`python -m data_prep.bert_tokenize`: the exit status of the process itself."""
+    root = tokenization.__file__.rsplit("/data_prep/", 1)[0]
+    command = [sys.executable, "-m", "data_prep.bert_tokenize"]
+    done = subprocess.run([*command, f"--vocab_file={tiny_vocab_file}"], input=b"The cat.\n",
+                          capture_output=True, timeout=60, cwd=root, check=False)
+    assert (done.returncode, done.stdout) == (0, b"the cat .\n"), done.stderr.decode()
+    done = subprocess.run(command, input=b"x\n", capture_output=True, timeout=60, cwd=root,
+                          check=False)
+    assert done.returncode == 1
+    assert done.stderr == b"bert_tokenize: error: --vocab_file is required\n"
 
 
 def test_importing_defines_no_flags():
-    """Other CLIs import this module and define flags with the same names."""
-    code = ("from absl import flags; import data_prep.tokenization; "
+    """Other CLIs import these modules and define flags with the same names."""
+    code = ("from absl import flags; import data_prep.tokenization, data_prep.bert_tokenize; "
             "assert 'vocab_file' not in flags.FLAGS and 'do_lower_case' not in flags.FLAGS")
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
                             timeout=60, cwd=tokenization.__file__.rsplit("/data_prep/", 1)[0])

@@ -1,10 +1,11 @@
 """Owns the random draws of pretraining data: the original's, faster, and whose they are.
 
-* `shuffle` and `make_randbelow` are CPython's `Random.shuffle` and `Random._randbelow`
-  (what `randint` draws with) inlined: the same numbers from the same generator state,
-  without the method-call overhead that dominates the original's hot loops. They follow
-  `_randbelow_with_getrandbits`; `INLINE_OK` checks at import that this Python's `random`
-  agrees, and the generator's own methods are used if it does not.
+* `shuffle` is CPython's `Random.shuffle` inlined: the same permutation from the same
+  generator state, without the method calls per element that dominate the original's
+  masking (a shuffle of every instance's positions): 15-30% of an `--exact_draws` run's
+  CPU (bench/RESULTS.md, "Speed machinery"). It follows `_randbelow_with_getrandbits`;
+  `INLINE_OK` checks at import that this Python's `random` agrees, and `Random.shuffle`
+  is used if it does not.
 * `chunk_rng` / `chunk_masking_rng`: the generators of one unit of work (a chunk of the
   local pipeline, a pool of the Beam pipeline), derived from the seed and the unit's
   number only, so the output does not depend on which process runs which unit.
@@ -25,7 +26,7 @@ def shuffle(items: list, rng: random.Random) -> None:
     The hot loop of masking; inlines CPython's Fisher-Yates with rejection sampling
     (`_randbelow_with_getrandbits`). Other generator types use their own `shuffle`.
     """
-    if type(rng) is not random.Random:
+    if type(rng) is not random.Random or not INLINE_OK:
         rng.shuffle(items)
         return
     getrandbits = rng.getrandbits
@@ -39,40 +40,20 @@ def shuffle(items: list, rng: random.Random) -> None:
         items[i], items[j] = items[j], items[i]
 
 
-def make_randbelow(rng: random.Random):
-    """`rng._randbelow` (what `randint`, `randrange` and `shuffle` draw with), as one
-    cheap call: the same getrandbits draws (checked at import, `INLINE_OK`)."""
-    if type(rng) is not random.Random or not INLINE_OK:
-        return rng._randbelow
-    getrandbits = rng.getrandbits
-
-    def randbelow(n):
-        k = n.bit_length()
-        r = getrandbits(k)
-        while r >= n:
-            r = getrandbits(k)
-        return r
-
-    return randbelow
-
-
 def _check_inline() -> bool:
-    """Whether the inlined draws equal this Python's `random` (they follow CPython 3.x's
-    `_randbelow_with_getrandbits`); if not, the generator's own methods are used."""
+    """Whether the inlined shuffle equals this Python's `Random.shuffle` (it follows CPython
+    3.x's `_randbelow_with_getrandbits`); if not, the generator's own shuffle is used."""
     global INLINE_OK
     INLINE_OK = True
     try:
         for seed in range(3):
             r1, r2 = random.Random(seed), random.Random(seed)
-            randbelow = make_randbelow(r2)
-            for n in (1, 2, 3, 5, 64, 100, 1000, 4096, 10**6):
-                if r1.randint(0, n - 1) != randbelow(n):
+            for n in (1, 2, 3, 130, 5000):
+                a, b = list(range(n)), list(range(n))
+                r1.shuffle(a)
+                shuffle(b, r2)
+                if a != b or r1.random() != r2.random():
                     return False
-            a, b = list(range(130)), list(range(130))
-            r1.shuffle(a)
-            shuffle(b, r2)
-            if a != b or r1.random() != r2.random():
-                return False
         return True
     finally:
         INLINE_OK = False

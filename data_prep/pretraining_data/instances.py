@@ -24,14 +24,7 @@ from typing import Optional
 import numpy as np
 
 from data_prep.pretraining_data.config import PretrainingConfig
-from data_prep.pretraining_data.draws import (
-    BIT_LENGTHS,
-    INLINE_OK,
-    chunk_masking_rng,
-    chunk_rng,
-    make_randbelow,
-    shuffle,
-)
+from data_prep.pretraining_data.draws import chunk_masking_rng, chunk_rng, shuffle
 from data_prep.pretraining_data.masking import (
     MaskingVocab,
     create_masked_lm_predictions,
@@ -109,7 +102,7 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
         seg_starts.append(starts)
         seg_lens.append(lens)
     out = CompactInstances(tokens)
-    randbelow = make_randbelow(rng)
+    randbelow = rng.randrange  # randint(a, b) is a + randrange(b - a + 1): the same draws
     draw = rng.random
     flip = rng.random
     num_docs = len(documents)
@@ -129,10 +122,6 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
     b_start_out, b_len_out = out.b_start.append, out.b_len.append
     random_next_out, num_masked_out = out.random_next.append, out.num_masked.append
     positions_out, values_out = out.positions.extend, out.values.extend
-    getrandbits = rng.getrandbits if type(rng) is random.Random and INLINE_OK else None
-    bit_lengths = BIT_LENGTHS
-    max_inline = len(BIT_LENGTHS) - 1
-    shuffle_steps: dict = {}  # n -> [(step, bits drawn)] of a shuffle of n - 3 candidates
     as_mask = kept = replaced = n_tokens = n_short = n_random = n_masked = 0
     for _ in range(config.dupe_factor):
         for document_index in range(num_docs):
@@ -221,26 +210,7 @@ def create_compact_instances(documents: list, config: PretrainingConfig,
                                              max(1, int(round(n * masked_lm_prob))))
                         candidates = list(range(1, la + 1))
                         candidates.extend(range(la + 2, n - 1))
-                        if getrandbits is not None and n < max_inline:
-                            # shuffle(candidates, rng), inlined. Only the first
-                            # num_to_predict are read afterwards: above them, step c
-                            # just moves candidates[c] to j (its own final value unused).
-                            # Keyed by the number of candidates, la + lb.
-                            steps = shuffle_steps.get(la + lb)
-                            if steps is None:
-                                steps = shuffle_steps[la + lb] = [
-                                    (c, bit_lengths[c + 1])
-                                    for c in range(la + lb - 1, 0, -1)]
-                            for c, bits in steps:
-                                j = getrandbits(bits)
-                                while j > c:
-                                    j = getrandbits(bits)
-                                if c >= num_to_predict:
-                                    candidates[j] = candidates[c]
-                                else:
-                                    candidates[c], candidates[j] = candidates[j], candidates[c]
-                        else:
-                            shuffle(candidates, rng)
+                        shuffle(candidates, rng)
                         chosen = candidates[:num_to_predict]
                         chosen.sort()
                         # The draws go in the shuffled order; the values are stored by

@@ -26,7 +26,7 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio
-from data_prep import tokenization
+from data_prep import reference_tokenization, tokenization
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 from tasks.common.windows import doc_spans_for, max_context_span_index
 
@@ -237,7 +237,7 @@ def _locate_answer(example, qa, char_to_word_offset, version_2_with_negative, wh
     # The answer must be recoverable from whole words: a mismatch means a wrong
     # answer_start or Unicode the whitespace split does not see.
     actual_text = " ".join(example.doc_tokens[max(start_position, 0):end_position + 1])
-    cleaned_answer = " ".join(tokenization.whitespace_tokenize(answer_text))
+    cleaned_answer = " ".join(reference_tokenization.whitespace_tokenize(answer_text))
     if start_position < 0 or cleaned_answer not in actual_text:
         return (f"answer {cleaned_answer!r} not found at answer_start {answer_offset}: "
                 f"{actual_text!r}")
