@@ -55,11 +55,11 @@ Which to use for what (the rule a reviewer applies to every file access in the p
    module: `write_text`, `write_texts`, `write_bytes`, `copy_file`, or `AtomicOutputs`
    for a set, also when another library writes the bytes: it writes into the set's
    temporary (`tf.io.TFRecordWriter(out.temp(path))`, `tf.saved_model.save(m,
-   out.temp(dir))`, a checkpoint saved into a `work_directory` and renamed into the set's
-   temporaries: `modeling.checkpoints.ours.write_checkpoint_files`). Never `open(path,
-   "w")`, `tf.io.gfile.GFile(path, "w")`, `tf.io.gfile.copy` or `rename` onto a final
-   name: the partial file a kill leaves there is what this module exists to prevent.
-   (predict_saved_model.py, which imports no project code, inlines the same steps.)
+   out.temp(dir))`, a converted checkpoint saved into a `work_directory` and renamed
+   into the set's temporaries). Never `open(path, "w")`, `tf.io.gfile.GFile(path, "w")`,
+   `tf.io.gfile.copy` or `rename` onto a final name: the partial file a kill leaves there
+   is what this module exists to prevent. `tests/test_file_layer.py` finds such calls
+   (predict_saved_model.py, which imports no project code, inlines the same steps).
 2. Not outputs, written by their own protocol: the training checkpoints
    (`tf.train.CheckpointManager`; `training/checkpointing.py` prunes and sets them aside
    with `tf.io.gfile`), TensorBoard event files and logs (append streams), the run lock
