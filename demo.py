@@ -55,7 +55,7 @@ import time
 
 from absl import flags
 
-from data_prep import cli
+from data_prep import cli, fileio
 
 from demo_lib import reports
 from demo_lib.settings import FULL, QUICK, Settings
@@ -214,9 +214,7 @@ def bert_config_for(settings: Settings) -> dict:
 
 def write_bert_config(settings: Settings) -> None:
     path = settings.path("bert_config.json")
-    with open(path, "w", encoding="utf-8") as writer:
-        json.dump(bert_config_for(settings), writer, indent=2)
-        writer.write("\n")
+    fileio.write_text(path, json.dumps(bert_config_for(settings), indent=2) + "\n")
     print(f"    wrote {path}", flush=True)
 
 

@@ -370,7 +370,13 @@ def run_job(job: BeamJob, options: PipelineOptions) -> dict:
 
 
 def unknown_pipeline_args(args) -> list:
-    """The arguments that are neither this CLI's flags nor Beam pipeline options."""
+    """The arguments that are neither this CLI's flags nor Beam pipeline options.
+
+    Beam's option groups are `PipelineOptions` subclasses, known once the module defining
+    them is imported: `apache_beam.options.pipeline_options` (every standard group, the
+    DirectRunner's, Dataflow's, Flink's, Spark's...) is, here; a group a plug-in module
+    defines is known only if that module was imported first.
+    """
     from apache_beam.options import pipeline_options
 
     parser_class = getattr(pipeline_options, "_BeamArgumentParser", None)

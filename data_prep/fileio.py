@@ -46,6 +46,31 @@
   store, and are copied into place. `ram://` is memory and is lost with the process.
 * `check_outputs` refuses, before any work, an output that is also an input, two outputs
   with the same name, and an output that is an existing directory.
+
+Which to use for what (the rule a reviewer applies to every file access in the project):
+
+1. An OUTPUT (a file or directory a tool leaves for the user or a later run: records,
+   summaries, vocabularies, configs, cached features, eval and prediction files, exports,
+   converted checkpoints, the files beside checkpoints) is written only through this
+   module: `write_text`, `write_texts`, `write_bytes`, `copy_file`, or `AtomicOutputs`
+   for a set, also when another library writes the bytes: it writes into the set's
+   temporary (`tf.io.TFRecordWriter(out.temp(path))`, `tf.saved_model.save(m,
+   out.temp(dir))`, a converted checkpoint saved into a `work_directory` and renamed
+   into the set's temporaries). Never `open(path, "w")`, `tf.io.gfile.GFile(path, "w")`,
+   `tf.io.gfile.copy` or `rename` onto a final name: the partial file a kill leaves there
+   is what this module exists to prevent. `tests/test_file_layer.py` finds such calls
+   (predict_saved_model.py, which imports no project code, inlines the same steps).
+2. Not outputs, written by their own protocol: the training checkpoints
+   (`tf.train.CheckpointManager`; `training/checkpointing.py` prunes and sets them aside
+   with `tf.io.gfile`), TensorBoard event files and logs (append streams), the run lock
+   (an exclusive create, `training/run_dir.py`) and scratch space (`work_directory`).
+3. Reading, listing, testing, making directories, removing what the tool owns: either
+   layer. Code that already imports TensorFlow (modeling/, training/, tasks/, runners)
+   may call `tf.io.gfile` directly; data_prep/ uses this module's thin wrappers
+   (`open_file`, `exists`, `glob`, ...), which go to `os` for local paths so that its
+   processes (create_pretraining_data's workers) never import TensorFlow. A glob that
+   can meet a writer's temporaries (`DIR/*`) uses `glob` here, or drops `is_temporary`
+   names, so a temporary is never read as data.
 """
 
 from __future__ import annotations
@@ -412,6 +437,12 @@ class AtomicOutputs:
         """Opens the temporary of `path` for writing (see `open_file`)."""
         return open_file(self.temp(path), mode, **kwargs)
 
+    def copy(self, src: str, path: str) -> None:
+        """Writes a copy of the file `src` (local or URL) as the temporary of `path`."""
+        with open_file(src, "rb") as reader, self.open(path, "wb") as writer:
+            for block in iter(lambda: reader.read(1 << 20), b""):
+                writer.write(block)
+
     def commit(self) -> None:
         """Makes every temporary durable, renames them into place, then makes the names durable.
 
@@ -627,9 +658,7 @@ def copy_file(src: str, dst: str) -> None:
     """Copies a file (local or URL, either side) to `dst` all-or-nothing and synced, as
     every output (`tf.io.gfile.copy` writes the destination in place, unsynced)."""
     with AtomicOutputs([dst]) as out:
-        with open_file(src, "rb") as reader, out.open(dst, "wb") as writer:
-            for block in iter(lambda: reader.read(1 << 20), b""):
-                writer.write(block)
+        out.copy(src, dst)
 
 
 def read_text(path: str) -> str:

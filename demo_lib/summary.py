@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import shlex
 
+from data_prep import fileio
 from demo_lib.settings import Settings
 from demo_lib.stages import display_python
 
 
 def write_summary(path: str, summary: dict) -> None:
     """OUTPUT/demo_summary.json: the settings, each stage's figures, whether all ran."""
-    with open(path, "w", encoding="utf-8") as writer:
-        json.dump(summary, writer, indent=2)
-        writer.write("\n")
+    fileio.write_text(path, json.dumps(summary, indent=2) + "\n")
 
 
 def print_summary(stages, results: dict, settings: Settings, total_seconds: float) -> None:

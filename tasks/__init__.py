@@ -3,6 +3,11 @@
 `classification/` (GLUE, XNLI, custom tables), `squad/` (span extraction), and the others
 beside them. `data_prep/` keeps what is generic (tokenization, vocab, record schema,
 pretraining data), `training/` the task-agnostic machinery and `modeling/` the network.
+
+A package's `export.py` registers its serving family with `modeling.export.registry` when
+it is imported; `register_serving_families` imports them all. The families' training side
+(`task.py`, a `training.finetuning.TaskFamily`) registers nothing: each runner imports its
+family and passes it to `training.finetuning.run`.
 """
 
 import importlib

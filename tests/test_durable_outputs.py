@@ -64,8 +64,8 @@ def test_model_files_beside_the_checkpoints(tmp_path, monkeypatch):
 
 def test_converted_checkpoints(tmp_path, monkeypatch):
     """convert_checkpoint's Hugging Face export (model.safetensors, config.json, vocab)
-    and our own (the `checkpoint` state and bert_config.json written by us; TensorFlow's
-    own .index/.data files are its writer's, not checked here)."""
+    and our own (TensorFlow writes the .index/.data files in a scratch folder; they are
+    synced and renamed into place with the `checkpoint` state and bert_config.json)."""
     from modeling import checkpoints
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
@@ -82,7 +82,38 @@ def test_converted_checkpoints(tmp_path, monkeypatch):
     assert_durable(calls, tmp_path / "hf")
     del calls[:]
     checkpoints.save_ours(encoder, str(tmp_path / "ours"), config)
-    assert_durable(calls, tmp_path / "ours", ["checkpoint", "bert_config.json"])
+    assert sorted(os.listdir(tmp_path / "ours")) == [
+        "bert_config.json", "checkpoint", "ckpt.data-00000-of-00001", "ckpt.index"]
+    assert_durable(calls, tmp_path / "ours")
+
+
+def test_converted_checkpoint_is_one_set(tmp_path):
+    """A conversion that fails part-way (here: its vocab cannot be read) leaves the
+    previous conversion's files as they were, never new weights beside an old config
+    (each file was written on its own, the checkpoint under its final names)."""
+    import pytest
+
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.encoder import BertEncoder
+
+    def config(hidden):
+        return BertConfig(vocab_size=99, hidden_size=hidden, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=64,
+                          max_position_embeddings=64)
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    missing = str(tmp_path / "no_vocab.txt")
+    for name, write in (("tf1", checkpoints.export_tf1_checkpoint),
+                        ("hf", checkpoints.export_hf_checkpoint),
+                        ("ours", lambda m, c, d, vocab_file: checkpoints.save_ours(
+                            m, d, c, vocab_file))):
+        out = tmp_path / name
+        write(BertEncoder(config(32)), config(32), str(out), vocab_file=vocab)
+        before = {n: (out / n).read_bytes() for n in os.listdir(out)}
+        with pytest.raises(OSError):
+            write(BertEncoder(config(64)), config(64), str(out), vocab_file=missing)
+        assert {n: (out / n).read_bytes() for n in os.listdir(out)} == before, name
 
 
 def test_squad_records(tmp_path, monkeypatch):
@@ -126,3 +157,20 @@ def test_create_pretraining_data_records_and_summary(tmp_path, monkeypatch):
                  progress_seconds=100, summary_path=summary_path_for(outputs[0]))
     assert sorted(os.listdir(out)) == ["_train.tfrecord.summary.json", "train.tfrecord"]
     assert_durable(calls, out)
+
+
+def test_demo_files(tmp_path, monkeypatch):
+    """demo.py's own outputs (the model's bert_config.json, demo_summary.json) were
+    written in place with `open` (a kill left a partial file under the final name)."""
+    import demo
+    from demo_lib.settings import QUICK, Settings
+    from demo_lib.summary import write_summary
+
+    settings = Settings(output_dir=str(tmp_path), max_seq_length=64,
+                        max_predictions_per_seq=10, num_workers=1, random_seed=1,
+                        quick=True, **QUICK)
+    write_vocab(tmp_path / "vocab.txt")
+    calls = Syscalls(monkeypatch).calls
+    demo.write_bert_config(settings)
+    write_summary(settings.path("demo_summary.json"), {"ok": True})
+    assert_durable(calls, tmp_path, ["bert_config.json", "demo_summary.json"])

@@ -107,18 +107,46 @@ def load_ours(prefix: str, model, partial: bool) -> LoadReport:
     return report
 
 
-def write_checkpoint_state(out_dir: str, prefix: str) -> None:
-    """Writes the ``checkpoint`` state file so ``tf.train.latest_checkpoint`` finds ``prefix``."""
-    name = os.path.basename(prefix)
-    fileio.write_text(os.path.join(out_dir, "checkpoint"),
-                      f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+def write_checkpoint_files(out_dir: str, name: str, save, texts: Optional[dict] = None,
+                           vocab_file: Optional[str] = None) -> str:
+    """Writes a checkpoint and the files beside it into ``out_dir`` as ONE all-or-nothing set.
 
+    ``save(prefix)`` writes the checkpoint (TensorFlow's ``.index`` and ``.data-*``); it
+    writes them in a scratch folder (``fileio.work_directory``: beside ``out_dir``, or in
+    the local temporary folder for an object store), and they become temporaries of one
+    ``fileio.AtomicOutputs`` with the ``checkpoint`` state file, ``texts`` (file name ->
+    text, e.g. the config) and a copy of ``vocab_file``: a conversion that fails or is
+    interrupted leaves the previous files, never new weights beside an old config.
 
-def save_ours(model, out_dir: str, config: Optional[BertConfig] = None) -> str:
-    """Writes ``tf.train.Checkpoint(model=model)`` as ``out_dir/ckpt`` (+ bert_config.json)."""
-    tf.io.gfile.makedirs(out_dir)
-    prefix = tf.train.Checkpoint(model=model).write(os.path.join(out_dir, "ckpt"))
-    write_checkpoint_state(out_dir, prefix)
-    if config is not None:
-        config.to_json_file(os.path.join(out_dir, "bert_config.json"))
+    Returns:
+      The checkpoint prefix ``out_dir/name``.
+    """
+    prefix = os.path.join(out_dir, name)
+    scratch_of = fileio.staging_name() if fileio.is_object_store(out_dir) else prefix
+    with fileio.work_directory(scratch_of) as scratch:
+        save(f"{scratch}/{name}")
+        # Data shards first, the index (by which a reader finds a checkpoint) after them.
+        written = sorted(fileio.listdir(scratch), key=lambda n: (n.endswith(".index"), n))
+        state = os.path.join(out_dir, "checkpoint")
+        texts = {os.path.join(out_dir, n): text for n, text in (texts or {}).items()}
+        texts[state] = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'
+        vocab = [os.path.join(out_dir, "vocab.txt")] if vocab_file else []
+        with fileio.AtomicOutputs([os.path.join(out_dir, n) for n in written]
+                                  + list(texts) + vocab) as out:
+            for n in written:
+                fileio.rename(f"{scratch}/{n}", out.temp(os.path.join(out_dir, n)))
+            for path, text in texts.items():
+                with out.open(path, "w", newline="\n") as f:
+                    f.write(text)
+            if vocab_file:
+                out.copy(vocab_file, vocab[0])
     return prefix
+
+
+def save_ours(model, out_dir: str, config: Optional[BertConfig] = None,
+              vocab_file: Optional[str] = None) -> str:
+    """Writes ``tf.train.Checkpoint(model=model)`` as ``out_dir/ckpt`` (+ bert_config.json,
+    vocab.txt) as one all-or-nothing set (`write_checkpoint_files`)."""
+    texts = {"bert_config.json": config.to_json_string()} if config is not None else {}
+    return write_checkpoint_files(out_dir, "ckpt", tf.train.Checkpoint(model=model).write,
+                                  texts, vocab_file)

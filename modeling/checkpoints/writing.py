@@ -16,7 +16,7 @@ from modeling.checkpoints.loading import (checkpoint_has_next_sentence_head,
                                           checkpoint_has_pretraining_heads, config_for,
                                           load_pretrained, resolve, vocab_for)
 from modeling.checkpoints.names import weight_table
-from modeling.checkpoints.ours import save_ours, write_checkpoint_state
+from modeling.checkpoints.ours import save_ours, write_checkpoint_files
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 
@@ -67,16 +67,16 @@ def export_tf1_checkpoint(model, config: BertConfig, out_dir: str, *,
     Returns:
       The checkpoint prefix ``out_dir/bert_model.ckpt``.
     """
-    tf.io.gfile.makedirs(out_dir)
-    prefix = os.path.join(out_dir, "bert_model.ckpt")
     arrays = tf1_arrays(model)
     names = sorted(arrays)
-    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
-                      tensors=[tf.constant(arrays[n]) for n in names])
-    write_checkpoint_state(out_dir, prefix)
-    config.to_json_file(os.path.join(out_dir, "bert_config.json"))
-    if vocab_file:
-        fileio.copy_file(vocab_file, os.path.join(out_dir, "vocab.txt"))
+
+    def save(prefix):
+        tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names,
+                          shape_and_slices=[""] * len(names),
+                          tensors=[tf.constant(arrays[n]) for n in names])
+
+    prefix = write_checkpoint_files(out_dir, "bert_model.ckpt", save,
+                                    {"bert_config.json": config.to_json_string()}, vocab_file)
     _warn_if_causal(config, TF1, out_dir)
     return prefix
 
@@ -93,13 +93,18 @@ def export_hf_checkpoint(model, config: BertConfig, out_dir: str, *,
     """
     from safetensors.numpy import save
 
-    tf.io.gfile.makedirs(out_dir)
     path = os.path.join(out_dir, "model.safetensors")
-    fileio.write_bytes(path, save(_external_arrays(model, HF), metadata={"format": "pt"}))
-    fileio.write_text(os.path.join(out_dir, "config.json"),
-                      json.dumps(config.to_hf_dict(), indent=2, sort_keys=True) + "\n")
-    if vocab_file:
-        fileio.copy_file(vocab_file, os.path.join(out_dir, "vocab.txt"))
+    vocab = [os.path.join(out_dir, "vocab.txt")] if vocab_file else []
+    config_path = os.path.join(out_dir, "config.json")
+    # One set: a failure or an interruption leaves the previous files, never new weights
+    # beside an old config.
+    with fileio.AtomicOutputs([path, config_path] + vocab) as out:
+        with out.open(path, "wb") as f:
+            f.write(save(_external_arrays(model, HF), metadata={"format": "pt"}))
+        with out.open(config_path, "w", newline="\n") as f:
+            f.write(json.dumps(config.to_hf_dict(), indent=2, sort_keys=True) + "\n")
+        if vocab_file:
+            out.copy(vocab_file, vocab[0])
     _warn_if_causal(config, HF, out_dir)
     return path
 
@@ -165,8 +170,5 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
     if vocab_file is None:
         vocab_file = vocab_for(input_path)
     if output_kind == OURS:
-        prefix = save_ours(network, output_dir, config)
-        if vocab_file:
-            fileio.copy_file(vocab_file, os.path.join(output_dir, "vocab.txt"))
-        return prefix
+        return save_ours(network, output_dir, config, vocab_file)
     return EXPORTERS[output_kind](network, config, output_dir, vocab_file=vocab_file)

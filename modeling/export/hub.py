@@ -1,4 +1,4 @@
-"""Owns the TF Hub export: a reusable, fine-tunable BERT encoder SavedModel and its preprocessor SavedModel.
+"""Owns the TF Hub export: a reusable, fine-tunable BERT encoder SavedModel and its preprocessor SavedModel (registers at import).
 
 ``--model_type=hub`` writes ``DIR/encoder`` and ``DIR/preprocessor`` following TF Hub's
 "Common SavedModel APIs for text: Transformer encoders" and the Reusable SavedModel API

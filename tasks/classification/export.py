@@ -1,4 +1,4 @@
-"""Owns the classifier's serving signatures: raw text (+ text_pair) -> label probabilities or a regression score.
+"""Owns the classifier's serving signatures: raw text (+ text_pair) -> label probabilities or a regression score (registers at import).
 
 The ``classifier`` family of ``modeling.export`` (see its docstring for the registry and
 the signatures every family shares). Signatures:

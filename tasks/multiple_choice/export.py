@@ -1,4 +1,4 @@
-"""Owns the multiple-choice serving signatures: a context, a question and its endings as raw strings -> the choice probabilities.
+"""Owns the multiple-choice serving signatures: a context, a question and its endings as raw strings -> the choice probabilities (registers at import).
 
 The ``multiple_choice`` family of ``modeling.export`` (see its docstring for the registry
 and the signatures every family shares). Each choice is packed as ``run_swag.py`` packs it

@@ -1,4 +1,4 @@
-"""Owns the SQuAD serving signatures: question + context -> the original's best answer span, with a bounded, linear cost per request.
+"""Owns the SQuAD serving signatures: question + context -> the original's best answer span, with a bounded, linear cost per request (registers at import).
 
 The ``squad`` family of ``modeling.export`` (see its docstring for the registry and the
 signatures every family shares). Signatures:

@@ -1,4 +1,4 @@
-"""Owns the tagger's serving signatures: raw text (or pre-split words) -> per-word tags and the entities decoded from them, in-graph.
+"""Owns the tagger's serving signatures: raw text (or pre-split words) -> per-word tags and the entities decoded from them, in-graph (registers at import).
 
 The ``tagger`` family of ``modeling.export`` (see its docstring for the registry and the
 signatures every family shares). It serves what ``run_ner.py`` trained (a
