@@ -37,6 +37,46 @@ def write_vocab(path, tokens=TINY_VOCAB):
     return str(path)
 
 
+def built_once(tmp_path_factory, name, build):
+    """The folder `name` that `build(folder)` fills, built once per test session and read
+    by every test that needs it (returned as a pathlib.Path; a test that changes it works
+    on a `shutil.copytree` of it).
+
+    Under pytest-xdist every worker is a session of its own: the first worker to ask
+    builds the folder in the directory the workers share, holding a lock the others wait
+    on; they then read the same folder. A build that fails leaves no `.done` mark, so the
+    next worker to ask builds it again (and fails the same way)."""
+    import fcntl
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist, basetemp is <session>/popen-gwN: its parent belongs to this run alone.
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = root / f"built-{name}", root / f"built-{name}.done"
+    with open(root / f"built-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.write_text("")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def pretraining_records(tmp_path_factory):
+    """Masked records of the pretraining data CLI over a small corpus (seq 32, 5
+    predictions, 2 shards: `test_loop_support.make_records_with_cli`'s defaults), with the
+    corpus and vocab beside them: read by the pretraining tests of several modules, built
+    once (`built_once`; read only: write beside them elsewhere)."""
+    from tests import test_loop_support
+
+    folder = built_once(tmp_path_factory, "pretraining-records",
+                        test_loop_support.make_records_with_cli)
+    return {"pattern": str(folder / "records.tfrecord-*"), "vocab": str(folder / "vocab.txt"),
+            "dir": folder}
+
+
 @pytest.fixture
 def tiny_vocab_file(tmp_path):
     """A small English WordPiece vocab written to tmp_path."""
