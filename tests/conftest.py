@@ -37,6 +37,24 @@ def write_vocab(path, tokens=TINY_VOCAB):
     return str(path)
 
 
+# Modules whose tests pytest-xdist spreads over its workers one by one; every other module
+# runs on one worker (below). Their tests are long and read nothing costly of the module's
+# (the paper's set-up and the pretraining records are built once per session:
+# `built_once`), so they fill the workers best one at a time.
+SPREAD_MODULES = {"test_paper_commands", "test_fault_injection_runners"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup` (the Makefile's), all tests of a module go to one worker:
+    its module fixtures (tiny trained runs, exports, reference runs) are built once, not
+    once on each worker that runs one of its tests, as `--dist load` does. xdist sends the
+    modules with the most tests first and the ones of SPREAD_MODULES test by test last."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+        if module not in SPREAD_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module))
+
+
 def built_once(tmp_path_factory, name, build):
     """The folder `name` that `build(folder)` fills, built once per test session and read
     by every test that needs it (returned as a pathlib.Path; a test that changes it works
