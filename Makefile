@@ -7,8 +7,7 @@ DEMO_OUTPUT ?= demo_output
 PYTEST_ARGS ?=
 # The suite runs on this many processes (pytest-xdist; most tests use one core: 2 workers
 # take the suite from ~31 to ~17-19 minutes on a 2-core machine, 3 are slower there).
-# TEST_WORKERS=0: one process. `--dist loadgroup`: each test module runs on one worker, so
-# its module fixtures are built once (tests/conftest.py: pytest_collection_modifyitems).
+# TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast bench clean
@@ -30,10 +29,10 @@ demo: $(VENV)/.runtime
 	$(PY) demo.py --output_dir=$(DEMO_OUTPUT)
 
 test: $(VENV)/.dev
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.dev
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUTPUT) build *.egg-info

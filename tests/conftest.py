@@ -41,18 +41,26 @@ def write_vocab(path, tokens=TINY_VOCAB):
 # runs on one worker (below). Their tests are long and read nothing costly of the module's
 # (the paper's set-up and the pretraining records are built once per session:
 # `built_once`), so they fill the workers best one at a time.
-SPREAD_MODULES = {"test_paper_commands", "test_fault_injection_runners"}
+SPREAD_MODULES = {"tests/test_paper_commands.py", "tests/test_fault_injection_runners.py"}
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under `--dist loadgroup` (the Makefile's), all tests of a module go to one worker:
-    its module fixtures (tiny trained runs, exports, reference runs) are built once, not
-    once on each worker that runs one of its tests, as `--dist load` does. xdist sends the
-    modules with the most tests first and the ones of SPREAD_MODULES test by test last."""
-    for item in items:
-        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-        if module not in SPREAD_MODULES:
-            item.add_marker(pytest.mark.xdist_group(module))
+def pytest_xdist_make_scheduler(config, log):
+    """`pytest -n N` (xdist's default `--dist load`, `make test`) sends all tests of a
+    module to one worker, as `--dist loadscope` does: its module fixtures (tiny trained
+    runs, exports, reference runs) are built once, not once on every worker that runs one
+    of its tests. Modules with the most tests go first; the tests of SPREAD_MODULES go one
+    by one, last. (xdist's `--dist loadgroup` cannot do it: it renames tests through an
+    attribute pytest 9 no longer reads.) Other `--dist` modes are xdist's own."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            module = nodeid.split("::", 1)[0]
+            return nodeid if module in SPREAD_MODULES else module
+
+    return ModuleScheduling(config, log)
 
 
 def built_once(tmp_path_factory, name, build):
