@@ -37,6 +37,72 @@ def write_vocab(path, tokens=TINY_VOCAB):
     return str(path)
 
 
+# Modules whose tests pytest-xdist spreads over its workers one by one; every other module
+# runs on one worker (below). Their tests are long and read nothing costly of the module's
+# (the paper's set-up and the pretraining records are built once per session:
+# `built_once`), so they fill the workers best one at a time.
+SPREAD_MODULES = {"tests/test_paper_commands.py", "tests/test_fault_injection_runners.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`pytest -n N` (xdist's default `--dist load`, `make test`) sends all tests of a
+    module to one worker, as `--dist loadscope` does: its module fixtures (tiny trained
+    runs, exports, reference runs) are built once, not once on every worker that runs one
+    of its tests. Modules with the most tests go first; the tests of SPREAD_MODULES go one
+    by one, last. (xdist's `--dist loadgroup` cannot do it: it renames tests through an
+    attribute pytest 9 no longer reads.) Other `--dist` modes are xdist's own."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            module = nodeid.split("::", 1)[0]
+            return nodeid if module in SPREAD_MODULES else module
+
+    return ModuleScheduling(config, log)
+
+
+def built_once(tmp_path_factory, name, build):
+    """The folder `name` that `build(folder)` fills, built once per test session and read
+    by every test that needs it (returned as a pathlib.Path; a test that changes it works
+    on a `shutil.copytree` of it).
+
+    Under pytest-xdist every worker is a session of its own: the first worker to ask
+    builds the folder in the directory the workers share, holding a lock the others wait
+    on; they then read the same folder. A build that fails leaves no `.done` mark, so the
+    next worker to ask builds it again (and fails the same way)."""
+    import fcntl
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist, basetemp is <session>/popen-gwN: its parent belongs to this run alone.
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = root / f"built-{name}", root / f"built-{name}.done"
+    with open(root / f"built-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.write_text("")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def pretraining_records(tmp_path_factory):
+    """Masked records of the pretraining data CLI over a small corpus (seq 32, 5
+    predictions, 2 shards: `test_loop_support.make_records_with_cli`'s defaults), with the
+    corpus and vocab beside them: read by the pretraining tests of several modules, built
+    once (`built_once`; read only: write beside them elsewhere)."""
+    from tests import test_loop_support
+
+    folder = built_once(tmp_path_factory, "pretraining-records",
+                        test_loop_support.make_records_with_cli)
+    return {"pattern": str(folder / "records.tfrecord-*"), "vocab": str(folder / "vocab.txt"),
+            "dir": folder}
+
+
 @pytest.fixture
 def tiny_vocab_file(tmp_path):
     """A small English WordPiece vocab written to tmp_path."""

@@ -19,9 +19,8 @@ from training import distribution, input_pipeline, loop
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory):
-    pattern, _ = S.make_records_with_cli(tmp_path_factory.mktemp("cli"))
-    return pattern
+def records(pretraining_records):
+    return pretraining_records["pattern"]
 
 
 @pytest.fixture(scope="module")

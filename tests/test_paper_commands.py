@@ -6,9 +6,9 @@ comment naming it (`<!-- scaled: NAME ... -->` or `<!-- full: NAME ... -->`) wit
 
 * fast: every block parses, has a marker, and every `--flag` it gives a script is one of
   that script's flags (read from `SCRIPT --helpxml`, or `--help` for argparse tools);
-* slow: the `setup` block runs once in a temporary $W, then every other scaled-down block,
-  in page order, as `bash -e` in the repository's root with the project's Python first on
-  PATH.
+* slow: the `setup` block runs once in a temporary $W (once per test session: the
+  pytest-xdist workers copy it), then every other scaled-down block, in page order, as
+  `bash -e` in the repository's root with the project's Python first on PATH.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -241,12 +242,18 @@ def test_every_flag_of_every_block_exists_in_its_script():
 
 @pytest.fixture(scope="module")
 def paper_dir(tmp_path_factory):
-    """$W after the setup block (run once for every block of the module)."""
-    work_dir = str(tmp_path_factory.mktemp("paper"))
-    setup = SCALED[0]
-    run_block(setup, work_dir)
-    check_expects(setup, work_dir)
-    return work_dir
+    """$W after the setup block. The block runs once per test session (`built_once`: the
+    pytest-xdist workers share it); each worker runs its blocks in a copy of its own."""
+    from tests.conftest import built_once
+
+    def setup(work_dir):
+        run_block(SCALED[0], str(work_dir))
+        check_expects(SCALED[0], str(work_dir))
+
+    built = built_once(tmp_path_factory, "paper-setup", setup)
+    work_dir = tmp_path_factory.mktemp("paper")
+    shutil.copytree(built, work_dir, dirs_exist_ok=True)
+    return str(work_dir)
 
 
 @pytest.mark.slow

@@ -5,10 +5,14 @@ checkpoint state already names them relative to the folder; joining the folder a
 `cl1/cl1/ckpt-5`). The tools that read a run directory (export_saved_model.py,
 extract_features.py, convert_checkpoint.py) are given it relative too.
 
-Every command runs as a subprocess in `tmp_path` with relative paths only; the data come from
-the runners' own tests' helpers.
+Every command runs in its folder with relative paths only: the runners in this process
+(their `main(argv)`, the working directory changed for the call), the three tools as
+subprocesses (they define their flags only when run as a program); the data come from the
+runners' own tests' helpers.
 """
 
+import importlib
+import logging
 import os
 import random
 import subprocess
@@ -39,6 +43,38 @@ def _run(cwd, script, **flags):
     proc = subprocess.run(cmd, env=S.runner_env(), cwd=cwd, capture_output=True, text=True,
                           timeout=300, check=False)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def _call(cwd, script, **flags):
+    """Runs a runner's `main(argv)` in this process in the folder `cwd`, as `python SCRIPT
+    --flag=value ...` runs there; returns (exit status, its log lines and error message)."""
+    from absl import flags as absl_flags
+
+    module = importlib.import_module(script[:-len(".py")])
+    argv = [script] + [f"--{key}={value}" for key, value in flags.items()]
+    lines = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        absl_flags.FLAGS(argv)
+        module.main(argv)
+        code = 0
+    except SystemExit as exit_:  # bad input: the message; a signal: its status
+        message = isinstance(exit_.code, str)
+        code = 1 if message else exit_.code or 0
+        lines.append(exit_.code if message else "")
+    finally:
+        os.chdir(here)
+        absl_flags.FLAGS.unparse_flags()
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return code, "\n".join(lines)
 
 
 def _tiny_model(cwd, vocab_tokens=TINY_VOCAB):
@@ -117,7 +153,7 @@ def trained(tmp_path_factory):
         if kind not in done:
             cwd = tmp_path_factory.mktemp(kind)
             script, common, first, second = CASES[kind](cwd)
-            code, log = _run(cwd, script, output_dir="run1", **common, **first)
+            code, log = _call(cwd, script, output_dir="run1", **common, **first)
             assert code == 0, log[-4000:]
             done[kind] = {"cwd": cwd, "script": script, "common": common, "second": second}
         return done[kind]
@@ -128,7 +164,7 @@ def trained(tmp_path_factory):
 def test_a_second_run_in_a_relative_output_dir_uses_the_checkpoint(trained, kind):
     run = trained(kind)
     cwd = run["cwd"]
-    code, log = _run(cwd, run["script"], output_dir="run1", **run["common"], **run["second"])
+    code, log = _call(cwd, run["script"], output_dir="run1", **run["common"], **run["second"])
     assert code == 0, log[-4000:]
     assert "do not fit this model" not in log
     assert "Resumed from run1/ckpt-" in log, log[-4000:]

@@ -30,11 +30,9 @@ from training import checkpointing, distribution, dynamic_masking, input_pipelin
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """Masked pretraining records of the CLI and their vocab."""
-    d = tmp_path_factory.mktemp("resume_data")
-    pattern, vocab = S.make_records_with_cli(d, shards=2)
-    return {"pattern": pattern, "vocab": vocab, "dir": d}
+def data(pretraining_records):
+    """Masked pretraining records of the CLI and their vocab (conftest: read only)."""
+    return pretraining_records
 
 
 @pytest.fixture(scope="module")
@@ -101,12 +99,12 @@ def _variables(path, prefixes=("model/", "optimizer/", "rng/")):
 
 
 @pytest.fixture(scope="module")
-def unmasked(data):
+def unmasked(data, tmp_path_factory):
     """Unmasked records (create_pretraining_data --dynamic_masking) of the same corpus."""
     import subprocess
     import sys
 
-    out = data["dir"] / "pairs.tfrecord"
+    out = tmp_path_factory.mktemp("resume_unmasked") / "pairs.tfrecord"
     cmd = [sys.executable, "-m", "data_prep.create_pretraining_data",
            f"--input_file={data['dir'] / 'corpus.txt'}", f"--output_file={out}",
            f"--vocab_file={data['vocab']}", f"--max_seq_length={S.SEQ}",

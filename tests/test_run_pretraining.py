@@ -24,11 +24,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
+def data(pretraining_records, tmp_path_factory):
     d = tmp_path_factory.mktemp("pretraining_data")
-    pattern, _ = S.make_records_with_cli(d, shards=2)
     config = S.write_config(d / "bert_config.json", vocab_size=120)
-    return {"pattern": pattern, "config": config, "dir": d}
+    return {"pattern": pretraining_records["pattern"], "config": config, "dir": d}
 
 
 def _flags(data, output_dir, **overrides):
