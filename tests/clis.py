@@ -51,6 +51,7 @@ class Result:
     code: int
     stdout: str
     stderr: str  # including the message of a SystemExit("prog: error: ...")
+    log: str = ""  # call_main: the absl log lines (INFO and up), one per line
 
 
 def program(tool: str) -> str:
@@ -79,6 +80,7 @@ def call_main(tool: str, argv=(), stdin: str | bytes | None = None, cwd: str | N
             stack.enter_context(_stdin(stdin))
         if cwd is not None:
             stack.enter_context(contextlib.chdir(cwd))
+        log = stack.enter_context(_absl_log())
         try:
             if defines is None:
                 code = module.main(list(argv)) or 0
@@ -91,7 +93,7 @@ def call_main(tool: str, argv=(), stdin: str | bytes | None = None, cwd: str | N
         except SystemExit as exit_:
             code = _status(exit_, err)
     out.flush()
-    return Result(code, out_bytes.getvalue().decode("utf-8"), err.getvalue())
+    return Result(code, out_bytes.getvalue().decode("utf-8"), err.getvalue(), "\n".join(log))
 
 
 def run_cli(tool: str, *args, timeout: float = 600, env: dict | None = None,
@@ -164,6 +166,26 @@ def _flag_scope(tool_module=None):
             flag.value, flag.present = value, present
         if was_parsed:
             values.mark_as_parsed()
+
+
+@contextlib.contextmanager
+def _absl_log():
+    """The absl log lines (INFO and up) written meanwhile, as a list (absl's own handler
+    writes to the stderr it found at start-up, which redirect_stderr does not catch)."""
+    import logging
+
+    lines = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -5,18 +5,13 @@ checkpoint state already names them relative to the folder; joining the folder a
 `cl1/cl1/ckpt-5`). The tools that read a run directory (export_saved_model.py,
 extract_features.py, convert_checkpoint.py) are given it relative too.
 
-Every command runs in its folder with relative paths only: the runners in this process
-(their `main(argv)`, the working directory changed for the call), the three tools as
-subprocesses (they define their flags only when run as a program); the data come from the
-runners' own tests' helpers.
+Every command runs in its folder with relative paths only, in this process
+(`tests.clis.call_main`, the working directory changed for the call); the data come from
+the runners' own tests' helpers.
 """
 
-import importlib
-import logging
 import os
 import random
-import subprocess
-import sys
 
 import pytest
 
@@ -25,6 +20,7 @@ from tests import test_run_dir as run_dir_tests
 from tests import test_run_ner as ner_tests
 from tests import test_run_squad as squad_tests
 from tests import test_run_swag as swag_tests
+from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
 from tests.test_multiple_choice_data import swag_row, write_swag
 
@@ -36,45 +32,11 @@ QUICK = dict(train_batch_size=4, eval_batch_size=4, iterations_per_loop=2,
              distribution_strategy="one_device")
 
 
-def _run(cwd, script, **flags):
-    """Runs a tool of the repository in `cwd`; returns (returncode, combined output)."""
-    cmd = [sys.executable, os.path.join(S.REPO_ROOT, script)] + [
-        f"--{key}={value}" for key, value in flags.items()]
-    proc = subprocess.run(cmd, env=S.runner_env(), cwd=cwd, capture_output=True, text=True,
-                          timeout=300, check=False)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
 def _call(cwd, script, **flags):
-    """Runs a runner's `main(argv)` in this process in the folder `cwd`, as `python SCRIPT
-    --flag=value ...` runs there; returns (exit status, its log lines and error message)."""
-    from absl import flags as absl_flags
-
-    module = importlib.import_module(script[:-len(".py")])
-    argv = [script] + [f"--{key}={value}" for key, value in flags.items()]
-    lines = []
-    handler = logging.Handler()
-    handler.emit = lambda record: lines.append(record.getMessage())
-    logger = logging.getLogger("absl")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    here = os.getcwd()
-    os.chdir(cwd)
-    try:
-        absl_flags.FLAGS(argv)
-        module.main(argv)
-        code = 0
-    except SystemExit as exit_:  # bad input: the message; a signal: its status
-        message = isinstance(exit_.code, str)
-        code = 1 if message else exit_.code or 0
-        lines.append(exit_.code if message else "")
-    finally:
-        os.chdir(here)
-        absl_flags.FLAGS.unparse_flags()
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-    return code, "\n".join(lines)
+    """Runs `python SCRIPT --flag=value ...` in the folder `cwd`, in this process
+    (`tests.clis.call_main`); returns (exit status, its log lines, output and message)."""
+    result = call_main(script[:-len(".py")], cwd=str(cwd), **flags)
+    return result.code, "\n".join((result.log, result.stdout, result.stderr))
 
 
 def _tiny_model(cwd, vocab_tokens=TINY_VOCAB):
@@ -176,12 +138,12 @@ def test_a_second_run_in_a_relative_output_dir_uses_the_checkpoint(trained, kind
 
 def test_export_and_extract_features_take_a_relative_run_directory(trained):
     cwd = trained("classifier")["cwd"]
-    code, log = _run(cwd, "export_saved_model.py", model_type="classifier",
+    code, log = _call(cwd, "export_saved_model.py", model_type="classifier",
                      init_checkpoint="run1", export_dir="exported")
     assert code == 0, log[-4000:]
     assert os.path.exists(cwd / "exported" / "saved_model.pb")
     (cwd / "sentences.txt").write_text("the cat sat on the mat .\n", encoding="utf-8")
-    code, log = _run(cwd, "extract_features.py", input_file="sentences.txt",
+    code, log = _call(cwd, "extract_features.py", input_file="sentences.txt",
                      output_file="features.jsonl", vocab_file="vocab.txt",
                      bert_config_file="bert_config.json", init_checkpoint="run1",
                      layers="-1", max_seq_length=16)
@@ -191,7 +153,7 @@ def test_export_and_extract_features_take_a_relative_run_directory(trained):
 
 def test_convert_checkpoint_takes_a_relative_run_directory(trained):
     cwd = trained("pretraining")["cwd"]
-    code, log = _run(cwd, "convert_checkpoint.py", input="run1", output_dir="google",
+    code, log = _call(cwd, "convert_checkpoint.py", input="run1", output_dir="google",
                      bert_config_file="bert_config.json", output_format="tf1")
     assert code == 0, log[-4000:]
     assert os.path.exists(cwd / "google" / "bert_model.ckpt.index")
