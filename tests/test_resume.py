@@ -215,18 +215,6 @@ def test_a_record_file_replaced_under_its_name_is_other_input(data, strategy, tm
     assert "ckpt-4" in str(err.value)
 
 
-def test_a_checkpoint_saved_before_a_key_was_recorded_resumes():
-    """Keys added to the input identity since (file sizes, max_seq_length, the records'
-    hash) are not held against a checkpoint saved without them; any other difference is."""
-    saved = {"kind": "records", "files": ["train.tf_record"], "batch_size": 8, "seed": 1}
-    loop._check_input_identity("ckpt-4", saved, {**saved, "file_sizes": [10],
-                                                 "max_seq_length": 32,
-                                                 "records_sha256": "ab"})
-    with pytest.raises(checkpointing.InputPositionError, match="batch_size: 8 there, 4 now"):
-        loop._check_input_identity("ckpt-4", saved, {**saved, "batch_size": 4,
-                                                     "file_sizes": [10]})
-
-
 def test_an_unseeded_run_resumes_with_the_seed_it_drew(data, strategy, tmp_path):
     _, trainer = _make(strategy, tmp_path, steps=4, save=4)
     trainer.restore_or_initialize()

@@ -906,17 +906,10 @@ class TrainingLoop:
         return out
 
 
-# Input identity keys recorded since checkpoints first held one: a checkpoint saved
-# without them resumes unchecked on them (it was saved before they were recorded).
-_IDENTITY_KEYS_ADDED = ("file_sizes", "max_seq_length", "records_sha256")
-
-
 def _check_input_identity(path: str, saved: dict, identity: dict) -> None:
     """Refuses to resume the input saved in checkpoint `path` with another input, naming
     what changed (its position means nothing for other files, batches or settings)."""
-    differences = [(key, old, new) for key, old, new
-                   in run_dir.identity_differences(saved, identity)
-                   if not (key in _IDENTITY_KEYS_ADDED and old == "<absent>")]
+    differences = run_dir.identity_differences(saved, identity)
     if not differences:
         return
     listed = "; ".join(f"{key}: {old!r} there, {new!r} now" for key, old, new in differences[:8])

@@ -3,9 +3,8 @@
 The protocol, once for all families: the key (what shaped the records: source file
 fingerprint, vocab hash, settings, format version) is stored in
 `<record_file>.metadata.json` under "cache_key" with the record file's size and the
-SHA-256 of its bytes (hashed once, when the records are written, or on the first reuse
-of a cache written before it was kept: a training run's input identity carries it, so a
-resume on other records is refused, `training.finetuning`); the
+SHA-256 of its bytes (hashed once, when the records are written: a training run's input
+identity carries it, so a resume on other records is refused, `training.finetuning`); the
 cache is reused only when the key is equal, the files exist and the record file has that
 size.
 A rebuild first removes the old metadata (it must never describe other records), writes
@@ -85,11 +84,7 @@ class RecordCache:
         if fileio.getsize(self.record_file) != metadata.get("record_file_size"):
             return None
         if not metadata.get("record_file_sha256"):
-            # Written before the hash was kept: these records (key and size agree), hashed
-            # now, once; not rebuilt (a rebuild would make finished sweep runs look stale).
-            metadata["record_file_sha256"] = fileio.sha256(self.record_file)
-            fileio.write_text(self.metadata_file,
-                              json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
+            return None
         return metadata
 
     def begin(self) -> None:
