@@ -25,6 +25,7 @@ machine is shared, so read the ratios (bucketed / padded in the same run).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -123,9 +124,11 @@ def measure(task_dir, vocab, config, args, buckets, output_dir):
     keras.utils.set_random_seed(1)
     _, trainer = runs.build_trainer(
         strategy, lambda: family.build_model(config), family.loop_task(),
-        hparams=settings.hparams, max_seq_length=args.max_seq_length,
-        output_dir=tempfile.mkdtemp(), num_train_steps=10**6, num_warmup_steps=10,
-        train_batch_size=args.batch_size, eval_batch_size=args.eval_batch_size)
+        loop_config=dataclasses.replace(
+            settings.loop, output_dir=tempfile.mkdtemp(), num_train_steps=10**6,
+            num_warmup_steps=10, train_batch_size=args.batch_size,
+            eval_batch_size=args.eval_batch_size),
+        max_seq_length=args.max_seq_length)
     out = {}
     dev = prepared.eval_splits[0]
     # Evaluation before training (same initial weights in both modes: same predictions).

@@ -59,6 +59,7 @@ from modeling.models import BertSpanLabeler  # noqa: E402
 from training.runtime import RuntimeConfig, setup_runtime  # noqa: E402
 from tasks.squad import task as squad_task  # noqa: E402
 from training import runs  # noqa: E402
+from training.loop import LoopConfig  # noqa: E402
 
 SIZES = {  # layers, hidden, heads
     "base": (12, 768, 12),
@@ -181,9 +182,10 @@ def main():
     keras.utils.set_random_seed(args.seed)
     model, trainer = runs.build_trainer(
         strategy, lambda: BertSpanLabeler(bert_config), squad_task.SpanTask(),
-        hparams=runs.Hyperparameters(learning_rate=5e-5),
-        max_seq_length=window.max_seq_length, output_dir=os.path.join(work, "out"),
-        num_train_steps=0, num_warmup_steps=0, train_batch_size=32, eval_batch_size=batch)
+        loop_config=LoopConfig(output_dir=os.path.join(work, "out"), num_train_steps=0,
+                               num_warmup_steps=0, train_batch_size=32,
+                               eval_batch_size=batch, learning_rate=5e-5),
+        max_seq_length=window.max_seq_length)
 
     # ---- 1. feature conversion
     with Timer() as t_prepare:

@@ -21,19 +21,18 @@ from tests.conftest import TINY_VOCAB, write_vocab
 
 def _pretraining_cfg(records, out, config, **loop_overrides):
     import run_pretraining
-    from modeling.optimization import OptimizerConfig
     from training.runtime import RuntimeConfig
     from training.loop import LoopConfig
 
     loop = dict(output_dir=str(out), num_train_steps=40, train_batch_size=4,
-                iterations_per_loop=2, save_checkpoints_steps=100)
+                iterations_per_loop=2, save_checkpoints_steps=100, learning_rate=1e-3,
+                num_warmup_steps=0)
     loop.update(loop_overrides)
     return run_pretraining.PretrainingRun(
         bert_config_file=config, input_patterns=tuple(records), output_dir=str(out),
         init_checkpoint=None, max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS,
         do_train=True, do_eval=False, train_batch_size=4, eval_batch_size=4,
         input_compression="auto", runtime=RuntimeConfig("one_device", seed=1),
-        optimizer=OptimizerConfig(learning_rate=1e-3, num_train_steps=40, num_warmup_steps=0),
         loop=LoopConfig(**loop))
 
 
@@ -345,7 +344,7 @@ def test_finetuning_refuses_a_vocab_larger_than_the_model_before_any_work(tmp_pa
 
     vocab = write_vocab(tmp_path / "vocab.txt")
     config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) - 9)
-    cfg = run_classifier.make_run(
+    cfg = run_classifier.COMMAND.settings(
         task_name="custom", data_dir=_pair_data(tmp_path / "data"), vocab_file=vocab,
         bert_config_file=config, output_dir=str(tmp_path / "out"), max_seq_length=16,
         do_train=True, train_batch_size=4,

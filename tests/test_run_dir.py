@@ -125,7 +125,7 @@ def _cfg(env, out, labels=("neg", "pos"), **overrides):
                                              labels=tuple(labels)),
                   runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
-    return rc.make_run(**values)
+    return rc.COMMAND.settings(**values)
 
 
 def _snapshot(directory):
@@ -246,7 +246,6 @@ def test_run_pretraining_refuses_another_models_dir(tmp_path):
     """Pretraining claims its output_dir too: another bert_config is refused, the
     checkpoints stay as they were."""
     import run_pretraining
-    from modeling.optimization import OptimizerConfig
     from training.runtime import RuntimeConfig
     from training.loop import LoopConfig
 
@@ -259,10 +258,9 @@ def test_run_pretraining_refuses_another_models_dir(tmp_path):
             init_checkpoint=None, max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS,
             do_train=True, do_eval=False, train_batch_size=4, eval_batch_size=4,
             input_compression="auto", runtime=RuntimeConfig("one_device"),
-            optimizer=OptimizerConfig(learning_rate=1e-3, num_train_steps=2,
-                                      num_warmup_steps=0),
             loop=LoopConfig(output_dir=str(out), num_train_steps=2, train_batch_size=4,
-                            iterations_per_loop=1, save_checkpoints_steps=2))
+                            iterations_per_loop=1, save_checkpoints_steps=2,
+                            learning_rate=1e-3, num_warmup_steps=0))
 
     run_pretraining.run(cfg(S.write_config(tmp_path / "a.json")))
     before = _snapshot(out)
@@ -335,7 +333,7 @@ def test_a_run_refused_for_its_feature_layers_leaves_the_dir_to_the_rightful_run
     out = tmp_path / "out"
 
     def cfg(layers):
-        return run_ner.make_run(
+        return run_ner.COMMAND.settings(
             data_dir=str(data), vocab_file=write_vocab(tmp_path / "vocab.txt"),
             bert_config_file=S.write_config(tmp_path / "bert_config.json",
                                             vocab_size=len(TINY_VOCAB)),

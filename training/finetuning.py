@@ -43,6 +43,7 @@ from absl import logging
 
 from data_prep import fileio
 from training import runs
+from training.loop import PER_RUN, LoopConfig
 from training.runtime import RuntimeConfig, setup_runtime
 
 
@@ -68,7 +69,9 @@ class FinetuningRun:
     predict_batch_size: int = 8
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
-    hparams: runs.Hyperparameters = runs.Hyperparameters(learning_rate=5e-5)
+    # The loop's and optimizer's settings of every run (the shared flags); each run sets
+    # its `loop.PER_RUN` fields (output_dir, steps, batch sizes) when it is built.
+    loop: LoopConfig = LoopConfig(output_dir="", learning_rate=5e-5)
     seeds: tuple = (None,)
     keep_best_checkpoint: bool = False
     bucket_boundaries: tuple = ()
@@ -112,7 +115,7 @@ def grid_points(settings: FinetuningRun) -> list:
 
     grid = settings.grid
     if grid is None:
-        return [GridPoint(settings.hparams.learning_rate, settings.train_batch_size,
+        return [GridPoint(settings.loop.learning_rate, settings.train_batch_size,
                           settings.num_train_epochs)]
     return [GridPoint(*values) for values in itertools.product(
         grid.learning_rates, grid.train_batch_sizes, grid.num_train_epochs)]
@@ -123,7 +126,7 @@ def at_point(settings: FinetuningRun, point: GridPoint, output_dir: str) -> Fine
     return dataclasses.replace(
         settings, output_dir=output_dir, train_batch_size=point.train_batch_size,
         num_train_epochs=point.num_train_epochs, grid=None,
-        hparams=dataclasses.replace(settings.hparams, learning_rate=point.learning_rate))
+        loop=dataclasses.replace(settings.loop, learning_rate=point.learning_rate))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,35 +273,35 @@ class TaskFamily:
 
 
 def settings_from(**kwargs) -> tuple[FinetuningRun, dict]:
-    """(FinetuningRun, the other keyword arguments) from one flat set of keyword arguments.
+    """(FinetuningRun, the other keyword arguments) from one flat set of keyword arguments
+    named as the flags: how every fine-tuning command builds its settings
+    (`training.flags.FinetuningCommand`, from the flags or from a program).
 
-    Accepts every `FinetuningRun` field and every `runs.Hyperparameters` field by name
+    Accepts every `FinetuningRun` field and every shared `LoopConfig` setting by name
     (`learning_rate=`, `save_checkpoints_steps=`, ...; `dtype` and `jit_compile` come from
-    `runtime`), so programmatic callers need not nest them. A tuple of learning rates,
-    batch sizes or epochs makes a grid, as comma-separated flag values do.
+    `runtime`). A tuple of learning rates, batch sizes or epochs makes a grid, as
+    comma-separated flag values do.
     """
-    run_fields = {f.name for f in dataclasses.fields(FinetuningRun)} - {"hparams"}
-    hparam_fields = {f.name for f in dataclasses.fields(runs.Hyperparameters)} - {
+    run_fields = {f.name for f in dataclasses.fields(FinetuningRun)} - {"loop"}
+    loop_fields = {f.name for f in dataclasses.fields(LoopConfig)} - set(PER_RUN) - {
         "dtype", "jit_compile"}
     run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in run_fields}
-    hparam_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in hparam_fields}
+    loop_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in loop_fields}
     runtime = run_kwargs.get("runtime", RuntimeConfig(""))
-    hparam_kwargs.setdefault("learning_rate", 5e-5)
     # A sequence of learning rates, batch sizes or epochs is a grid, as on the command line.
     values = {name: source.get(name, default) for name, source, default in (
-        ("learning_rate", hparam_kwargs, 5e-5), ("train_batch_size", run_kwargs, 32),
+        ("learning_rate", loop_kwargs, 5e-5), ("train_batch_size", run_kwargs, 32),
         ("num_train_epochs", run_kwargs, 3.0))}
     values = {name: tuple(v) if isinstance(v, (list, tuple)) else (v,)
               for name, v in values.items()}
     if max(map(len, values.values())) > 1 and "grid" not in run_kwargs:
         run_kwargs["grid"] = Grid(values["learning_rate"], values["train_batch_size"],
                                   values["num_train_epochs"])
-    hparam_kwargs["learning_rate"] = values["learning_rate"][0]
+    loop_kwargs["learning_rate"] = values["learning_rate"][0]
     run_kwargs.update(train_batch_size=values["train_batch_size"][0],
                       num_train_epochs=values["num_train_epochs"][0])
-    run_kwargs["hparams"] = runs.Hyperparameters(dtype=runtime.dtype,
-                                                 jit_compile=runtime.jit_compile,
-                                                 **hparam_kwargs)
+    run_kwargs["loop"] = LoopConfig(output_dir="", dtype=runtime.dtype,
+                                    jit_compile=runtime.jit_compile, **loop_kwargs)
     return FinetuningRun(**run_kwargs), kwargs
 
 
@@ -323,9 +326,6 @@ def validate(settings: FinetuningRun) -> None:
         raise FinetuningError(
             "a grid (several values of --learning_rate, --train_batch_size or "
             "--num_train_epochs) picks by the dev score: it needs --do_train and --do_eval")
-    if settings.hparams.gradient_accumulation_steps < 1:
-        raise FinetuningError("--gradient_accumulation_steps must be >= 1, found "
-                              f"{settings.hparams.gradient_accumulation_steps}")
     if not 0.0 <= settings.warmup_proportion <= 1.0:
         raise FinetuningError(
             f"--warmup_proportion={settings.warmup_proportion} must be in [0, 1]")
@@ -335,7 +335,7 @@ def validate(settings: FinetuningRun) -> None:
             raise FinetuningError(f"--num_train_epochs={point.num_train_epochs} must be a "
                                   "finite number > 0")
         try:  # --learning_rate and the optimizer's flags
-            dataclasses.replace(settings.hparams,
+            dataclasses.replace(settings.loop,
                                 learning_rate=point.learning_rate).optimizer_config()
         except ValueError as err:
             raise FinetuningError(str(err)) from None
@@ -376,8 +376,12 @@ GRID_RESULTS_FILE = "grid_results.tsv"
 SEED_RESULTS_FILE = "seed_results.txt"
 
 
-def run(settings: FinetuningRun, family: TaskFamily) -> dict:
+def run(settings: FinetuningRun, family) -> dict:
     """Fine-tunes, evaluates and predicts as `settings` asks: once per seed, per grid point.
+
+    Args:
+      family: the `TaskFamily`, or a function of no arguments making it once the settings
+        are checked (a family may read its data when made).
 
     Returns:
       {"runs": [per-run dicts: seed, dir, global_step, num_train_steps, eval (split name
@@ -387,6 +391,8 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
       seed)} plus, with a grid, "best_point" and "grid" (the table's rows).
     """
     validate(settings)
+    if not isinstance(family, TaskFamily):
+        family = family()
     strategy = setup_runtime(settings.runtime)  # First: multi-worker wants it.
 
     from training import distribution, input_pipeline, run_dir
@@ -397,7 +403,7 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
     points = grid_points(settings)
     for point in points:
         runs.check_batch("train_batch_size", point.train_batch_size, replicas,
-                         settings.hparams.gradient_accumulation_steps)
+                         settings.loop.gradient_accumulation_steps)
     runs.check_batch("eval_batch_size", settings.eval_batch_size, replicas)
     runs.check_batch("predict_batch_size", settings.predict_batch_size, replicas)
     family.input_options = InputOptions(
@@ -519,7 +525,8 @@ def _request(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
         "train_batch_size": settings.train_batch_size,
         "num_train_epochs": settings.num_train_epochs,
         "warmup_proportion": settings.warmup_proportion,
-        "hparams": dataclasses.asdict(settings.hparams),
+        "hparams": {k: v for k, v in dataclasses.asdict(settings.loop).items()
+                    if k not in PER_RUN},
         "splits": [[split.name, split.num_examples,
                     [fileio.fingerprint(path) for pattern in family.records(split).input_patterns
                      for path in sorted(fileio.glob(pattern))]] for split in splits],
@@ -651,12 +658,13 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
         num_train_steps, num_warmup_steps = runs.finetuning_steps(
             prepared.train.num_examples, settings.train_batch_size,
             settings.num_train_epochs, settings.warmup_proportion)
+    loop_config = dataclasses.replace(
+        settings.loop, output_dir=directory, num_train_steps=num_train_steps,
+        num_warmup_steps=num_warmup_steps, train_batch_size=settings.train_batch_size,
+        eval_batch_size=settings.eval_batch_size)
     model, trainer = runs.build_trainer(
         strategy, lambda: family.build_model(bert_config), family.loop_task(),
-        hparams=settings.hparams, max_seq_length=settings.max_seq_length,
-        output_dir=directory, num_train_steps=num_train_steps,
-        num_warmup_steps=num_warmup_steps, train_batch_size=settings.train_batch_size,
-        eval_batch_size=settings.eval_batch_size,
+        loop_config=loop_config, max_seq_length=settings.max_seq_length,
         build_fn=lambda model: family.build_variables(model, settings.max_seq_length))
     start_step = runs.restore_or_init(trainer, model, settings.init_checkpoint,
                                       do_train=settings.do_train)
@@ -671,7 +679,7 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
         # A resumed run whose newest checkpoint was saved but not yet compared (killed in
         # between): compare it now, as the uninterrupted run did right after saving it.
         # (Comparing one already compared changes nothing: the same weights score the same.)
-        due = start_step > 0 and (start_step % settings.hparams.save_checkpoints_steps == 0
+        due = start_step > 0 and (start_step % settings.loop.save_checkpoints_steps == 0
                                   or start_step == num_train_steps)
         if settings.do_train and due and (best.step is None or best.step < start_step):
             best.on_checkpoint(start_step)

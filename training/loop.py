@@ -102,7 +102,8 @@ class TrainingDivergedError(FloatingPointError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
-    """Everything the loop needs to know; runners build it from flags.
+    """How to train: the loop's settings and its optimizer's, the one settings type of
+    pretraining and fine-tuning; runners build it from the shared flags (named as them).
 
     Attributes:
       output_dir: checkpoints, TensorBoard summaries and result files.
@@ -119,6 +120,11 @@ class LoopConfig:
         Keras dtype policy itself is set by the runner before the model is built.
       jit_compile: compile the forward/backward pass with XLA.
       keep_checkpoint_max: checkpoints kept in output_dir.
+      learning_rate, num_warmup_steps, optimizer, weight_decay_rate, clip_norm: the
+        optimizer's settings (`optimizer_config`).
+
+    The fine-tuning settings (`training.finetuning.FinetuningRun.loop`) hold the shared
+    ones; each run sets its own `PER_RUN` fields when it is built.
 
     Raises:
       ValueError: a period or count below 1, naming its flag (`check_loop_settings`).
@@ -136,20 +142,42 @@ class LoopConfig:
     dtype: str = "float32"
     jit_compile: bool = False
     keep_checkpoint_max: int = 5
+    learning_rate: float = 5e-5
+    num_warmup_steps: int = 10000
+    optimizer: str = "adamw"
+    weight_decay_rate: float = 0.01
+    clip_norm: float = 1.0
 
     def __post_init__(self):
         check_loop_settings(iterations_per_loop=self.iterations_per_loop,
                             save_checkpoints_steps=self.save_checkpoints_steps,
                             log_steps=self.log_steps,
-                            keep_checkpoint_max=self.keep_checkpoint_max)
+                            keep_checkpoint_max=self.keep_checkpoint_max,
+                            gradient_accumulation_steps=self.gradient_accumulation_steps)
+
+    def optimizer_config(self):
+        """The `modeling.optimization.OptimizerConfig` of these settings; building it
+        checks them (ValueError naming the flag: `OptimizerConfig.validate`)."""
+        from modeling import optimization
+
+        return optimization.OptimizerConfig(
+            learning_rate=self.learning_rate, num_train_steps=self.num_train_steps,
+            num_warmup_steps=self.num_warmup_steps, optimizer=self.optimizer,
+            weight_decay_rate=self.weight_decay_rate, clip_norm=self.clip_norm)
+
+
+# The LoopConfig fields each run sets itself (a fine-tuning run from its data and grid
+# point); the others are the settings the runners' shared flags give.
+PER_RUN = ("output_dir", "num_train_steps", "num_warmup_steps", "train_batch_size",
+           "eval_batch_size", "max_eval_steps")
 
 
 def check_loop_settings(**settings: int) -> None:
     """Raises ValueError naming the flag of a loop period or count below 1
-    (iterations_per_loop, save_checkpoints_steps, log_steps, keep_checkpoint_max): 0
-    has no meaning for them (a checkpoint every 0 steps, 0 checkpoints kept), so it is
-    refused rather than silently taken as 1. The one check of these settings, for
-    pretraining (`LoopConfig`) and fine-tuning (`runs.Hyperparameters`, before any work)."""
+    (iterations_per_loop, save_checkpoints_steps, log_steps, keep_checkpoint_max,
+    gradient_accumulation_steps): 0 has no meaning for them (a checkpoint every 0 steps,
+    0 checkpoints kept), so it is refused rather than silently taken as 1. The one check
+    of these settings (`LoopConfig`, for pretraining and fine-tuning, before any work)."""
     for name, value in settings.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"--{name}={value} must be a whole number >= 1")

@@ -49,8 +49,7 @@ class PretrainingRun:
     eval_batch_size: int
     input_compression: str
     runtime: RuntimeConfig
-    optimizer: "object"
-    loop: "object"
+    loop: "object"  # training.loop.LoopConfig: the loop's and the optimizer's settings
     # Dynamic masking (unmasked records): None where the flag was not given.
     vocab_file: str | None = None
     masked_lm_prob: float | None = None
@@ -65,6 +64,7 @@ class PretrainingRun:
 
 def run(cfg: PretrainingRun) -> dict:
     """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
+    optimizer = cfg.loop.optimizer_config()  # checks the optimizer's flags (ValueError)
     strategy = setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
 
     from training import distribution, run_dir
@@ -82,7 +82,7 @@ def run(cfg: PretrainingRun) -> dict:
     claimed = run_dir.claim(cfg.output_dir, run_identity(cfg, bert_config),
                             is_chief=distribution.is_chief(strategy))
     try:
-        return _train_and_evaluate(cfg, strategy, bert_config, claimed)
+        return _train_and_evaluate(cfg, strategy, bert_config, optimizer, claimed)
     finally:
         claimed.release()
 
@@ -233,7 +233,8 @@ def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> dict:
     return made
 
 
-def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> dict:
+def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, optimizer_config,
+                        claimed) -> dict:
     """The run itself, in a claimed output_dir: check the records, build, restore or init,
     commit the claim, train (phase by phase), evaluate."""
     import os
@@ -248,7 +249,7 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> 
     with strategy.scope():
         model = BertPretrainer(bert_config, **objective)
         loop.build_pretraining_model(model, cfg.max_seq_length, cfg.max_predictions_per_seq)
-        optimizer = optimization.create_optimizer(cfg.optimizer)
+        optimizer = optimization.create_optimizer(optimizer_config)
     trainer = loop.PretrainingLoop(strategy, model, optimizer, cfg.loop, **objective)
 
     def init_from_checkpoint():
