@@ -27,8 +27,9 @@ dev predictions and how to write its output files. Everything else is here, once
 * `eval_results{suffix}.txt` ("key = value", the original's format), TensorBoard scalars
   and the model files beside the checkpoints that `export_saved_model.py` reads.
 
-Runners stay thin: flags -> `FinetuningRun` (training/flags.py `finetuning_run`) + the
-family's own settings -> `run(settings, family)`.
+Runners stay thin: each is a `training.flags.FinetuningCommand` (flags -> `FinetuningRun`
+through `settings_from`, the one way its settings are built, + the family's own settings ->
+`run(settings, family)`); the loop's and optimizer's settings are the run's `LoopConfig`.
 """
 
 from __future__ import annotations

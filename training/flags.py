@@ -1,11 +1,15 @@
-"""Owns the absl flags shared by every runner (defined once here) and their conversion to configs.
+"""Owns the absl flags shared by every runner (defined once here), their conversion to configs, and the fine-tuning runners' one command skeleton.
 
 Runners call `define_common_flags()` (plus their own) and state their own defaults of the
 shared flags (`use_defaults`: what --helpfull shows is what runs), then build plain frozen
-dataclasses with `runtime_config(FLAGS)` (a `training.runtime.RuntimeConfig`) and
-`finetuning_run(FLAGS)`; libraries never see FLAGS, and nothing below the runners imports this module. Flag names
-and meanings follow Google's original runners; the new ones (distribution_strategy, dtype,
-...) are documented inline.
+dataclasses: `runtime_config(FLAGS)` (a `training.runtime.RuntimeConfig`),
+`loop_settings(FLAGS)` (a `training.loop.LoopConfig`'s shared settings, for pretraining
+and fine-tuning alike) and, for fine-tuning, `finetuning_values(FLAGS)` through
+`training.finetuning.settings_from`. A fine-tuning runner is a `FinetuningCommand`: its
+own flags, defaults and task family; the skeleton (flags -> settings -> run -> one-line
+errors) is here once. Libraries never see FLAGS, and nothing below the runners imports
+this module. Flag names and meanings follow Google's original runners; the new ones
+(distribution_strategy, dtype, ...) are documented inline.
 """
 
 from __future__ import annotations
