@@ -22,7 +22,7 @@ from modeling.checkpoints import loading
 from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
-from training import loop, runs
+from training import loop, pretraining, runs
 
 # Four steps, one checkpoint, two eval batches: enough to have a run's outputs.
 RUN_FLAGS = dict(max_seq_length=S.SEQ, train_batch_size=8, eval_batch_size=8,
@@ -79,7 +79,7 @@ def _weights(path, config, **objective):
     """{weight path: value} of a pretrainer with `objective`'s heads loaded, strictly,
     from the checkpoint at `path` (every weight it has, nothing more)."""
     model = BertPretrainer(config, **objective)
-    loop.build_pretraining_model(model, S.SEQ, S.PREDS)
+    pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
     checkpoints.load_pretrained(str(path), model)
     return {weight.path.split("/", 1)[1]: weight.numpy() for weight in model.weights}
 
@@ -216,11 +216,11 @@ def test_an_eval_of_nothing_is_refused(ltr_run, records, tmp_path):
                      output_dir=tmp_path / "out", **dict(RUN_FLAGS, max_eval_steps=steps))
     assert not (tmp_path / "out").exists()
     for task, totals in (
-            (loop.PretrainingTask(), {"loss": 0.0, "mlm_loss": 0.0, "mlm_nll_sum": 0.0,
+            (pretraining.PretrainingTask(), {"loss": 0.0, "mlm_loss": 0.0, "mlm_nll_sum": 0.0,
                                       "mlm_correct_sum": 0.0, "mlm_weight_sum": 0.0,
                                       "nsp_loss_sum": 0.0, "nsp_correct_sum": 0.0,
                                       "nsp_count": 0.0, "steps": 0.0}),
-            (loop.PretrainingTask(objective="ltr"), {"loss": 0.0, "lm_nll_sum": 0.0,
+            (pretraining.PretrainingTask(objective="ltr"), {"loss": 0.0, "lm_nll_sum": 0.0,
                                                      "lm_correct_sum": 0.0, "lm_count": 0.0,
                                                      "steps": 0.0})):
         with pytest.raises(ValueError, match=r"the eval read 0 batch\(es\) with 0 "

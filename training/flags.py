@@ -1,4 +1,4 @@
-"""Owns the absl flags shared by every runner (defined once here), their conversion to configs, and the fine-tuning runners' one command skeleton.
+"""Owns the runners' shared absl flags, their conversion to configs, and the fine-tuning command skeleton.
 
 Runners call `define_common_flags()` (plus their own) and state their own defaults of the
 shared flags (`use_defaults`: what --helpfull shows is what runs), then build plain frozen

@@ -9,10 +9,15 @@ split its Table 8 (dynamic masking), and `phase2` its two-phase schedule (Append
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import Callable
 
+import keras
+import tensorflow as tf
 from absl import logging
 
-from training import runs
+from modeling import losses
+from training import loop, runs
 from training.runtime import RuntimeConfig, setup_runtime
 
 # The settings of on-the-fly masking (unmasked records read by the masked LM), named as
@@ -241,16 +246,16 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, optimizer_co
 
     from modeling import checkpoints, optimization
     from modeling.models import BertPretrainer
-    from training import distribution, input_pipeline, loop
+    from training import distribution, input_pipeline
 
     phases, masking = _phase_inputs(cfg, bert_config)
     objective = {"next_sentence_prediction": cfg.next_sentence_prediction,
                  "objective": cfg.objective}
     with strategy.scope():
         model = BertPretrainer(bert_config, **objective)
-        loop.build_pretraining_model(model, cfg.max_seq_length, cfg.max_predictions_per_seq)
+        build_pretraining_model(model, cfg.max_seq_length, cfg.max_predictions_per_seq)
         optimizer = optimization.create_optimizer(optimizer_config)
-    trainer = loop.PretrainingLoop(strategy, model, optimizer, cfg.loop, **objective)
+    trainer = PretrainingLoop(strategy, model, optimizer, cfg.loop, **objective)
 
     def init_from_checkpoint():
         runs.check_attention_of(cfg.init_checkpoint, bert_config)
@@ -353,3 +358,148 @@ def dynamic_masking_for(cfg: PretrainingRun, bert_config, seed):
             f"--vocab_file={cfg.vocab_file} has ids up to {largest} but bert_config's "
             f"vocab_size is {bert_config.vocab_size}: not the model's vocab")
     return masking
+
+
+# ------------------------------------------------------------------ the task
+
+
+# The pretraining task's statistics (per objective) and the masked LM's model inputs.
+STAT_KEYS = ("loss", "mlm_loss", "mlm_nll_sum", "mlm_correct_sum", "mlm_weight_sum",
+             "nsp_loss_sum", "nsp_correct_sum", "nsp_count")
+MLM_STAT_KEYS = STAT_KEYS[:5]  # masked LM without next sentence prediction ("No NSP")
+LTR_STAT_KEYS = ("loss", "lm_nll_sum", "lm_correct_sum", "lm_count")  # left-to-right LM
+MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+
+
+def model_inputs(features):
+    """The model's input dict (input_ids, input_mask, segment_ids, masked_lm_positions)."""
+    return {name: features[name] for name in MODEL_INPUTS}
+
+
+def build_pretraining_model(model, max_seq_length, max_predictions_per_seq):
+    """Creates the model's variables with one call on a zero batch (before any tf.function)."""
+    zeros = {
+        "input_ids": tf.zeros([1, max_seq_length], tf.int32),
+        "input_mask": tf.ones([1, max_seq_length], tf.int32),
+        "segment_ids": tf.zeros([1, max_seq_length], tf.int32),
+        "masked_lm_positions": tf.zeros([1, max_predictions_per_seq], tf.int32),
+    }
+    model(zeros, training=False)
+    return model
+
+
+def _perplexity(mean_nll: float) -> float:
+    """exp(mean negative log-likelihood), inf where that overflows float64."""
+    return math.exp(mean_nll) if mean_nll < 700 else math.inf
+
+
+def _check_evaluated(totals, count_key: str) -> None:
+    """Raises ValueError when the totals hold no eval batch or no prediction: their figures
+    would read as a perfect score (loss 0, perplexity 1) made of nothing."""
+    steps, count = float(totals.get("steps", 0.0)), float(totals[count_key])
+    if steps < 1 or count <= 0:
+        raise ValueError(f"the eval read {int(steps)} batch(es) with {count:g} predictions: "
+                         "no figures to report (empty eval records, or max_eval_steps < 1)")
+
+
+def eval_metrics(totals, global_step):
+    """The original's eval_results.txt figures from summed statistics, plus
+    `masked_lm_perplexity` (exp of the weighted mean masked-LM loss: the paper's "LM
+    (ppl)", Table 6); the next-sentence figures only when the totals have them (a run
+    without NSP reports none). ValueError for totals of no batch or no prediction."""
+    _check_evaluated(totals, "mlm_weight_sum")
+    steps = float(totals["steps"])
+    weight = float(totals["mlm_weight_sum"])
+    masked_lm_loss = float(totals["mlm_nll_sum"]) / weight
+    results = {
+        "global_step": int(global_step),
+        "loss": float(totals["loss"]) / steps,
+        "masked_lm_accuracy": float(totals["mlm_correct_sum"]) / weight,
+        "masked_lm_loss": masked_lm_loss,
+        "masked_lm_perplexity": _perplexity(masked_lm_loss),
+    }
+    if "nsp_count" in totals:
+        count = max(float(totals["nsp_count"]), 1.0)
+        results.update(next_sentence_accuracy=float(totals["nsp_correct_sum"]) / count,
+                       next_sentence_loss=float(totals["nsp_loss_sum"]) / count)
+    return results
+
+
+def next_token_eval_metrics(totals, global_step):
+    """The left-to-right LM's eval_results.txt figures: mean loss over batches, and over
+    every predicted token its loss, accuracy and perplexity (exp of that loss).
+    ValueError for totals of no batch or no prediction."""
+    _check_evaluated(totals, "lm_count")
+    steps = float(totals["steps"])
+    count = float(totals["lm_count"])
+    next_token_loss = float(totals["lm_nll_sum"]) / count
+    return {"global_step": int(global_step), "loss": float(totals["loss"]) / steps,
+            "next_token_accuracy": float(totals["lm_correct_sum"]) / count,
+            "next_token_loss": next_token_loss,
+            "next_token_perplexity": _perplexity(next_token_loss)}
+
+
+class PretrainingTask(loop.Task):
+    """The pretraining objectives: masked LM + next sentence (the original run_pretraining's
+    loss and metrics), masked LM alone ("No NSP") or the left-to-right LM ("LTR & No NSP"),
+    the paper's Table 5.
+
+    Args:
+      loss_fn: (outputs, features) -> (scalar loss, dict of the stat_keys' scalars);
+        default: `losses.pretraining_loss` (masked LM), `losses.next_token_loss` (ltr).
+      next_sentence_prediction: the model has the NSP head (masked LM only).
+      objective: "mlm" or "ltr" (`modeling.models.OBJECTIVES`).
+    """
+
+    def __init__(self, loss_fn: Callable | None = None, *,
+                 next_sentence_prediction: bool = True, objective: str = "mlm"):
+        self.objective = objective
+        self.next_sentence_prediction = bool(next_sentence_prediction) and objective == "mlm"
+        if objective == "ltr":
+            self.loss_fn = loss_fn or losses.next_token_loss
+            self.stat_keys, self.mean_keys = LTR_STAT_KEYS, ("loss",)
+        else:
+            self.loss_fn = loss_fn or losses.pretraining_loss
+            self.stat_keys = STAT_KEYS if self.next_sentence_prediction else MLM_STAT_KEYS
+            self.mean_keys = ("loss", "mlm_loss")
+
+    def model_inputs(self, features):
+        if self.objective == "ltr":
+            return {name: features[name] for name in loop.ENCODER_INPUTS}
+        return model_inputs(features)
+
+    def loss_and_stats(self, outputs, features):
+        return self.loss_fn(outputs, features)
+
+    def metrics_from_totals(self, totals, global_step):
+        if self.objective == "ltr":
+            return next_token_eval_metrics(totals, global_step)
+        return eval_metrics(totals, global_step)
+
+    def progress(self, totals):
+        if self.objective == "ltr":
+            return [("next_token_accuracy", "lm_acc",
+                     totals["lm_correct_sum"] / max(totals["lm_count"], 1e-12))]
+        figures = [("masked_lm_accuracy", "mlm_acc",
+                    totals["mlm_correct_sum"] / max(totals["mlm_weight_sum"], 1e-12))]
+        if self.next_sentence_prediction:
+            figures.append(("next_sentence_accuracy", "nsp_acc",
+                            totals["nsp_correct_sum"] / max(totals["nsp_count"], 1.0)))
+        return figures
+
+
+class PretrainingLoop(loop.TrainingLoop):
+    """The loop with the pretraining task (masked LM + NSP by default); see
+    `training.loop.TrainingLoop`.
+
+    Args:
+      loss_fn: (outputs, features) -> (scalar loss, dict of the task's stat_keys scalars);
+        None: the objective's own.
+      next_sentence_prediction, objective: the model's objective (`PretrainingTask`).
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, optimizer,
+                 config: loop.LoopConfig, loss_fn: Callable | None = None, *,
+                 next_sentence_prediction: bool = True, objective: str = "mlm"):
+        super().__init__(strategy, model, optimizer, config, PretrainingTask(
+            loss_fn, next_sentence_prediction=next_sentence_prediction, objective=objective))
