@@ -31,7 +31,7 @@ from modeling.config import BertConfig  # noqa: E402
 from profile_train_step import profile  # noqa: E402
 from tasks.classification import processors  # noqa: E402
 from tasks.classification.task import ClassificationFamily, ClassificationSettings  # noqa: E402
-from training import distribution, finetuning, input_pipeline, runs  # noqa: E402
+from training import distribution, finetuning, input_pipeline, trainer_setup  # noqa: E402
 
 
 def main():
@@ -60,7 +60,7 @@ def main():
     family.input_options = finetuning.InputOptions(128, buckets)
     prepared = family.prepare(settings)
     strategy = distribution.get_strategy("")
-    _, trainer = runs.build_trainer(
+    _, trainer = trainer_setup.build_trainer(
         strategy, lambda: family.build_model(config), family.loop_task(),
         loop_config=dataclasses.replace(
             settings.loop, output_dir=tempfile.mkdtemp(), num_train_steps=10**6,

@@ -21,7 +21,7 @@ from tests.conftest import TINY_VOCAB, write_vocab
 
 def _pretraining_cfg(records, out, config, **loop_overrides):
     import run_pretraining
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
     from training.loop import LoopConfig
 
     loop = dict(output_dir=str(out), num_train_steps=40, train_batch_size=4,
@@ -340,7 +340,7 @@ def _pair_data(directory):
 def test_finetuning_refuses_a_vocab_larger_than_the_model_before_any_work(tmp_path):
     import run_classifier
     from tasks.classification import processors
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     vocab = write_vocab(tmp_path / "vocab.txt")
     config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) - 9)

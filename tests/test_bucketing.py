@@ -111,7 +111,7 @@ def _sentence(rng):
 def classifier_env(tmp_path_factory):
     import run_classifier as rc
     from tasks.classification import processors
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     root = tmp_path_factory.mktemp("bucketing")
     rng = random.Random(2)

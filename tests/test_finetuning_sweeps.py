@@ -359,7 +359,7 @@ def test_a_resumed_run_keeps_the_better_best_checkpoint(mrpc, tmp_path):
     import run_classifier as rc
     from tasks.classification.task import ClassificationFamily
     from training import finetuning
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     out = tmp_path / "out"
     cfg = rc.COMMAND.settings(
@@ -407,7 +407,7 @@ def test_a_squad_grid_keeps_the_best_predictions_and_a_rerun_reads_them_back(tmp
     rerun skips both runs and returns the kept run's files and scores from disk."""
     import run_squad
     from tests import test_run_squad as T
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     rng = random.Random(0)
     tokens = T._vocab_tokens()
@@ -447,7 +447,7 @@ def test_a_squad_grid_keeps_the_best_predictions_and_a_rerun_reads_them_back(tmp
 def _mrpc_run(mrpc, out, data=None, **overrides):
     """A tiny MRPC run (24 training examples: 6 steps an epoch) of run_classifier."""
     import run_classifier as rc
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     values = dict(task_name="mrpc", data_dir=str(data or mrpc["data"]),
                   vocab_file=mrpc["vocab"], bert_config_file=mrpc["config"],

@@ -27,7 +27,7 @@ MODES = {  # name -> (LoopConfig.dtype, jit_compile)
     "bfloat16": ("bfloat16", False),
     "bfloat16_jit": ("bfloat16", True),
 }
-POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}  # as training/runtime.py
+POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}  # as training/execution.py
 
 # bfloat16 keeps 8 significant bits: round-to-nearest has unit roundoff u = 2^-8 (~3.9e-3).
 BF16_UNIT_ROUNDOFF = 2.0 ** -8

@@ -21,7 +21,7 @@ from modeling.encoder import BertEncoder
 from modeling.models import BertPretrainer, BertSpanLabeler
 from tests import test_loop_support as S
 from tests.clis import call_main
-from training import loop, pretraining, runs
+from training import loop, pretraining, trainer_setup
 
 GOOGLE_KEYS = ["attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob",
                "hidden_size", "initializer_range", "intermediate_size",
@@ -256,16 +256,16 @@ def test_fine_tuning_refuses_the_other_attention_direction(tmp_path):
     run = tmp_path / "ltr_run"
     run.mkdir()
     tiny(True).to_json_file(str(run / "bert_config.json"))
-    runs.check_attention_of(str(run / "ckpt-10"), tiny(True))
+    trainer_setup.check_attention_of(str(run / "ckpt-10"), tiny(True))
     with pytest.raises(ValueError, match=r"left-to-right.*bidirectional encoder"):
-        runs.check_attention_of(str(run), tiny())
+        trainer_setup.check_attention_of(str(run), tiny())
     google = tmp_path / "google"
     google.mkdir()
     (google / "run_identity.json").write_text(json.dumps({"bert_config": tiny().to_dict()}))
-    runs.check_attention_of(str(google / "bert_model.ckpt"), tiny())
+    trainer_setup.check_attention_of(str(google / "bert_model.ckpt"), tiny())
     with pytest.raises(ValueError, match="is a bidirectional model"):
-        runs.check_attention_of(str(google / "bert_model.ckpt"), tiny(True))
-    runs.check_attention_of(str(tmp_path / "nothing_beside"), tiny(True))
+        trainer_setup.check_attention_of(str(google / "bert_model.ckpt"), tiny(True))
+    trainer_setup.check_attention_of(str(tmp_path / "nothing_beside"), tiny(True))
 
 
 BASE_ARGV = ["--input_file=x.tfrecord", "--bert_config_file=c", "--output_dir=o",

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from tests import test_loop_support as S
 from tests.conftest import TINY_VOCAB
-from training.runtime import RuntimeConfig
+from training.execution import RuntimeConfig
 
 ROOT = "ram://bert_test"
 

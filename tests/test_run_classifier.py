@@ -165,7 +165,7 @@ def env(tmp_path_factory):
 
 def _run_config(env, task, out, **overrides):
     import run_classifier as rc
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     values = dict(task_name=task, data_dir=str(env[task]), vocab_file=env["vocab"],
                   bert_config_file=env["config"], output_dir=str(out), max_seq_length=SEQ,

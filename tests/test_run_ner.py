@@ -308,7 +308,7 @@ def test_cli_feature_based_trains_only_the_bilstm(env, feature_based):
 
 def make(env, out, **overrides):
     import run_ner
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     values = dict(data_dir=env["data"], vocab_file=env["vocab"],
                   bert_config_file=env["config"], output_dir=str(out), max_seq_length=SEQ,
@@ -479,12 +479,12 @@ def test_feature_tagger_trains_only_its_head_and_round_trips(tmp_path):
     from modeling.config import BertConfig
     from modeling.models import BertFeatureTagger
     from tasks.tagging.task import TaggingTask
-    from training import runs
+    from training import trainer_setup
     from training.loop import LoopConfig
 
     config = BertConfig.from_dict(S.tiny_config_dict(dropout=0.1))
     strategy = tf.distribute.get_strategy()
-    model, trainer = runs.build_trainer(
+    model, trainer = trainer_setup.build_trainer(
         strategy, lambda: BertFeatureTagger(config, 3, feature_layers="last_hidden",
                                             lstm_units=8),
         TaggingTask(), loop_config=LoopConfig(

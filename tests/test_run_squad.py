@@ -108,7 +108,7 @@ def env(tmp_path_factory):
 
 def _run_config(env, out, **overrides):
     import run_squad
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     values = dict(vocab_file=env["vocab"], bert_config_file=env["config"], output_dir=str(out),
                   max_seq_length=SEQ, doc_stride=STRIDE, max_query_length=QUERY,

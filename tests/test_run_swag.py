@@ -142,7 +142,7 @@ def test_seeds_keep_the_best_checkpoint_on_your_own_jsonl(env, tmp_path):
     the best checkpoint: seed_results.txt and the best seed's files in output_dir."""
     import run_swag
     from tasks.multiple_choice import data
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     rng = random.Random(5)
     d = tmp_path / "own"

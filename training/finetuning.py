@@ -7,7 +7,7 @@ dev predictions and how to write its output files. Everything else is here, once
 * checks before any work: the flags that fit together, the batch sizes against the
   replicas, every split read and converted (an empty dev or test split is an error BEFORE
   training, so no trained work is lost), zero training steps refused;
-* the run's `output_dir` claimed (`training.run_dir`): one run at a time, and only runs of
+* the run's `output_dir` claimed (`training.output_claim`): one run at a time, and only runs of
   the same model (bert_config + the family's identity: task, labels, ...);
 * `--seeds`: one run per seed in `output_dir/seed_<s>`, the best by the primary dev
   metric copied to output_dir, `seed_results.txt` with every seed's figures, mean and std;
@@ -44,9 +44,9 @@ from typing import Any
 from absl import logging
 
 from data_prep import fileio
-from training import runs, sweeps
+from training import sweeps, trainer_setup
 from training.loop import PER_RUN, LoopConfig
-from training.runtime import RuntimeConfig, setup_runtime
+from training.execution import RuntimeConfig, setup_runtime
 
 
 class FinetuningError(ValueError):
@@ -347,7 +347,7 @@ def check_prepared(settings: FinetuningRun, prepared: PreparedData) -> None:
     """Refuses degenerate work before training: zero steps, empty dev or test splits."""
     for point in grid_points(settings) if settings.do_train else ():
         train = prepared.train
-        steps, _ = runs.finetuning_steps(train.num_examples, point.train_batch_size,
+        steps, _ = trainer_setup.finetuning_steps(train.num_examples, point.train_batch_size,
                                          point.num_train_epochs, settings.warmup_proportion)
         if steps < 1:
             raise FinetuningError(
@@ -392,24 +392,24 @@ def run(settings: FinetuningRun, family) -> dict:
         family = family()
     strategy = setup_runtime(settings.runtime)  # First: multi-worker wants it.
 
-    from training import distribution, input_pipeline, run_dir
+    from training import distribution, input_pipeline, output_claim
 
-    bert_config = runs.load_bert_config(settings.bert_config_file, settings.max_seq_length)
-    runs.check_vocab_fits(settings.vocab_file, bert_config, settings.bert_config_file)
+    bert_config = trainer_setup.load_bert_config(settings.bert_config_file, settings.max_seq_length)
+    trainer_setup.check_vocab_fits(settings.vocab_file, bert_config, settings.bert_config_file)
     replicas = strategy.num_replicas_in_sync
     points = grid_points(settings)
     for point in points:
-        runs.check_batch("train_batch_size", point.train_batch_size, replicas,
+        trainer_setup.check_batch("train_batch_size", point.train_batch_size, replicas,
                          settings.loop.gradient_accumulation_steps)
-    runs.check_batch("eval_batch_size", settings.eval_batch_size, replicas)
-    runs.check_batch("predict_batch_size", settings.predict_batch_size, replicas)
+    trainer_setup.check_batch("eval_batch_size", settings.eval_batch_size, replicas)
+    trainer_setup.check_batch("predict_batch_size", settings.predict_batch_size, replicas)
     family.input_options = InputOptions(
         max_seq_length=settings.max_seq_length, bucket_boundaries=settings.bucket_boundaries,
         vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size)
     chief = distribution.is_chief(strategy)
     # Locked and compared now; taken (identity, model files) only when every check below
     # has passed: a run refused by one leaves output_dir to the run that fits it.
-    claimed = run_dir.claim(settings.output_dir,
+    claimed = output_claim.claim(settings.output_dir,
                             {"bert_config": bert_config.to_dict(), **family.identity()},
                             is_chief=chief)
     try:
@@ -437,7 +437,7 @@ def run(settings: FinetuningRun, family) -> dict:
                     checkpoints (chief only)."""
                     claimed.commit()
                     if chief:
-                        runs.write_model_files(directory, bert_config, settings.vocab_file,
+                        trainer_setup.write_model_files(directory, bert_config, settings.vocab_file,
                                                family.export_metadata(point_settings))
 
                 request = sweeps.request(point_settings, family, prepared, seed)
@@ -525,18 +525,18 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
         keras.utils.set_random_seed(seed)
     num_train_steps = num_warmup_steps = 0
     if settings.do_train:
-        num_train_steps, num_warmup_steps = runs.finetuning_steps(
+        num_train_steps, num_warmup_steps = trainer_setup.finetuning_steps(
             prepared.train.num_examples, settings.train_batch_size,
             settings.num_train_epochs, settings.warmup_proportion)
     loop_config = dataclasses.replace(
         settings.loop, output_dir=directory, num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, train_batch_size=settings.train_batch_size,
         eval_batch_size=settings.eval_batch_size)
-    model, trainer = runs.build_trainer(
+    model, trainer = trainer_setup.build_trainer(
         strategy, lambda: family.build_model(bert_config), family.loop_task(),
         loop_config=loop_config, max_seq_length=settings.max_seq_length,
         build_fn=lambda model: family.build_variables(model, settings.max_seq_length))
-    start_step = runs.restore_or_init(trainer, model, settings.init_checkpoint,
+    start_step = trainer_setup.restore_or_init(trainer, model, settings.init_checkpoint,
                                       do_train=settings.do_train)
     commit()
     # A resumed run continues its input from the position saved in the checkpoint.
@@ -670,7 +670,7 @@ class _BestKeeper:
         state = {"metric": self.key, "score": self.score, "step": self.step}
         with fileio.AtomicOutputs([self.dir], replace_directories=True) as out:
             temp = out.temp(self.dir)
-            runs.write_model_files(temp, self.bert_config, self.settings.vocab_file,
+            trainer_setup.write_model_files(temp, self.bert_config, self.settings.vocab_file,
                                    self.family.export_metadata(self.settings))
             checkpoints.save_ours(self.model, temp)
             loop.write_eval_results(os.path.join(temp, "eval_results.txt"), results)

@@ -2,7 +2,7 @@
 
 Runners call `define_common_flags()` (plus their own) and state their own defaults of the
 shared flags (`use_defaults`: what --helpfull shows is what runs), then build plain frozen
-dataclasses: `runtime_config(FLAGS)` (a `training.runtime.RuntimeConfig`),
+dataclasses: `runtime_config(FLAGS)` (a `training.execution.RuntimeConfig`),
 `loop_settings(FLAGS)` (a `training.loop.LoopConfig`'s shared settings, for pretraining
 and fine-tuning alike) and, for fine-tuning, `finetuning_values(FLAGS)` through
 `training.finetuning.settings_from`. A fine-tuning runner is a `FinetuningCommand`: its
@@ -19,7 +19,7 @@ from typing import Callable
 
 from absl import flags
 
-from training.runtime import DTYPE_POLICIES, RuntimeConfig
+from training.execution import DTYPE_POLICIES, RuntimeConfig
 
 FLAGS = flags.FLAGS
 

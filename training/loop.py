@@ -73,7 +73,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import fileio, lifecycle
-from training import checkpointing, distribution, run_dir, summaries
+from training import checkpointing, distribution, output_claim, summaries
 
 # Per-step control values the replica step returns beside the task's statistics.
 _NONFINITE_GRADS = "_nonfinite_grads"
@@ -820,7 +820,7 @@ def _check_input_identity(path: str, saved: dict, identity: dict) -> None:
     """Refuses to resume the input saved in checkpoint `path` with another input, naming
     what changed (its position means nothing for other files, batches or settings)."""
     differences = [(key, old, new) for key, old, new
-                   in run_dir.identity_differences(saved, identity)
+                   in output_claim.identity_differences(saved, identity)
                    if not (key in _IDENTITY_KEYS_ADDED and old == "<absent>")]
     if not differences:
         return

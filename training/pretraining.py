@@ -17,8 +17,8 @@ import tensorflow as tf
 from absl import logging
 
 from modeling import losses
-from training import loop, runs
-from training.runtime import RuntimeConfig, setup_runtime
+from training import loop, trainer_setup
+from training.execution import RuntimeConfig, setup_runtime
 
 # The settings of on-the-fly masking (unmasked records read by the masked LM), named as
 # their run_pretraining.py flags.
@@ -72,19 +72,19 @@ def run(cfg: PretrainingRun) -> dict:
     optimizer = cfg.loop.optimizer_config()  # checks the optimizer's flags (ValueError)
     strategy = setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
 
-    from training import distribution, run_dir
+    from training import distribution, output_claim
 
     bert_config = model_config(cfg)
     replicas = strategy.num_replicas_in_sync
-    runs.check_batch("train_batch_size", cfg.train_batch_size, replicas,
+    trainer_setup.check_batch("train_batch_size", cfg.train_batch_size, replicas,
                      cfg.loop.gradient_accumulation_steps)
-    runs.check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
+    trainer_setup.check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
     if cfg.phase2 is not None:
-        runs.check_batch("phase2_train_batch_size", cfg.phase2.train_batch_size, replicas,
+        trainer_setup.check_batch("phase2_train_batch_size", cfg.phase2.train_batch_size, replicas,
                          cfg.loop.gradient_accumulation_steps)
     # One run at a time in output_dir, and only runs of this model: locked and compared
     # now, taken (`commit`) once the records, the model and its weights pass.
-    claimed = run_dir.claim(cfg.output_dir, run_identity(cfg, bert_config),
+    claimed = output_claim.claim(cfg.output_dir, run_identity(cfg, bert_config),
                             is_chief=distribution.is_chief(strategy))
     try:
         return _train_and_evaluate(cfg, strategy, bert_config, optimizer, claimed)
@@ -96,7 +96,7 @@ def model_config(cfg: PretrainingRun):
     """The BertConfig the run trains: --bert_config_file's, made causal for
     --objective=ltr; ValueError naming the flags when a sequence length does not fit its
     position table or a causal config is given to the masked LM."""
-    bert_config = runs.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
+    bert_config = trainer_setup.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
     if cfg.phase2 is not None and (cfg.phase2.max_seq_length
                                    > bert_config.max_position_embeddings):
         raise ValueError(
@@ -114,7 +114,7 @@ def model_config(cfg: PretrainingRun):
 
 
 def run_identity(cfg: PretrainingRun, bert_config) -> dict:
-    """What the checkpoints in output_dir are (`training.run_dir`): the model's config,
+    """What the checkpoints in output_dir are (`training.output_claim`): the model's config,
     and the objective where it is not the original's (a left-to-right model says so in
     its config's causal_attention), so a default run's identity is unchanged."""
     identity = {"bert_config": bert_config.to_dict()}
@@ -258,7 +258,7 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, optimizer_co
     trainer = PretrainingLoop(strategy, model, optimizer, cfg.loop, **objective)
 
     def init_from_checkpoint():
-        runs.check_attention_of(cfg.init_checkpoint, bert_config)
+        trainer_setup.check_attention_of(cfg.init_checkpoint, bert_config)
         report = checkpoints.load_pretrained(cfg.init_checkpoint, model, partial=True)
         logging.info("Initialised from %s: %s", cfg.init_checkpoint, report)
 
