@@ -96,7 +96,7 @@ common_flags.use_defaults(DEFAULTS)
 
 def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     """Validates the flags and turns them into a `PretrainingRun`."""
-    from training.input_pipeline import split_patterns
+    from training.record_checks import split_patterns
     from training.loop import LoopConfig
 
     common_flags.use_defaults(DEFAULTS, values)
@@ -164,7 +164,7 @@ def _objective_from_flags(values) -> tuple:
 def _phase2_from_flags(values) -> Phase2 | None:
     """The second phase from the --phase2_* flags (None without --phase2_input_file, whose
     companions are then refused): phase 1 is 90% of the steps unless --phase1_steps."""
-    from training.input_pipeline import split_patterns
+    from training.record_checks import split_patterns
 
     if not values.phase2_input_file:
         given = [f"--{name}" for name in _PHASE2_FLAGS if values[name].present]

@@ -392,7 +392,7 @@ def run(settings: FinetuningRun, family) -> dict:
         family = family()
     strategy = setup_runtime(settings.runtime)  # First: multi-worker wants it.
 
-    from training import distribution, input_pipeline, output_claim
+    from training import distribution, output_claim, record_checks
 
     bert_config = trainer_setup.load_bert_config(settings.bert_config_file, settings.max_seq_length)
     trainer_setup.check_vocab_fits(settings.vocab_file, bert_config, settings.bert_config_file)
@@ -457,7 +457,7 @@ def run(settings: FinetuningRun, family) -> dict:
                 if redo and chief:
                     sweeps.remove_run(directory)
                 try:
-                    with input_pipeline.naming_bad_records(
+                    with record_checks.naming_bad_records(
                             _record_files(family, prepared),
                             limits=_id_limits(settings, bert_config)):
                         result = _run_one(point_settings, family, prepared, strategy,
@@ -499,15 +499,15 @@ def _record_files(family: TaskFamily, prepared: PreparedData) -> list:
 
 
 def _id_limits(settings: FinetuningRun, bert_config) -> tuple:
-    """The `input_pipeline.IdLimit`s the records are checked against, as the error naming
+    """The `record_checks.IdLimit`s the records are checked against, as the error naming
     a record beyond them says it: the records are made with --vocab_file."""
-    from training import input_pipeline
+    from training import record_checks
 
     return tuple(
         dataclasses.replace(limit, hint=f"the records were made with --vocab_file="
                                         f"{settings.vocab_file}: not this model's vocab")
         if limit.feature == "input_ids" else limit
-        for limit in input_pipeline.id_limits(
+        for limit in record_checks.id_limits(
             vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
             bert_config_file=settings.bert_config_file))
 

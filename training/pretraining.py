@@ -142,13 +142,13 @@ class _PhaseInput:
 def _phase_inputs(cfg: PretrainingRun, bert_config):
     """([_PhaseInput] of each phase, masking without its seed): every file's first record
     checked against the flags (phase 2's: the --phase2_* ones), on the host, before any
-    work (input_pipeline.RecordFileError, DynamicMaskingError or ValueError naming the file
+    work (record_checks.RecordFileError, DynamicMaskingError or ValueError naming the file
     and the flag), the records' summaries against the objective, and phase 2's records
     against phase 1's kind (`check_phases_alike`)."""
-    from training import input_pipeline
+    from training import record_checks
 
     masking = dynamic_masking_for(cfg, bert_config, None)
-    limits = input_pipeline.id_limits(
+    limits = record_checks.id_limits(
         vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
         masking=masking, bert_config_file=cfg.bert_config_file)
     # (the prefix of the phase's flags, its records, lengths and batch)
@@ -161,18 +161,18 @@ def _phase_inputs(cfg: PretrainingRun, bert_config):
     checked = []
     for prefix, patterns, seq, preds, batch in phases:
         flag = f"--{prefix}input_file"
-        files = input_pipeline.list_files(patterns, flag)
-        schema = input_pipeline.check_pretraining_files(
+        files = record_checks.list_files(patterns, flag)
+        schema = record_checks.check_pretraining_files(
             files, seq, preds, cfg.input_compression, limits=limits, flag_prefix=prefix)
         phase = _PhaseInput(
             flag, patterns, seq, preds, batch, files, limits,
-            None if schema is None else input_pipeline.record_lengths(schema, seq, preds,
+            None if schema is None else record_checks.record_lengths(schema, seq, preds,
                                                                       prefix),
             schema, check_made_for_objective(cfg, flag, files))
         if checked:
             check_phases_alike(checked[0], phase)
         if schema is not None:
-            input_pipeline.check_record_kind(schema, masking, files[0],
+            record_checks.check_record_kind(schema, masking, files[0],
                                              read_unmasked=cfg.objective == "ltr")
         checked.append(phase)
     return checked, masking
@@ -217,10 +217,10 @@ def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> dict:
     Returns:
       {summary path: whether its records are next-sentence pairs}.
     """
-    from training import input_pipeline
+    from training import record_checks
 
     made = {}
-    for path, summary in input_pipeline.record_summaries(files).items():
+    for path, summary in record_checks.record_summaries(files).items():
         config = summary.get("config") or {}
         pairs = made[path] = config.get("next_sentence_prediction", True) is not False
         if cfg.next_sentence_prediction and not pairs:
@@ -246,7 +246,7 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, optimizer_co
 
     from modeling import checkpoints, optimization
     from modeling.models import BertPretrainer
-    from training import distribution, input_pipeline
+    from training import distribution, input_pipeline, record_checks
 
     phases, masking = _phase_inputs(cfg, bert_config)
     objective = {"next_sentence_prediction": cfg.next_sentence_prediction,
@@ -296,7 +296,7 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, optimizer_co
         return make
 
     def naming_bad_records(phase):
-        return input_pipeline.naming_bad_records(phase.patterns, cfg.input_compression,
+        return record_checks.naming_bad_records(phase.patterns, cfg.input_compression,
                                                  limits=phase.limits, lengths=phase.lengths)
 
     ends = [cfg.phase2.start_step] if cfg.phase2 is not None else []
