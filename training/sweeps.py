@@ -1,4 +1,4 @@
-"""Owns the sweeps of a fine-tuning run (grid points x seeds): each run's record, resume and redo, and picking the best.
+"""Owns a fine-tuning sweep's bookkeeping (grid x seeds): each run's record, resume, redo, the best.
 
 `training.finetuning.run` trains every run of a sweep; this module keeps what makes a
 sweep resumable and what it reports:
@@ -165,7 +165,8 @@ def score(results: dict, key: str) -> float:
     return -math.inf if value is None or math.isnan(value) else float(value)
 
 
-def summarise_seeds(settings, family, prepared, seed_runs: Sequence[dict], write: bool = True) -> dict:
+def summarise_seeds(settings, family, prepared, seed_runs: Sequence[dict],
+                    write: bool = True) -> dict:
     """Picks the seed with the best primary dev metric, copies its result files to
     output_dir and writes seed_results.txt (per-seed values, mean and std of each metric)."""
     import numpy as np
