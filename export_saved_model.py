@@ -136,7 +136,7 @@ def build_serving_config(ckpt_dir: str):
     from modeling import checkpoints
     from modeling.export.metadata import ExportError
     from modeling.config import BertConfig
-    from training import runs
+    from training import trainer_setup
 
     family = _family(FLAGS.model_type)
     meta = _metadata(ckpt_dir, family)
@@ -162,7 +162,7 @@ def build_serving_config(ckpt_dir: str):
             raise FlagError(f"--bert_config_file: {FLAGS.bert_config_file} does not exist")
         config = BertConfig.from_json_file(FLAGS.bert_config_file)
         try:  # a left-to-right model exported with attention both ways would serve silently
-            runs.check_attention_of(FLAGS.init_checkpoint, config, FLAGS.bert_config_file)
+            trainer_setup.check_attention_of(FLAGS.init_checkpoint, config, FLAGS.bert_config_file)
         except ValueError as err:
             raise FlagError(str(err)) from None
     else:

@@ -122,13 +122,13 @@ def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
     """Config and vocab beside the checkpoint when the flags do not name them."""
     from modeling import checkpoints
     from modeling.config import BertConfig, ConfigError
-    from training import runs
+    from training import trainer_setup
 
     _, location = checkpoints.resolve(init_checkpoint)
     if bert_config_file:
         config = BertConfig.from_config_file(bert_config_file)
         try:  # a left-to-right model's features are not those of its weights read both ways
-            runs.check_attention_of(init_checkpoint, config, bert_config_file)
+            trainer_setup.check_attention_of(init_checkpoint, config, bert_config_file)
         except ValueError as err:
             raise ConfigError(str(err)) from None
     else:

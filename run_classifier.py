@@ -2,9 +2,10 @@
 
 Same flags as Google's run_classifier.py, plus the shared distribution, precision and
 optimizer flags (training/flags.py), the custom-data flags, `--seeds` and
-`--keep_best_checkpoint` (docs/run_classifier.md). The runner parses flags into a
-`ClassifierRun` and calls `run`; the run itself is `training.finetuning.run`, the task
-(data, loss, metrics, outputs) is `tasks.classification`:
+`--keep_best_checkpoint` (docs/run_classifier.md). The runner gives the shared
+fine-tuning command (`training.flags.FinetuningCommand`: flags -> settings ->
+`training.finetuning.run`) its flags, defaults and family; the task (data, loss, metrics,
+outputs) is `tasks.classification`:
 
     python run_classifier.py --task_name=MRPC --data_dir=glue_data/MRPC \\
       --vocab_file=uncased_L-12_H-768_A-12/vocab.txt \\
@@ -16,12 +17,9 @@ optimizer flags (training/flags.py), the custom-data flags, `--seeds` and
 
 from __future__ import annotations
 
-import dataclasses
-
 from absl import flags
 
 from data_prep import cli as shell
-from training import cli, finetuning
 from training import flags as common_flags
 
 FLAGS = flags.FLAGS
@@ -52,22 +50,6 @@ _define(flags.DEFINE_string, "quotechar", "auto",
 _define(flags.DEFINE_bool, "skip_bad_rows", False,
         "Skip malformed rows (counted in the cache metadata) instead of failing on the first.")
 
-@dataclasses.dataclass(frozen=True)
-class ClassifierRun:
-    """Everything one fine-tuning run needs, read from flags once (see the flag help)."""
-
-    finetuning: finetuning.FinetuningRun
-    task: "object"  # tasks.classification.task.ClassificationSettings
-
-
-def make_run(**kwargs) -> ClassifierRun:
-    """A ClassifierRun from flat keyword arguments (the flag names)."""
-    from tasks.classification.task import ClassificationSettings
-
-    settings, rest = finetuning.settings_from(**kwargs)
-    return ClassifierRun(settings, ClassificationSettings(**rest))
-
-
 def _column(value):
     if value is None or str(value).strip() == "":
         return None
@@ -78,22 +60,11 @@ def _column(value):
         return value
 
 
-# This runner's defaults of the flags runners share, shown by --helpfull and used when a
-# flag is not given (training/flags.py `use_defaults`).
-DEFAULTS = {"task_name": None}
-common_flags.use_defaults(DEFAULTS)
-
-
-def run_config_from_flags(values=FLAGS) -> ClassifierRun:
-    """Validates the flags and turns them into a `ClassifierRun`."""
+def _own_settings(values) -> dict:
+    """This runner's flags, checked, as `ClassificationSettings` keyword arguments."""
     from tasks.classification import processors
     from tasks.classification.metrics import normalize_task_name
-    from tasks.classification.task import ClassificationSettings
 
-    common_flags.use_defaults(DEFAULTS, values)
-    for name in ("task_name", "data_dir", "vocab_file", "bert_config_file", "output_dir"):
-        if not getattr(values, name):
-            raise ValueError(f"--{name} is required")
     task = normalize_task_name(values.task_name)
     custom = None
     if task == "custom":
@@ -109,35 +80,33 @@ def run_config_from_flags(values=FLAGS) -> ClassifierRun:
         given = [name for name in _CUSTOM_FLAGS if values[name].present]
         if given:
             raise ValueError(f"--{given[0]} only applies to --task_name=custom")
-    return ClassifierRun(
-        common_flags.finetuning_run(values),
-        ClassificationSettings(task_name=task, data_dir=values.data_dir,
-                               xnli_language=values.xnli_language, custom=custom,
-                               skip_bad_rows=values.skip_bad_rows))
+    return dict(task_name=task, data_dir=values.data_dir, xnli_language=values.xnli_language,
+                custom=custom, skip_bad_rows=values.skip_bad_rows)
 
 
 _CUSTOM_FLAGS = ("text_a_column", "text_b_column", "label_column", "delimiter", "has_header",
                  "label_list", "is_regression", "quotechar")
 
 
-def run(cfg: ClassifierRun) -> dict:
-    """Fine-tunes, evaluates and predicts as `cfg` asks, once per seed.
+def _task_settings(**values):
+    from tasks.classification.task import ClassificationSettings
 
-    Returns:
-      `training.finetuning.run`'s result: {"runs": [per-seed dicts: seed, dir, eval (split
-      -> eval results), outputs], "best_seed", "summary" (seed statistics; empty for one
-      seed)}.
-    """
+    return ClassificationSettings(**values)
+
+
+def _family(task, max_seq_length):
     from tasks.classification.task import ClassificationFamily
 
-    finetuning.validate(cfg.finetuning)
-    family = ClassificationFamily(cfg.task, cfg.finetuning.max_seq_length)
-    return finetuning.run(cfg.finetuning, family)
+    return ClassificationFamily(task, max_seq_length)
 
 
-def main(argv):
-    del argv
-    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_classifier.py")
+# This runner's defaults of the flags runners share, shown by --helpfull and used when a
+# flag is not given (training/flags.py `use_defaults`).
+DEFAULTS = {"task_name": None}
+COMMAND = common_flags.FinetuningCommand(
+    "run_classifier.py", _own_settings, _task_settings, _family, DEFAULTS,
+    required=("task_name", "data_dir", "vocab_file", "bert_config_file", "output_dir"))
+run, run_config_from_flags, main = COMMAND.run, COMMAND.settings_from_flags, COMMAND.main
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@ The flags of run_classifier.py wherever they mean the same, plus the shared dist
 precision and optimizer flags (training/flags.py), `--seeds`, `--keep_best_checkpoint`
 and the tagging flags (`--label_list`, `--document_context`, `--doc_stride`, and the
 paper's feature-based approach: `--feature_based`, `--feature_layers`, `--lstm_units`);
-see docs/run_ner.md. The runner parses flags into a `NerRun` and calls `run`; the run is
-`training.finetuning.run`, the task (reading, windows, conlleval, output files) is
-`tasks.tagging`:
+see docs/run_ner.md. The runner gives the shared fine-tuning command
+(`training.flags.FinetuningCommand`) its flags, defaults and family; the task (reading,
+windows, conlleval, output files) is `tasks.tagging`:
 
     python run_ner.py --data_dir=conll2003 \\
       --vocab_file=cased_L-12_H-768_A-12/vocab.txt \\
@@ -19,12 +19,9 @@ see docs/run_ner.md. The runner parses flags into a `NerRun` and calls `run`; th
 
 from __future__ import annotations
 
-import dataclasses
-
 from absl import flags
 
 from data_prep import cli as shell
-from training import cli, finetuning
 from training import flags as common_flags
 
 FLAGS = flags.FLAGS
@@ -59,39 +56,9 @@ _define(flags.DEFINE_integer, "lstm_units", 768,
 _FEATURE_FLAGS = ("feature_layers", "lstm_units")
 
 
-@dataclasses.dataclass(frozen=True)
-class NerRun:
-    """Everything one tagging run needs, read from flags once (see the flag help)."""
-
-    finetuning: finetuning.FinetuningRun
-    task: "object"  # tasks.tagging.task.TaggingSettings
-
-
-def make_run(**kwargs) -> NerRun:
-    """A NerRun from flat keyword arguments (the flag names)."""
-    from tasks.tagging.task import TaggingSettings
-
-    settings, rest = finetuning.settings_from(**kwargs)
-    if isinstance(rest.get("label_list"), str):
-        rest["label_list"] = tuple(rest["label_list"].split(","))
-    return NerRun(settings, TaggingSettings(**rest))
-
-
-# This runner's defaults of the flags runners share, shown by --helpfull and used when a
-# flag is not given (training/flags.py `use_defaults`).
-DEFAULTS = {"doc_stride": None}
-common_flags.use_defaults(DEFAULTS)
-
-
-def run_config_from_flags(values=FLAGS) -> NerRun:
-    """Validates the flags and turns them into a `NerRun` (reads no file)."""
-    from tasks.tagging import data
-    from tasks.tagging.task import TaggingSettings
-
-    common_flags.use_defaults(DEFAULTS, values)
-    for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
-        if not getattr(values, name):
-            raise ValueError(f"--{name} is required")
+def _own_settings(values) -> dict:
+    """This runner's flags, checked, as `TaggingSettings` keyword arguments (reads no
+    file)."""
     if not values.feature_based:
         given = [name for name in _FEATURE_FLAGS if values[name].present]
         if given:
@@ -99,33 +66,33 @@ def run_config_from_flags(values=FLAGS) -> NerRun:
     doc_stride = values.doc_stride  # None: half a window
     if doc_stride is not None and doc_stride < 1:
         raise ValueError(f"--doc_stride={doc_stride} must be at least 1")
-    label_list = data.parse_label_list(values.label_list) if values.label_list else None
-    return NerRun(
-        common_flags.finetuning_run(values),
-        TaggingSettings(data_dir=values.data_dir, label_list=label_list,
-                        document_context=values.document_context, doc_stride=doc_stride,
-                        feature_based=values.feature_based,
-                        feature_layers=values.feature_layers,
-                        lstm_units=values.lstm_units))
+    return dict(data_dir=values.data_dir, label_list=values.label_list or None,
+                document_context=values.document_context, doc_stride=doc_stride,
+                feature_based=values.feature_based, feature_layers=values.feature_layers,
+                lstm_units=values.lstm_units)
 
 
-def run(cfg: NerRun) -> dict:
-    """Fine-tunes, evaluates and predicts as `cfg` asks, once per seed.
+def _task_settings(label_list=None, **values):
+    """`TaggingSettings`, --label_list (comma-separated, or a sequence) as a tuple."""
+    from tasks.tagging import data
+    from tasks.tagging.task import TaggingSettings
 
-    Returns:
-      `training.finetuning.run`'s result: {"runs": [per-seed dicts: seed, dir, eval (split
-      -> figures), outputs], "best_seed", "summary" (seed statistics; empty for one seed)}.
-    """
+    return TaggingSettings(label_list=data.parse_label_list(label_list) if label_list
+                           else None, **values)
+
+
+def _family(task, max_seq_length):
     from tasks.tagging.task import TaggingFamily
 
-    finetuning.validate(cfg.finetuning)
-    family = TaggingFamily(cfg.task, cfg.finetuning.max_seq_length)
-    return finetuning.run(cfg.finetuning, family)
+    return TaggingFamily(task, max_seq_length)
 
 
-def main(argv):
-    del argv
-    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_ner.py")
+# This runner's defaults of the flags runners share, shown by --helpfull and used when a
+# flag is not given (training/flags.py `use_defaults`).
+DEFAULTS = {"doc_stride": None}
+COMMAND = common_flags.FinetuningCommand("run_ner.py", _own_settings, _task_settings,
+                                         _family, DEFAULTS)
+run, run_config_from_flags, main = COMMAND.run, COMMAND.settings_from_flags, COMMAND.main
 
 
 if __name__ == "__main__":

@@ -96,8 +96,7 @@ common_flags.use_defaults(DEFAULTS)
 
 def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     """Validates the flags and turns them into a `PretrainingRun`."""
-    from modeling.optimization import OptimizerConfig
-    from training.input_pipeline import split_patterns
+    from training.record_checks import split_patterns
     from training.loop import LoopConfig
 
     common_flags.use_defaults(DEFAULTS, values)
@@ -107,9 +106,6 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     for name in ("bert_config_file", "input_file", "output_dir"):
         if not getattr(values, name):
             raise ValueError(f"--{name} is required")
-    if values.gradient_accumulation_steps < 1:
-        raise ValueError("--gradient_accumulation_steps must be >= 1, found "
-                         f"{values.gradient_accumulation_steps}")
     if values.do_train and values.num_train_steps < 1:
         raise ValueError(f"--num_train_steps={values.num_train_steps}: --do_train needs at "
                          "least one step")
@@ -120,19 +116,11 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
                          "eval batches to read)")
     objective, next_sentence_prediction = _objective_from_flags(values)
     phase2 = _phase2_from_flags(values)
-    # Building it checks --learning_rate and the other optimizer flags (ValueError).
-    optimizer = OptimizerConfig(
-        learning_rate=values.learning_rate, num_train_steps=values.num_train_steps,
-        num_warmup_steps=values.num_warmup_steps, optimizer=values.optimizer,
-        weight_decay_rate=values.weight_decay_rate, clip_norm=values.clip_norm)
     loop = LoopConfig(
         output_dir=values.output_dir, num_train_steps=values.num_train_steps,
-        train_batch_size=values.train_batch_size, eval_batch_size=values.eval_batch_size,
-        iterations_per_loop=values.iterations_per_loop,
-        save_checkpoints_steps=values.save_checkpoints_steps,
-        log_steps=values.log_steps, max_eval_steps=values.max_eval_steps,
-        gradient_accumulation_steps=values.gradient_accumulation_steps, dtype=values.dtype,
-        jit_compile=values.jit_compile, keep_checkpoint_max=values.keep_checkpoint_max)
+        num_warmup_steps=values.num_warmup_steps, train_batch_size=values.train_batch_size,
+        eval_batch_size=values.eval_batch_size, max_eval_steps=values.max_eval_steps,
+        **common_flags.loop_settings(values))
     return PretrainingRun(
         bert_config_file=values.bert_config_file,
         input_patterns=split_patterns(values.input_file), output_dir=values.output_dir,
@@ -140,7 +128,7 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
         max_predictions_per_seq=values.max_predictions_per_seq, do_train=values.do_train,
         do_eval=values.do_eval, train_batch_size=values.train_batch_size,
         eval_batch_size=values.eval_batch_size, input_compression=values.input_compression,
-        runtime=common_flags.runtime_config(values), optimizer=optimizer, loop=loop,
+        runtime=common_flags.runtime_config(values), loop=loop,
         vocab_file=values.vocab_file or None,
         masked_lm_prob=values.masked_lm_prob if values["masked_lm_prob"].present else None,
         do_whole_word_mask=(values.do_whole_word_mask
@@ -176,7 +164,7 @@ def _objective_from_flags(values) -> tuple:
 def _phase2_from_flags(values) -> Phase2 | None:
     """The second phase from the --phase2_* flags (None without --phase2_input_file, whose
     companions are then refused): phase 1 is 90% of the steps unless --phase1_steps."""
-    from training.input_pipeline import split_patterns
+    from training.record_checks import split_patterns
 
     if not values.phase2_input_file:
         given = [f"--{name}" for name in _PHASE2_FLAGS if values[name].present]

@@ -2,9 +2,9 @@
 
 Same flags as Google's run_squad.py, plus the shared distribution, precision and optimizer
 flags (training/flags.py), `--do_eval` (the official EM/F1 on `--predict_file`), `--seeds`
-and `--keep_best_checkpoint`; see docs/run_squad.md. The runner parses flags into a
-`SquadRun` and calls `run`; the run is `training.finetuning.run`, the task (windows,
-post-processing, metrics, output files) is `tasks.squad`:
+and `--keep_best_checkpoint`; see docs/run_squad.md. The runner gives the shared
+fine-tuning command (`training.flags.FinetuningCommand`) its flags, defaults, family and
+result; the task (windows, post-processing, metrics, output files) is `tasks.squad`:
 
     python run_squad.py --vocab_file=uncased_L-12_H-768_A-12/vocab.txt \\
       --bert_config_file=uncased_L-12_H-768_A-12/bert_config.json \\
@@ -16,12 +16,9 @@ post-processing, metrics, output files) is `tasks.squad`:
 
 from __future__ import annotations
 
-import dataclasses
-
 from absl import flags
 
 from data_prep import cli as shell
-from training import cli, finetuning
 from training import flags as common_flags
 
 FLAGS = flags.FLAGS
@@ -62,65 +59,42 @@ SQUAD_MAX_SEQ_LENGTH = 384
 SQUAD_DOC_STRIDE = 128
 
 
-@dataclasses.dataclass(frozen=True)
-class SquadRun:
-    """Everything one SQuAD run needs, read from flags once (see the flag help)."""
+def _own_settings(values) -> dict:
+    """This runner's flags as `SquadSettings` keyword arguments (checked by the family's
+    `validate` when the run starts)."""
+    return dict(train_file=values.train_file, predict_file=values.predict_file,
+                doc_stride=values.doc_stride, max_query_length=values.max_query_length,
+                n_best_size=values.n_best_size, max_answer_length=values.max_answer_length,
+                verbose_logging=values.verbose_logging,
+                version_2_with_negative=values.version_2_with_negative,
+                null_score_diff_threshold=values.null_score_diff_threshold,
+                bilstm_units=values.bilstm_units)
 
-    finetuning: finetuning.FinetuningRun
-    task: "object"  # tasks.squad.task.SquadSettings
 
-
-def make_run(**kwargs) -> SquadRun:
-    """A SquadRun from flat keyword arguments (the flag names; max_seq_length 384 unless
-    given)."""
+def _task_settings(**values):
     from tasks.squad.task import SquadSettings
 
-    kwargs.setdefault("max_seq_length", SQUAD_MAX_SEQ_LENGTH)
-    settings, rest = finetuning.settings_from(**kwargs)
-    return SquadRun(settings, SquadSettings(**rest))
+    return SquadSettings(**values)
 
 
-# This runner's defaults of the flags runners share, shown by --helpfull and used when a
-# flag is not given (training/flags.py `use_defaults`).
-DEFAULTS = {"max_seq_length": SQUAD_MAX_SEQ_LENGTH, "doc_stride": SQUAD_DOC_STRIDE}
-common_flags.use_defaults(DEFAULTS)
-
-
-def run_config_from_flags(values=FLAGS) -> SquadRun:
-    """Turns the flags into a `SquadRun` (checked by `run`)."""
-    from tasks.squad.task import SquadSettings
-
-    common_flags.use_defaults(DEFAULTS, values)
-    return SquadRun(
-        common_flags.finetuning_run(values),
-        SquadSettings(
-            train_file=values.train_file, predict_file=values.predict_file,
-            doc_stride=values.doc_stride,
-            max_query_length=values.max_query_length,
-            n_best_size=values.n_best_size, max_answer_length=values.max_answer_length,
-            verbose_logging=values.verbose_logging,
-            version_2_with_negative=values.version_2_with_negative,
-            null_score_diff_threshold=values.null_score_diff_threshold,
-            bilstm_units=values.bilstm_units))
-
-
-def run(cfg: SquadRun) -> dict:
-    """Trains, evaluates and/or predicts as `cfg` asks.
-
-    Returns:
-      `training.finetuning.run`'s result plus, for the run kept (best seed and grid
-      point): "global_step", "num_train_steps", "predictions"
-      (tasks.squad.postprocess.SquadPredictions, or None when not predicting or when a
-      sweep's run that finished earlier was skipped),
-      "files" (name -> path of the written prediction files), "eval" (the official scores
-      of the predictions, or None when not predicting or the predict file has no answers).
-    """
+def _family(task, max_seq_length):
     from tasks.squad.task import SquadFamily
 
-    family = SquadFamily(cfg.task, cfg.finetuning.max_seq_length)
-    family.validate(cfg.finetuning)
-    finetuning.validate(cfg.finetuning)
-    result = finetuning.run(cfg.finetuning, family)
+    return SquadFamily(task, max_seq_length)
+
+
+def _check(cfg) -> None:
+    """The original's validate_flags_or_throw for the SQuAD flags (ValueError)."""
+    _family(cfg.task, cfg.finetuning.max_seq_length).validate(cfg.finetuning)
+
+
+def _finish(result: dict, family) -> dict:
+    """`training.finetuning.run`'s result plus, for the run kept (best seed and grid
+    point): "global_step", "num_train_steps", "predictions"
+    (tasks.squad.postprocess.SquadPredictions, or None when not predicting or when a
+    sweep's run that finished earlier was skipped), "files" (name -> path of the written
+    prediction files), "eval" (the official scores of the predictions, or None when not
+    predicting or the predict file has no answers)."""
     best = result["best_run"]
     # A sweep's run that finished earlier was skipped: its files (no SquadPredictions).
     predicted = family.results.get(best["dir"]) or _results_of_files(best["outputs"])
@@ -146,9 +120,13 @@ def _results_of_files(outputs) -> dict:
     return {"predictions": None, "files": files, "eval": scores}
 
 
-def main(argv):
-    del argv
-    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_squad.py")
+# This runner's defaults of the flags runners share, shown by --helpfull and used when a
+# flag is not given (training/flags.py `use_defaults`).
+DEFAULTS = {"max_seq_length": SQUAD_MAX_SEQ_LENGTH, "doc_stride": SQUAD_DOC_STRIDE}
+COMMAND = common_flags.FinetuningCommand("run_squad.py", _own_settings, _task_settings,
+                                         _family, DEFAULTS, required=(), check=_check,
+                                         finish=_finish)
+run, run_config_from_flags, main = COMMAND.run, COMMAND.settings_from_flags, COMMAND.main
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 
 The flags of run_classifier.py wherever they mean the same, plus the shared distribution,
 precision and optimizer flags (training/flags.py), `--seeds`, `--keep_best_checkpoint`
-and the format flags of your own data; see docs/run_swag.md. The runner parses flags into
-a `SwagRun` and calls `run`; the run is `training.finetuning.run`, the task (reading,
-choices, metrics, output files) is `tasks.multiple_choice`:
+and the format flags of your own data; see docs/run_swag.md. The runner gives the
+shared fine-tuning command (`training.flags.FinetuningCommand`) its flags, defaults and
+family; the task (reading, choices, metrics, output files) is `tasks.multiple_choice`:
 
     python run_swag.py --data_dir=swagaf/data \\
       --vocab_file=uncased_L-12_H-768_A-12/vocab.txt \\
@@ -16,12 +16,9 @@ choices, metrics, output files) is `tasks.multiple_choice`:
 
 from __future__ import annotations
 
-import dataclasses
-
 from absl import flags
 
 from data_prep import cli as shell
-from training import cli, finetuning
 from training import flags as common_flags
 
 FLAGS = flags.FLAGS
@@ -51,37 +48,11 @@ _CUSTOM_FLAGS = ("context_column", "question_column", "ending_columns", "label_c
                  "label_is_text")
 
 
-@dataclasses.dataclass(frozen=True)
-class SwagRun:
-    """Everything one multiple-choice run needs, read from flags once (see the flag help)."""
-
-    finetuning: finetuning.FinetuningRun
-    task: "object"  # tasks.multiple_choice.task.MultipleChoiceSettings
-
-
-def make_run(**kwargs) -> SwagRun:
-    """A SwagRun from flat keyword arguments (the flag names; `format` a ChoiceFormat)."""
-    from tasks.multiple_choice.task import MultipleChoiceSettings
-
-    settings, rest = finetuning.settings_from(**kwargs)
-    return SwagRun(settings, MultipleChoiceSettings(**rest))
-
-
-# This runner's defaults of the flags runners share, shown by --helpfull and used when a
-# flag is not given (training/flags.py `use_defaults`).
-DEFAULTS = {"task_name": "swag"}
-common_flags.use_defaults(DEFAULTS)
-
-
-def run_config_from_flags(values=FLAGS) -> SwagRun:
-    """Validates the flags and turns them into a `SwagRun` (reads no file)."""
+def _own_settings(values) -> dict:
+    """This runner's flags, checked, as `MultipleChoiceSettings` keyword arguments (reads
+    no file)."""
     from tasks.multiple_choice import data
-    from tasks.multiple_choice.task import MultipleChoiceSettings
 
-    common_flags.use_defaults(DEFAULTS, values)
-    for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
-        if not getattr(values, name):
-            raise ValueError(f"--{name} is required")
     task = (values.task_name or "swag").strip().lower()
     if task == "swag":
         given = [name for name in _CUSTOM_FLAGS if values[name].present]
@@ -97,28 +68,27 @@ def run_config_from_flags(values=FLAGS) -> SwagRun:
             label=values.label_column or None, label_is_text=values.label_is_text)
     else:
         raise ValueError(f"--task_name={values.task_name}: expected swag or custom")
-    return SwagRun(common_flags.finetuning_run(values),
-                   MultipleChoiceSettings(data_dir=values.data_dir, format=fmt,
-                                          task_name=task))
+    return dict(data_dir=values.data_dir, format=fmt, task_name=task)
 
 
-def run(cfg: SwagRun) -> dict:
-    """Fine-tunes, evaluates and predicts as `cfg` asks, once per seed.
+def _task_settings(**values):
+    from tasks.multiple_choice.task import MultipleChoiceSettings
 
-    Returns:
-      `training.finetuning.run`'s result: {"runs": [per-seed dicts: seed, dir, eval (split
-      -> figures), outputs], "best_seed", "summary" (seed statistics; empty for one seed)}.
-    """
+    return MultipleChoiceSettings(**values)
+
+
+def _family(task, max_seq_length):
     from tasks.multiple_choice.task import MultipleChoiceFamily
 
-    finetuning.validate(cfg.finetuning)
-    family = MultipleChoiceFamily(cfg.task, cfg.finetuning.max_seq_length)
-    return finetuning.run(cfg.finetuning, family)
+    return MultipleChoiceFamily(task, max_seq_length)
 
 
-def main(argv):
-    del argv
-    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_swag.py")
+# This runner's defaults of the flags runners share, shown by --helpfull and used when a
+# flag is not given (training/flags.py `use_defaults`).
+DEFAULTS = {"task_name": "swag"}
+COMMAND = common_flags.FinetuningCommand("run_swag.py", _own_settings, _task_settings,
+                                         _family, DEFAULTS)
+run, run_config_from_flags, main = COMMAND.run, COMMAND.settings_from_flags, COMMAND.main
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ same document ("pair", GLUE-pair-like lengths). Tokenized with a vocab learned t
 way (`bench_squad.write_vocab`), `--max_seq_length=128`.
 
 Both modes run exactly what `run_classifier.py` runs: `ClassificationFamily` records and
-datasets, `runs.build_trainer` (model, `AdamWeightDecay`, the shared `TrainingLoop`), with
+datasets, `trainer_setup.build_trainer` (model, `AdamWeightDecay`, the shared `TrainingLoop`), with
 `bucket_boundaries` = the default buckets (16, 32, 64, 128) or () (padding to
 max_seq_length, the original's way). Same initial weights in both modes (seeded), so the
 dev accuracy of the two is compared too (it must be equal: the predictions are).
@@ -25,6 +25,7 @@ machine is shared, so read the ratios (bucketed / padded in the same run).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -42,7 +43,7 @@ from data_prep import sample_corpus  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from tasks.classification import processors  # noqa: E402
 from tasks.classification.task import ClassificationFamily, ClassificationSettings  # noqa: E402
-from training import distribution, finetuning, input_pipeline, runs  # noqa: E402
+from training import distribution, finetuning, input_pipeline, trainer_setup  # noqa: E402
 
 POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
 
@@ -121,11 +122,13 @@ def measure(task_dir, vocab, config, args, buckets, output_dir):
     prepared = family.prepare(settings)
     strategy = distribution.get_strategy("")
     keras.utils.set_random_seed(1)
-    _, trainer = runs.build_trainer(
+    _, trainer = trainer_setup.build_trainer(
         strategy, lambda: family.build_model(config), family.loop_task(),
-        hparams=settings.hparams, max_seq_length=args.max_seq_length,
-        output_dir=tempfile.mkdtemp(), num_train_steps=10**6, num_warmup_steps=10,
-        train_batch_size=args.batch_size, eval_batch_size=args.eval_batch_size)
+        loop_config=dataclasses.replace(
+            settings.loop, output_dir=tempfile.mkdtemp(), num_train_steps=10**6,
+            num_warmup_steps=10, train_batch_size=args.batch_size,
+            eval_batch_size=args.eval_batch_size),
+        max_seq_length=args.max_seq_length)
     out = {}
     dev = prepared.eval_splits[0]
     # Evaluation before training (same initial weights in both modes: same predictions).

@@ -43,7 +43,7 @@ from bench_pretraining import SIZES, VOCAB  # noqa: E402
 from modeling import optimization  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertPretrainer  # noqa: E402
-from training import checkpointing, dynamic_masking, input_pipeline, loop  # noqa: E402
+from training import checkpointing, dynamic_masking, input_pipeline, loop, pretraining  # noqa: E402
 
 
 def files_size(prefix: str) -> int:
@@ -81,7 +81,7 @@ def position_costs(build, positions, directory):
 def parameter_count(size: str, seq: int) -> int:
     """Trainable parameters of BertPretrainer at a bench_pretraining size."""
     model = BertPretrainer(BertConfig(vocab_size=VOCAB, **SIZES[size]))
-    loop.build_pretraining_model(model, seq, 20)
+    pretraining.build_pretraining_model(model, seq, 20)
     return sum(int(np.prod(v.shape)) for v in model.trainable_variables)
 
 
@@ -89,13 +89,13 @@ def stop_latency(pattern, seq, preds, batch, directory):
     """(signal -> exit s, the checkpoint save s, steps done, mean step s) of BERT-small."""
     config = BertConfig(vocab_size=VOCAB, **SIZES["small"])
     model = BertPretrainer(config)
-    loop.build_pretraining_model(model, seq, preds)
+    pretraining.build_pretraining_model(model, seq, preds)
     opt = optimization.create_optimizer(optimization.OptimizerConfig(
         learning_rate=1e-4, num_train_steps=10**6, num_warmup_steps=100))
     cfg = loop.LoopConfig(output_dir=directory, num_train_steps=10**6, train_batch_size=batch,
                           iterations_per_loop=10**6, save_checkpoints_steps=10**6,
                           log_steps=10**6)
-    trainer = loop.PretrainingLoop(tf.distribute.get_strategy(), model, opt, cfg)
+    trainer = pretraining.PretrainingLoop(tf.distribute.get_strategy(), model, opt, cfg)
     trainer.restore_or_initialize()
     input_config = input_pipeline.PretrainingInputConfig((pattern,), seq, preds, seed=1)
     saves = []

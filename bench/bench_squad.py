@@ -16,7 +16,7 @@ Everything runs in one process, on run_squad.py's prediction path, timed phase b
 
 1. ``prepare_squad_records`` (JSON -> examples -> windows -> eval.tf_record + sidecar, as
    run_squad.py does) and, separately, ``convert_examples_to_features`` alone (in memory);
-2. forward passes: ``runs.build_trainer`` + ``TrainingLoop.predict`` over
+2. forward passes: ``trainer_setup.build_trainer`` + ``TrainingLoop.predict`` over
    ``squad_task.squad_dataset`` (predict batch 8, last batch padded), with the
    strategy run_squad uses by default. One batch is run first (tracing, not timed), then
    two batches estimate the cost; if all windows do not fit ``--forward_budget_s``, only
@@ -56,9 +56,10 @@ from tasks.squad import postprocess  # noqa: E402
 
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertSpanLabeler  # noqa: E402
-from training.runtime import RuntimeConfig, setup_runtime  # noqa: E402
+from training.execution import RuntimeConfig, setup_runtime  # noqa: E402
 from tasks.squad import task as squad_task  # noqa: E402
-from training import runs  # noqa: E402
+from training import trainer_setup  # noqa: E402
+from training.loop import LoopConfig  # noqa: E402
 
 SIZES = {  # layers, hidden, heads
     "base": (12, 768, 12),
@@ -179,11 +180,12 @@ def main():
                              intermediate_size=4 * hidden, max_position_embeddings=512)
     strategy = setup_runtime(RuntimeConfig(""))  # run_squad's default
     keras.utils.set_random_seed(args.seed)
-    model, trainer = runs.build_trainer(
+    model, trainer = trainer_setup.build_trainer(
         strategy, lambda: BertSpanLabeler(bert_config), squad_task.SpanTask(),
-        hparams=runs.Hyperparameters(learning_rate=5e-5),
-        max_seq_length=window.max_seq_length, output_dir=os.path.join(work, "out"),
-        num_train_steps=0, num_warmup_steps=0, train_batch_size=32, eval_batch_size=batch)
+        loop_config=LoopConfig(output_dir=os.path.join(work, "out"), num_train_steps=0,
+                               num_warmup_steps=0, train_batch_size=32,
+                               eval_batch_size=batch, learning_rate=5e-5),
+        max_seq_length=window.max_seq_length)
 
     # ---- 1. feature conversion
     with Timer() as t_prepare:

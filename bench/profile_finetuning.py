@@ -13,6 +13,7 @@ types, so what is not compute (input pipeline, Python, host round trips) shows a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -30,7 +31,7 @@ from modeling.config import BertConfig  # noqa: E402
 from profile_train_step import profile  # noqa: E402
 from tasks.classification import processors  # noqa: E402
 from tasks.classification.task import ClassificationFamily, ClassificationSettings  # noqa: E402
-from training import distribution, finetuning, input_pipeline, runs  # noqa: E402
+from training import distribution, finetuning, input_pipeline, trainer_setup  # noqa: E402
 
 
 def main():
@@ -59,11 +60,13 @@ def main():
     family.input_options = finetuning.InputOptions(128, buckets)
     prepared = family.prepare(settings)
     strategy = distribution.get_strategy("")
-    _, trainer = runs.build_trainer(
+    _, trainer = trainer_setup.build_trainer(
         strategy, lambda: family.build_model(config), family.loop_task(),
-        hparams=settings.hparams, max_seq_length=128, output_dir=tempfile.mkdtemp(),
-        num_train_steps=10**6, num_warmup_steps=10, train_batch_size=args.batch_size,
-        eval_batch_size=args.batch_size)
+        loop_config=dataclasses.replace(
+            settings.loop, output_dir=tempfile.mkdtemp(), num_train_steps=10**6,
+            num_warmup_steps=10, train_batch_size=args.batch_size,
+            eval_batch_size=args.batch_size),
+        max_seq_length=128)
     iterator = iter(strategy.distribute_datasets_from_function(
         lambda ctx: family.dataset(prepared.train, batch_size=args.batch_size,
                                    is_training=True, input_context=ctx, seed=1)))

@@ -21,19 +21,18 @@ from tests.conftest import TINY_VOCAB, write_vocab
 
 def _pretraining_cfg(records, out, config, **loop_overrides):
     import run_pretraining
-    from modeling.optimization import OptimizerConfig
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
     from training.loop import LoopConfig
 
     loop = dict(output_dir=str(out), num_train_steps=40, train_batch_size=4,
-                iterations_per_loop=2, save_checkpoints_steps=100)
+                iterations_per_loop=2, save_checkpoints_steps=100, learning_rate=1e-3,
+                num_warmup_steps=0)
     loop.update(loop_overrides)
     return run_pretraining.PretrainingRun(
         bert_config_file=config, input_patterns=tuple(records), output_dir=str(out),
         init_checkpoint=None, max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS,
         do_train=True, do_eval=False, train_batch_size=4, eval_batch_size=4,
         input_compression="auto", runtime=RuntimeConfig("one_device", seed=1),
-        optimizer=OptimizerConfig(learning_rate=1e-3, num_train_steps=40, num_warmup_steps=0),
         loop=LoopConfig(**loop))
 
 
@@ -52,33 +51,33 @@ def _damage(path, at_fraction=0.5):
 
 def test_a_damaged_record_in_the_middle_names_the_file_and_record(shards, tmp_path):
     import run_pretraining
-    from training import input_pipeline
+    from training import record_checks
 
     good, bad = shards
     _damage(bad)
     config = S.write_config(tmp_path / "bert_config.json")
-    with pytest.raises(input_pipeline.RecordFileError,
+    with pytest.raises(record_checks.RecordFileError,
                        match=r"data-1\.tfrecord: TFRecord data is damaged or truncated at "
                              r"record 1[0-9]\b"):
         run_pretraining.run(_pretraining_cfg([str(tmp_path / "data-*.tfrecord")],
                                              tmp_path / "out", config))
-    assert input_pipeline.find_damaged_record([good]) is None
+    assert record_checks.find_damaged_record([good]) is None
 
 
 def test_a_truncated_file_names_the_file(shards, tmp_path):
-    from training import input_pipeline
+    from training import record_checks
 
     _, bad = shards
     data = open(bad, "rb").read()
     open(bad, "wb").write(data[:len(data) - 7])
-    path, index, message = input_pipeline.find_damaged_record([bad])
+    path, index, message = record_checks.find_damaged_record([bad])
     assert path == bad and index == 29 and "truncated" in message.lower()
 
 
 def test_ids_beyond_the_vocab_name_input_ids_vocab_size_and_the_file(tmp_path):
     """The first records fit a bert_config with vocab_size 40, a later one does not: the
     check inside tf.data fails, the error names the file, the record and the flag."""
-    from training import input_pipeline
+    from training import record_checks
 
     instances = S.synthetic_instances(30, seed=1)
     for instance in instances:
@@ -87,7 +86,7 @@ def test_ids_beyond_the_vocab_name_input_ids_vocab_size_and_the_file(tmp_path):
     instances[21]["input_ids"][5] = 47
     records = S.write_records(tmp_path / "data.tfrecord", instances)
     config = S.write_config(tmp_path / "bert_config.json", vocab_size=40)
-    with pytest.raises(input_pipeline.RecordFileError) as info:
+    with pytest.raises(record_checks.RecordFileError) as info:
         _run_pretraining([records], tmp_path / "out", config)
     assert str(info.value).startswith(
         f"{records}: record 21 has input_ids id 47, beyond vocab_size=40 of "
@@ -205,7 +204,7 @@ def _run_pretraining(records, out, config, **changes):
 @pytest.mark.parametrize("masked_first", [True, False])
 def test_masked_and_unmasked_records_in_one_run_are_refused_naming_one_of_each(
         tmp_path, masked_first):
-    from training import input_pipeline
+    from training import record_checks
 
     instances = S.synthetic_instances(8)
     masked = S.write_records(tmp_path / ("a.tfrecord" if masked_first else "b.tfrecord"),
@@ -215,7 +214,7 @@ def test_masked_and_unmasked_records_in_one_run_are_refused_naming_one_of_each(
     vocab = write_vocab(tmp_path / "vocab.txt")
     config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
     for vocab_file in (None, vocab):  # as masked records, or as unmasked ones
-        with pytest.raises(input_pipeline.RecordFileError) as info:
+        with pytest.raises(record_checks.RecordFileError) as info:
             _run_pretraining([str(tmp_path / "*.tfrecord")], tmp_path / "out", config,
                              vocab_file=vocab_file)
         message = str(info.value)
@@ -225,16 +224,16 @@ def test_masked_and_unmasked_records_in_one_run_are_refused_naming_one_of_each(
 
 
 def test_records_of_another_length_name_the_file_and_the_flag(tmp_path):
-    from training import input_pipeline
+    from training import record_checks
 
     config = S.write_config(tmp_path / "bert_config.json")
     short = S.write_records(tmp_path / "a.tfrecord", S.synthetic_instances(8))
     long = S.write_records(tmp_path / "b.tfrecord", S.synthetic_instances(8, seq=64), seq=64)
-    with pytest.raises(input_pipeline.RecordFileError,
+    with pytest.raises(record_checks.RecordFileError,
                        match=rf"{long}: first record has input_ids of length 64 but "
                              r"--max_seq_length expects 32"):
         _run_pretraining([short, long], tmp_path / "out", config)
-    with pytest.raises(input_pipeline.RecordFileError,
+    with pytest.raises(record_checks.RecordFileError,
                        match=rf"{short}: first record has input_ids of length 32 but "
                              r"--max_seq_length expects 64"):
         _run_pretraining([short, long], tmp_path / "out", config, max_seq_length=64)
@@ -247,7 +246,7 @@ def test_a_later_record_of_another_length_names_the_file_and_record(tmp_path):
     import tensorflow as tf
 
     from data_prep import features
-    from training import input_pipeline
+    from training import record_checks
 
     path = tmp_path / "mixed.tfrecord"
     short = features.PRETRAINING.encoder(max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS)
@@ -257,18 +256,18 @@ def test_a_later_record_of_another_length_names_the_file_and_record(tmp_path):
                 4, seq=64)):
             writer.write((long if i >= 12 else short).encode(instance))
     config = S.write_config(tmp_path / "bert_config.json")
-    with pytest.raises(input_pipeline.RecordFileError,
+    with pytest.raises(record_checks.RecordFileError,
                        match=rf"{path}: record 12 has input_ids of length 64 but "
                              r"--max_seq_length expects 32"):
         _run_pretraining([str(path)], tmp_path / "out", config)
 
 
 def test_ids_beyond_the_vocab_in_the_first_record_name_the_file_and_flag(shards, tmp_path):
-    from training import input_pipeline
+    from training import record_checks
 
     good, _ = shards
     config = S.write_config(tmp_path / "bert_config.json", vocab_size=40)
-    with pytest.raises(input_pipeline.RecordFileError,
+    with pytest.raises(record_checks.RecordFileError,
                        match=rf"{good}: first record has input_ids id \d+, beyond "
                              rf"vocab_size=40 of --bert_config_file={config}"):
         _run_pretraining([good], tmp_path / "out", config)
@@ -278,12 +277,12 @@ def test_ids_beyond_the_vocab_in_the_first_record_name_the_file_and_flag(shards,
 def test_dynamic_masking_refuses_a_vocab_smaller_than_the_records_ids(tmp_path):
     """The records hold ids up to 59; a 30-token vocab_file cannot be theirs (its random
     replacements and ## pieces would be another vocab's)."""
-    from training import input_pipeline
+    from training import record_checks
 
     records = _unmasked(tmp_path / "pairs.tfrecord", S.synthetic_instances(16))
     vocab = write_vocab(tmp_path / "small_vocab.txt", TINY_VOCAB[:30])
     config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
-    with pytest.raises(input_pipeline.RecordFileError,
+    with pytest.raises(record_checks.RecordFileError,
                        match=rf"{records}: first record has input_ids id \d+, beyond the 30 "
                              rf"tokens of --vocab_file={vocab}"):
         _run_pretraining([records], tmp_path / "out", config, vocab_file=vocab)
@@ -293,7 +292,7 @@ def test_dynamic_masking_refuses_a_vocab_smaller_than_the_records_ids(tmp_path):
 def test_a_later_record_beyond_the_masking_vocab_names_the_file_and_record(tmp_path):
     import numpy as np
 
-    from training import input_pipeline
+    from training import record_checks
 
     instances = S.synthetic_instances(16)
     for instance in instances[:11]:  # the first records fit the 40 tokens
@@ -303,7 +302,7 @@ def test_a_later_record_beyond_the_masking_vocab_names_the_file_and_record(tmp_p
     vocab = write_vocab(tmp_path / "small_vocab.txt", TINY_VOCAB[:40])
     config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
     assert max(np.max(i["input_ids"]) for i in instances[11:]) < 60
-    with pytest.raises(input_pipeline.RecordFileError) as info:
+    with pytest.raises(record_checks.RecordFileError) as info:
         _run_pretraining([records], tmp_path / "out", config, vocab_file=vocab)
     assert str(info.value).startswith(
         f"{records}: record 10 has input_ids id 55, beyond the 40 tokens of "
@@ -341,11 +340,11 @@ def _pair_data(directory):
 def test_finetuning_refuses_a_vocab_larger_than_the_model_before_any_work(tmp_path):
     import run_classifier
     from tasks.classification import processors
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     vocab = write_vocab(tmp_path / "vocab.txt")
     config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) - 9)
-    cfg = run_classifier.make_run(
+    cfg = run_classifier.COMMAND.settings(
         task_name="custom", data_dir=_pair_data(tmp_path / "data"), vocab_file=vocab,
         bert_config_file=config, output_dir=str(tmp_path / "out"), max_seq_length=16,
         do_train=True, train_batch_size=4,

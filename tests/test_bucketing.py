@@ -111,7 +111,7 @@ def _sentence(rng):
 def classifier_env(tmp_path_factory):
     import run_classifier as rc
     from tasks.classification import processors
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     root = tmp_path_factory.mktemp("bucketing")
     rng = random.Random(2)
@@ -135,7 +135,7 @@ def classifier_env(tmp_path_factory):
                                                  label_column="label", labels=("no", "yes")),
                       runtime=RuntimeConfig("one_device", seed=4))
         values.update(overrides)
-        return rc.make_run(**values)
+        return rc.COMMAND.settings(**values)
 
     trained = root / "trained"
     rc.run(make(trained, do_train=True, do_eval=False, do_predict=False,

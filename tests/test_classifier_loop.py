@@ -14,7 +14,7 @@ from modeling.models import BertClassifier
 from tests import test_loop_support as S
 from tasks.classification import task as classification_task
 from tasks.common.classifier_task import ClassifierTask
-from training import distribution, loop
+from training import distribution, loop, pretraining
 
 SEQ = 16
 VOCAB = 40
@@ -187,8 +187,8 @@ def test_eval_results_drop_padding_and_use_the_task_metrics():
 
 
 def test_pretraining_task_keeps_the_original_stat_keys():
-    task = loop.PretrainingTask()
-    assert task.stat_keys == loop.STAT_KEYS and "mlm_loss" in task.mean_keys
+    task = pretraining.PretrainingTask()
+    assert task.stat_keys == pretraining.STAT_KEYS and "mlm_loss" in task.mean_keys
     figures = dict((key, value) for key, _, value in task.progress(
         {"mlm_correct_sum": 3.0, "mlm_weight_sum": 4.0, "nsp_correct_sum": 1.0,
          "nsp_count": 2.0}))

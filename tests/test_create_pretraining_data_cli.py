@@ -504,17 +504,17 @@ def test_summary_is_not_matched_by_the_output_glob_and_the_original_reads_it(
     assert summary["instances"] == instances
     # This project's reader on the same glob, and on the whole directory (where the
     # summary is skipped by its name), reads the same records.
-    from training import input_pipeline
+    from training import record_checks
 
-    assert input_pipeline.list_files([output + "*"]) == matched
-    assert input_pipeline.list_files([str(tmp_path / "*.tfrecord*")]) == matched
+    assert record_checks.list_files([output + "*"]) == matched
+    assert record_checks.list_files([str(tmp_path / "*.tfrecord*")]) == matched
 
 
 def test_readers_skip_temporaries_and_summaries(tmp_path):
     """A writer's temporaries (running or killed) and summaries are never taken as
     records."""
     from data_prep import fileio
-    from training import input_pipeline
+    from training import record_checks
 
     records = [tmp_path / "out.tfrecord", tmp_path / "out.tfrecord-00001-of-00002"]
     others = [fileio.temporary_path(str(tmp_path / "out.tfrecord")),
@@ -523,8 +523,8 @@ def test_readers_skip_temporaries_and_summaries(tmp_path):
     for path in [*map(str, records), *others]:
         open(path, "wb").close()
     expected = sorted(map(str, records))
-    assert input_pipeline.list_files([str(tmp_path / "out.tfrecord*")]) == expected
-    assert input_pipeline.list_files([str(tmp_path / "*")]) == expected
+    assert record_checks.list_files([str(tmp_path / "out.tfrecord*")]) == expected
+    assert record_checks.list_files([str(tmp_path / "*")]) == expected
 
 
 def test_find_long_lines_across_block_boundaries(tmp_path):

@@ -34,7 +34,7 @@ def assert_durable(calls, directory, names=None):
 
 def test_bert_config_and_run_identity(tmp_path, monkeypatch):
     from modeling.config import BertConfig
-    from training.run_dir import RunDir
+    from training.output_claim import RunDir
 
     calls = Syscalls(monkeypatch).calls
     BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -47,12 +47,12 @@ def test_bert_config_and_run_identity(tmp_path, monkeypatch):
 def test_model_files_beside_the_checkpoints(tmp_path, monkeypatch):
     from modeling.config import BertConfig
     from modeling.export.metadata import ExportMetadata
-    from training import runs
+    from training import trainer_setup
 
     vocab = write_vocab(tmp_path / "vocab_in.txt")
     out = tmp_path / "run"
     calls = Syscalls(monkeypatch).calls
-    runs.write_model_files(str(out), BertConfig(vocab_size=99, hidden_size=32,
+    trainer_setup.write_model_files(str(out), BertConfig(vocab_size=99, hidden_size=32,
                                                 num_hidden_layers=2, num_attention_heads=2,
                                                 intermediate_size=64),
                            vocab, ExportMetadata(task="mrpc", labels=("0", "1")))

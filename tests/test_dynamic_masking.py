@@ -27,7 +27,7 @@ from data_prep.pretraining_data.documents import ByteRange, read_documents
 from data_prep.pretraining_data.instances import unit_instances
 from data_prep.pretraining_data.masking import create_masked_lm_predictions, mask_vectorized
 from training import dynamic_masking as dm
-from training import input_pipeline
+from training import input_pipeline, record_checks
 from tests.clis import call_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -446,14 +446,14 @@ def test_masks_are_deterministic_for_a_seed_and_change_every_epoch(prose, unmask
 
 def test_record_kind_and_flags_must_agree(prose, unmasked_records, tmp_path):
     records, _ = unmasked_records
-    schema = input_pipeline.check_pretraining_files([records], SEQ, PREDS)
+    schema = record_checks.check_pretraining_files([records], SEQ, PREDS)
     assert schema is features.PRETRAINING_UNMASKED
     with pytest.raises(dm.DynamicMaskingError, match="--vocab_file"):
-        input_pipeline.check_record_kind(schema, None, records)
+        record_checks.check_record_kind(schema, None, records)
     with pytest.raises(dm.DynamicMaskingError, match="already masked"):
-        input_pipeline.check_record_kind(features.PRETRAINING, masking_of(prose), records)
+        record_checks.check_record_kind(features.PRETRAINING, masking_of(prose), records)
     with pytest.raises(ValueError, match="max_seq_length expects 32"):
-        input_pipeline.check_pretraining_files([records], 32, PREDS)
+        record_checks.check_pretraining_files([records], 32, PREDS)
 
 
 # ---------------------------------------------------------------------------------------
@@ -478,7 +478,7 @@ def test_run_pretraining_trains_on_unmasked_records(prose, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "_pairs.tfrecord.summary.json").read_text())
     assert summary["dynamic_masking"] and summary["config"]["dupe_factor"] == 1
-    assert input_pipeline.check_pretraining_files([records], SEQ, PREDS) is \
+    assert record_checks.check_pretraining_files([records], SEQ, PREDS) is \
         features.PRETRAINING_UNMASKED
     vocab_size = len(open(prose["vocab"], encoding="utf-8").read().split())
     config = tmp_path / "bert_config.json"

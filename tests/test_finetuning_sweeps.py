@@ -66,9 +66,9 @@ def test_one_value_per_flag_is_what_it_was_and_lists_make_a_grid(runner):
     one = _config_of(runner, ["--learning_rate=3e-5", "--train_batch_size=16",
                               "--num_train_epochs=2"])
     assert one.grid is None
-    assert (one.hparams.learning_rate, one.train_batch_size, one.num_train_epochs) == (
+    assert (one.loop.learning_rate, one.train_batch_size, one.num_train_epochs) == (
         3e-5, 16, 2.0)
-    assert (type(one.hparams.learning_rate), type(one.train_batch_size),
+    assert (type(one.loop.learning_rate), type(one.train_batch_size),
             type(one.num_train_epochs)) == (float, int, float)
     grid = _config_of(runner, ["--learning_rate=5e-5, 3e-5", "--train_batch_size=16,32",
                                "--num_train_epochs=2"])
@@ -77,7 +77,7 @@ def test_one_value_per_flag_is_what_it_was_and_lists_make_a_grid(runner):
     assert [p.name() for p in points] == ["lr5e-05_bs16_ep2.0", "lr5e-05_bs32_ep2.0",
                                           "lr3e-05_bs16_ep2.0", "lr3e-05_bs32_ep2.0"]
     # The scalar fields hold the first point (what one value would have meant).
-    assert (grid.hparams.learning_rate, grid.train_batch_size) == (5e-5, 16)
+    assert (grid.loop.learning_rate, grid.train_batch_size) == (5e-5, 16)
 
 
 @pytest.mark.parametrize("value, message", [
@@ -128,7 +128,7 @@ def test_run_pretraining_refuses_a_list_naming_the_flag():
     try:
         flags.FLAGS(argv + ["--learning_rate=2e-4", "--train_batch_size=8"])
         cfg = run_pretraining.run_config_from_flags(flags.FLAGS)
-        assert (cfg.optimizer.learning_rate, cfg.train_batch_size) == (2e-4, 8)
+        assert (cfg.loop.learning_rate, cfg.train_batch_size) == (2e-4, 8)
     finally:
         flags.FLAGS.unparse_flags()
 
@@ -160,7 +160,7 @@ def test_programmatic_tuples_make_the_same_grid():
     assert settings.grid == finetuning.Grid((2e-5, 3e-5), (32,), (2, 3))
     single, _ = finetuning.settings_from(vocab_file="v", bert_config_file="c",
                                          output_dir="o", learning_rate=2e-5)
-    assert single.grid is None and single.hparams.learning_rate == 2e-5
+    assert single.grid is None and single.loop.learning_rate == 2e-5
     with pytest.raises(finetuning.FinetuningError, match="grid.*--do_train and --do_eval"):
         finetuning.validate(dataclasses.replace(settings, do_train=True))
 
@@ -359,10 +359,10 @@ def test_a_resumed_run_keeps_the_better_best_checkpoint(mrpc, tmp_path):
     import run_classifier as rc
     from tasks.classification.task import ClassificationFamily
     from training import finetuning
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     out = tmp_path / "out"
-    cfg = rc.make_run(
+    cfg = rc.COMMAND.settings(
         task_name="mrpc", data_dir=mrpc["data"], vocab_file=mrpc["vocab"],
         bert_config_file=mrpc["config"], output_dir=str(out), max_seq_length=SEQ,
         do_train=True, do_eval=True, do_predict=True, train_batch_size=4, eval_batch_size=4,
@@ -407,11 +407,11 @@ def test_a_squad_grid_keeps_the_best_predictions_and_a_rerun_reads_them_back(tmp
     rerun skips both runs and returns the kept run's files and scores from disk."""
     import run_squad
     from tests import test_run_squad as T
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     rng = random.Random(0)
     tokens = T._vocab_tokens()
-    cfg = run_squad.make_run(
+    cfg = run_squad.COMMAND.settings(
         vocab_file=write_vocab(tmp_path / "vocab.txt", tokens),
         bert_config_file=S.write_config(tmp_path / "bert_config.json",
                                         vocab_size=len(tokens)),
@@ -447,7 +447,7 @@ def test_a_squad_grid_keeps_the_best_predictions_and_a_rerun_reads_them_back(tmp
 def _mrpc_run(mrpc, out, data=None, **overrides):
     """A tiny MRPC run (24 training examples: 6 steps an epoch) of run_classifier."""
     import run_classifier as rc
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     values = dict(task_name="mrpc", data_dir=str(data or mrpc["data"]),
                   vocab_file=mrpc["vocab"], bert_config_file=mrpc["config"],
@@ -456,7 +456,7 @@ def _mrpc_run(mrpc, out, data=None, **overrides):
                   num_train_epochs=1.0, save_checkpoints_steps=4, iterations_per_loop=2,
                   log_steps=2, seeds=(1,), runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
-    return rc.make_run(**values)
+    return rc.COMMAND.settings(**values)
 
 
 @pytest.mark.slow

@@ -248,7 +248,7 @@ def test_glue_submission_runs_the_papers_grid_unless_told_otherwise():
     assert paper.grid == finetuning.Grid((5e-5, 4e-5, 3e-5, 2e-5), (32,), (3.0,))
     assert (paper.do_train, paper.do_eval, paper.do_predict) == (True, True, True)
     one = _glue_config(["--learning_rate=2e-5", "--seeds=1,2"]).finetuning
-    assert one.grid is None and one.hparams.learning_rate == 2e-5 and one.seeds == (1, 2)
+    assert one.grid is None and one.loop.learning_rate == 2e-5 and one.seeds == (1, 2)
     cfg = _glue_config(["--tasks=RTE,WNLI", "--wnli=finetune"]).glue
     assert (cfg.tasks, cfg.wnli) == (("rte", "wnli"), "finetune")
     with pytest.raises(ValueError, match="--do_predict: glue_submission.py always"):

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from tests import test_loop_support as S
 from training import input_pipeline as ip
+from training import record_checks
 
 
 @pytest.fixture(scope="module")
@@ -108,16 +109,16 @@ def test_wrong_max_seq_length_names_file_and_lengths(files):
 
 def test_wrong_max_predictions_is_reported(files):
     with pytest.raises(ValueError, match="max_predictions_per_seq expects 7"):
-        ip.check_pretraining_files([files["plain"][0]], S.SEQ, 7)
+        record_checks.check_pretraining_files([files["plain"][0]], S.SEQ, 7)
 
 
 def test_pattern_matching_nothing_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="matches no file"):
-        ip.list_files([str(tmp_path / "nothing-*.tfrecord")])
+        record_checks.list_files([str(tmp_path / "nothing-*.tfrecord")])
 
 
 def test_split_patterns():
-    assert ip.split_patterns("a/*.tfrecord, gs://b/c*,") == ("a/*.tfrecord", "gs://b/c*")
+    assert record_checks.split_patterns("a/*.tfrecord, gs://b/c*,") == ("a/*.tfrecord", "gs://b/c*")
 
 
 def test_weights_parse_as_float(files):
@@ -132,7 +133,7 @@ def test_summary_json_beside_the_records_is_not_read_as_a_record(tmp_path):
     """create_pretraining_data writes out.tfrecord.summary.json: `out.tfrecord*` must skip it."""
     (tmp_path / "out.tfrecord").write_bytes(b"")
     (tmp_path / "out.tfrecord.summary.json").write_text("{}")
-    files = ip.list_files([str(tmp_path / "out.tfrecord*")])
+    files = record_checks.list_files([str(tmp_path / "out.tfrecord*")])
     assert files == [str(tmp_path / "out.tfrecord")]
     with pytest.raises(FileNotFoundError, match="matches no file"):
-        ip.list_files([str(tmp_path / "*.json")])
+        record_checks.list_files([str(tmp_path / "*.json")])

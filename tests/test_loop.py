@@ -15,7 +15,7 @@ from modeling import checkpoints, optimization
 from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
-from training import distribution, input_pipeline, loop
+from training import distribution, input_pipeline, loop, pretraining
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def _make(strategy, output_dir, *, steps=100, lr=1e-3, batch=16, accumulation=1,
           save=50, log=10, config=None, max_eval_steps=3):
     with strategy.scope():
         model = BertPretrainer(config or BertConfig(**S.tiny_config_dict(vocab_size=120)))
-        loop.build_pretraining_model(model, S.SEQ, S.PREDS)
+        pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=lr, num_train_steps=steps, num_warmup_steps=min(10, steps // 5)))
     cfg = loop.LoopConfig(output_dir=str(output_dir), num_train_steps=steps,
@@ -40,7 +40,7 @@ def _make(strategy, output_dir, *, steps=100, lr=1e-3, batch=16, accumulation=1,
                           save_checkpoints_steps=save, log_steps=log,
                           gradient_accumulation_steps=accumulation,
                           max_eval_steps=max_eval_steps)
-    return model, loop.PretrainingLoop(strategy, model, opt, cfg)
+    return model, pretraining.PretrainingLoop(strategy, model, opt, cfg)
 
 
 def _dataset_fn(pattern, batch, is_training, seed=1):
@@ -203,7 +203,7 @@ def test_eval_of_a_checkpoint_matches_numpy(strategy, records, tmp_path):
 
     batch_losses, nll_w, correct_w, weight, nsp_nll, nsp_correct, count = [], 0, 0, 0, 0, 0, 0
     for batch in _numpy_batches(records, 8, 3):
-        inputs = {k: tf.constant(batch[k], tf.int32) for k in loop.MODEL_INPUTS}
+        inputs = {k: tf.constant(batch[k], tf.int32) for k in pretraining.MODEL_INPUTS}
         out = source(inputs, training=False)  # the checkpoint's own weights
         mlm_lp = _log_softmax(out["masked_lm_logits"].numpy())
         nsp_lp = _log_softmax(out["next_sentence_logits"].numpy())
@@ -250,13 +250,13 @@ class _HalfPrecisionPretrainer(keras.Model):
 def test_float16_trains_with_dynamic_loss_scaling(strategy, records, tmp_path):
     with strategy.scope():
         model = _HalfPrecisionPretrainer()
-        loop.build_pretraining_model(model, S.SEQ, S.PREDS)
+        pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=1e-2, num_train_steps=30, num_warmup_steps=0))
     cfg = loop.LoopConfig(output_dir=str(tmp_path), num_train_steps=30, train_batch_size=16,
                           iterations_per_loop=10, save_checkpoints_steps=30, log_steps=10,
                           dtype="float16")
-    trainer = loop.PretrainingLoop(strategy, model, opt, cfg)
+    trainer = pretraining.PretrainingLoop(strategy, model, opt, cfg)
     assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)
     history = trainer.train(_dataset_fn(records, 16, True))
     assert history[-1]["loss"] < history[0]["loss"]
@@ -268,20 +268,20 @@ def test_float16_trains_with_dynamic_loss_scaling(strategy, records, tmp_path):
 def test_loop_requires_pre_reduced_optimizer(strategy, tmp_path):
     model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120)))
     with pytest.raises(ValueError, match="pre_reduced_gradients"):
-        loop.PretrainingLoop(strategy, model, keras.optimizers.Adam(),
+        pretraining.PretrainingLoop(strategy, model, keras.optimizers.Adam(),
                              loop.LoopConfig(output_dir=str(tmp_path)))
 
 
 def test_lamb_trains_in_the_loop(strategy, records, tmp_path):
     with strategy.scope():
         model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120)))
-        loop.build_pretraining_model(model, S.SEQ, S.PREDS)
+        pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             optimizer="lamb", learning_rate=1e-2, num_train_steps=10, num_warmup_steps=0))
     before = [w.numpy() for w in model.trainable_weights]
     cfg = loop.LoopConfig(output_dir=str(tmp_path), num_train_steps=10, train_batch_size=16,
                           iterations_per_loop=5, save_checkpoints_steps=10, log_steps=5)
-    history = loop.PretrainingLoop(strategy, model, opt, cfg).train(
+    history = pretraining.PretrainingLoop(strategy, model, opt, cfg).train(
         _dataset_fn(records, 16, True))
     assert all(np.isfinite(h["loss"]) for h in history)
     moved = [not np.allclose(a, w.numpy()) for a, w in zip(before, model.trainable_weights)]

@@ -17,7 +17,7 @@ from modeling import optimization
 from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
-from training import distribution, input_pipeline, loop
+from training import distribution, input_pipeline, loop, pretraining
 
 STEPS = 8
 BATCH = 16
@@ -27,7 +27,7 @@ MODES = {  # name -> (LoopConfig.dtype, jit_compile)
     "bfloat16": ("bfloat16", False),
     "bfloat16_jit": ("bfloat16", True),
 }
-POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}  # as training/runtime.py
+POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}  # as training/execution.py
 
 # bfloat16 keeps 8 significant bits: round-to-nearest has unit roundoff u = 2^-8 (~3.9e-3).
 BF16_UNIT_ROUNDOFF = 2.0 ** -8
@@ -56,8 +56,8 @@ def setting(tmp_path_factory):
     config = BertConfig(**S.tiny_config_dict(vocab_size=S.VOCAB))  # dropout 0: deterministic
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(0)
-    model = loop.build_pretraining_model(BertPretrainer(config), S.SEQ, S.PREDS)
-    outputs = model(loop.model_inputs(batch), training=True)
+    model = pretraining.build_pretraining_model(BertPretrainer(config), S.SEQ, S.PREDS)
+    outputs = model(pretraining.model_inputs(batch), training=True)
     return {
         "dir": directory, "batch": batch, "config": config,
         "init": [w.numpy() for w in model.weights],
@@ -73,14 +73,14 @@ def _train(setting, mode):
     keras.config.set_dtype_policy(POLICIES[dtype])
     try:
         with strategy.scope():
-            model = loop.build_pretraining_model(BertPretrainer(setting["config"]), S.SEQ,
+            model = pretraining.build_pretraining_model(BertPretrainer(setting["config"]), S.SEQ,
                                                  S.PREDS)
             model.set_weights(setting["init"])
             optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
                 learning_rate=5e-3, num_train_steps=100, num_warmup_steps=0))
         cfg = loop.LoopConfig(output_dir=str(setting["dir"] / mode), num_train_steps=STEPS,
                               train_batch_size=BATCH, dtype=dtype, jit_compile=jit_compile)
-        trainer = loop.PretrainingLoop(strategy, model, optimizer, cfg)
+        trainer = pretraining.PretrainingLoop(strategy, model, optimizer, cfg)
         batch = setting["batch"]
         iterator = iter(strategy.distribute_datasets_from_function(
             lambda ctx: tf.data.Dataset.from_tensors(batch).repeat()))

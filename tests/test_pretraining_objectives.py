@@ -21,7 +21,7 @@ from modeling.encoder import BertEncoder
 from modeling.models import BertPretrainer, BertSpanLabeler
 from tests import test_loop_support as S
 from tests.clis import call_main
-from training import loop, runs
+from training import loop, pretraining, trainer_setup
 
 GOOGLE_KEYS = ["attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob",
                "hidden_size", "initializer_range", "intermediate_size",
@@ -198,7 +198,7 @@ def test_masked_lm_alone_is_the_masked_lm_loss():
     loss, stats = losses.pretraining_loss(outputs, features)
     mlm, _ = losses.masked_lm_loss(outputs["masked_lm_logits"], features["masked_lm_ids"],
                                    features["masked_lm_weights"])
-    assert float(loss) == float(mlm) and sorted(stats) == sorted(loop.MLM_STAT_KEYS)
+    assert float(loss) == float(mlm) and sorted(stats) == sorted(pretraining.MLM_STAT_KEYS)
 
 
 def test_eval_figures_per_objective():
@@ -206,14 +206,14 @@ def test_eval_figures_per_objective():
     without NSP no next-sentence figure; LTR reports next-token figures only."""
     mlm = {"loss": 6.0, "mlm_loss": 4.0, "mlm_nll_sum": 20.0, "mlm_correct_sum": 2.0,
            "mlm_weight_sum": 10.0, "steps": 2.0}
-    no_nsp = loop.PretrainingTask(next_sentence_prediction=False)
+    no_nsp = pretraining.PretrainingTask(next_sentence_prediction=False)
     figures = no_nsp.metrics_from_totals(mlm, 7)
     assert sorted(figures) == ["global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
                                "masked_lm_perplexity"]
     assert figures["masked_lm_perplexity"] == pytest.approx(math.exp(2.0))
     assert [label for _, label, _ in no_nsp.progress(mlm)] == ["mlm_acc"]
-    ltr = loop.PretrainingTask(objective="ltr")
-    assert ltr.stat_keys == loop.LTR_STAT_KEYS and not ltr.next_sentence_prediction
+    ltr = pretraining.PretrainingTask(objective="ltr")
+    assert ltr.stat_keys == pretraining.LTR_STAT_KEYS and not ltr.next_sentence_prediction
     figures = ltr.metrics_from_totals({"loss": 3.0, "lm_nll_sum": 30.0, "lm_correct_sum": 5.0,
                                        "lm_count": 20.0, "steps": 1.0}, 3)
     assert figures == {"global_step": 3, "loss": 3.0, "next_token_accuracy": 0.25,
@@ -256,16 +256,16 @@ def test_fine_tuning_refuses_the_other_attention_direction(tmp_path):
     run = tmp_path / "ltr_run"
     run.mkdir()
     tiny(True).to_json_file(str(run / "bert_config.json"))
-    runs.check_attention_of(str(run / "ckpt-10"), tiny(True))
+    trainer_setup.check_attention_of(str(run / "ckpt-10"), tiny(True))
     with pytest.raises(ValueError, match=r"left-to-right.*bidirectional encoder"):
-        runs.check_attention_of(str(run), tiny())
+        trainer_setup.check_attention_of(str(run), tiny())
     google = tmp_path / "google"
     google.mkdir()
     (google / "run_identity.json").write_text(json.dumps({"bert_config": tiny().to_dict()}))
-    runs.check_attention_of(str(google / "bert_model.ckpt"), tiny())
+    trainer_setup.check_attention_of(str(google / "bert_model.ckpt"), tiny())
     with pytest.raises(ValueError, match="is a bidirectional model"):
-        runs.check_attention_of(str(google / "bert_model.ckpt"), tiny(True))
-    runs.check_attention_of(str(tmp_path / "nothing_beside"), tiny(True))
+        trainer_setup.check_attention_of(str(google / "bert_model.ckpt"), tiny(True))
+    trainer_setup.check_attention_of(str(tmp_path / "nothing_beside"), tiny(True))
 
 
 BASE_ARGV = ["--input_file=x.tfrecord", "--bert_config_file=c", "--output_dir=o",

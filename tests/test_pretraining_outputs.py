@@ -22,7 +22,7 @@ from modeling.checkpoints import loading
 from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
-from training import loop, runs
+from training import loop, pretraining, trainer_setup
 
 # Four steps, one checkpoint, two eval batches: enough to have a run's outputs.
 RUN_FLAGS = dict(max_seq_length=S.SEQ, train_batch_size=8, eval_batch_size=8,
@@ -79,7 +79,7 @@ def _weights(path, config, **objective):
     """{weight path: value} of a pretrainer with `objective`'s heads loaded, strictly,
     from the checkpoint at `path` (every weight it has, nothing more)."""
     model = BertPretrainer(config, **objective)
-    loop.build_pretraining_model(model, S.SEQ, S.PREDS)
+    pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
     checkpoints.load_pretrained(str(path), model)
     return {weight.path.split("/", 1)[1]: weight.numpy() for weight in model.weights}
 
@@ -116,7 +116,7 @@ def test_an_ltr_run_converts_to_every_format_keeping_its_direction(ltr_run, reco
     with pytest.raises(ValueError, match=rf"--init_checkpoint={out} is a left-to-right .*"
                                          rf"--bert_config_file=plain.json makes a "
                                          "bidirectional encoder"):
-        runs.check_attention_of(str(out), BertConfig.from_json_file(records["config"]),
+        trainer_setup.check_attention_of(str(out), BertConfig.from_json_file(records["config"]),
                                 "plain.json")
 
 
@@ -170,8 +170,8 @@ def test_an_ltr_run_records_its_direction_and_refuses_the_other(ltr_run, records
     for checkpoint in (ltr_run, ltr_run / "ckpt-4"):
         with pytest.raises(ValueError, match=rf"is a left-to-right .*\({ltr_run}/"
                                              r"bert_config.json\) but --bert_config_file="):
-            runs.check_attention_of(str(checkpoint), plain, records["config"])
-    runs.check_attention_of(str(ltr_run), BertConfig.from_json_file(
+            trainer_setup.check_attention_of(str(checkpoint), plain, records["config"])
+    trainer_setup.check_attention_of(str(ltr_run), BertConfig.from_json_file(
         str(ltr_run / "bert_config.json")))
     with pytest.raises(ConfigError, match=rf"--bert_config_file={records['config']} makes "
                                           "a bidirectional encoder"):
@@ -216,11 +216,11 @@ def test_an_eval_of_nothing_is_refused(ltr_run, records, tmp_path):
                      output_dir=tmp_path / "out", **dict(RUN_FLAGS, max_eval_steps=steps))
     assert not (tmp_path / "out").exists()
     for task, totals in (
-            (loop.PretrainingTask(), {"loss": 0.0, "mlm_loss": 0.0, "mlm_nll_sum": 0.0,
+            (pretraining.PretrainingTask(), {"loss": 0.0, "mlm_loss": 0.0, "mlm_nll_sum": 0.0,
                                       "mlm_correct_sum": 0.0, "mlm_weight_sum": 0.0,
                                       "nsp_loss_sum": 0.0, "nsp_correct_sum": 0.0,
                                       "nsp_count": 0.0, "steps": 0.0}),
-            (loop.PretrainingTask(objective="ltr"), {"loss": 0.0, "lm_nll_sum": 0.0,
+            (pretraining.PretrainingTask(objective="ltr"), {"loss": 0.0, "lm_nll_sum": 0.0,
                                                      "lm_correct_sum": 0.0, "lm_count": 0.0,
                                                      "steps": 0.0})):
         with pytest.raises(ValueError, match=r"the eval read 0 batch\(es\) with 0 "

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from tests import test_loop_support as S
 from tests.conftest import TINY_VOCAB
-from training.runtime import RuntimeConfig
+from training.execution import RuntimeConfig
 
 ROOT = "ram://bert_test"
 
@@ -53,7 +53,7 @@ def test_run_classifier_on_ram_paths(ram_env):
     from training import loop
 
     out = f"{ROOT}/classifier_out"
-    cfg = rc.make_run(
+    cfg = rc.COMMAND.settings(
         task_name="custom", data_dir=ram_env["data"], vocab_file=ram_env["vocab"],
         bert_config_file=ram_env["config"], output_dir=out, max_seq_length=16,
         do_train=True, do_eval=True, do_predict=True, train_batch_size=4, eval_batch_size=4,
@@ -77,7 +77,6 @@ def test_run_classifier_on_ram_paths(ram_env):
 
 def test_run_pretraining_on_ram_paths(ram_env):
     import run_pretraining
-    from modeling.optimization import OptimizerConfig
     from training.loop import LoopConfig
 
     records = f"{ROOT}/records/part-0.tfrecord"
@@ -91,10 +90,9 @@ def test_run_pretraining_on_ram_paths(ram_env):
         max_predictions_per_seq=S.PREDS, do_train=True, do_eval=True, train_batch_size=4,
         eval_batch_size=4, input_compression="auto",
         runtime=RuntimeConfig("one_device"),
-        optimizer=OptimizerConfig(learning_rate=1e-3, num_train_steps=4, num_warmup_steps=0),
         loop=LoopConfig(output_dir=out, num_train_steps=4, train_batch_size=4,
                         eval_batch_size=4, iterations_per_loop=2, save_checkpoints_steps=2,
-                        max_eval_steps=2))
+                        max_eval_steps=2, learning_rate=1e-3, num_warmup_steps=0))
     results = run_pretraining.run(cfg)
     assert results["global_step"] == 4
     assert tf.train.latest_checkpoint(out).endswith("ckpt-4")

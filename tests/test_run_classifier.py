@@ -165,7 +165,7 @@ def env(tmp_path_factory):
 
 def _run_config(env, task, out, **overrides):
     import run_classifier as rc
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     values = dict(task_name=task, data_dir=str(env[task]), vocab_file=env["vocab"],
                   bert_config_file=env["config"], output_dir=str(out), max_seq_length=SEQ,
@@ -175,7 +175,7 @@ def _run_config(env, task, out, **overrides):
                   log_steps=3, seeds=(1,),
                   runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
-    return rc.make_run(**values)
+    return rc.COMMAND.settings(**values)
 
 
 @pytest.fixture(scope="module")
@@ -534,4 +534,4 @@ def test_flags_become_the_run_config():
     assert (run.num_train_epochs, run.warmup_proportion, run.predict_batch_size) == (2.5, 0.2, 5)
     assert run.runtime.distribution_strategy == "tpu" and run.runtime.tpu == "t"
     assert run.runtime.dtype == "bfloat16" and run.do_lower_case and not run.do_predict
-    assert run.hparams.dtype == "bfloat16"
+    assert run.loop.dtype == "bfloat16"

@@ -1,4 +1,4 @@
-"""A run's output_dir belongs to one run (training/run_dir.py) and degenerate work is refused
+"""A run's output_dir belongs to one run (training/output_claim.py) and degenerate work is refused
 (training/finetuning.py): the issue-10 regressions, each checked through the real runner.
 
 Unit level: the lock (live holder refused, a dead holder's lock taken over, another host's
@@ -26,23 +26,23 @@ import pytest
 
 from tests import test_loop_support as S
 from tests.conftest import write_vocab
-from training import run_dir
+from training import output_claim
 
 
 def _holder(tmp_path, **fields):
     record = {"host": socket.gethostname(), "pid": os.getpid(), "started": "then",
               "command": "run_x.py"}
     record.update(fields)
-    (tmp_path / run_dir.LOCK_FILE).write_text(json.dumps(record))
+    (tmp_path / output_claim.LOCK_FILE).write_text(json.dumps(record))
 
 
 def test_a_live_holder_is_refused_and_named(tmp_path):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         _holder(tmp_path, pid=sleeper.pid, command="run_pretraining.py --x")
-        with pytest.raises(run_dir.RunDirError,
+        with pytest.raises(output_claim.RunDirError,
                            match=rf"in use by another run \(pid {sleeper.pid} .*run_pretraining"):
-            run_dir.claim(str(tmp_path), {"a": 1})
+            output_claim.claim(str(tmp_path), {"a": 1})
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -52,22 +52,22 @@ def test_a_dead_holders_lock_is_taken_over(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     _holder(tmp_path, pid=dead.pid)
-    claimed = run_dir.claim(str(tmp_path), {"a": 1})
-    lock = json.loads((tmp_path / run_dir.LOCK_FILE).read_text())
+    claimed = output_claim.claim(str(tmp_path), {"a": 1})
+    lock = json.loads((tmp_path / output_claim.LOCK_FILE).read_text())
     assert lock["pid"] == os.getpid()
     claimed.release()
-    assert not (tmp_path / run_dir.LOCK_FILE).exists()
+    assert not (tmp_path / output_claim.LOCK_FILE).exists()
 
 
 def test_another_hosts_lock_is_refused_with_the_way_out(tmp_path):
     _holder(tmp_path, host="elsewhere", pid=1)
-    with pytest.raises(run_dir.RunDirError, match=r"another host .*delete .*\.run\.lock"):
-        run_dir.claim(str(tmp_path), {"a": 1})
+    with pytest.raises(output_claim.RunDirError, match=r"another host .*delete .*\.run\.lock"):
+        output_claim.claim(str(tmp_path), {"a": 1})
 
 
 def _claim_and_commit(directory, identity):
     """A run's whole use of a directory: claim, commit, release."""
-    claimed = run_dir.claim(str(directory), identity)
+    claimed = output_claim.claim(str(directory), identity)
     claimed.commit()
     claimed.release()
 
@@ -77,13 +77,13 @@ def test_identity_differences_are_named(tmp_path):
                                  "bert_config": {"hidden_size": 32}})
     _claim_and_commit(tmp_path, {"task": "cola", "labels": ("0", "1"),
                                  "bert_config": {"hidden_size": 32}})  # same
-    with pytest.raises(run_dir.RunDirError) as info:
-        run_dir.claim(str(tmp_path), {"task": "cola", "labels": ["1", "0"],
+    with pytest.raises(output_claim.RunDirError) as info:
+        output_claim.claim(str(tmp_path), {"task": "cola", "labels": ["1", "0"],
                                       "bert_config": {"hidden_size": 64}})
     message = str(info.value)
     assert "bert_config.hidden_size: 32 there, 64 now" in message
     assert "labels: ['0', '1'] there, ['1', '0'] now" in message
-    assert not (tmp_path / run_dir.LOCK_FILE).exists()  # a refused claim keeps no lock
+    assert not (tmp_path / output_claim.LOCK_FILE).exists()  # a refused claim keeps no lock
 
 
 # --------------------------------------------------------------------- runner level
@@ -114,7 +114,7 @@ def env(tmp_path_factory):
 def _cfg(env, out, labels=("neg", "pos"), **overrides):
     import run_classifier as rc
     from tasks.classification import processors
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     values = dict(task_name="custom", data_dir=env["data"], vocab_file=env["vocab"],
                   bert_config_file=env["config"], output_dir=str(out), max_seq_length=16,
@@ -125,7 +125,7 @@ def _cfg(env, out, labels=("neg", "pos"), **overrides):
                                              labels=tuple(labels)),
                   runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
-    return rc.make_run(**values)
+    return rc.COMMAND.settings(**values)
 
 
 def _snapshot(directory):
@@ -147,7 +147,7 @@ def test_another_label_order_in_a_trained_dir_is_refused(env, trained):
 
     before = _snapshot(trained)
     assert any(name.startswith("ckpt-") for name in before)
-    with pytest.raises(run_dir.RunDirError, match=r"labels: \['neg', 'pos'\] there"):
+    with pytest.raises(output_claim.RunDirError, match=r"labels: \['neg', 'pos'\] there"):
         rc.run(_cfg(env, trained, labels=("pos", "neg")))
     assert _snapshot(trained) == before
 
@@ -158,7 +158,7 @@ def test_another_bert_config_in_a_trained_dir_is_refused(env, trained, tmp_path)
 
     before = _snapshot(trained)
     bigger = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) + 1)
-    with pytest.raises(run_dir.RunDirError, match=r"bert_config.vocab_size"):
+    with pytest.raises(output_claim.RunDirError, match=r"bert_config.vocab_size"):
         rc.run(_cfg(env, trained, bert_config_file=bigger))
     assert _snapshot(trained) == before
 
@@ -173,7 +173,7 @@ def test_checkpoints_of_another_model_without_an_identity_are_refused(env, train
 
     copy = tmp_path / "old"
     shutil.copytree(trained, copy)
-    os.remove(copy / run_dir.IDENTITY_FILE)
+    os.remove(copy / output_claim.IDENTITY_FILE)
     before = _snapshot(copy)
     with pytest.raises(CheckpointRestoreError, match="do not fit this model"):
         rc.run(_cfg(env, copy, labels=("neg", "pos", "meh")))
@@ -205,12 +205,12 @@ def test_a_second_run_while_one_runs_is_refused(env, trained):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         _holder(trained, pid=sleeper.pid)
-        with pytest.raises(run_dir.RunDirError, match="in use by another run"):
+        with pytest.raises(output_claim.RunDirError, match="in use by another run"):
             rc.run(_cfg(env, trained))
     finally:
         sleeper.kill()
         sleeper.wait()
-        os.remove(trained / run_dir.LOCK_FILE)
+        os.remove(trained / output_claim.LOCK_FILE)
 
 
 def test_fewer_examples_than_a_batch_is_an_error_not_zero_steps(env, tmp_path):
@@ -246,8 +246,7 @@ def test_run_pretraining_refuses_another_models_dir(tmp_path):
     """Pretraining claims its output_dir too: another bert_config is refused, the
     checkpoints stay as they were."""
     import run_pretraining
-    from modeling.optimization import OptimizerConfig
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
     from training.loop import LoopConfig
 
     records = S.write_records(tmp_path / "records.tfrecord", S.synthetic_instances(16))
@@ -259,15 +258,14 @@ def test_run_pretraining_refuses_another_models_dir(tmp_path):
             init_checkpoint=None, max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS,
             do_train=True, do_eval=False, train_batch_size=4, eval_batch_size=4,
             input_compression="auto", runtime=RuntimeConfig("one_device"),
-            optimizer=OptimizerConfig(learning_rate=1e-3, num_train_steps=2,
-                                      num_warmup_steps=0),
             loop=LoopConfig(output_dir=str(out), num_train_steps=2, train_batch_size=4,
-                            iterations_per_loop=1, save_checkpoints_steps=2))
+                            iterations_per_loop=1, save_checkpoints_steps=2,
+                            learning_rate=1e-3, num_warmup_steps=0))
 
     run_pretraining.run(cfg(S.write_config(tmp_path / "a.json")))
     before = _snapshot(out)
     assert "ckpt-2.index" in before
-    with pytest.raises(run_dir.RunDirError, match="bert_config.hidden_dropout_prob"):
+    with pytest.raises(output_claim.RunDirError, match="bert_config.hidden_dropout_prob"):
         run_pretraining.run(cfg(S.write_config(tmp_path / "b.json", dropout=0.1)))
     assert _snapshot(out) == before
 
@@ -280,21 +278,21 @@ def test_run_pretraining_refuses_another_models_dir(tmp_path):
 
 def test_a_claim_writes_nothing_until_committed(tmp_path):
     out = tmp_path / "new" / "out"
-    claimed = run_dir.claim(str(out), {"a": 1})
-    assert sorted(os.listdir(out)) == [run_dir.LOCK_FILE]
+    claimed = output_claim.claim(str(out), {"a": 1})
+    assert sorted(os.listdir(out)) == [output_claim.LOCK_FILE]
     claimed.release()
     assert not (tmp_path / "new").exists()  # created by the claim, removed uncommitted
 
     (tmp_path / "kept").mkdir()
     (tmp_path / "kept" / "notes.txt").write_text("mine")
-    claimed = run_dir.claim(str(tmp_path / "kept"), {"a": 1})
+    claimed = output_claim.claim(str(tmp_path / "kept"), {"a": 1})
     claimed.release()
     assert os.listdir(tmp_path / "kept") == ["notes.txt"]
 
-    claimed = run_dir.claim(str(out), {"a": 1})
+    claimed = output_claim.claim(str(out), {"a": 1})
     claimed.commit()
     claimed.release()
-    assert sorted(os.listdir(out)) == [run_dir.IDENTITY_FILE]
+    assert sorted(os.listdir(out)) == [output_claim.IDENTITY_FILE]
 
 
 def test_a_run_refused_at_its_init_checkpoint_leaves_the_dir_to_the_rightful_run(env, trained,
@@ -314,7 +312,7 @@ def test_a_run_refused_at_its_init_checkpoint_leaves_the_dir_to_the_rightful_run
     assert not out.exists()
     result = rc.run(_cfg(env, out, init_checkpoint=str(trained)))
     assert result["runs"][0]["global_step"] > 0
-    assert json.loads((out / run_dir.IDENTITY_FILE).read_text())["bert_config"][
+    assert json.loads((out / output_claim.IDENTITY_FILE).read_text())["bert_config"][
         "hidden_size"] == 32
 
 
@@ -326,7 +324,7 @@ def test_a_run_refused_for_its_feature_layers_leaves_the_dir_to_the_rightful_run
     import run_ner
     from tests.conftest import TINY_VOCAB
     from tests.test_run_ner import write_conll
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     rng = random.Random(0)
     data = tmp_path / "conll"
@@ -335,7 +333,7 @@ def test_a_run_refused_for_its_feature_layers_leaves_the_dir_to_the_rightful_run
     out = tmp_path / "out"
 
     def cfg(layers):
-        return run_ner.make_run(
+        return run_ner.COMMAND.settings(
             data_dir=str(data), vocab_file=write_vocab(tmp_path / "vocab.txt"),
             bert_config_file=S.write_config(tmp_path / "bert_config.json",
                                             vocab_size=len(TINY_VOCAB)),
@@ -348,7 +346,7 @@ def test_a_run_refused_for_its_feature_layers_leaves_the_dir_to_the_rightful_run
         run_ner.run(cfg("concat_last_four"))
     assert not out.exists()
     run_ner.run(cfg("last_hidden"))
-    assert json.loads((out / run_dir.IDENTITY_FILE).read_text())["feature_layers"] == \
+    assert json.loads((out / output_claim.IDENTITY_FILE).read_text())["feature_layers"] == \
         "last_hidden"
 
 
@@ -400,7 +398,7 @@ def _make(root, names):
 
 def test_the_next_owner_removes_what_killed_saves_left_and_says_so(tmp_path, caplog):
     _make(tmp_path, LEFTOVERS + NOT_LEFTOVERS)
-    claimed = run_dir.claim(str(tmp_path), {"a": 1})
+    claimed = output_claim.claim(str(tmp_path), {"a": 1})
     for name in LEFTOVERS:  # the claim alone removes nothing: the run may be refused
         assert (tmp_path / name).exists(), name
     with caplog.at_level("WARNING"):
@@ -420,8 +418,8 @@ def test_the_next_owner_removes_what_killed_saves_left_and_says_so(tmp_path, cap
 def test_another_models_directory_keeps_its_leftovers(tmp_path):
     _claim_and_commit(tmp_path, {"a": 1})
     _make(tmp_path, LEFTOVERS)
-    with pytest.raises(run_dir.RunDirError):
-        run_dir.claim(str(tmp_path), {"a": 2})
+    with pytest.raises(output_claim.RunDirError):
+        output_claim.claim(str(tmp_path), {"a": 2})
     for name in LEFTOVERS:
         assert (tmp_path / name).exists(), name
 
@@ -476,7 +474,7 @@ def test_a_killed_save_is_cleaned_up_by_the_next_owner(tmp_path):
     time.sleep(0.1)
     assert any(os.path.exists(out / n) for n in leftovers)
     complete = sorted(n for n in os.listdir(out) if n.endswith(".index"))
-    claimed = run_dir.claim(str(out), {"a": 1})
+    claimed = output_claim.claim(str(out), {"a": 1})
     claimed.commit()
     claimed.release()
     assert not [n for n in os.listdir(out) if n.endswith("_temp")], os.listdir(out)

@@ -308,7 +308,7 @@ def test_cli_feature_based_trains_only_the_bilstm(env, feature_based):
 
 def make(env, out, **overrides):
     import run_ner
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     values = dict(data_dir=env["data"], vocab_file=env["vocab"],
                   bert_config_file=env["config"], output_dir=str(out), max_seq_length=SEQ,
@@ -317,7 +317,7 @@ def make(env, out, **overrides):
                   num_train_epochs=2.0, save_checkpoints_steps=15, iterations_per_loop=5,
                   log_steps=5, runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
-    return run_ner.make_run(**values)
+    return run_ner.COMMAND.settings(**values)
 
 
 @pytest.mark.slow
@@ -479,16 +479,18 @@ def test_feature_tagger_trains_only_its_head_and_round_trips(tmp_path):
     from modeling.config import BertConfig
     from modeling.models import BertFeatureTagger
     from tasks.tagging.task import TaggingTask
-    from training import runs
+    from training import trainer_setup
+    from training.loop import LoopConfig
 
     config = BertConfig.from_dict(S.tiny_config_dict(dropout=0.1))
     strategy = tf.distribute.get_strategy()
-    model, trainer = runs.build_trainer(
+    model, trainer = trainer_setup.build_trainer(
         strategy, lambda: BertFeatureTagger(config, 3, feature_layers="last_hidden",
                                             lstm_units=8),
-        TaggingTask(), hparams=runs.Hyperparameters(learning_rate=1e-2),
-        max_seq_length=SEQ, output_dir=str(tmp_path / "run"), num_train_steps=3,
-        num_warmup_steps=0, train_batch_size=4, eval_batch_size=4)
+        TaggingTask(), loop_config=LoopConfig(
+            output_dir=str(tmp_path / "run"), num_train_steps=3, num_warmup_steps=0,
+            train_batch_size=4, eval_batch_size=4, learning_rate=1e-2),
+        max_seq_length=SEQ)
     encoder_ids = {id(v) for v in model.encoder.weights}
     assert model.trainable_variables and not any(id(v) in encoder_ids
                                                  for v in model.trainable_variables)

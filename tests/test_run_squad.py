@@ -108,7 +108,7 @@ def env(tmp_path_factory):
 
 def _run_config(env, out, **overrides):
     import run_squad
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     values = dict(vocab_file=env["vocab"], bert_config_file=env["config"], output_dir=str(out),
                   max_seq_length=SEQ, doc_stride=STRIDE, max_query_length=QUERY,
@@ -116,7 +116,7 @@ def _run_config(env, out, **overrides):
                   num_train_epochs=8.0, save_checkpoints_steps=12, iterations_per_loop=6,
                   log_steps=6, runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
-    return run_squad.make_run(**values)
+    return run_squad.COMMAND.settings(**values)
 
 
 @pytest.fixture(scope="module")

@@ -142,7 +142,7 @@ def test_seeds_keep_the_best_checkpoint_on_your_own_jsonl(env, tmp_path):
     the best checkpoint: seed_results.txt and the best seed's files in output_dir."""
     import run_swag
     from tasks.multiple_choice import data
-    from training.runtime import RuntimeConfig
+    from training.execution import RuntimeConfig
 
     rng = random.Random(5)
     d = tmp_path / "own"
@@ -154,7 +154,7 @@ def test_seeds_keep_the_best_checkpoint_on_your_own_jsonl(env, tmp_path):
     fmt = data.ChoiceFormat(context="premise", question="q", endings=("options",),
                             label="answer", label_is_text=True)
     out = tmp_path / "out"
-    result = run_swag.run(run_swag.make_run(
+    result = run_swag.run(run_swag.COMMAND.settings(
         data_dir=str(d), format=fmt, task_name="custom", vocab_file=env["vocab"],
         bert_config_file=env["config"], output_dir=str(out), max_seq_length=16,
         do_train=True, do_eval=True, train_batch_size=8, eval_batch_size=4,

@@ -22,7 +22,7 @@ from modeling import optimization
 from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
-from training import checkpointing, distribution, input_pipeline, loop
+from training import checkpointing, distribution, input_pipeline, loop, pretraining
 
 SHORT, LONG = (16, 3), (32, 5)  # (max_seq_length, max_predictions_per_seq) per phase
 BATCH = 8
@@ -45,13 +45,13 @@ def _trainer(out, steps=10):
     keras.utils.set_random_seed(3)
     with strategy.scope():
         model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120, dropout=0.1)))
-        loop.build_pretraining_model(model, *SHORT)
+        pretraining.build_pretraining_model(model, *SHORT)
         optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=1e-3, num_train_steps=steps, num_warmup_steps=2))
     config = loop.LoopConfig(output_dir=str(out), num_train_steps=steps,
                              train_batch_size=BATCH, iterations_per_loop=2,
                              save_checkpoints_steps=2, log_steps=2, keep_checkpoint_max=20)
-    trainer = loop.PretrainingLoop(strategy, model, optimizer, config)
+    trainer = pretraining.PretrainingLoop(strategy, model, optimizer, config)
     trainer.restore_or_initialize()
     return model, trainer
 

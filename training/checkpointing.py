@@ -223,7 +223,7 @@ def _only_shard_temporaries(path: str) -> bool:
 def remove_killed_save_leftovers(directory: str) -> list[str]:
     """Removes what killed checkpoint saves left under `directory`; returns the paths.
 
-    Call it only while owning the directory (its run lock held, `training.run_dir`): a
+    Call it only while owning the directory (its run lock held, `training.output_claim`): a
     live run's save in progress looks the same.
     """
     if not tf.io.gfile.isdir(directory):

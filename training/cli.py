@@ -17,7 +17,7 @@ def run_errors() -> tuple:
     output and checkpoint errors), a missing file, an output_dir another run owns, and
     absl's flag errors raised while the flags become a config (`flags.ValidationError`:
     repeated --seeds, a grid where one value is taken, ...)."""
-    from training.run_dir import RunDirError
+    from training.output_claim import RunDirError
 
     return (ValueError, FileNotFoundError, RunDirError)
 

@@ -7,7 +7,7 @@ dev predictions and how to write its output files. Everything else is here, once
 * checks before any work: the flags that fit together, the batch sizes against the
   replicas, every split read and converted (an empty dev or test split is an error BEFORE
   training, so no trained work is lost), zero training steps refused;
-* the run's `output_dir` claimed (`training.run_dir`): one run at a time, and only runs of
+* the run's `output_dir` claimed (`training.output_claim`): one run at a time, and only runs of
   the same model (bert_config + the family's identity: task, labels, ...);
 * `--seeds`: one run per seed in `output_dir/seed_<s>`, the best by the primary dev
   metric copied to output_dir, `seed_results.txt` with every seed's figures, mean and std;
@@ -15,11 +15,12 @@ dev predictions and how to write its output files. Everything else is here, once
   the paper's fine-tuning protocol): every combination (times the seeds) in its own
   subdirectory `output_dir/lr<..>_bs<..>_ep<..>`, the best on dev copied to output_dir,
   every run's dev figures in `grid_results.tsv`;
-* sweeps resume: a run of a sweep (grid or seeds) that finished writes `run_results.json`
-  (all-or-nothing, last), and a rerun skips it; the interrupted one resumes exactly; one
-  that finished with other settings or data is done again from its start (what it made
-  removed first); one that diverged (the loop's `FloatingPointError`) is recorded as
-  failed, the sweep goes on and picks the best of those that finished;
+* sweeps resume (`training.sweeps`: each run's record, the best picked, the summaries): a
+  run of a sweep (grid or seeds) that finished writes `run_results.json` (all-or-nothing,
+  last), and a rerun skips it; the interrupted one resumes exactly; one that finished with
+  other settings or data is done again from its start (what it made removed first); one
+  that diverged (the loop's `FloatingPointError`) is recorded as failed, the sweep goes on
+  and picks the best of those that finished;
 * `--keep_best_checkpoint`: dev evaluation after every checkpoint, the best weights kept in
   `run_dir/best` (loadable by every tool; its score and step in `best/best_checkpoint.json`,
   the directory replaced all-or-nothing, so a resumed run keeps comparing with it) and
@@ -27,8 +28,9 @@ dev predictions and how to write its output files. Everything else is here, once
 * `eval_results{suffix}.txt` ("key = value", the original's format), TensorBoard scalars
   and the model files beside the checkpoints that `export_saved_model.py` reads.
 
-Runners stay thin: flags -> `FinetuningRun` (training/flags.py `finetuning_run`) + the
-family's own settings -> `run(settings, family)`.
+Runners stay thin: each is a `training.flags.FinetuningCommand` (flags -> `FinetuningRun`
+through `settings_from`, the one way its settings are built, + the family's own settings ->
+`run(settings, family)`); the loop's and optimizer's settings are the run's `LoopConfig`.
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, Sequence
+from typing import Any
 
 from absl import logging
 
 from data_prep import fileio
-from training import runs
-from training.runtime import RuntimeConfig, setup_runtime
+from training import sweeps, trainer_setup
+from training.loop import PER_RUN, LoopConfig
+from training.execution import RuntimeConfig, setup_runtime
 
 
 class FinetuningError(ValueError):
@@ -68,7 +71,9 @@ class FinetuningRun:
     predict_batch_size: int = 8
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
-    hparams: runs.Hyperparameters = runs.Hyperparameters(learning_rate=5e-5)
+    # The loop's and optimizer's settings of every run (the shared flags); each run sets
+    # its `loop.PER_RUN` fields (output_dir, steps, batch sizes) when it is built.
+    loop: LoopConfig = LoopConfig(output_dir="", learning_rate=5e-5)
     seeds: tuple = (None,)
     keep_best_checkpoint: bool = False
     bucket_boundaries: tuple = ()
@@ -112,7 +117,7 @@ def grid_points(settings: FinetuningRun) -> list:
 
     grid = settings.grid
     if grid is None:
-        return [GridPoint(settings.hparams.learning_rate, settings.train_batch_size,
+        return [GridPoint(settings.loop.learning_rate, settings.train_batch_size,
                           settings.num_train_epochs)]
     return [GridPoint(*values) for values in itertools.product(
         grid.learning_rates, grid.train_batch_sizes, grid.num_train_epochs)]
@@ -123,7 +128,7 @@ def at_point(settings: FinetuningRun, point: GridPoint, output_dir: str) -> Fine
     return dataclasses.replace(
         settings, output_dir=output_dir, train_batch_size=point.train_batch_size,
         num_train_epochs=point.num_train_epochs, grid=None,
-        hparams=dataclasses.replace(settings.hparams, learning_rate=point.learning_rate))
+        loop=dataclasses.replace(settings.loop, learning_rate=point.learning_rate))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,35 +275,35 @@ class TaskFamily:
 
 
 def settings_from(**kwargs) -> tuple[FinetuningRun, dict]:
-    """(FinetuningRun, the other keyword arguments) from one flat set of keyword arguments.
+    """(FinetuningRun, the other keyword arguments) from one flat set of keyword arguments
+    named as the flags: how every fine-tuning command builds its settings
+    (`training.flags.FinetuningCommand`, from the flags or from a program).
 
-    Accepts every `FinetuningRun` field and every `runs.Hyperparameters` field by name
+    Accepts every `FinetuningRun` field and every shared `LoopConfig` setting by name
     (`learning_rate=`, `save_checkpoints_steps=`, ...; `dtype` and `jit_compile` come from
-    `runtime`), so programmatic callers need not nest them. A tuple of learning rates,
-    batch sizes or epochs makes a grid, as comma-separated flag values do.
+    `runtime`). A tuple of learning rates, batch sizes or epochs makes a grid, as
+    comma-separated flag values do.
     """
-    run_fields = {f.name for f in dataclasses.fields(FinetuningRun)} - {"hparams"}
-    hparam_fields = {f.name for f in dataclasses.fields(runs.Hyperparameters)} - {
+    run_fields = {f.name for f in dataclasses.fields(FinetuningRun)} - {"loop"}
+    loop_fields = {f.name for f in dataclasses.fields(LoopConfig)} - set(PER_RUN) - {
         "dtype", "jit_compile"}
     run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in run_fields}
-    hparam_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in hparam_fields}
+    loop_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in loop_fields}
     runtime = run_kwargs.get("runtime", RuntimeConfig(""))
-    hparam_kwargs.setdefault("learning_rate", 5e-5)
     # A sequence of learning rates, batch sizes or epochs is a grid, as on the command line.
     values = {name: source.get(name, default) for name, source, default in (
-        ("learning_rate", hparam_kwargs, 5e-5), ("train_batch_size", run_kwargs, 32),
+        ("learning_rate", loop_kwargs, 5e-5), ("train_batch_size", run_kwargs, 32),
         ("num_train_epochs", run_kwargs, 3.0))}
     values = {name: tuple(v) if isinstance(v, (list, tuple)) else (v,)
               for name, v in values.items()}
     if max(map(len, values.values())) > 1 and "grid" not in run_kwargs:
         run_kwargs["grid"] = Grid(values["learning_rate"], values["train_batch_size"],
                                   values["num_train_epochs"])
-    hparam_kwargs["learning_rate"] = values["learning_rate"][0]
+    loop_kwargs["learning_rate"] = values["learning_rate"][0]
     run_kwargs.update(train_batch_size=values["train_batch_size"][0],
                       num_train_epochs=values["num_train_epochs"][0])
-    run_kwargs["hparams"] = runs.Hyperparameters(dtype=runtime.dtype,
-                                                 jit_compile=runtime.jit_compile,
-                                                 **hparam_kwargs)
+    run_kwargs["loop"] = LoopConfig(output_dir="", dtype=runtime.dtype,
+                                    jit_compile=runtime.jit_compile, **loop_kwargs)
     return FinetuningRun(**run_kwargs), kwargs
 
 
@@ -323,9 +328,6 @@ def validate(settings: FinetuningRun) -> None:
         raise FinetuningError(
             "a grid (several values of --learning_rate, --train_batch_size or "
             "--num_train_epochs) picks by the dev score: it needs --do_train and --do_eval")
-    if settings.hparams.gradient_accumulation_steps < 1:
-        raise FinetuningError("--gradient_accumulation_steps must be >= 1, found "
-                              f"{settings.hparams.gradient_accumulation_steps}")
     if not 0.0 <= settings.warmup_proportion <= 1.0:
         raise FinetuningError(
             f"--warmup_proportion={settings.warmup_proportion} must be in [0, 1]")
@@ -335,7 +337,7 @@ def validate(settings: FinetuningRun) -> None:
             raise FinetuningError(f"--num_train_epochs={point.num_train_epochs} must be a "
                                   "finite number > 0")
         try:  # --learning_rate and the optimizer's flags
-            dataclasses.replace(settings.hparams,
+            dataclasses.replace(settings.loop,
                                 learning_rate=point.learning_rate).optimizer_config()
         except ValueError as err:
             raise FinetuningError(str(err)) from None
@@ -345,7 +347,7 @@ def check_prepared(settings: FinetuningRun, prepared: PreparedData) -> None:
     """Refuses degenerate work before training: zero steps, empty dev or test splits."""
     for point in grid_points(settings) if settings.do_train else ():
         train = prepared.train
-        steps, _ = runs.finetuning_steps(train.num_examples, point.train_batch_size,
+        steps, _ = trainer_setup.finetuning_steps(train.num_examples, point.train_batch_size,
                                          point.num_train_epochs, settings.warmup_proportion)
         if steps < 1:
             raise FinetuningError(
@@ -371,13 +373,12 @@ def _source_of(split: Split) -> str:
 # ------------------------------------------------------------------------------ run
 
 
-RESULTS_FILE = "run_results.json"  # a sweep's run finished: its figures and outputs
-GRID_RESULTS_FILE = "grid_results.tsv"
-SEED_RESULTS_FILE = "seed_results.txt"
-
-
-def run(settings: FinetuningRun, family: TaskFamily) -> dict:
+def run(settings: FinetuningRun, family) -> dict:
     """Fine-tunes, evaluates and predicts as `settings` asks: once per seed, per grid point.
+
+    Args:
+      family: the `TaskFamily`, or a function of no arguments making it once the settings
+        are checked (a family may read its data when made).
 
     Returns:
       {"runs": [per-run dicts: seed, dir, global_step, num_train_steps, eval (split name
@@ -387,26 +388,28 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
       seed)} plus, with a grid, "best_point" and "grid" (the table's rows).
     """
     validate(settings)
+    if not isinstance(family, TaskFamily):
+        family = family()
     strategy = setup_runtime(settings.runtime)  # First: multi-worker wants it.
 
-    from training import distribution, input_pipeline, run_dir
+    from training import distribution, output_claim, record_checks
 
-    bert_config = runs.load_bert_config(settings.bert_config_file, settings.max_seq_length)
-    runs.check_vocab_fits(settings.vocab_file, bert_config, settings.bert_config_file)
+    bert_config = trainer_setup.load_bert_config(settings.bert_config_file, settings.max_seq_length)
+    trainer_setup.check_vocab_fits(settings.vocab_file, bert_config, settings.bert_config_file)
     replicas = strategy.num_replicas_in_sync
     points = grid_points(settings)
     for point in points:
-        runs.check_batch("train_batch_size", point.train_batch_size, replicas,
-                         settings.hparams.gradient_accumulation_steps)
-    runs.check_batch("eval_batch_size", settings.eval_batch_size, replicas)
-    runs.check_batch("predict_batch_size", settings.predict_batch_size, replicas)
+        trainer_setup.check_batch("train_batch_size", point.train_batch_size, replicas,
+                         settings.loop.gradient_accumulation_steps)
+    trainer_setup.check_batch("eval_batch_size", settings.eval_batch_size, replicas)
+    trainer_setup.check_batch("predict_batch_size", settings.predict_batch_size, replicas)
     family.input_options = InputOptions(
         max_seq_length=settings.max_seq_length, bucket_boundaries=settings.bucket_boundaries,
         vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size)
     chief = distribution.is_chief(strategy)
     # Locked and compared now; taken (identity, model files) only when every check below
     # has passed: a run refused by one leaves output_dir to the run that fits it.
-    claimed = run_dir.claim(settings.output_dir,
+    claimed = output_claim.claim(settings.output_dir,
                             {"bert_config": bert_config.to_dict(), **family.identity()},
                             is_chief=chief)
     try:
@@ -434,27 +437,27 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
                     checkpoints (chief only)."""
                     claimed.commit()
                     if chief:
-                        runs.write_model_files(directory, bert_config, settings.vocab_file,
+                        trainer_setup.write_model_files(directory, bert_config, settings.vocab_file,
                                                family.export_metadata(point_settings))
 
-                request = _request(point_settings, family, prepared, seed)
-                earlier, redo = _earlier(directory, request) if skip_finished else (None,
+                request = sweeps.request(point_settings, family, prepared, seed)
+                earlier, redo = sweeps.earlier(directory, request) if skip_finished else (None,
                                                                                     False)
                 if earlier is not None:
                     claimed.commit()
                     if earlier.get("failed"):
                         logging.warning("%s failed earlier with these settings (%s): "
                                         "skipped, not tried again: %s", directory,
-                                        RESULTS_FILE, earlier["failed"])
+                                        sweeps.RESULTS_FILE, earlier["failed"])
                     else:
                         logging.info("%s finished earlier (%s): skipped", directory,
-                                     RESULTS_FILE)
+                                     sweeps.RESULTS_FILE)
                     seed_runs.append({**earlier, "point": dataclasses.asdict(point)})
                     continue
                 if redo and chief:
-                    _remove_run(directory)
+                    sweeps.remove_run(directory)
                 try:
-                    with input_pipeline.naming_bad_records(
+                    with record_checks.naming_bad_records(
                             _record_files(family, prepared),
                             limits=_id_limits(settings, bert_config)):
                         result = _run_one(point_settings, family, prepared, strategy,
@@ -462,13 +465,13 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
                 except FloatingPointError as err:  # the loop's divergence stop
                     if not skip_finished:
                         raise
-                    result = _failed(directory, seed, err)
+                    result = sweeps.failed(directory, seed, err)
                 result["point"] = dataclasses.asdict(point)
                 if skip_finished and chief:
-                    _write_finished(directory, request, result)
+                    sweeps.write_finished(directory, request, result)
                 seed_runs.append(result)
             if several:
-                point_results.append(_summarise_seeds(point_settings, family, prepared,
+                point_results.append(sweeps.summarise_seeds(point_settings, family, prepared,
                                                       seed_runs, write=chief))
             else:
                 finished = not seed_runs[0].get("failed")
@@ -477,142 +480,16 @@ def run(settings: FinetuningRun, family: TaskFamily) -> dict:
                                       "best_run": seed_runs[0] if finished else None,
                                       "summary": {}})
         if grid:
-            return _summarise_grid(settings, family, prepared, points, point_results,
-                                   write=chief)
-        if point_results[0]["best_run"] is None:
-            raise _all_failed(point_results[0]["runs"], settings.output_dir)
-        return point_results[0]
+            result = sweeps.summarise_grid(settings, family, prepared, points,
+                                           point_results, write=chief)
+        else:
+            result = point_results[0]
+        if result["best_run"] is None:
+            raise FinetuningError(sweeps.all_failed_message(result["runs"],
+                                                            settings.output_dir))
+        return result
     finally:
         claimed.release()
-
-
-def _failed(directory: str, seed, err: FloatingPointError) -> dict:
-    """The result of a sweep's run stopped by a divergence (`err`): recorded as failed,
-    with the reason, so that the sweep goes on and a rerun with the same settings skips it."""
-    reason = " ".join(str(err).split())  # one line (it goes into grid_results.tsv)
-    logging.error("%s failed: %s; the sweep goes on without it", directory, reason)
-    return {"seed": seed, "dir": directory, "global_step": None, "num_train_steps": None,
-            "eval": {}, "outputs": [], "model_dir": directory, "failed": reason}
-
-
-def _all_failed(runs_: Sequence[dict], output_dir: str) -> FinetuningError:
-    """The error of a sweep none of whose runs finished (each failed: the first reason)."""
-    first = runs_[0]
-    return FinetuningError(
-        f"{output_dir}: every run failed ({len(runs_)}; "
-        f"{_relative(first['dir'], output_dir) or '.'}: {first['failed']}). A rerun with "
-        "the same settings does not try them again: change them (e.g. a lower "
-        f"--learning_rate), or delete a run's {RESULTS_FILE} to retry it")
-
-
-def _request(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData,
-             seed) -> dict:
-    """What a finished run's results answer (its run_results.json keeps it): a rerun
-    with other settings or other data runs again rather than reuse them."""
-    splits = ([prepared.train] if prepared.train else []) + prepared.eval_splits + \
-        prepared.predict_splits
-    request = {
-        "seed": seed, "do_train": settings.do_train, "do_eval": settings.do_eval,
-        "do_predict": settings.do_predict, "init_checkpoint": settings.init_checkpoint,
-        "keep_best_checkpoint": settings.keep_best_checkpoint,
-        "max_seq_length": settings.max_seq_length, "do_lower_case": settings.do_lower_case,
-        "train_batch_size": settings.train_batch_size,
-        "num_train_epochs": settings.num_train_epochs,
-        "warmup_proportion": settings.warmup_proportion,
-        "hparams": dataclasses.asdict(settings.hparams),
-        "splits": [[split.name, split.num_examples,
-                    [fileio.fingerprint(path) for pattern in family.records(split).input_patterns
-                     for path in sorted(fileio.glob(pattern))]] for split in splits],
-    }
-    return json.loads(json.dumps(request, sort_keys=True))
-
-
-def _relative(path: str, directory: str) -> str:
-    """`path` relative to `directory` ("" for the directory itself; kept when outside)."""
-    directory = directory.rstrip("/")
-    if path.rstrip("/") == directory:
-        return ""
-    return path[len(directory) + 1:] if path.startswith(directory + "/") else path
-
-
-def _write_finished(directory: str, request: dict, result: dict) -> None:
-    """Writes the run's run_results.json (all-or-nothing, after all its other outputs):
-    the sign that it finished, with what a rerun of the sweep needs instead of it."""
-    record = {"request": request, "seed": result["seed"],
-              "global_step": result["global_step"],
-              "num_train_steps": result["num_train_steps"], "eval": result["eval"],
-              "outputs": [_relative(p, directory) for p in result["outputs"]],
-              "model_dir": _relative(result["model_dir"], directory)}
-    if result.get("failed"):
-        record["failed"] = result["failed"]
-    fileio.write_text(os.path.join(directory, RESULTS_FILE),
-                      json.dumps(record, indent=1, sort_keys=True) + "\n")
-
-
-def _earlier(directory: str, request: dict) -> tuple[dict | None, bool]:
-    """What an earlier run left in `directory`: (its result when it finished, or failed,
-    with the same request (run_results.json, all its outputs in place), else None; True
-    when it must be redone from scratch: its record says it ran with other settings or
-    data, or cannot be read). (None, False): nothing finished here, or the same run with
-    an output missing: it resumes from its newest checkpoint."""
-    path = os.path.join(directory, RESULTS_FILE)
-    if not fileio.exists(path):
-        return None, False
-    try:
-        record = json.loads(fileio.read_text(path))
-    except ValueError:
-        logging.warning("%s cannot be read: the run is done again, from its start", path)
-        return None, True
-    if record.get("request") != request:
-        logging.warning("%s: finished with other settings or data: the run is done again, "
-                        "from its start (its checkpoints and outputs are removed)", path)
-        return None, True
-
-    def absolute(name):
-        return name if fileio.is_url(name) or os.path.isabs(name) else \
-            os.path.join(directory, name) if name else directory
-
-    outputs = [absolute(name) for name in record["outputs"]]
-    missing = [p for p in outputs if not fileio.exists(p)]
-    if missing:
-        logging.info("%s: %s missing: the run is done again", path, missing[0])
-        return None, False
-    result = {"seed": record["seed"], "dir": directory, "global_step": record["global_step"],
-              "num_train_steps": record["num_train_steps"], "eval": record["eval"],
-              "outputs": outputs, "model_dir": absolute(record["model_dir"]), "skipped": True}
-    if record.get("failed"):
-        result["failed"] = record["failed"]
-    return result, False
-
-
-# What a run makes in its directory besides the outputs its record lists (the model
-# files beside the checkpoints are written again): its kept best checkpoint and its
-# TensorBoard summaries.
-_RUN_SUBDIRS = ("best", "train", "eval")
-
-
-def _remove_run(directory: str) -> None:
-    """Removes what a run of a sweep made in `directory` (checkpoints, best/, summaries,
-    the outputs its run_results.json lists, that record last), so that it is done again
-    from its initial checkpoint, never from the final state of a run with other settings
-    or data. A kill in between leaves the record: the next run removes the rest."""
-    from training import checkpointing
-
-    path = os.path.join(directory, RESULTS_FILE)
-    try:
-        outputs = json.loads(fileio.read_text(path)).get("outputs", [])
-    except ValueError:
-        outputs = []
-    removed = checkpointing.remove_checkpoints(directory)
-    for name in _RUN_SUBDIRS + tuple(outputs):
-        target = os.path.join(directory, name)
-        if name and not (fileio.is_url(name) or os.path.isabs(name)) and \
-                fileio.exists(target):
-            fileio.remove(target)
-            removed.append(target)
-    fileio.remove(path)
-    logging.warning("%s: removed what the earlier run made: %s", directory,
-                    ", ".join(os.path.basename(p) for p in removed) or "nothing else")
 
 
 def _record_files(family: TaskFamily, prepared: PreparedData) -> list:
@@ -622,15 +499,15 @@ def _record_files(family: TaskFamily, prepared: PreparedData) -> list:
 
 
 def _id_limits(settings: FinetuningRun, bert_config) -> tuple:
-    """The `input_pipeline.IdLimit`s the records are checked against, as the error naming
+    """The `record_checks.IdLimit`s the records are checked against, as the error naming
     a record beyond them says it: the records are made with --vocab_file."""
-    from training import input_pipeline
+    from training import record_checks
 
     return tuple(
         dataclasses.replace(limit, hint=f"the records were made with --vocab_file="
                                         f"{settings.vocab_file}: not this model's vocab")
         if limit.feature == "input_ids" else limit
-        for limit in input_pipeline.id_limits(
+        for limit in record_checks.id_limits(
             vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
             bert_config_file=settings.bert_config_file))
 
@@ -648,17 +525,18 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
         keras.utils.set_random_seed(seed)
     num_train_steps = num_warmup_steps = 0
     if settings.do_train:
-        num_train_steps, num_warmup_steps = runs.finetuning_steps(
+        num_train_steps, num_warmup_steps = trainer_setup.finetuning_steps(
             prepared.train.num_examples, settings.train_batch_size,
             settings.num_train_epochs, settings.warmup_proportion)
-    model, trainer = runs.build_trainer(
-        strategy, lambda: family.build_model(bert_config), family.loop_task(),
-        hparams=settings.hparams, max_seq_length=settings.max_seq_length,
-        output_dir=directory, num_train_steps=num_train_steps,
+    loop_config = dataclasses.replace(
+        settings.loop, output_dir=directory, num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, train_batch_size=settings.train_batch_size,
-        eval_batch_size=settings.eval_batch_size,
+        eval_batch_size=settings.eval_batch_size)
+    model, trainer = trainer_setup.build_trainer(
+        strategy, lambda: family.build_model(bert_config), family.loop_task(),
+        loop_config=loop_config, max_seq_length=settings.max_seq_length,
         build_fn=lambda model: family.build_variables(model, settings.max_seq_length))
-    start_step = runs.restore_or_init(trainer, model, settings.init_checkpoint,
+    start_step = trainer_setup.restore_or_init(trainer, model, settings.init_checkpoint,
                                       do_train=settings.do_train)
     commit()
     # A resumed run continues its input from the position saved in the checkpoint.
@@ -671,7 +549,7 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
         # A resumed run whose newest checkpoint was saved but not yet compared (killed in
         # between): compare it now, as the uninterrupted run did right after saving it.
         # (Comparing one already compared changes nothing: the same weights score the same.)
-        due = start_step > 0 and (start_step % settings.hparams.save_checkpoints_steps == 0
+        due = start_step > 0 and (start_step % settings.loop.save_checkpoints_steps == 0
                                   or start_step == num_train_steps)
         if settings.do_train and due and (best.step is None or best.step < start_step):
             best.on_checkpoint(start_step)
@@ -729,12 +607,6 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
     return result
 
 
-def score(results: dict, key: str) -> float:
-    """A comparable score: -inf for a missing or NaN metric."""
-    value = results.get(key, float("nan"))
-    return -math.inf if value is None or math.isnan(value) else float(value)
-
-
 BEST_STATE_FILE = "best_checkpoint.json"
 
 
@@ -779,7 +651,7 @@ class _BestKeeper:
     def on_checkpoint(self, step):
         results = self.family.evaluate(self.trainer, self.split, step=step,
                                        run_dir=self.run_dir, write=False)
-        value = score(results, self.key)
+        value = sweeps.score(results, self.key)
         logging.info("Dev %s at step %d: %s (best so far %s)", self.key, step,
                      results.get(self.key), self.score)
         if self.step is not None and value <= self.score:
@@ -798,7 +670,7 @@ class _BestKeeper:
         state = {"metric": self.key, "score": self.score, "step": self.step}
         with fileio.AtomicOutputs([self.dir], replace_directories=True) as out:
             temp = out.temp(self.dir)
-            runs.write_model_files(temp, self.bert_config, self.settings.vocab_file,
+            trainer_setup.write_model_files(temp, self.bert_config, self.settings.vocab_file,
                                    self.family.export_metadata(self.settings))
             checkpoints.save_ours(self.model, temp)
             loop.write_eval_results(os.path.join(temp, "eval_results.txt"), results)
@@ -819,118 +691,3 @@ class _BestKeeper:
         return self.step
 
 
-def _summarise_seeds(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData,
-                     seed_runs: Sequence[dict], write: bool = True) -> dict:
-    """Picks the seed with the best primary dev metric, copies its result files to
-    output_dir and writes seed_results.txt (per-seed values, mean and std of each metric)."""
-    import numpy as np
-
-    from training import loop
-
-    key = family.primary_metric()
-    first_split = prepared.eval_splits[0].name
-    finished = [r for r in seed_runs if not r.get("failed")]
-    failed = [r["seed"] for r in seed_runs if r.get("failed")]
-    if not finished:  # no best: the grid goes on without this point, or the run fails
-        return {"runs": list(seed_runs), "best_seed": None, "best_run": None, "summary": {}}
-    scores = [score(r["eval"][first_split], key) for r in finished]
-    best = finished[int(np.argmax(scores))]
-    summary = {"best_seed": best["seed"], "num_seeds": len(finished)}
-    if failed:  # the statistics are over the seeds that finished
-        summary["num_failed_seeds"] = len(failed)
-    for name in sorted(best["eval"][first_split]):
-        if name == "global_step":
-            continue
-        values = np.array([r["eval"][first_split][name] for r in finished], np.float64)
-        summary[f"{name}_mean"] = float(values.mean())
-        summary[f"{name}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-        for run_result, value in zip(finished, values):
-            summary[f"{name}_seed_{run_result['seed']}"] = float(value)
-    logging.info("Best seed %s (%s = %s); %s mean %.6g std %.6g over %d seeds%s",
-                 best["seed"], key, best["eval"][first_split].get(key), key,
-                 summary[f"{key}_mean"], summary[f"{key}_std"], len(finished),
-                 f" (failed: seed {', '.join(map(str, failed))})" if failed else "")
-    result = {"runs": list(seed_runs), "best_seed": best["seed"], "best_run": best,
-              "summary": summary}
-    if write:
-        summary_path = os.path.join(settings.output_dir, SEED_RESULTS_FILE)
-        _publish(best["outputs"], settings.output_dir,
-                 {summary_path: lambda temp: loop.write_eval_results(temp, summary)})
-    return result
-
-
-def _publish(outputs: Sequence[str], output_dir: str, summaries: dict) -> None:
-    """Copies the kept run's result files into output_dir with the sweep's own summary
-    files (path -> a function writing it to the temporary path it is given), as one
-    all-or-nothing set (summaries last)."""
-    copies = {path: os.path.join(output_dir, os.path.basename(path)) for path in outputs}
-    with fileio.AtomicOutputs(list(copies.values()) + list(summaries)) as out:
-        for source, target in copies.items():
-            with fileio.open_file(source, "rb") as f_in, out.open(target, "wb") as f_out:
-                f_out.write(f_in.read())
-        for path, write in summaries.items():
-            write(out.temp(path))
-
-
-def _summarise_grid(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData,
-                    points: Sequence[GridPoint], point_results: Sequence[dict],
-                    write: bool = True) -> dict:
-    """Picks the best run of the grid (by the primary metric on the first dev split, the
-    first in grid order on a tie; runs that failed are not candidates), copies its result
-    files to output_dir and writes grid_results.tsv: one row per run (grid point x seed)
-    with its dev figures or why it failed. FinetuningError when no run finished (the
-    table written first)."""
-    key = family.primary_metric()
-    first_split = prepared.eval_splits[0].name
-    runs_ = [r for result in point_results for r in result["runs"]]
-    scores = [score(r["best_run"]["eval"][first_split], key) if r["best_run"] else None
-              for r in point_results]
-    if all(value is None for value in scores):
-        table = grid_table(settings.output_dir, prepared.eval_splits, runs_, None)
-        if write:
-            _publish([], settings.output_dir, {
-                os.path.join(settings.output_dir, GRID_RESULTS_FILE):
-                lambda temp: fileio.write_text(temp, table)})
-        raise _all_failed(runs_, settings.output_dir)
-    # The best of the points with a finished run (the first in grid order on a tie).
-    index = max((i for i, value in enumerate(scores) if value is not None),
-                key=lambda i: (scores[i], -i))
-    best = point_results[index]["best_run"]
-    table = grid_table(settings.output_dir, prepared.eval_splits, runs_, best)
-    logging.info("Grid results (%s on %s):\n%s", key, first_split, table.rstrip("\n"))
-    logging.info("Best: learning_rate %s, train_batch_size %d, num_train_epochs %s, seed %s "
-                 "(%s = %s) in %s", points[index].learning_rate,
-                 points[index].train_batch_size, points[index].num_train_epochs,
-                 best["seed"], key, best["eval"][first_split].get(key), best["dir"])
-    if write:
-        _publish(best["outputs"], settings.output_dir,
-                 {os.path.join(settings.output_dir, GRID_RESULTS_FILE):
-                  lambda temp: fileio.write_text(temp, table)})
-    return {"runs": runs_, "best_seed": best["seed"], "best_run": best,
-            "best_point": dataclasses.asdict(points[index]),
-            "summary": point_results[index]["summary"], "grid": table}
-
-
-def grid_table(output_dir: str, eval_splits: Sequence[Split], runs_: Sequence[dict],
-               best: dict) -> str:
-    """grid_results.tsv: a header, then per run its hyperparameters, seed, dev figures of
-    every eval split (metric name + the split's suffix, e.g. `eval_accuracy_mm`), its
-    directory relative to output_dir, `best` (1 for the run kept) and `failed` (why a run
-    stopped without figures, e.g. its loss diverged; empty for a run that finished)."""
-    columns = sorted({name + split.suffix for r in runs_ for split in eval_splits
-                      for name in r["eval"].get(split.name, {}) if name != "global_step"})
-    header = ["learning_rate", "train_batch_size", "num_train_epochs", "seed", "global_step",
-              *columns, "dir", "best", "failed"]
-    lines = ["\t".join(header)]
-    for r in runs_:
-        figures = {name + split.suffix: value for split in eval_splits
-                   for name, value in r["eval"].get(split.name, {}).items()}
-        point = r["point"]
-        row = [point["learning_rate"], point["train_batch_size"], point["num_train_epochs"],
-               "" if r["seed"] is None else r["seed"],
-               "" if r["global_step"] is None else r["global_step"],
-               *[figures.get(name, "") for name in columns],
-               _relative(r["dir"], output_dir), int(best is not None and r["dir"] == best["dir"]),
-               r.get("failed", "")]
-        lines.append("\t".join(str(value) for value in row))
-    return "\n".join(lines) + "\n"

@@ -1,18 +1,25 @@
-"""Owns the absl flags shared by every runner (defined once here) and their conversion to configs.
+"""Owns the runners' shared absl flags, their conversion to configs, and the fine-tuning command skeleton.
 
 Runners call `define_common_flags()` (plus their own) and state their own defaults of the
 shared flags (`use_defaults`: what --helpfull shows is what runs), then build plain frozen
-dataclasses with `runtime_config(FLAGS)` (a `training.runtime.RuntimeConfig`) and
-`finetuning_run(FLAGS)`; libraries never see FLAGS, and nothing below the runners imports this module. Flag names
-and meanings follow Google's original runners; the new ones (distribution_strategy, dtype,
-...) are documented inline.
+dataclasses: `runtime_config(FLAGS)` (a `training.execution.RuntimeConfig`),
+`loop_settings(FLAGS)` (a `training.loop.LoopConfig`'s shared settings, for pretraining
+and fine-tuning alike) and, for fine-tuning, `finetuning_values(FLAGS)` through
+`training.finetuning.settings_from`. A fine-tuning runner is a `FinetuningCommand`: its
+own flags, defaults and task family; the skeleton (flags -> settings -> run -> one-line
+errors) is here once. Libraries never see FLAGS, and nothing below the runners imports
+this module. Flag names and meanings follow Google's original runners; the new ones
+(distribution_strategy, dtype, ...) are documented inline.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Callable
+
 from absl import flags
 
-from training.runtime import DTYPE_POLICIES, RuntimeConfig
+from training.execution import DTYPE_POLICIES, RuntimeConfig
 
 FLAGS = flags.FLAGS
 
@@ -253,37 +260,128 @@ def runtime_config(values=FLAGS) -> RuntimeConfig:
     )
 
 
-def finetuning_run(values=FLAGS):
-    """The shared fine-tuning flags as a `training.finetuning.FinetuningRun`."""
-    from training import finetuning, runs
+def loop_settings(values=FLAGS) -> dict:
+    """The shared flags of `training.loop.LoopConfig` (the loop's and the optimizer's), by
+    name: what pretraining and fine-tuning both build their `LoopConfig` from."""
+    return {name: values[name].value for name in (
+        "learning_rate", "optimizer", "weight_decay_rate", "clip_norm", "iterations_per_loop",
+        "save_checkpoints_steps", "log_steps", "gradient_accumulation_steps",
+        "keep_checkpoint_max", "dtype", "jit_compile")}
 
+
+def finetuning_values(values=FLAGS) -> dict:
+    """The shared fine-tuning flags as the keyword arguments of
+    `training.finetuning.settings_from` (a grid flag's values as a tuple)."""
     max_seq_length = values.max_seq_length
-    learning_rates = grid_values(values, "learning_rate")
-    batch_sizes = grid_values(values, "train_batch_size")
-    epochs = grid_values(values, "num_train_epochs")
-    grid = None
-    if max(len(learning_rates), len(batch_sizes), len(epochs)) > 1:
-        grid = finetuning.Grid(learning_rates, batch_sizes, epochs)
-    hparams = runs.Hyperparameters(
-        learning_rate=learning_rates[0], optimizer=values.optimizer,
-        weight_decay_rate=values.weight_decay_rate, clip_norm=values.clip_norm,
-        iterations_per_loop=values.iterations_per_loop,
-        save_checkpoints_steps=values.save_checkpoints_steps,
-        log_steps=values.log_steps,
-        gradient_accumulation_steps=values.gradient_accumulation_steps,
-        keep_checkpoint_max=values.keep_checkpoint_max, dtype=values.dtype,
-        jit_compile=values.jit_compile)
-    return finetuning.FinetuningRun(
+    settings = loop_settings(values)
+    del settings["dtype"], settings["jit_compile"]  # the runtime's
+    settings.update(
+        learning_rate=grid_values(values, "learning_rate"),
+        train_batch_size=grid_values(values, "train_batch_size"),
+        num_train_epochs=grid_values(values, "num_train_epochs"),
         bucket_boundaries=bucket_boundaries(values, max_seq_length),
         vocab_file=values.vocab_file, bert_config_file=values.bert_config_file,
         output_dir=values.output_dir, init_checkpoint=values.init_checkpoint,
         do_lower_case=values.do_lower_case, max_seq_length=max_seq_length,
         do_train=values.do_train, do_eval=values.do_eval, do_predict=values.do_predict,
-        train_batch_size=batch_sizes[0], eval_batch_size=values.eval_batch_size,
-        predict_batch_size=values.predict_batch_size, num_train_epochs=epochs[0], grid=grid,
-        warmup_proportion=values.warmup_proportion, hparams=hparams,
-        seeds=parse_seeds(values), keep_best_checkpoint=values.keep_best_checkpoint,
-        runtime=runtime_config(values))
+        eval_batch_size=values.eval_batch_size, predict_batch_size=values.predict_batch_size,
+        warmup_proportion=values.warmup_proportion, seeds=parse_seeds(values),
+        keep_best_checkpoint=values.keep_best_checkpoint, runtime=runtime_config(values))
+    return settings
+
+
+def finetuning_run(values=FLAGS):
+    """The shared fine-tuning flags as a `training.finetuning.FinetuningRun`."""
+    from training import finetuning
+
+    return finetuning.settings_from(**finetuning_values(values))[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRun:
+    """A fine-tuning command's settings: the shared ones and its task family's own."""
+
+    finetuning: object  # training.finetuning.FinetuningRun
+    task: object  # the family's settings, e.g. tasks.classification.task.ClassificationSettings
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuningCommand:
+    """A fine-tuning runner (run_classifier, run_squad, run_ner, run_swag): the skeleton
+    they share (flags -> `TaskRun` -> `training.finetuning.run`), given what each adds.
+
+    Attributes:
+      program: the runner's file name, for its messages.
+      own_settings: FlagValues -> its own flags, checked (ValueError naming the flag), as
+        keyword arguments of `task_settings`.
+      task_settings: keyword arguments -> the family's settings.
+      family: (task settings, max_seq_length) -> its `training.finetuning.TaskFamily`.
+      defaults: its defaults of the shared flags (`use_defaults`; stated at import, so
+        --helpfull shows them, and by `settings` for a program's keyword arguments).
+      required: the flags a command line must give.
+      check: TaskRun -> None, the runner's own checks, before the shared ones
+        (`training.finetuning.validate`; run_squad: the original's validate_flags_or_throw).
+      finish: (the run's result, the family) -> the command's result (default: as is).
+    """
+
+    program: str
+    own_settings: Callable
+    task_settings: Callable
+    family: Callable
+    defaults: dict = dataclasses.field(default_factory=dict)
+    required: tuple = ("data_dir", "vocab_file", "bert_config_file", "output_dir")
+    check: Callable | None = None
+    finish: Callable | None = None
+
+    def __post_init__(self):
+        use_defaults(self.defaults)
+
+    def settings(self, **kwargs) -> TaskRun:
+        """The `TaskRun` of flat keyword arguments named as the flags (this runner's
+        defaults for those not given): the one way the settings are built, from the
+        command line (`settings_from_flags`) or from a program."""
+        from training import finetuning
+
+        shared, own = finetuning.settings_from(**{**self.defaults, **kwargs})
+        return TaskRun(shared, self.task_settings(**own))
+
+    def settings_from_flags(self, values=FLAGS) -> TaskRun:
+        """Checks the flags and turns them into a `TaskRun`."""
+        use_defaults(self.defaults, values)
+        for name in self.required:
+            if not values[name].value:
+                raise ValueError(f"--{name} is required")
+        own = self.own_settings(values)
+        return self.settings(**finetuning_values(values), **own)
+
+    def run(self, cfg: TaskRun) -> dict:
+        """Fine-tunes, evaluates and predicts as `cfg` asks (`training.finetuning.run`:
+        once per seed, per grid point).
+
+        Returns:
+          `training.finetuning.run`'s result (through `finish` when given): {"runs":
+          [per-run dicts: seed, dir, eval (split -> figures), outputs, ...], "best_seed",
+          "best_run", "summary" (seed statistics; empty for one seed)}.
+        """
+        from training import finetuning
+
+        if self.check is not None:
+            self.check(cfg)
+        made = []
+
+        def family():
+            made.append(self.family(cfg.task, cfg.finetuning.max_seq_length))
+            return made[0]
+
+        result = finetuning.run(cfg.finetuning, family)
+        return self.finish(result, made[0]) if self.finish else result
+
+    def main(self, argv):
+        """The runner's `main`: its flags run, bad input reported in one line."""
+        from training import cli
+
+        del argv
+        return cli.run_cli(lambda: self.run(self.settings_from_flags(FLAGS)), self.program)
 
 
 def bucket_boundaries(values, max_seq_length: int) -> tuple:

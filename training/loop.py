@@ -4,11 +4,12 @@ What differs between runners lives in a small task object (`Task`): which featur
 model takes (`model_inputs`), the per-replica loss and the summed statistics
 (`loss_and_stats`), which statistics are per-replica means (`mean_keys`), the progress
 line's figures (`progress`) and the eval metrics (`metrics_from_totals`).
-`PretrainingTask` (masked LM + NSP, masked LM alone, or the left-to-right LM) lives here;
-each fine-tuning task family's task object lives in the tasks layer (`tasks.common.classifier_task.ClassifierTask`,
-`tasks.squad.task.SpanTask`, ...);
-`TrainingLoop(strategy, model, optimizer, config, task)` is the loop, `PretrainingLoop` its
-pretraining spelling.
+Pretraining's task (`training.pretraining.PretrainingTask`: masked LM + NSP, masked LM
+alone, or the left-to-right LM) lives with the pretraining run; each fine-tuning task
+family's task object lives in the tasks layer (`tasks.common.classifier_task.ClassifierTask`,
+`tasks.squad.task.SpanTask`, ...); `TrainingLoop(strategy, model, optimizer, config, task)`
+is the loop. The loop writes its eval figures as the original's eval_results.txt
+(`write_eval_results`, `read_eval_results`), for pretraining and fine-tuning alike.
 
 Shape of a training call (`_train_steps`, one `tf.function`): `iterations_per_loop`
 times, `strategy.run(replica_step, next(iterator))`, then a cross-replica sum of the step's
@@ -72,15 +73,8 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import fileio, lifecycle
-from modeling import losses
-from training import checkpointing, distribution, run_dir, summaries
+from training import checkpointing, distribution, output_claim, summaries
 
-# Pretraining's statistics and model inputs (kept as module names for existing callers).
-STAT_KEYS = ("loss", "mlm_loss", "mlm_nll_sum", "mlm_correct_sum", "mlm_weight_sum",
-             "nsp_loss_sum", "nsp_correct_sum", "nsp_count")
-MLM_STAT_KEYS = STAT_KEYS[:5]  # masked LM without next sentence prediction ("No NSP")
-LTR_STAT_KEYS = ("loss", "lm_nll_sum", "lm_correct_sum", "lm_count")  # left-to-right LM
-MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
 # Per-step control values the replica step returns beside the task's statistics.
 _NONFINITE_GRADS = "_nonfinite_grads"
 _STOP = "_stop"
@@ -102,7 +96,8 @@ class TrainingDivergedError(FloatingPointError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
-    """Everything the loop needs to know; runners build it from flags.
+    """How to train: the loop's settings and its optimizer's, the one settings type of
+    pretraining and fine-tuning; runners build it from the shared flags (named as them).
 
     Attributes:
       output_dir: checkpoints, TensorBoard summaries and result files.
@@ -119,6 +114,11 @@ class LoopConfig:
         Keras dtype policy itself is set by the runner before the model is built.
       jit_compile: compile the forward/backward pass with XLA.
       keep_checkpoint_max: checkpoints kept in output_dir.
+      learning_rate, num_warmup_steps, optimizer, weight_decay_rate, clip_norm: the
+        optimizer's settings (`optimizer_config`).
+
+    The fine-tuning settings (`training.finetuning.FinetuningRun.loop`) hold the shared
+    ones; each run sets its own `PER_RUN` fields when it is built.
 
     Raises:
       ValueError: a period or count below 1, naming its flag (`check_loop_settings`).
@@ -136,40 +136,45 @@ class LoopConfig:
     dtype: str = "float32"
     jit_compile: bool = False
     keep_checkpoint_max: int = 5
+    learning_rate: float = 5e-5
+    num_warmup_steps: int = 10000
+    optimizer: str = "adamw"
+    weight_decay_rate: float = 0.01
+    clip_norm: float = 1.0
 
     def __post_init__(self):
         check_loop_settings(iterations_per_loop=self.iterations_per_loop,
                             save_checkpoints_steps=self.save_checkpoints_steps,
                             log_steps=self.log_steps,
-                            keep_checkpoint_max=self.keep_checkpoint_max)
+                            keep_checkpoint_max=self.keep_checkpoint_max,
+                            gradient_accumulation_steps=self.gradient_accumulation_steps)
+
+    def optimizer_config(self):
+        """The `modeling.optimization.OptimizerConfig` of these settings; building it
+        checks them (ValueError naming the flag: `OptimizerConfig.validate`)."""
+        from modeling import optimization
+
+        return optimization.OptimizerConfig(
+            learning_rate=self.learning_rate, num_train_steps=self.num_train_steps,
+            num_warmup_steps=self.num_warmup_steps, optimizer=self.optimizer,
+            weight_decay_rate=self.weight_decay_rate, clip_norm=self.clip_norm)
+
+
+# The LoopConfig fields each run sets itself (a fine-tuning run from its data and grid
+# point); the others are the settings the runners' shared flags give.
+PER_RUN = ("output_dir", "num_train_steps", "num_warmup_steps", "train_batch_size",
+           "eval_batch_size", "max_eval_steps")
 
 
 def check_loop_settings(**settings: int) -> None:
     """Raises ValueError naming the flag of a loop period or count below 1
-    (iterations_per_loop, save_checkpoints_steps, log_steps, keep_checkpoint_max): 0
-    has no meaning for them (a checkpoint every 0 steps, 0 checkpoints kept), so it is
-    refused rather than silently taken as 1. The one check of these settings, for
-    pretraining (`LoopConfig`) and fine-tuning (`runs.Hyperparameters`, before any work)."""
+    (iterations_per_loop, save_checkpoints_steps, log_steps, keep_checkpoint_max,
+    gradient_accumulation_steps): 0 has no meaning for them (a checkpoint every 0 steps,
+    0 checkpoints kept), so it is refused rather than silently taken as 1. The one check
+    of these settings (`LoopConfig`, for pretraining and fine-tuning, before any work)."""
     for name, value in settings.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"--{name}={value} must be a whole number >= 1")
-
-
-def model_inputs(features):
-    """The model's input dict (input_ids, input_mask, segment_ids, masked_lm_positions)."""
-    return {name: features[name] for name in MODEL_INPUTS}
-
-
-def build_pretraining_model(model, max_seq_length, max_predictions_per_seq):
-    """Creates the model's variables with one call on a zero batch (before any tf.function)."""
-    zeros = {
-        "input_ids": tf.zeros([1, max_seq_length], tf.int32),
-        "input_mask": tf.ones([1, max_seq_length], tf.int32),
-        "segment_ids": tf.zeros([1, max_seq_length], tf.int32),
-        "masked_lm_positions": tf.zeros([1, max_predictions_per_seq], tf.int32),
-    }
-    model(zeros, training=False)
-    return model
 
 
 def build_encoder_model(model, max_seq_length):
@@ -178,57 +183,6 @@ def build_encoder_model(model, max_seq_length):
            "input_mask": tf.ones([1, max_seq_length], tf.int32),
            "segment_ids": tf.zeros([1, max_seq_length], tf.int32)}, training=False)
     return model
-
-
-def _perplexity(mean_nll: float) -> float:
-    """exp(mean negative log-likelihood), inf where that overflows float64."""
-    return math.exp(mean_nll) if mean_nll < 700 else math.inf
-
-
-def _check_evaluated(totals, count_key: str) -> None:
-    """Raises ValueError when the totals hold no eval batch or no prediction: their figures
-    would read as a perfect score (loss 0, perplexity 1) made of nothing."""
-    steps, count = float(totals.get("steps", 0.0)), float(totals[count_key])
-    if steps < 1 or count <= 0:
-        raise ValueError(f"the eval read {int(steps)} batch(es) with {count:g} predictions: "
-                         "no figures to report (empty eval records, or max_eval_steps < 1)")
-
-
-def eval_metrics(totals, global_step):
-    """The original's eval_results.txt figures from summed statistics, plus
-    `masked_lm_perplexity` (exp of the weighted mean masked-LM loss: the paper's "LM
-    (ppl)", Table 6); the next-sentence figures only when the totals have them (a run
-    without NSP reports none). ValueError for totals of no batch or no prediction."""
-    _check_evaluated(totals, "mlm_weight_sum")
-    steps = float(totals["steps"])
-    weight = float(totals["mlm_weight_sum"])
-    masked_lm_loss = float(totals["mlm_nll_sum"]) / weight
-    results = {
-        "global_step": int(global_step),
-        "loss": float(totals["loss"]) / steps,
-        "masked_lm_accuracy": float(totals["mlm_correct_sum"]) / weight,
-        "masked_lm_loss": masked_lm_loss,
-        "masked_lm_perplexity": _perplexity(masked_lm_loss),
-    }
-    if "nsp_count" in totals:
-        count = max(float(totals["nsp_count"]), 1.0)
-        results.update(next_sentence_accuracy=float(totals["nsp_correct_sum"]) / count,
-                       next_sentence_loss=float(totals["nsp_loss_sum"]) / count)
-    return results
-
-
-def next_token_eval_metrics(totals, global_step):
-    """The left-to-right LM's eval_results.txt figures: mean loss over batches, and over
-    every predicted token its loss, accuracy and perplexity (exp of that loss).
-    ValueError for totals of no batch or no prediction."""
-    _check_evaluated(totals, "lm_count")
-    steps = float(totals["steps"])
-    count = float(totals["lm_count"])
-    next_token_loss = float(totals["lm_nll_sum"]) / count
-    return {"global_step": int(global_step), "loss": float(totals["loss"]) / steps,
-            "next_token_accuracy": float(totals["lm_correct_sum"]) / count,
-            "next_token_loss": next_token_loss,
-            "next_token_perplexity": _perplexity(next_token_loss)}
 
 
 def write_eval_results(path, results):
@@ -283,55 +237,6 @@ class Task:
         """[(summary key, short label, value)] for a progress line, from summed statistics."""
         del totals
         return []
-
-
-class PretrainingTask(Task):
-    """The pretraining objectives: masked LM + next sentence (the original run_pretraining's
-    loss and metrics), masked LM alone ("No NSP") or the left-to-right LM ("LTR & No NSP"),
-    the paper's Table 5.
-
-    Args:
-      loss_fn: (outputs, features) -> (scalar loss, dict of the stat_keys' scalars);
-        default: `losses.pretraining_loss` (masked LM), `losses.next_token_loss` (ltr).
-      next_sentence_prediction: the model has the NSP head (masked LM only).
-      objective: "mlm" or "ltr" (`modeling.models.OBJECTIVES`).
-    """
-
-    def __init__(self, loss_fn: Callable | None = None, *,
-                 next_sentence_prediction: bool = True, objective: str = "mlm"):
-        self.objective = objective
-        self.next_sentence_prediction = bool(next_sentence_prediction) and objective == "mlm"
-        if objective == "ltr":
-            self.loss_fn = loss_fn or losses.next_token_loss
-            self.stat_keys, self.mean_keys = LTR_STAT_KEYS, ("loss",)
-        else:
-            self.loss_fn = loss_fn or losses.pretraining_loss
-            self.stat_keys = STAT_KEYS if self.next_sentence_prediction else MLM_STAT_KEYS
-            self.mean_keys = ("loss", "mlm_loss")
-
-    def model_inputs(self, features):
-        if self.objective == "ltr":
-            return {name: features[name] for name in ENCODER_INPUTS}
-        return model_inputs(features)
-
-    def loss_and_stats(self, outputs, features):
-        return self.loss_fn(outputs, features)
-
-    def metrics_from_totals(self, totals, global_step):
-        if self.objective == "ltr":
-            return next_token_eval_metrics(totals, global_step)
-        return eval_metrics(totals, global_step)
-
-    def progress(self, totals):
-        if self.objective == "ltr":
-            return [("next_token_accuracy", "lm_acc",
-                     totals["lm_correct_sum"] / max(totals["lm_count"], 1e-12))]
-        figures = [("masked_lm_accuracy", "mlm_acc",
-                    totals["mlm_correct_sum"] / max(totals["mlm_weight_sum"], 1e-12))]
-        if self.next_sentence_prediction:
-            figures.append(("next_sentence_accuracy", "nsp_acc",
-                            totals["nsp_correct_sum"] / max(totals["nsp_count"], 1.0)))
-        return figures
 
 
 class TrainingLoop:
@@ -909,7 +814,7 @@ class TrainingLoop:
 def _check_input_identity(path: str, saved: dict, identity: dict) -> None:
     """Refuses to resume the input saved in checkpoint `path` with another input, naming
     what changed (its position means nothing for other files, batches or settings)."""
-    differences = run_dir.identity_differences(saved, identity)
+    differences = output_claim.identity_differences(saved, identity)
     if not differences:
         return
     listed = "; ".join(f"{key}: {old!r} there, {new!r} now" for key, old, new in differences[:8])
@@ -930,26 +835,10 @@ def _pad_axis_1(array: np.ndarray, length: int) -> np.ndarray:
     return np.pad(array, pad)
 
 
-class PretrainingLoop(TrainingLoop):
-    """The loop with the pretraining task (masked LM + NSP by default); see `TrainingLoop`.
-
-    Args:
-      loss_fn: (outputs, features) -> (scalar loss, dict of the task's stat_keys scalars);
-        None: the objective's own.
-      next_sentence_prediction, objective: the model's objective (`PretrainingTask`).
-    """
-
-    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, optimizer,
-                 config: LoopConfig, loss_fn: Callable | None = None, *,
-                 next_sentence_prediction: bool = True, objective: str = "mlm"):
-        super().__init__(strategy, model, optimizer, config, PretrainingTask(
-            loss_fn, next_sentence_prediction=next_sentence_prediction, objective=objective))
-
-
 class _Window:
     """Statistics summed since the last progress line."""
 
-    def __init__(self, step, keys=STAT_KEYS):
+    def __init__(self, step, keys):
         self.step = step
         self.steps = 0
         self.skipped = 0.0

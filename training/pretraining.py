@@ -9,11 +9,16 @@ split its Table 8 (dynamic masking), and `phase2` its two-phase schedule (Append
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import Callable
 
+import keras
+import tensorflow as tf
 from absl import logging
 
-from training import runs
-from training.runtime import RuntimeConfig, setup_runtime
+from modeling import losses
+from training import loop, trainer_setup
+from training.execution import RuntimeConfig, setup_runtime
 
 # The settings of on-the-fly masking (unmasked records read by the masked LM), named as
 # their run_pretraining.py flags.
@@ -49,8 +54,7 @@ class PretrainingRun:
     eval_batch_size: int
     input_compression: str
     runtime: RuntimeConfig
-    optimizer: "object"
-    loop: "object"
+    loop: "object"  # training.loop.LoopConfig: the loop's and the optimizer's settings
     # Dynamic masking (unmasked records): None where the flag was not given.
     vocab_file: str | None = None
     masked_lm_prob: float | None = None
@@ -65,24 +69,25 @@ class PretrainingRun:
 
 def run(cfg: PretrainingRun) -> dict:
     """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
+    optimizer = cfg.loop.optimizer_config()  # checks the optimizer's flags (ValueError)
     strategy = setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
 
-    from training import distribution, run_dir
+    from training import distribution, output_claim
 
     bert_config = model_config(cfg)
     replicas = strategy.num_replicas_in_sync
-    runs.check_batch("train_batch_size", cfg.train_batch_size, replicas,
+    trainer_setup.check_batch("train_batch_size", cfg.train_batch_size, replicas,
                      cfg.loop.gradient_accumulation_steps)
-    runs.check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
+    trainer_setup.check_batch("eval_batch_size", cfg.eval_batch_size, replicas)
     if cfg.phase2 is not None:
-        runs.check_batch("phase2_train_batch_size", cfg.phase2.train_batch_size, replicas,
+        trainer_setup.check_batch("phase2_train_batch_size", cfg.phase2.train_batch_size, replicas,
                          cfg.loop.gradient_accumulation_steps)
     # One run at a time in output_dir, and only runs of this model: locked and compared
     # now, taken (`commit`) once the records, the model and its weights pass.
-    claimed = run_dir.claim(cfg.output_dir, run_identity(cfg, bert_config),
+    claimed = output_claim.claim(cfg.output_dir, run_identity(cfg, bert_config),
                             is_chief=distribution.is_chief(strategy))
     try:
-        return _train_and_evaluate(cfg, strategy, bert_config, claimed)
+        return _train_and_evaluate(cfg, strategy, bert_config, optimizer, claimed)
     finally:
         claimed.release()
 
@@ -91,7 +96,7 @@ def model_config(cfg: PretrainingRun):
     """The BertConfig the run trains: --bert_config_file's, made causal for
     --objective=ltr; ValueError naming the flags when a sequence length does not fit its
     position table or a causal config is given to the masked LM."""
-    bert_config = runs.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
+    bert_config = trainer_setup.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
     if cfg.phase2 is not None and (cfg.phase2.max_seq_length
                                    > bert_config.max_position_embeddings):
         raise ValueError(
@@ -109,7 +114,7 @@ def model_config(cfg: PretrainingRun):
 
 
 def run_identity(cfg: PretrainingRun, bert_config) -> dict:
-    """What the checkpoints in output_dir are (`training.run_dir`): the model's config,
+    """What the checkpoints in output_dir are (`training.output_claim`): the model's config,
     and the objective where it is not the original's (a left-to-right model says so in
     its config's causal_attention), so a default run's identity is unchanged."""
     identity = {"bert_config": bert_config.to_dict()}
@@ -137,13 +142,13 @@ class _PhaseInput:
 def _phase_inputs(cfg: PretrainingRun, bert_config):
     """([_PhaseInput] of each phase, masking without its seed): every file's first record
     checked against the flags (phase 2's: the --phase2_* ones), on the host, before any
-    work (input_pipeline.RecordFileError, DynamicMaskingError or ValueError naming the file
+    work (record_checks.RecordFileError, DynamicMaskingError or ValueError naming the file
     and the flag), the records' summaries against the objective, and phase 2's records
     against phase 1's kind (`check_phases_alike`)."""
-    from training import input_pipeline
+    from training import record_checks
 
     masking = dynamic_masking_for(cfg, bert_config, None)
-    limits = input_pipeline.id_limits(
+    limits = record_checks.id_limits(
         vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
         masking=masking, bert_config_file=cfg.bert_config_file)
     # (the prefix of the phase's flags, its records, lengths and batch)
@@ -156,18 +161,18 @@ def _phase_inputs(cfg: PretrainingRun, bert_config):
     checked = []
     for prefix, patterns, seq, preds, batch in phases:
         flag = f"--{prefix}input_file"
-        files = input_pipeline.list_files(patterns, flag)
-        schema = input_pipeline.check_pretraining_files(
+        files = record_checks.list_files(patterns, flag)
+        schema = record_checks.check_pretraining_files(
             files, seq, preds, cfg.input_compression, limits=limits, flag_prefix=prefix)
         phase = _PhaseInput(
             flag, patterns, seq, preds, batch, files, limits,
-            None if schema is None else input_pipeline.record_lengths(schema, seq, preds,
+            None if schema is None else record_checks.record_lengths(schema, seq, preds,
                                                                       prefix),
             schema, check_made_for_objective(cfg, flag, files))
         if checked:
             check_phases_alike(checked[0], phase)
         if schema is not None:
-            input_pipeline.check_record_kind(schema, masking, files[0],
+            record_checks.check_record_kind(schema, masking, files[0],
                                              read_unmasked=cfg.objective == "ltr")
         checked.append(phase)
     return checked, masking
@@ -212,10 +217,10 @@ def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> dict:
     Returns:
       {summary path: whether its records are next-sentence pairs}.
     """
-    from training import input_pipeline
+    from training import record_checks
 
     made = {}
-    for path, summary in input_pipeline.record_summaries(files).items():
+    for path, summary in record_checks.record_summaries(files).items():
         config = summary.get("config") or {}
         pairs = made[path] = config.get("next_sentence_prediction", True) is not False
         if cfg.next_sentence_prediction and not pairs:
@@ -233,26 +238,27 @@ def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> dict:
     return made
 
 
-def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> dict:
+def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, optimizer_config,
+                        claimed) -> dict:
     """The run itself, in a claimed output_dir: check the records, build, restore or init,
     commit the claim, train (phase by phase), evaluate."""
     import os
 
     from modeling import checkpoints, optimization
     from modeling.models import BertPretrainer
-    from training import distribution, input_pipeline, loop
+    from training import distribution, input_pipeline, record_checks
 
     phases, masking = _phase_inputs(cfg, bert_config)
     objective = {"next_sentence_prediction": cfg.next_sentence_prediction,
                  "objective": cfg.objective}
     with strategy.scope():
         model = BertPretrainer(bert_config, **objective)
-        loop.build_pretraining_model(model, cfg.max_seq_length, cfg.max_predictions_per_seq)
-        optimizer = optimization.create_optimizer(cfg.optimizer)
-    trainer = loop.PretrainingLoop(strategy, model, optimizer, cfg.loop, **objective)
+        build_pretraining_model(model, cfg.max_seq_length, cfg.max_predictions_per_seq)
+        optimizer = optimization.create_optimizer(optimizer_config)
+    trainer = PretrainingLoop(strategy, model, optimizer, cfg.loop, **objective)
 
     def init_from_checkpoint():
-        runs.check_attention_of(cfg.init_checkpoint, bert_config)
+        trainer_setup.check_attention_of(cfg.init_checkpoint, bert_config)
         report = checkpoints.load_pretrained(cfg.init_checkpoint, model, partial=True)
         logging.info("Initialised from %s: %s", cfg.init_checkpoint, report)
 
@@ -290,7 +296,7 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> 
         return make
 
     def naming_bad_records(phase):
-        return input_pipeline.naming_bad_records(phase.patterns, cfg.input_compression,
+        return record_checks.naming_bad_records(phase.patterns, cfg.input_compression,
                                                  limits=phase.limits, lengths=phase.lengths)
 
     ends = [cfg.phase2.start_step] if cfg.phase2 is not None else []
@@ -352,3 +358,148 @@ def dynamic_masking_for(cfg: PretrainingRun, bert_config, seed):
             f"--vocab_file={cfg.vocab_file} has ids up to {largest} but bert_config's "
             f"vocab_size is {bert_config.vocab_size}: not the model's vocab")
     return masking
+
+
+# ------------------------------------------------------------------ the task
+
+
+# The pretraining task's statistics (per objective) and the masked LM's model inputs.
+STAT_KEYS = ("loss", "mlm_loss", "mlm_nll_sum", "mlm_correct_sum", "mlm_weight_sum",
+             "nsp_loss_sum", "nsp_correct_sum", "nsp_count")
+MLM_STAT_KEYS = STAT_KEYS[:5]  # masked LM without next sentence prediction ("No NSP")
+LTR_STAT_KEYS = ("loss", "lm_nll_sum", "lm_correct_sum", "lm_count")  # left-to-right LM
+MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+
+
+def model_inputs(features):
+    """The model's input dict (input_ids, input_mask, segment_ids, masked_lm_positions)."""
+    return {name: features[name] for name in MODEL_INPUTS}
+
+
+def build_pretraining_model(model, max_seq_length, max_predictions_per_seq):
+    """Creates the model's variables with one call on a zero batch (before any tf.function)."""
+    zeros = {
+        "input_ids": tf.zeros([1, max_seq_length], tf.int32),
+        "input_mask": tf.ones([1, max_seq_length], tf.int32),
+        "segment_ids": tf.zeros([1, max_seq_length], tf.int32),
+        "masked_lm_positions": tf.zeros([1, max_predictions_per_seq], tf.int32),
+    }
+    model(zeros, training=False)
+    return model
+
+
+def _perplexity(mean_nll: float) -> float:
+    """exp(mean negative log-likelihood), inf where that overflows float64."""
+    return math.exp(mean_nll) if mean_nll < 700 else math.inf
+
+
+def _check_evaluated(totals, count_key: str) -> None:
+    """Raises ValueError when the totals hold no eval batch or no prediction: their figures
+    would read as a perfect score (loss 0, perplexity 1) made of nothing."""
+    steps, count = float(totals.get("steps", 0.0)), float(totals[count_key])
+    if steps < 1 or count <= 0:
+        raise ValueError(f"the eval read {int(steps)} batch(es) with {count:g} predictions: "
+                         "no figures to report (empty eval records, or max_eval_steps < 1)")
+
+
+def eval_metrics(totals, global_step):
+    """The original's eval_results.txt figures from summed statistics, plus
+    `masked_lm_perplexity` (exp of the weighted mean masked-LM loss: the paper's "LM
+    (ppl)", Table 6); the next-sentence figures only when the totals have them (a run
+    without NSP reports none). ValueError for totals of no batch or no prediction."""
+    _check_evaluated(totals, "mlm_weight_sum")
+    steps = float(totals["steps"])
+    weight = float(totals["mlm_weight_sum"])
+    masked_lm_loss = float(totals["mlm_nll_sum"]) / weight
+    results = {
+        "global_step": int(global_step),
+        "loss": float(totals["loss"]) / steps,
+        "masked_lm_accuracy": float(totals["mlm_correct_sum"]) / weight,
+        "masked_lm_loss": masked_lm_loss,
+        "masked_lm_perplexity": _perplexity(masked_lm_loss),
+    }
+    if "nsp_count" in totals:
+        count = max(float(totals["nsp_count"]), 1.0)
+        results.update(next_sentence_accuracy=float(totals["nsp_correct_sum"]) / count,
+                       next_sentence_loss=float(totals["nsp_loss_sum"]) / count)
+    return results
+
+
+def next_token_eval_metrics(totals, global_step):
+    """The left-to-right LM's eval_results.txt figures: mean loss over batches, and over
+    every predicted token its loss, accuracy and perplexity (exp of that loss).
+    ValueError for totals of no batch or no prediction."""
+    _check_evaluated(totals, "lm_count")
+    steps = float(totals["steps"])
+    count = float(totals["lm_count"])
+    next_token_loss = float(totals["lm_nll_sum"]) / count
+    return {"global_step": int(global_step), "loss": float(totals["loss"]) / steps,
+            "next_token_accuracy": float(totals["lm_correct_sum"]) / count,
+            "next_token_loss": next_token_loss,
+            "next_token_perplexity": _perplexity(next_token_loss)}
+
+
+class PretrainingTask(loop.Task):
+    """The pretraining objectives: masked LM + next sentence (the original run_pretraining's
+    loss and metrics), masked LM alone ("No NSP") or the left-to-right LM ("LTR & No NSP"),
+    the paper's Table 5.
+
+    Args:
+      loss_fn: (outputs, features) -> (scalar loss, dict of the stat_keys' scalars);
+        default: `losses.pretraining_loss` (masked LM), `losses.next_token_loss` (ltr).
+      next_sentence_prediction: the model has the NSP head (masked LM only).
+      objective: "mlm" or "ltr" (`modeling.models.OBJECTIVES`).
+    """
+
+    def __init__(self, loss_fn: Callable | None = None, *,
+                 next_sentence_prediction: bool = True, objective: str = "mlm"):
+        self.objective = objective
+        self.next_sentence_prediction = bool(next_sentence_prediction) and objective == "mlm"
+        if objective == "ltr":
+            self.loss_fn = loss_fn or losses.next_token_loss
+            self.stat_keys, self.mean_keys = LTR_STAT_KEYS, ("loss",)
+        else:
+            self.loss_fn = loss_fn or losses.pretraining_loss
+            self.stat_keys = STAT_KEYS if self.next_sentence_prediction else MLM_STAT_KEYS
+            self.mean_keys = ("loss", "mlm_loss")
+
+    def model_inputs(self, features):
+        if self.objective == "ltr":
+            return {name: features[name] for name in loop.ENCODER_INPUTS}
+        return model_inputs(features)
+
+    def loss_and_stats(self, outputs, features):
+        return self.loss_fn(outputs, features)
+
+    def metrics_from_totals(self, totals, global_step):
+        if self.objective == "ltr":
+            return next_token_eval_metrics(totals, global_step)
+        return eval_metrics(totals, global_step)
+
+    def progress(self, totals):
+        if self.objective == "ltr":
+            return [("next_token_accuracy", "lm_acc",
+                     totals["lm_correct_sum"] / max(totals["lm_count"], 1e-12))]
+        figures = [("masked_lm_accuracy", "mlm_acc",
+                    totals["mlm_correct_sum"] / max(totals["mlm_weight_sum"], 1e-12))]
+        if self.next_sentence_prediction:
+            figures.append(("next_sentence_accuracy", "nsp_acc",
+                            totals["nsp_correct_sum"] / max(totals["nsp_count"], 1.0)))
+        return figures
+
+
+class PretrainingLoop(loop.TrainingLoop):
+    """The loop with the pretraining task (masked LM + NSP by default); see
+    `training.loop.TrainingLoop`.
+
+    Args:
+      loss_fn: (outputs, features) -> (scalar loss, dict of the task's stat_keys scalars);
+        None: the objective's own.
+      next_sentence_prediction, objective: the model's objective (`PretrainingTask`).
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, optimizer,
+                 config: loop.LoopConfig, loss_fn: Callable | None = None, *,
+                 next_sentence_prediction: bool = True, objective: str = "mlm"):
+        super().__init__(strategy, model, optimizer, config, PretrainingTask(
+            loss_fn, next_sentence_prediction=next_sentence_prediction, objective=objective))

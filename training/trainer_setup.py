@@ -4,48 +4,10 @@ written beside the checkpoints (so `export_saved_model.py` needs nothing else)."
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Callable
 
 from absl import logging
-
-
-@dataclasses.dataclass(frozen=True)
-class Hyperparameters:
-    """The optimizer and loop settings every fine-tuning runner takes from the shared flags."""
-
-    learning_rate: float
-    optimizer: str = "adamw"
-    weight_decay_rate: float = 0.01
-    clip_norm: float = 1.0
-    iterations_per_loop: int = 1000
-    save_checkpoints_steps: int = 1000
-    log_steps: int = 100
-    gradient_accumulation_steps: int = 1
-    keep_checkpoint_max: int = 5
-    dtype: str = "float32"
-    jit_compile: bool = False
-
-    def __post_init__(self):
-        """The loop's periods and counts are checked with the flags, before any work."""
-        from training import loop
-
-        loop.check_loop_settings(iterations_per_loop=self.iterations_per_loop,
-                                 save_checkpoints_steps=self.save_checkpoints_steps,
-                                 log_steps=self.log_steps,
-                                 keep_checkpoint_max=self.keep_checkpoint_max)
-
-    def optimizer_config(self, num_train_steps: int = 1, num_warmup_steps: int = 0):
-        """The `modeling.optimization.OptimizerConfig` of these settings; building it
-        validates them (ValueError naming the flag), so a run can check them before the
-        step counts are known, with the defaults."""
-        from modeling import optimization
-
-        return optimization.OptimizerConfig(
-            learning_rate=self.learning_rate, num_train_steps=num_train_steps,
-            num_warmup_steps=num_warmup_steps, optimizer=self.optimizer,
-            weight_decay_rate=self.weight_decay_rate, clip_norm=self.clip_norm)
 
 
 def check_batch(name: str, global_batch: int, replicas: int, accumulation: int = 1) -> None:
@@ -92,13 +54,12 @@ def finetuning_steps(num_examples: int, train_batch_size: int, num_train_epochs:
     return num_train_steps, int(num_train_steps * warmup_proportion)
 
 
-def build_trainer(strategy, model_fn: Callable, task, *, hparams: Hyperparameters,
-                  max_seq_length: int, output_dir: str, num_train_steps: int,
-                  num_warmup_steps: int, train_batch_size: int, eval_batch_size: int,
+def build_trainer(strategy, model_fn: Callable, task, *, loop_config, max_seq_length: int,
                   build_fn: Callable | None = None):
     """Builds model and optimizer under the strategy and the shared loop around them.
 
     Args:
+      loop_config: the run's `training.loop.LoopConfig` (its optimizer's settings too).
       build_fn: model -> None, creates the model's variables (default: one call on a zero
         batch of the encoder's inputs, `training.loop.build_encoder_model`).
 
@@ -115,16 +76,7 @@ def build_trainer(strategy, model_fn: Callable, task, *, hparams: Hyperparameter
             loop.build_encoder_model(model, max_seq_length)
         else:
             build_fn(model)
-        optimizer = optimization.create_optimizer(
-            hparams.optimizer_config(max(num_train_steps, 1), num_warmup_steps))
-    loop_config = loop.LoopConfig(
-        output_dir=output_dir, num_train_steps=num_train_steps,
-        train_batch_size=train_batch_size, eval_batch_size=eval_batch_size,
-        iterations_per_loop=hparams.iterations_per_loop,
-        save_checkpoints_steps=hparams.save_checkpoints_steps, log_steps=hparams.log_steps,
-        gradient_accumulation_steps=hparams.gradient_accumulation_steps,
-        dtype=hparams.dtype, jit_compile=hparams.jit_compile,
-        keep_checkpoint_max=hparams.keep_checkpoint_max)
+        optimizer = optimization.create_optimizer(loop_config.optimizer_config())
     return model, loop.TrainingLoop(strategy, model, optimizer, loop_config, task)
 
 

@@ -1,0 +1,282 @@
+"""Owns a fine-tuning sweep's bookkeeping (grid x seeds): each run's record, resume, redo, the best.
+
+`training.finetuning.run` trains every run of a sweep; this module keeps what makes a
+sweep resumable and what it reports:
+
+* a run that finished writes `run_results.json` (`write_finished`: all-or-nothing, last,
+  with the settings and data it answers, `request`), and a rerun skips it (`earlier`);
+  one that finished with other settings or data is done again from its start, what it
+  made removed first (`remove_run`); one that diverged is recorded as failed (`failed`);
+* `--seeds`: the best seed by the primary dev metric, its files copied to output_dir,
+  `seed_results.txt` with every seed's figures, mean and std (`summarise_seeds`);
+* a grid: the best run on dev, its files copied to output_dir, every run's dev figures in
+  `grid_results.tsv` (`summarise_grid`, `grid_table`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Sequence
+
+from absl import logging
+
+from data_prep import fileio
+from training.loop import PER_RUN
+
+RESULTS_FILE = "run_results.json"  # a sweep's run finished: its figures and outputs
+GRID_RESULTS_FILE = "grid_results.tsv"
+SEED_RESULTS_FILE = "seed_results.txt"
+
+
+def failed(directory: str, seed, err: FloatingPointError) -> dict:
+    """The result of a sweep's run stopped by a divergence (`err`): recorded as failed,
+    with the reason, so that the sweep goes on and a rerun with the same settings skips it."""
+    reason = " ".join(str(err).split())  # one line (it goes into grid_results.tsv)
+    logging.error("%s failed: %s; the sweep goes on without it", directory, reason)
+    return {"seed": seed, "dir": directory, "global_step": None, "num_train_steps": None,
+            "eval": {}, "outputs": [], "model_dir": directory, "failed": reason}
+
+
+def all_failed_message(runs_: Sequence[dict], output_dir: str) -> str:
+    """The error of a sweep none of whose runs finished (each failed: the first reason)."""
+    first = runs_[0]
+    return (f"{output_dir}: every run failed ({len(runs_)}; "
+            f"{_relative(first['dir'], output_dir) or '.'}: {first['failed']}). A rerun with "
+            "the same settings does not try them again: change them (e.g. a lower "
+            f"--learning_rate), or delete a run's {RESULTS_FILE} to retry it")
+
+
+def request(settings, family, prepared, seed) -> dict:
+    """What a finished run's results answer (its run_results.json keeps it): a rerun
+    with other settings or other data runs again rather than reuse them."""
+    splits = ([prepared.train] if prepared.train else []) + prepared.eval_splits + \
+        prepared.predict_splits
+    request = {
+        "seed": seed, "do_train": settings.do_train, "do_eval": settings.do_eval,
+        "do_predict": settings.do_predict, "init_checkpoint": settings.init_checkpoint,
+        "keep_best_checkpoint": settings.keep_best_checkpoint,
+        "max_seq_length": settings.max_seq_length, "do_lower_case": settings.do_lower_case,
+        "train_batch_size": settings.train_batch_size,
+        "num_train_epochs": settings.num_train_epochs,
+        "warmup_proportion": settings.warmup_proportion,
+        "hparams": {k: v for k, v in dataclasses.asdict(settings.loop).items()
+                    if k not in PER_RUN},
+        "splits": [[split.name, split.num_examples,
+                    [fileio.fingerprint(path) for pattern in family.records(split).input_patterns
+                     for path in sorted(fileio.glob(pattern))]] for split in splits],
+    }
+    return json.loads(json.dumps(request, sort_keys=True))
+
+
+def _relative(path: str, directory: str) -> str:
+    """`path` relative to `directory` ("" for the directory itself; kept when outside)."""
+    directory = directory.rstrip("/")
+    if path.rstrip("/") == directory:
+        return ""
+    return path[len(directory) + 1:] if path.startswith(directory + "/") else path
+
+
+def write_finished(directory: str, request: dict, result: dict) -> None:
+    """Writes the run's run_results.json (all-or-nothing, after all its other outputs):
+    the sign that it finished, with what a rerun of the sweep needs instead of it."""
+    record = {"request": request, "seed": result["seed"],
+              "global_step": result["global_step"],
+              "num_train_steps": result["num_train_steps"], "eval": result["eval"],
+              "outputs": [_relative(p, directory) for p in result["outputs"]],
+              "model_dir": _relative(result["model_dir"], directory)}
+    if result.get("failed"):
+        record["failed"] = result["failed"]
+    fileio.write_text(os.path.join(directory, RESULTS_FILE),
+                      json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def earlier(directory: str, request: dict) -> tuple[dict | None, bool]:
+    """What an earlier run left in `directory`: (its result when it finished, or failed,
+    with the same request (run_results.json, all its outputs in place), else None; True
+    when it must be redone from scratch: its record says it ran with other settings or
+    data, or cannot be read). (None, False): nothing finished here, or the same run with
+    an output missing: it resumes from its newest checkpoint."""
+    path = os.path.join(directory, RESULTS_FILE)
+    if not fileio.exists(path):
+        return None, False
+    try:
+        record = json.loads(fileio.read_text(path))
+    except ValueError:
+        logging.warning("%s cannot be read: the run is done again, from its start", path)
+        return None, True
+    if record.get("request") != request:
+        logging.warning("%s: finished with other settings or data: the run is done again, "
+                        "from its start (its checkpoints and outputs are removed)", path)
+        return None, True
+
+    def absolute(name):
+        return name if fileio.is_url(name) or os.path.isabs(name) else \
+            os.path.join(directory, name) if name else directory
+
+    outputs = [absolute(name) for name in record["outputs"]]
+    missing = [p for p in outputs if not fileio.exists(p)]
+    if missing:
+        logging.info("%s: %s missing: the run is done again", path, missing[0])
+        return None, False
+    result = {"seed": record["seed"], "dir": directory, "global_step": record["global_step"],
+              "num_train_steps": record["num_train_steps"], "eval": record["eval"],
+              "outputs": outputs, "model_dir": absolute(record["model_dir"]), "skipped": True}
+    if record.get("failed"):
+        result["failed"] = record["failed"]
+    return result, False
+
+
+# What a run makes in its directory besides the outputs its record lists (the model
+# files beside the checkpoints are written again): its kept best checkpoint and its
+# TensorBoard summaries.
+_RUN_SUBDIRS = ("best", "train", "eval")
+
+
+def remove_run(directory: str) -> None:
+    """Removes what a run of a sweep made in `directory` (checkpoints, best/, summaries,
+    the outputs its run_results.json lists, that record last), so that it is done again
+    from its initial checkpoint, never from the final state of a run with other settings
+    or data. A kill in between leaves the record: the next run removes the rest."""
+    from training import checkpointing
+
+    path = os.path.join(directory, RESULTS_FILE)
+    try:
+        outputs = json.loads(fileio.read_text(path)).get("outputs", [])
+    except ValueError:
+        outputs = []
+    removed = checkpointing.remove_checkpoints(directory)
+    for name in _RUN_SUBDIRS + tuple(outputs):
+        target = os.path.join(directory, name)
+        if name and not (fileio.is_url(name) or os.path.isabs(name)) and \
+                fileio.exists(target):
+            fileio.remove(target)
+            removed.append(target)
+    fileio.remove(path)
+    logging.warning("%s: removed what the earlier run made: %s", directory,
+                    ", ".join(os.path.basename(p) for p in removed) or "nothing else")
+
+
+def score(results: dict, key: str) -> float:
+    """A comparable score: -inf for a missing or NaN metric."""
+    value = results.get(key, float("nan"))
+    return -math.inf if value is None or math.isnan(value) else float(value)
+
+
+def summarise_seeds(settings, family, prepared, seed_runs: Sequence[dict],
+                    write: bool = True) -> dict:
+    """Picks the seed with the best primary dev metric, copies its result files to
+    output_dir and writes seed_results.txt (per-seed values, mean and std of each metric)."""
+    import numpy as np
+
+    from training import loop
+
+    key = family.primary_metric()
+    first_split = prepared.eval_splits[0].name
+    finished = [r for r in seed_runs if not r.get("failed")]
+    failed = [r["seed"] for r in seed_runs if r.get("failed")]
+    if not finished:  # no best: the grid goes on without this point, or the run fails
+        return {"runs": list(seed_runs), "best_seed": None, "best_run": None, "summary": {}}
+    scores = [score(r["eval"][first_split], key) for r in finished]
+    best = finished[int(np.argmax(scores))]
+    summary = {"best_seed": best["seed"], "num_seeds": len(finished)}
+    if failed:  # the statistics are over the seeds that finished
+        summary["num_failed_seeds"] = len(failed)
+    for name in sorted(best["eval"][first_split]):
+        if name == "global_step":
+            continue
+        values = np.array([r["eval"][first_split][name] for r in finished], np.float64)
+        summary[f"{name}_mean"] = float(values.mean())
+        summary[f"{name}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+        for run_result, value in zip(finished, values):
+            summary[f"{name}_seed_{run_result['seed']}"] = float(value)
+    logging.info("Best seed %s (%s = %s); %s mean %.6g std %.6g over %d seeds%s",
+                 best["seed"], key, best["eval"][first_split].get(key), key,
+                 summary[f"{key}_mean"], summary[f"{key}_std"], len(finished),
+                 f" (failed: seed {', '.join(map(str, failed))})" if failed else "")
+    result = {"runs": list(seed_runs), "best_seed": best["seed"], "best_run": best,
+              "summary": summary}
+    if write:
+        summary_path = os.path.join(settings.output_dir, SEED_RESULTS_FILE)
+        _publish(best["outputs"], settings.output_dir,
+                 {summary_path: lambda temp: loop.write_eval_results(temp, summary)})
+    return result
+
+
+def _publish(outputs: Sequence[str], output_dir: str, summaries: dict) -> None:
+    """Copies the kept run's result files into output_dir with the sweep's own summary
+    files (path -> a function writing it to the temporary path it is given), as one
+    all-or-nothing set (summaries last)."""
+    copies = {path: os.path.join(output_dir, os.path.basename(path)) for path in outputs}
+    with fileio.AtomicOutputs(list(copies.values()) + list(summaries)) as out:
+        for source, target in copies.items():
+            with fileio.open_file(source, "rb") as f_in, out.open(target, "wb") as f_out:
+                f_out.write(f_in.read())
+        for path, write in summaries.items():
+            write(out.temp(path))
+
+
+def summarise_grid(settings, family, prepared, points, point_results: Sequence[dict],
+                   write: bool = True) -> dict:
+    """Picks the best run of the grid (by the primary metric on the first dev split, the
+    first in grid order on a tie; runs that failed are not candidates), copies its result
+    files to output_dir and writes grid_results.tsv: one row per run (grid point x seed)
+    with its dev figures or why it failed. No run finished: the table, and "best_run"
+    None."""
+    key = family.primary_metric()
+    first_split = prepared.eval_splits[0].name
+    runs_ = [r for result in point_results for r in result["runs"]]
+    scores = [score(r["best_run"]["eval"][first_split], key) if r["best_run"] else None
+              for r in point_results]
+    if all(value is None for value in scores):
+        table = grid_table(settings.output_dir, prepared.eval_splits, runs_, None)
+        if write:
+            _publish([], settings.output_dir, {
+                os.path.join(settings.output_dir, GRID_RESULTS_FILE):
+                lambda temp: fileio.write_text(temp, table)})
+        return {"runs": runs_, "best_seed": None, "best_run": None, "summary": {},
+                "grid": table}
+    # The best of the points with a finished run (the first in grid order on a tie).
+    index = max((i for i, value in enumerate(scores) if value is not None),
+                key=lambda i: (scores[i], -i))
+    best = point_results[index]["best_run"]
+    table = grid_table(settings.output_dir, prepared.eval_splits, runs_, best)
+    logging.info("Grid results (%s on %s):\n%s", key, first_split, table.rstrip("\n"))
+    logging.info("Best: learning_rate %s, train_batch_size %d, num_train_epochs %s, seed %s "
+                 "(%s = %s) in %s", points[index].learning_rate,
+                 points[index].train_batch_size, points[index].num_train_epochs,
+                 best["seed"], key, best["eval"][first_split].get(key), best["dir"])
+    if write:
+        _publish(best["outputs"], settings.output_dir,
+                 {os.path.join(settings.output_dir, GRID_RESULTS_FILE):
+                  lambda temp: fileio.write_text(temp, table)})
+    return {"runs": runs_, "best_seed": best["seed"], "best_run": best,
+            "best_point": dataclasses.asdict(points[index]),
+            "summary": point_results[index]["summary"], "grid": table}
+
+
+def grid_table(output_dir: str, eval_splits: Sequence, runs_: Sequence[dict],
+               best: dict) -> str:
+    """grid_results.tsv: a header, then per run its hyperparameters, seed, dev figures of
+    every eval split (metric name + the split's suffix, e.g. `eval_accuracy_mm`), its
+    directory relative to output_dir, `best` (1 for the run kept) and `failed` (why a run
+    stopped without figures, e.g. its loss diverged; empty for a run that finished)."""
+    columns = sorted({name + split.suffix for r in runs_ for split in eval_splits
+                      for name in r["eval"].get(split.name, {}) if name != "global_step"})
+    header = ["learning_rate", "train_batch_size", "num_train_epochs", "seed", "global_step",
+              *columns, "dir", "best", "failed"]
+    lines = ["\t".join(header)]
+    for r in runs_:
+        figures = {name + split.suffix: value for split in eval_splits
+                   for name, value in r["eval"].get(split.name, {}).items()}
+        point = r["point"]
+        row = [point["learning_rate"], point["train_batch_size"], point["num_train_epochs"],
+               "" if r["seed"] is None else r["seed"],
+               "" if r["global_step"] is None else r["global_step"],
+               *[figures.get(name, "") for name in columns],
+               _relative(r["dir"], output_dir), int(best is not None and r["dir"] == best["dir"]),
+               r.get("failed", "")]
+        lines.append("\t".join(str(value) for value in row))
+    return "\n".join(lines) + "\n"
