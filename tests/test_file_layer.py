@@ -28,7 +28,7 @@ ALLOWED = {
     ("tasks/squad/data.py", "__init__"): "SquadRecordWriter: into its AtomicOutputs' temp",
     ("training/checkpointing.py", "set_aside"):
         "training checkpoints: TensorFlow's files, moved aside, not an output of ours",
-    ("training/run_dir.py", "_try_create_lock"): "the run lock: an exclusive create",
+    ("training/output_claim.py", "_try_create_lock"): "the run lock: an exclusive create",
     ("demo_lib/stages.py", "run_stage"): "a stage's log: a stream",
     ("predict_saved_model.py", "_write_atomically"):
         "imports no project code: inlines fileio's temporary, sync and rename",

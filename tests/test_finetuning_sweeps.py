@@ -560,7 +560,7 @@ def test_a_diverging_grid_point_is_recorded_as_failed_and_the_sweep_goes_on(mrpc
     table = _read_table(out / "grid_results.tsv")
     assert [row["dir"] for row in table] == ["lr0.002_bs4_ep1.0", "lr0.001_bs4_ep1.0"]
     assert [row["best"] for row in table] == ["0", "1"]
-    assert "NaN or Inf" in table[0]["failed"] and "at step 1;" in table[0]["failed"]
+    assert "NaN or Inf" in table[0]["failed"] and "at step 1:" in table[0]["failed"]
     assert table[0]["global_step"] == table[0]["eval_acc_and_f1"] == table[1]["failed"] == ""
     assert (out / "eval_results.txt").read_bytes() == (
         out / "lr0.001_bs4_ep1.0" / "eval_results.txt").read_bytes()

@@ -8,10 +8,7 @@ report from nothing (flags checked in-process, before any work).
 import json
 import logging
 import math
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,6 +19,7 @@ from modeling.checkpoints import loading
 from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
+from tests.clis import call_main
 from training import loop, pretraining, trainer_setup
 
 # Four steps, one checkpoint, two eval batches: enough to have a run's outputs.
@@ -120,19 +118,14 @@ def test_an_ltr_run_converts_to_every_format_keeping_its_direction(ltr_run, reco
                                 "plain.json")
 
 
-@pytest.mark.slow
 def test_the_convert_checkpoint_cli_converts_an_ltr_run(ltr_run, tmp_path):
-    """The command a user types (the process is what is tested: exit status, output, no
-    traceback): exit 0, the file written, the warning for Hugging Face's code."""
+    """The command a user types, in this process (its wiring as a process: test_cli):
+    exit 0, the file written, the warning for Hugging Face's code."""
     out = tmp_path / "hf"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(S.REPO_ROOT, "convert_checkpoint.py"),
-         f"--input={ltr_run}", f"--output_dir={out}", "--output_format=hf"],
-        env=S.runner_env(), capture_output=True, text=True, cwd=S.REPO_ROOT, timeout=300,
-        check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr and f"wrote {out / 'model.safetensors'}" in proc.stdout
-    assert "BertPooler reads the FIRST token" in proc.stderr
+    result = call_main("convert_checkpoint", input=ltr_run, output_dir=out, output_format="hf")
+    assert result.code == 0, result.stderr[-3000:]
+    assert f"wrote {out / 'model.safetensors'}" in result.stdout
+    assert "BertPooler reads the FIRST token" in result.log
     assert json.loads((out / "config.json").read_text())["is_decoder"] is True
 
 
@@ -182,24 +175,18 @@ def test_an_ltr_run_records_its_direction_and_refuses_the_other(ltr_run, records
     assert config.causal_attention
 
 
-@pytest.mark.slow
 def test_export_refuses_an_ltr_run_with_a_bidirectional_config(ltr_run, records, tmp_path):
     """export_saved_model.py of the LTR encoder with the plain config: one line naming
-    both configs, exit 2, nothing exported (the process is what is tested)."""
+    both configs, exit 1, nothing exported."""
     export_dir = tmp_path / "export"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(S.REPO_ROOT, "export_saved_model.py"),
-         "--model_type=encoder", f"--init_checkpoint={ltr_run}",
-         f"--bert_config_file={records['config']}", f"--vocab_file={records['vocab']}",
-         f"--export_dir={export_dir}"],
-        env=S.runner_env(), capture_output=True, text=True, cwd=S.REPO_ROOT, timeout=300,
-        check=False)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
+    result = call_main("export_saved_model", model_type="encoder", init_checkpoint=ltr_run,
+                       bert_config_file=records["config"], vocab_file=records["vocab"],
+                       export_dir=export_dir)
+    assert result.code == 1, result.stderr[-3000:]
     assert (f"export_saved_model.py: error: --init_checkpoint={ltr_run} is a left-to-right "
             f"(causal_attention: true) model ({ltr_run}/bert_config.json) but "
             f"--bert_config_file={records['config']} makes a bidirectional encoder"
-            ) in proc.stderr, proc.stderr[-3000:]
+            ) in result.stderr, result.stderr[-3000:]
     assert not export_dir.exists()
 
 
