@@ -232,6 +232,8 @@ BAD_RUNS = {
     "zero_batch": (b"the cat\n", {"batch_size": "0"}, "--batch_size=0: must be at least 1"),
     "doc_stride_without_windows": (b"the cat\n", {"doc_stride": "4"},
                                    "--doc_stride only applies with --long_text=windows"),
+    "max_windows_without_windows": (b"the cat\n", {"max_windows_per_text": "4"},
+                                    "--max_windows_per_text only applies with --long_text"),
     "zero_doc_stride": (b"the cat\n", {"long_text": "windows", "doc_stride": "0"},
                         "--doc_stride=0: must be at least 1"),
     "zero_max_windows": (b"the cat\n", {"long_text": "windows", "max_windows_per_text": "0"},
