@@ -115,22 +115,23 @@ def merge_windows(computed):
     first window and `[SEP]`'s from the last. Other features pass through unchanged.
     Holds one text's windows at a time.
     """
-    import numpy as np
-
     group: list = []
     for feature, layers in computed:
         if group and feature.unique_id != group[0][0].unique_id:
-            yield _joined(group, np)
+            yield _joined(group)
             group = []
         if feature.span is None:
             yield feature, layers
         else:
             group.append((feature, layers))
     if group:
-        yield _joined(group, np)
+        yield _joined(group)
 
 
-def _joined(group, np):
+def _joined(group):
+    """One text's (window feature, layers [layer, length, hidden]) as its whole line."""
+    import numpy as np
+
     spans = [feature.span for feature, _ in group]
     num_tokens = spans[-1].start + spans[-1].length
     best = max_context_span_index(spans, num_tokens)
