@@ -9,9 +9,12 @@ feature-based approach), with the flags and the output format of Google's script
 Each input line is one example, ``text_a`` or ``text_a ||| text_b``. Each output line is
 ``{"linex_index": i, "features": [{"token": t, "layers": [{"index": -1, "values": [...]},
 ...]}, ...]}`` with one feature per real token ([CLS] ... [SEP]) and values rounded to 6
-decimals. ``--init_checkpoint`` may also be a Hugging Face BERT directory (config.json +
-model.safetensors + vocab.txt) or a directory holding ``bert_model.ckpt``; the directory's
-config and vocab are then the defaults of ``--bert_config_file`` and ``--vocab_file``.
+decimals. A text longer than ``--max_seq_length`` is cut to its first window, as the original
+does, or with ``--long_text=windows`` read whole in ``--doc_stride`` windows, each token's
+vectors from the window where it has the most context. ``--init_checkpoint`` may also be a
+Hugging Face BERT directory (config.json + model.safetensors + vocab.txt) or a directory
+holding ``bert_model.ckpt``; the directory's config and vocab are then the defaults of
+``--bert_config_file`` and ``--vocab_file``.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ import re
 from absl import app, flags, logging
 
 from data_prep import cli
-from tasks.feature_extraction.extract import (Example, compute_layers, convert_examples,
-                                              feature_json)
+from tasks.feature_extraction.extract import (Example, Windows, compute_layers,
+                                              convert_examples, feature_json, merge_windows)
 
 FLAGS = flags.FLAGS
 
@@ -45,6 +48,16 @@ def define_flags():
                         "--init_checkpoint.")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).")
     flags.DEFINE_integer("batch_size", 32, "Batch size for predictions (global).")
+    flags.DEFINE_enum("long_text", "truncate", ["truncate", "windows"],
+                      "A text longer than --max_seq_length: 'truncate' keeps its first window "
+                      "(the original); 'windows' reads it whole in --doc_stride windows, "
+                      "each token's vectors from the window where it has the most context "
+                      "(single texts only: a pair that does not fit is refused).")
+    flags.DEFINE_integer("doc_stride", None, "With --long_text=windows: WordPieces between "
+                         "the starts of two windows (empty: half a window, "
+                         "(max_seq_length - 2) // 2).")
+    flags.DEFINE_integer("max_windows_per_text", 64, "With --long_text=windows: a text "
+                         "needing more windows is refused, naming its line.")
     flags.DEFINE_string("distribution_strategy", "one_device",
                         "default, one_device, mirrored, multi_worker_mirrored or tpu.")
     flags.DEFINE_integer("num_gpus", 0, "GPUs for one_device / mirrored (0: all for mirrored).")
@@ -153,6 +166,22 @@ def _layer_indexes(text: str) -> list:
                              "(e.g. -1,-2,-3,-4)") from None
 
 
+def _windows():
+    """--long_text and its flags as `Windows` (None: truncate); UsageError naming a flag."""
+    if FLAGS.long_text == "truncate":
+        given = [name for name in ("doc_stride", "max_windows_per_text")
+                 if FLAGS[name].present]
+        if given:
+            raise app.UsageError(f"--{given[0]} only applies with --long_text=windows")
+        return None
+    if FLAGS.doc_stride is not None and FLAGS.doc_stride < 1:
+        raise app.UsageError(f"--doc_stride={FLAGS.doc_stride}: must be at least 1")
+    if FLAGS.max_windows_per_text < 1:
+        raise app.UsageError(f"--max_windows_per_text={FLAGS.max_windows_per_text}: must be "
+                             "at least 1")
+    return Windows(FLAGS.doc_stride, FLAGS.max_windows_per_text)
+
+
 def run():
     """Checks the flags and inputs (before loading any model), then writes the JSON lines."""
     from data_prep import fileio
@@ -178,6 +207,7 @@ def run():
     if FLAGS.max_seq_length < 3:
         raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length}: must be at least 3 "
                              "([CLS], a token, [SEP])")
+    windows = _windows()
     try:
         buckets = common_flags.bucket_boundaries(FLAGS, FLAGS.max_seq_length)
     except flags.ValidationError as err:
@@ -200,7 +230,8 @@ def run():
         tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=FLAGS.do_lower_case)
     except VocabError as err:
         raise VocabError(f"--vocab_file: {err}") from None
-    features = convert_examples(examples, FLAGS.max_seq_length, tokenizer)
+    features = convert_examples(examples, FLAGS.max_seq_length, tokenizer, windows,
+                                FLAGS.input_file)
 
     if FLAGS.batch_size % strategy.num_replicas_in_sync:
         raise app.UsageError(f"--batch_size={FLAGS.batch_size} must be a multiple of the "
@@ -215,14 +246,14 @@ def run():
         raise checkpoints.CheckpointError(report.describe())
     logging.info("%s", report.describe())
 
-    logging.info("Computing features of %d examples (layers %s) into %s", len(features),
-                 layer_indexes, FLAGS.output_file)
+    logging.info("Computing features of %d examples (%d windows, layers %s) into %s",
+                 len(examples), len(features), layer_indexes, FLAGS.output_file)
     # All or nothing: the JSON lines appear under --output_file only once complete.
     with fileio.AtomicOutputs([FLAGS.output_file]) as out:
         with out.open(FLAGS.output_file, "w", newline="\n") as writer:
-            for feature, layers in compute_layers(encoder, features, layer_indexes,
-                                                  FLAGS.batch_size, strategy,
-                                                  FLAGS.jit_compile, buckets):
+            computed = compute_layers(encoder, features, layer_indexes, FLAGS.batch_size,
+                                      strategy, FLAGS.jit_compile, buckets)
+            for feature, layers in merge_windows(computed):
                 writer.write(feature_json(feature, layers, layer_indexes))
 
 

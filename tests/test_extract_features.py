@@ -230,6 +230,15 @@ BAD_RUNS = {
                          "cannot read the config file"),
     "bad_layers": (b"the cat\n", {"layers": "-1,x"}, "--layers=-1,x: expected comma-separated"),
     "zero_batch": (b"the cat\n", {"batch_size": "0"}, "--batch_size=0: must be at least 1"),
+    "doc_stride_without_windows": (b"the cat\n", {"doc_stride": "4"},
+                                   "--doc_stride only applies with --long_text=windows"),
+    "max_windows_without_windows": (b"the cat\n", {"max_windows_per_text": "4"},
+                                    "--max_windows_per_text only applies with --long_text"),
+    "zero_doc_stride": (b"the cat\n", {"long_text": "windows", "doc_stride": "0"},
+                        "--doc_stride=0: must be at least 1"),
+    "zero_max_windows": (b"the cat\n", {"long_text": "windows", "max_windows_per_text": "0"},
+                         "--max_windows_per_text=0: must be at least 1"),
+    "bad_long_text": (b"the cat\n", {"long_text": "whole"}, "--long_text"),
 }
 
 
@@ -258,3 +267,152 @@ def test_cli_refuses_bad_input_with_one_line_and_writes_nothing(google_dir, tmp_
     assert expected in result.stderr, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert os.listdir(out) == ["out.jsonl"] and (out / "out.jsonl").read_text() == "earlier\n"
+
+
+# ------------------------------------------------------------- long texts (issue 33, item 2)
+
+LONG = ("the cat sat on the mat and the big red dog ran far away from home, she was big and "
+        "he ran to the cat in the mat; it is a dog of 1 2 3 4 5 6 7 8 9.")
+
+
+def _extract(directory, tmp_path, lines, name="out.jsonl", **overrides):
+    """extract_features on `lines` in this process: (Result, the output's text or None)."""
+    (tmp_path / "input.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / name
+    flags = {"input_file": tmp_path / "input.txt", "output_file": out,
+             "init_checkpoint": directory / "bert_model.ckpt",
+             "bert_config_file": directory / "bert_config.json",
+             "vocab_file": directory / "vocab.txt", "layers": "-1,-2,0",
+             "max_seq_length": SEQ, "batch_size": 4, **overrides}
+    result = call_main("extract_features", **flags)
+    return result, out.read_text(encoding="utf-8") if out.exists() else None
+
+
+def _spans_and_best(num_tokens, room, stride):
+    """The windows and each token's max-context window, spelled out here (SQuAD's rule:
+    min(left, right) + 0.01 * window length, the earliest window on ties)."""
+    starts = [0]
+    while starts[-1] + room < num_tokens:
+        starts.append(starts[-1] + stride)
+    spans = [(s, min(room, num_tokens - s)) for s in starts]
+    best = []
+    for i in range(num_tokens):
+        scores = [(min(i - s, s + n - 1 - i) + 0.01 * n, -k) for k, (s, n) in
+                  enumerate(spans) if s <= i < s + n]
+        best.append(-max(scores)[1])
+    return spans, best
+
+
+def test_a_text_that_fits_is_the_same_in_both_modes(google_dir, tmp_path):
+    """Single texts and pairs within --max_seq_length: --long_text=windows writes the
+    same bytes as truncate (the default), which match the original graph."""
+    directory, tokens, layers = google_dir
+    fitting = LINES[:3]  # 7 WordPieces, a pair of 5 + 3, none
+    truncated = _extract(directory, tmp_path, fitting, "truncate.jsonl")
+    windowed = _extract(directory, tmp_path, fitting, "windows.jsonl", long_text="windows")
+    assert truncated[0].code == 0 and windowed[0].code == 0, windowed[0].stderr[-3000:]
+    assert windowed[1] == truncated[1]
+    records = [json.loads(line) for line in windowed[1].splitlines()]
+    assert [[f["token"] for f in r["features"]] for r in records] == tokens[:3]
+
+
+def test_truncate_is_the_default_and_the_original(google_dir, tmp_path):
+    """The default keeps only the first window of a long text (line 4: 26 WordPieces, 14
+    kept), as the original graph does; --long_text=truncate writes the same bytes."""
+    directory, tokens, layers = google_dir
+    default = _extract(directory, tmp_path, LINES, "default.jsonl")
+    explicit = _extract(directory, tmp_path, LINES, "truncate.jsonl", long_text="truncate")
+    assert default[0].code == 0, default[0].stderr[-3000:]
+    assert explicit[1] == default[1]
+    _check_output(tmp_path / "default.jsonl", tokens, layers)
+    assert len(tokens[3]) == SEQ
+
+
+@pytest.mark.parametrize("doc_stride", [None, 10])
+def test_windows_give_every_token_its_max_context_vector(google_dir, tmp_path, doc_stride):
+    """Two long texts among short lines, their windows batched together in length buckets:
+    each output line holds [CLS], every WordPiece once in order, [SEP]; each WordPiece's
+    vectors are the encoder's on its max-context window alone, [CLS]'s from the first
+    window, [SEP]'s from the last."""
+    from data_prep.tokenization import FullTokenizer
+    from modeling import checkpoints
+    from modeling.encoder import BertEncoder
+
+    directory = google_dir[0]
+    lines = [LINES[0], LINES[3], LINES[1], LONG, ""]
+    overrides = {"long_text": "windows", "bucket_boundaries": "4,8"}
+    if doc_stride:
+        overrides["doc_stride"] = doc_stride
+    result, text = _extract(directory, tmp_path, lines, **overrides)
+    assert result.code == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in text.splitlines()]
+    assert [r["linex_index"] for r in records] == list(range(len(lines)))
+
+    config, vocab = extract_features._defaults_from_checkpoint(str(directory), None, None)
+    tokenizer = FullTokenizer(vocab, do_lower_case=True)
+    encoder = BertEncoder(config)
+    checkpoints.load_pretrained(str(directory), encoder)
+
+    def encode(window):  # [layer, position, hidden] of "[CLS] window [SEP]" alone
+        ids = np.array([tokenizer.convert_tokens_to_ids(["[CLS]", *window, "[SEP]"])],
+                       np.int32)
+        outputs = encoder(dict(input_ids=ids, input_mask=np.ones_like(ids),
+                               segment_ids=np.zeros_like(ids)))["encoder_outputs"]
+        return np.stack([np.asarray(outputs[i])[0] for i in LAYERS])
+
+    room, stride = SEQ - 2, doc_stride or (SEQ - 2) // 2
+    for line_index in (1, 3):
+        pieces = tokenizer.tokenize(lines[line_index])
+        features = records[line_index]["features"]
+        assert [f["token"] for f in features] == ["[CLS]", *pieces, "[SEP]"]
+        got = np.array([[layer["values"] for layer in f["layers"]] for f in features])
+        got = got.transpose(1, 0, 2)  # [layer, position, hidden]
+        spans, best = _spans_and_best(len(pieces), room, stride)
+        assert len(spans) >= 3
+        encoded = [encode(pieces[s:s + n]) for s, n in spans]
+        np.testing.assert_allclose(got[:, 0], encoded[0][:, 0], atol=1e-4)
+        np.testing.assert_allclose(got[:, -1], encoded[-1][:, -1], atol=1e-4)
+        for i, k in enumerate(best):
+            np.testing.assert_allclose(got[:, 1 + i], encoded[k][:, 1 + i - spans[k][0]],
+                                       atol=1e-4)
+        # The window matters: a token read in another window has other vectors.
+        s, n = spans[1]
+        other = encoded[0][:, 1 + s] if best[s] != 0 else encoded[1][:, 1]
+        assert np.abs(got[:, 1 + s] - other).max() > 1e-2
+    short = extract.convert_examples(
+        [extract.Example(i, *lines[i].partition(" ||| ")[::2]) for i in (0, 2, 4)], SEQ,
+        tokenizer)
+    assert [[f["token"] for f in records[f.unique_id]["features"]] for f in short] == [
+        f.tokens for f in short]
+
+
+@pytest.mark.parametrize("limit, refused", [(5, True), (6, False)])
+def test_the_window_limit(google_dir, tmp_path, limit, refused):
+    """LONG needs 6 windows of 14 WordPieces 7 apart (48 WordPieces): a lower
+    --max_windows_per_text refuses it naming the file and line, writing nothing."""
+    directory = google_dir[0]
+    result, text = _extract(directory, tmp_path, [LINES[0], LONG], long_text="windows",
+                            max_windows_per_text=limit)
+    if refused:
+        assert result.code == 1 and text is None
+        assert (f"{tmp_path / 'input.txt'}:2: 48 WordPieces need 6 windows of "
+                "--max_seq_length=16 (--doc_stride=7), more than --max_windows_per_text=5"
+                in result.stderr), result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+    else:
+        assert result.code == 0, result.stderr[-3000:]
+        assert len(text.splitlines()) == 2
+
+
+def test_pairs_with_windows(google_dir, tmp_path):
+    """A pair that fits is as in truncate mode (test above); a pair that does not fit is
+    refused under --long_text=windows, naming the line; truncate cuts it as the original."""
+    directory = google_dir[0]
+    lines = [LINES[1], LINES[4]]
+    result, text = _extract(directory, tmp_path, lines, long_text="windows")
+    assert result.code == 1 and text is None
+    assert (f"{tmp_path / 'input.txt'}:2: a pair of 2 + 16 WordPieces does not fit "
+            "--max_seq_length=16 and --long_text=windows reads single texts only"
+            in result.stderr), result.stderr[-3000:]
+    result, text = _extract(directory, tmp_path, lines)
+    assert result.code == 0 and len(json.loads(text.splitlines()[1])["features"]) == SEQ

@@ -4,6 +4,10 @@ Google's extract_features.py's rules and output format: one example per input li
 (`Example`), `[CLS] a [SEP] (b [SEP])` features (`convert_examples`), the chosen layers of
 every real token (`compute_layers`: length buckets, any strategy, input order kept) and
 one JSON line per example with values rounded to 6 decimals (`feature_json`).
+
+A text longer than a window is cut to its first window, as the original does, or with
+`Windows` read whole: SQuAD's doc_stride windows (`tasks.common.windows`), every token's
+vectors from the window where it has the most context (`merge_windows`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import collections
 import dataclasses
 import json
 
+from data_prep.text_input import InputError
 from tasks.common.pairs import pack_pair
+from tasks.common.windows import DocSpan, doc_spans_for, max_context_span_index
 
 
 @dataclasses.dataclass
@@ -33,18 +39,114 @@ class Feature:
     input_ids: list
     input_mask: list
     input_type_ids: list
+    span: DocSpan | None = None  # a window of a long text: which of its WordPieces it holds
 
 
-def convert_examples(examples: list, seq_length: int, tokenizer) -> list:
+@dataclasses.dataclass(frozen=True)
+class Windows:
+    """Long texts read whole: windows `doc_stride` WordPieces apart (None: half a window),
+    at most `max_windows_per_text` of them per text."""
+
+    doc_stride: int | None = None
+    max_windows_per_text: int = 64
+
+    def stride(self, seq_length: int) -> int:
+        if self.doc_stride is not None:
+            return self.doc_stride
+        return max(1, (seq_length - 2) // 2)
+
+
+def convert_examples(examples: list, seq_length: int, tokenizer, windows: Windows | None = None,
+                     source: str = "input") -> list:
     """[CLS] a [SEP] (b [SEP]) with segment ids 0 / 1, padded with zeros to seq_length
-    (`tasks.common.pairs.pack_pair`, the original's rules)."""
+    (`tasks.common.pairs.pack_pair`, the original's rules).
+
+    With `windows`, a single text longer than seq_length - 2 WordPieces is not cut: it
+    becomes consecutive features `[CLS] window [SEP]`, one per doc_stride window (each with
+    its `span`), for `merge_windows` to join. Texts that fit are features as without it.
+
+    Raises:
+      InputError naming `source` and the line: with `windows`, a pair that does not fit
+      (pairs are not windowed) or a text needing more than max_windows_per_text windows.
+    """
     features = []
+    room = seq_length - 2
     for example in examples:
         tokens_a = tokenizer.tokenize(example.text_a)
         tokens_b = (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
+        line = f"{source}:{example.unique_id + 1}"
+        if windows and tokens_b and len(tokens_a) + len(tokens_b) > seq_length - 3:
+            raise InputError(
+                f"{line}: a pair of {len(tokens_a)} + {len(tokens_b)} WordPieces does not fit "
+                f"--max_seq_length={seq_length} and --long_text=windows reads single texts "
+                "only: shorten the pair or use --long_text=truncate")
+        if windows and len(tokens_a) > room and not tokens_b:
+            features.extend(_windows_of(example.unique_id, tokens_a, seq_length, tokenizer,
+                                        windows, line))
+            continue
         tokens, ids, mask, type_ids = pack_pair(tokens_a, tokens_b, seq_length, tokenizer)
         features.append(Feature(example.unique_id, tokens, ids, mask, type_ids))
     return features
+
+
+def _windows_of(unique_id, tokens_a, seq_length, tokenizer, windows, line) -> list:
+    """One `[CLS] window [SEP]` feature per doc_stride window of a long single text."""
+    spans = doc_spans_for(len(tokens_a), seq_length - 2, windows.stride(seq_length))
+    if len(spans) > windows.max_windows_per_text:
+        raise InputError(
+            f"{line}: {len(tokens_a)} WordPieces need {len(spans)} windows of "
+            f"--max_seq_length={seq_length} (--doc_stride={windows.stride(seq_length)}), "
+            f"more than --max_windows_per_text={windows.max_windows_per_text}: raise it or "
+            "split the line")
+    features = []
+    for span in spans:
+        tokens, ids, mask, type_ids = pack_pair(
+            tokens_a[span.start:span.start + span.length], None, seq_length, tokenizer)
+        features.append(Feature(unique_id, tokens, ids, mask, type_ids, span))
+    return features
+
+
+def merge_windows(computed):
+    """Joins `compute_layers`' windows of each long text into one (feature, layers).
+
+    The joined feature holds `[CLS]`, every WordPiece of the text once in order, `[SEP]`;
+    each WordPiece's vectors come from its max-context window
+    (`tasks.common.windows.max_context_span_index`, SQuAD's rule), `[CLS]`'s from the
+    first window and `[SEP]`'s from the last. Other features pass through unchanged.
+    Holds one text's windows at a time.
+    """
+    group: list = []
+    for feature, layers in computed:
+        if group and feature.unique_id != group[0][0].unique_id:
+            yield _joined(group)
+            group = []
+        if feature.span is None:
+            yield feature, layers
+        else:
+            group.append((feature, layers))
+    if group:
+        yield _joined(group)
+
+
+def _joined(group):
+    """One text's (window feature, layers [layer, length, hidden]) as its whole line."""
+    import numpy as np
+
+    spans = [feature.span for feature, _ in group]
+    num_tokens = spans[-1].start + spans[-1].length
+    best = max_context_span_index(spans, num_tokens)
+    first, last = group[0], group[-1]
+    values = np.empty((first[1].shape[0], num_tokens + 2, first[1].shape[2]), np.float32)
+    tokens = ["[CLS]"]
+    values[:, 0] = first[1][:, 0]
+    for position, index in enumerate(best):
+        feature, layers = group[index]
+        in_window = 1 + position - feature.span.start  # after the window's [CLS]
+        tokens.append(feature.tokens[in_window])
+        values[:, 1 + position] = layers[:, in_window]
+    tokens.append("[SEP]")
+    values[:, -1] = last[1][:, last[0].span.length + 1]
+    return Feature(first[0].unique_id, tokens, [], [], []), values
 
 
 def compute_layers(encoder, features: list, layer_indexes: list, batch_size: int,
