@@ -97,7 +97,7 @@ common_flags.use_defaults(DEFAULTS)
 def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     """Validates the flags and turns them into a `PretrainingRun`."""
     from training.record_checks import split_patterns
-    from training.loop import LoopConfig
+    from training.settings import LoopConfig
 
     common_flags.use_defaults(DEFAULTS, values)
     common_flags.refuse_grids(values, ("learning_rate", "train_batch_size"), "run_pretraining.py")

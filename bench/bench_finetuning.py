@@ -42,6 +42,7 @@ from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertClassifier  # noqa: E402
 from tasks.classification import task as classification_task  # noqa: E402
 from training import distribution, loop  # noqa: E402
+from training.settings import LoopConfig  # noqa: E402
 
 NUM_LABELS = 2
 
@@ -68,7 +69,7 @@ def build_ours(config, batch, steps, jit):
         loop.build_encoder_model(model, seq)
         optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=2e-5, num_train_steps=10**6, num_warmup_steps=100))
-    cfg = loop.LoopConfig(output_dir=tempfile.mkdtemp(), train_batch_size=len(
+    cfg = LoopConfig(output_dir=tempfile.mkdtemp(), train_batch_size=len(
         batch["input_ids"]), iterations_per_loop=steps, jit_compile=jit,
         dtype=keras.config.dtype_policy().compute_dtype)
     trainer = loop.TrainingLoop(strategy, model, optimizer, cfg,

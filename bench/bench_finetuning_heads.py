@@ -45,6 +45,7 @@ from bench_pretraining import (POLICIES, SIZES, VOCAB, time_rounds,  # noqa: E40
 from modeling import optimization  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from training import distribution, loop  # noqa: E402
+from training.settings import LoopConfig  # noqa: E402
 
 CLASSIFIER_LABELS = 2
 TAGGING_LABELS = 9  # O + B-/I- of PER, LOC, ORG, MISC
@@ -69,7 +70,7 @@ def build_trainer_runner(model_fn, task, batch, steps, jit):
         model({k: batch[k][:1] for k in ("input_ids", "input_mask", "segment_ids")})
         optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=2e-5, num_train_steps=10**6, num_warmup_steps=100))
-    cfg = loop.LoopConfig(output_dir=tempfile.mkdtemp(),
+    cfg = LoopConfig(output_dir=tempfile.mkdtemp(),
                           train_batch_size=len(batch["input_ids"]),
                           iterations_per_loop=steps, jit_compile=jit,
                           dtype=keras.config.dtype_policy().compute_dtype)

@@ -34,7 +34,8 @@ import tensorflow as tf  # noqa: E402
 from modeling import optimization  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertPretrainer  # noqa: E402
-from training import input_pipeline, loop, pretraining  # noqa: E402
+from training import input_pipeline, pretraining  # noqa: E402
+from training.settings import LoopConfig  # noqa: E402
 
 SIZES = {
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -76,7 +77,7 @@ def build_ours(config, batch, steps, jit):
     model = BertPretrainer(config)
     opt = optimization.create_optimizer(optimization.OptimizerConfig(
         learning_rate=1e-4, num_train_steps=10**6, num_warmup_steps=100))
-    cfg = loop.LoopConfig(output_dir=tempfile.mkdtemp(), train_batch_size=len(
+    cfg = LoopConfig(output_dir=tempfile.mkdtemp(), train_batch_size=len(
         batch["input_ids"]), jit_compile=jit)
     trainer = pretraining.PretrainingLoop(strategy, model, opt, cfg)
     return train_steps_runner(strategy, trainer, batch, steps)

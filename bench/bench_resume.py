@@ -43,7 +43,8 @@ from bench_pretraining import SIZES, VOCAB  # noqa: E402
 from modeling import optimization  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertPretrainer  # noqa: E402
-from training import checkpointing, dynamic_masking, input_pipeline, loop, pretraining  # noqa: E402
+from training import checkpointing, dynamic_masking, input_pipeline, pretraining  # noqa: E402
+from training.settings import LoopConfig  # noqa: E402
 
 
 def files_size(prefix: str) -> int:
@@ -92,7 +93,7 @@ def stop_latency(pattern, seq, preds, batch, directory):
     pretraining.build_pretraining_model(model, seq, preds)
     opt = optimization.create_optimizer(optimization.OptimizerConfig(
         learning_rate=1e-4, num_train_steps=10**6, num_warmup_steps=100))
-    cfg = loop.LoopConfig(output_dir=directory, num_train_steps=10**6, train_batch_size=batch,
+    cfg = LoopConfig(output_dir=directory, num_train_steps=10**6, train_batch_size=batch,
                           iterations_per_loop=10**6, save_checkpoints_steps=10**6,
                           log_steps=10**6)
     trainer = pretraining.PretrainingLoop(tf.distribute.get_strategy(), model, opt, cfg)

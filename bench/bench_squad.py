@@ -59,7 +59,7 @@ from modeling.models import BertSpanLabeler  # noqa: E402
 from training.execution import RuntimeConfig, setup_runtime  # noqa: E402
 from tasks.squad import task as squad_task  # noqa: E402
 from training import trainer_setup  # noqa: E402
-from training.loop import LoopConfig  # noqa: E402
+from training.settings import LoopConfig  # noqa: E402
 
 SIZES = {  # layers, hidden, heads
     "base": (12, 768, 12),

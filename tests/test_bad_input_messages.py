@@ -22,7 +22,7 @@ from tests.conftest import TINY_VOCAB, write_vocab
 def _pretraining_cfg(records, out, config, **loop_overrides):
     import run_pretraining
     from training.execution import RuntimeConfig
-    from training.loop import LoopConfig
+    from training.settings import LoopConfig
 
     loop = dict(output_dir=str(out), num_train_steps=40, train_batch_size=4,
                 iterations_per_loop=2, save_checkpoints_steps=100, learning_rate=1e-3,

@@ -15,6 +15,7 @@ from tests import test_loop_support as S
 from tasks.classification import task as classification_task
 from tasks.common.classifier_task import ClassifierTask
 from training import distribution, loop, pretraining
+from training.settings import LoopConfig
 
 SEQ = 16
 VOCAB = 40
@@ -63,7 +64,7 @@ def _model_and_trainer(tmp_path, num_labels=2, seed=0, steps=40, lr=2e-3):
         model = loop.build_encoder_model(BertClassifier(config, num_labels), SEQ)
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=lr, num_train_steps=steps, num_warmup_steps=4))
-    cfg = loop.LoopConfig(output_dir=str(tmp_path), num_train_steps=steps, train_batch_size=8,
+    cfg = LoopConfig(output_dir=str(tmp_path), num_train_steps=steps, train_batch_size=8,
                           eval_batch_size=8, iterations_per_loop=10,
                           save_checkpoints_steps=steps, log_steps=10)
     return model, loop.TrainingLoop(strategy, model, opt, cfg, ClassifierTask(num_labels))

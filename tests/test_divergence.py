@@ -14,6 +14,7 @@ import tensorflow as tf
 from tests import test_loop_support as S
 from tests.test_resume import _input, _make, _poisoned_gradients, data, strategy  # noqa: F401
 from training import checkpointing, loop, pretraining
+from training.settings import LoopConfig
 
 
 def _steps(directory):
@@ -141,7 +142,7 @@ def test_the_loss_ceiling_does_not_fire_on_a_normal_run(data, strategy, tmp_path
         pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=1e-2, num_train_steps=40, num_warmup_steps=0))
-    trainer = pretraining.PretrainingLoop(strategy, model, opt, loop.LoopConfig(
+    trainer = pretraining.PretrainingLoop(strategy, model, opt, LoopConfig(
         output_dir=str(tmp_path), num_train_steps=40, train_batch_size=8,
         iterations_per_loop=10, save_checkpoints_steps=20, log_steps=1))
     trainer.restore_or_initialize()

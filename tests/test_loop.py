@@ -16,6 +16,7 @@ from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
 from training import distribution, input_pipeline, loop, pretraining
+from training.settings import LoopConfig
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def _make(strategy, output_dir, *, steps=100, lr=1e-3, batch=16, accumulation=1,
         pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=lr, num_train_steps=steps, num_warmup_steps=min(10, steps // 5)))
-    cfg = loop.LoopConfig(output_dir=str(output_dir), num_train_steps=steps,
+    cfg = LoopConfig(output_dir=str(output_dir), num_train_steps=steps,
                           train_batch_size=batch, eval_batch_size=8, iterations_per_loop=ipl,
                           save_checkpoints_steps=save, log_steps=log,
                           gradient_accumulation_steps=accumulation,
@@ -253,7 +254,7 @@ def test_float16_trains_with_dynamic_loss_scaling(strategy, records, tmp_path):
         pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=1e-2, num_train_steps=30, num_warmup_steps=0))
-    cfg = loop.LoopConfig(output_dir=str(tmp_path), num_train_steps=30, train_batch_size=16,
+    cfg = LoopConfig(output_dir=str(tmp_path), num_train_steps=30, train_batch_size=16,
                           iterations_per_loop=10, save_checkpoints_steps=30, log_steps=10,
                           dtype="float16")
     trainer = pretraining.PretrainingLoop(strategy, model, opt, cfg)
@@ -269,7 +270,7 @@ def test_loop_requires_pre_reduced_optimizer(strategy, tmp_path):
     model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120)))
     with pytest.raises(ValueError, match="pre_reduced_gradients"):
         pretraining.PretrainingLoop(strategy, model, keras.optimizers.Adam(),
-                             loop.LoopConfig(output_dir=str(tmp_path)))
+                             LoopConfig(output_dir=str(tmp_path)))
 
 
 def test_lamb_trains_in_the_loop(strategy, records, tmp_path):
@@ -279,7 +280,7 @@ def test_lamb_trains_in_the_loop(strategy, records, tmp_path):
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             optimizer="lamb", learning_rate=1e-2, num_train_steps=10, num_warmup_steps=0))
     before = [w.numpy() for w in model.trainable_weights]
-    cfg = loop.LoopConfig(output_dir=str(tmp_path), num_train_steps=10, train_batch_size=16,
+    cfg = LoopConfig(output_dir=str(tmp_path), num_train_steps=10, train_batch_size=16,
                           iterations_per_loop=5, save_checkpoints_steps=10, log_steps=5)
     history = pretraining.PretrainingLoop(strategy, model, opt, cfg).train(
         _dataset_fn(records, 16, True))

@@ -26,7 +26,8 @@ from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
 from tests.test_bucketing import _records as bucketing_records
-from training import checkpointing, distribution, dynamic_masking, input_pipeline, loop, pretraining
+from training import checkpointing, distribution, dynamic_masking, input_pipeline, pretraining
+from training.settings import LoopConfig
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def _make(strategy, output_dir, *, steps=12, batch=8, accumulation=1, save=4, ip
         pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=1e-3, num_train_steps=steps, num_warmup_steps=2))
-    cfg = loop.LoopConfig(output_dir=str(output_dir), num_train_steps=steps,
+    cfg = LoopConfig(output_dir=str(output_dir), num_train_steps=steps,
                           train_batch_size=batch, iterations_per_loop=ipl,
                           save_checkpoints_steps=save, log_steps=1,
                           gradient_accumulation_steps=accumulation)
@@ -264,7 +265,7 @@ def test_float16_skips_non_finite_gradients_and_counts_them(data, strategy, tmp_
         pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=1e-2, num_train_steps=10, num_warmup_steps=0))
-    cfg = loop.LoopConfig(output_dir=str(tmp_path), num_train_steps=10, train_batch_size=8,
+    cfg = LoopConfig(output_dir=str(tmp_path), num_train_steps=10, train_batch_size=8,
                           iterations_per_loop=5, save_checkpoints_steps=10, log_steps=5,
                           dtype="float16")
     trainer = pretraining.PretrainingLoop(strategy, model, opt, cfg)

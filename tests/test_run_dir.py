@@ -247,7 +247,7 @@ def test_run_pretraining_refuses_another_models_dir(tmp_path):
     checkpoints stay as they were."""
     import run_pretraining
     from training.execution import RuntimeConfig
-    from training.loop import LoopConfig
+    from training.settings import LoopConfig
 
     records = S.write_records(tmp_path / "records.tfrecord", S.synthetic_instances(16))
     out = tmp_path / "out"

@@ -480,7 +480,7 @@ def test_feature_tagger_trains_only_its_head_and_round_trips(tmp_path):
     from modeling.models import BertFeatureTagger
     from tasks.tagging.task import TaggingTask
     from training import trainer_setup
-    from training.loop import LoopConfig
+    from training.settings import LoopConfig
 
     config = BertConfig.from_dict(S.tiny_config_dict(dropout=0.1))
     strategy = tf.distribute.get_strategy()

@@ -1,5 +1,5 @@
 """One settings path for training: the loop's and optimizer's settings are one type
-(`training.loop.LoopConfig`) for pretraining and fine-tuning, and a fine-tuning runner's
+(`training.settings.LoopConfig`) for pretraining and fine-tuning, and a fine-tuning runner's
 command line and a program's keyword arguments build them the same way
 (`training.flags.FinetuningCommand.settings`)."""
 
@@ -32,14 +32,14 @@ def _parsed(module, argv):
 
 
 def _shared(loop_config):
-    from training.loop import PER_RUN
+    from training.settings import PER_RUN
 
     return {k: v for k, v in dataclasses.asdict(loop_config).items() if k not in PER_RUN}
 
 
 @pytest.mark.parametrize("runner", sorted(RUNNER_ARGV))
 def test_flags_and_keyword_arguments_build_the_same_settings(runner):
-    from training.loop import LoopConfig
+    from training.settings import LoopConfig
 
     module = importlib.import_module(runner)
     own_argv, own_kwargs = RUNNER_ARGV[runner]

@@ -23,6 +23,7 @@ from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
 from training import checkpointing, distribution, input_pipeline, loop, pretraining
+from training.settings import LoopConfig
 
 SHORT, LONG = (16, 3), (32, 5)  # (max_seq_length, max_predictions_per_seq) per phase
 BATCH = 8
@@ -48,7 +49,7 @@ def _trainer(out, steps=10):
         pretraining.build_pretraining_model(model, *SHORT)
         optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=1e-3, num_train_steps=steps, num_warmup_steps=2))
-    config = loop.LoopConfig(output_dir=str(out), num_train_steps=steps,
+    config = LoopConfig(output_dir=str(out), num_train_steps=steps,
                              train_batch_size=BATCH, iterations_per_loop=2,
                              save_checkpoints_steps=2, log_steps=2, keep_checkpoint_max=20)
     trainer = pretraining.PretrainingLoop(strategy, model, optimizer, config)

@@ -45,7 +45,7 @@ from absl import logging
 
 from data_prep import fileio
 from training import sweeps, trainer_setup
-from training.loop import PER_RUN, LoopConfig
+from training.settings import PER_RUN, LoopConfig
 from training.execution import RuntimeConfig, setup_runtime
 
 

@@ -3,7 +3,7 @@
 Runners call `define_common_flags()` (plus their own) and state their own defaults of the
 shared flags (`use_defaults`: what --helpfull shows is what runs), then build plain frozen
 dataclasses: `runtime_config(FLAGS)` (a `training.execution.RuntimeConfig`),
-`loop_settings(FLAGS)` (a `training.loop.LoopConfig`'s shared settings, for pretraining
+`loop_settings(FLAGS)` (a `training.settings.LoopConfig`'s shared settings, for pretraining
 and fine-tuning alike) and, for fine-tuning, `finetuning_values(FLAGS)` through
 `training.finetuning.settings_from`. A fine-tuning runner is a `FinetuningCommand`: its
 own flags, defaults and task family; the skeleton (flags -> settings -> run -> one-line
@@ -261,7 +261,7 @@ def runtime_config(values=FLAGS) -> RuntimeConfig:
 
 
 def loop_settings(values=FLAGS) -> dict:
-    """The shared flags of `training.loop.LoopConfig` (the loop's and the optimizer's), by
+    """The shared flags of `training.settings.LoopConfig` (the loop's and the optimizer's), by
     name: what pretraining and fine-tuning both build their `LoopConfig` from."""
     return {name: values[name].value for name in (
         "learning_rate", "optimizer", "weight_decay_rate", "clip_norm", "iterations_per_loop",

@@ -19,6 +19,7 @@ from absl import logging
 from modeling import losses
 from training import loop, trainer_setup
 from training.execution import RuntimeConfig, setup_runtime
+from training.settings import LoopConfig
 
 # The settings of on-the-fly masking (unmasked records read by the masked LM), named as
 # their run_pretraining.py flags.
@@ -54,7 +55,7 @@ class PretrainingRun:
     eval_batch_size: int
     input_compression: str
     runtime: RuntimeConfig
-    loop: "object"  # training.loop.LoopConfig: the loop's and the optimizer's settings
+    loop: "object"  # training.settings.LoopConfig: the loop's and the optimizer's settings
     # Dynamic masking (unmasked records): None where the flag was not given.
     vocab_file: str | None = None
     masked_lm_prob: float | None = None
@@ -499,7 +500,7 @@ class PretrainingLoop(loop.TrainingLoop):
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, optimizer,
-                 config: loop.LoopConfig, loss_fn: Callable | None = None, *,
+                 config: LoopConfig, loss_fn: Callable | None = None, *,
                  next_sentence_prediction: bool = True, objective: str = "mlm"):
         super().__init__(strategy, model, optimizer, config, PretrainingTask(
             loss_fn, next_sentence_prediction=next_sentence_prediction, objective=objective))

@@ -24,7 +24,7 @@ from typing import Sequence
 from absl import logging
 
 from data_prep import fileio
-from training.loop import PER_RUN
+from training.settings import PER_RUN
 
 RESULTS_FILE = "run_results.json"  # a sweep's run finished: its figures and outputs
 GRID_RESULTS_FILE = "grid_results.tsv"

@@ -59,7 +59,7 @@ def build_trainer(strategy, model_fn: Callable, task, *, loop_config, max_seq_le
     """Builds model and optimizer under the strategy and the shared loop around them.
 
     Args:
-      loop_config: the run's `training.loop.LoopConfig` (its optimizer's settings too).
+      loop_config: the run's `training.settings.LoopConfig` (its optimizer's settings too).
       build_fn: model -> None, creates the model's variables (default: one call on a zero
         batch of the encoder's inputs, `training.loop.build_encoder_model`).
 
