@@ -4,7 +4,7 @@ input pipeline alone and a matmul ceiling.
     .venv/bin/pip install keras-hub   # benchmark only; not a project dependency
     .venv/bin/python bench/bench_pretraining.py --sizes=small,base --dtypes=float32,bfloat16
 
-Our step is the real training loop (`training.loop.PretrainingLoop.run_train_steps`: one
+Our step is the real training loop (`training.pretraining.PretrainingLoop.run_train_steps`: one
 `tf.function` running `--steps` steps of `strategy.run`, with MLM + NSP heads, the original
 AdamWeightDecay with global-norm clipping). keras-hub's step is BertMaskedLM (MLM head at
 the masked positions, no NSP head) with keras.optimizers.AdamW and global-norm clipping,

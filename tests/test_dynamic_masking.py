@@ -498,7 +498,7 @@ def test_run_pretraining_trains_on_unmasked_records(prose, tmp_path):
     done = _run([*train, f"--output_dir={tmp_path / 'run'}", "--do_train", "--do_eval",
                  f"--vocab_file={prose['vocab']}", "--do_whole_word_mask"])
     assert done.returncode == 0, done.stderr[-3000:]
-    from training import loop
+    from training import loop, pretraining
 
     values = loop.read_eval_results(str(tmp_path / "run" / "eval_results.txt"))
     assert values["global_step"] == 6
@@ -513,7 +513,7 @@ def test_run_pretraining_trains_on_unmasked_records(prose, tmp_path):
         prose["vocab"], max_predictions_per_seq=PREDS, masked_lm_prob=0.15,
         do_whole_word_mask=True, mask_token_rate=0.8, random_token_rate=0.1, seed=1)
     model = BertPretrainer(BertConfig.from_json_file(str(config)))
-    loop.build_pretraining_model(model, SEQ, PREDS)
+    pretraining.build_pretraining_model(model, SEQ, PREDS)
     tf.train.Checkpoint(model=model).restore(
         tf.train.latest_checkpoint(str(tmp_path / "run"))).expect_partial()
     correct = weight = 0.0
