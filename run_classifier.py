@@ -51,6 +51,13 @@ _define(flags.DEFINE_string, "quotechar", "auto",
         "custom: csv quote character; auto: '\"' for comma-separated files, none otherwise.")
 _define(flags.DEFINE_bool, "skip_bad_rows", False,
         "Skip malformed rows (counted in the cache metadata) instead of failing on the first.")
+_define(flags.DEFINE_enum, "long_document", "truncate", ["truncate", "head_tail"],
+        "A text longer than max_seq_length: truncate (the original: its first tokens) or "
+        "head_tail (its first --head_tokens and its last tokens; single-text tasks). "
+        "docs/run_classifier.md#long-documents.")
+_define(flags.DEFINE_integer, "head_tokens", None,
+        "head_tail: tokens kept from the start of a long text, the rest of the window from "
+        "its end; default round((max_seq_length - 2) * 128 / 510), Sun et al.'s 128 of 510.")
 
 @dataclasses.dataclass(frozen=True)
 class ClassifierRun:
@@ -113,7 +120,9 @@ def run_config_from_flags(values=FLAGS) -> ClassifierRun:
         common_flags.finetuning_run(values),
         ClassificationSettings(task_name=task, data_dir=values.data_dir,
                                xnli_language=values.xnli_language, custom=custom,
-                               skip_bad_rows=values.skip_bad_rows))
+                               skip_bad_rows=values.skip_bad_rows,
+                               long_document=values.long_document,
+                               head_tokens=values.head_tokens))
 
 
 _CUSTOM_FLAGS = ("text_a_column", "text_b_column", "label_column", "delimiter", "has_header",

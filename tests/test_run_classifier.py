@@ -535,3 +535,80 @@ def test_flags_become_the_run_config():
     assert run.runtime.distribution_strategy == "tpu" and run.runtime.tpu == "t"
     assert run.runtime.dtype == "bfloat16" and run.do_lower_case and not run.do_predict
     assert run.hparams.dtype == "bfloat16"
+
+
+# --- Long documents ------------------------------------------------------------------------
+
+
+def write_long_custom(d, rng, n_train=24, n_dev=8):
+    """Custom CSV of ~45-token texts whose label (pos: a dog) is named only in the last
+    sentence, past the first SEQ tokens."""
+    d.mkdir(parents=True, exist_ok=True)
+    def rows(n):
+        return [(f"{i}", " ".join(rng.choice(WORDS) for _ in range(40)) + " "
+                 + _sentence(rng, NOUNS[i % 4]), ["neg", "pos"][NOUNS[i % 4] == "dog"])
+                for i in range(n)]
+    for split, n in (("train", n_train), ("dev", n_dev), ("test", n_dev)):
+        with open(d / f"{split}.csv", "w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["id", "review", "sentiment"])
+            w.writerows(rows(n))
+    return d
+
+
+def test_head_tail_run_and_its_export_serve_the_same(env, tmp_path):
+    """--long_document=head_tail: the records keep head and tail; export_saved_model.py
+    carries the mode from the run's export_metadata.json and the SavedModel's
+    probabilities on the raw long texts equal test_results.tsv."""
+    import json
+
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
+
+    import run_classifier as rc
+    from data_prep import tokenization
+    from tasks.classification.export import python_features
+    from tests.clis import call_main
+
+    data_dir = write_long_custom(tmp_path / "long", random.Random(5))
+    custom = processors.CustomDataConfig(text_a_column="review", label_column="sentiment",
+                                         delimiter="comma")
+    env = {**env, "long": data_dir}
+    cfg = _run_config(env, "long", tmp_path / "out", task_name="custom", custom=custom,
+                      long_document="head_tail", num_train_epochs=1.0)
+    rc.run(cfg)
+    out = cfg.finetuning.output_dir
+    metadata = json.loads(open(os.path.join(out, "export_metadata.json")).read())
+    assert (metadata["long_document"], metadata["head_tokens"]) == ("head_tail", 8)
+    export_dir = tmp_path / "export"
+    result = call_main("export_saved_model", init_checkpoint=out, export_dir=export_dir)
+    assert result.code == 0, result.stderr
+    texts = [e.text_a for e in processors.get_processor("custom", custom=custom).read_split(
+        str(data_dir), "test").examples]
+    loaded = tf.saved_model.load(str(export_dir))
+    packed = loaded.signatures["preprocess"](text=tf.constant(texts))
+    tokenizer = tokenization.FullTokenizer(env["vocab"], do_lower_case=True)
+    want = python_features(tokenizer, texts, None, SEQ, head_tokens=8)
+    np.testing.assert_array_equal(packed["input_ids"].numpy(), want["input_ids"])
+    truncated = python_features(tokenizer, texts, None, SEQ)["input_ids"]
+    assert (truncated != want["input_ids"]).any(axis=1).all()  # every text is long
+    served = loaded.signatures["serving_default"](text=tf.constant(texts))
+    np.testing.assert_allclose(served["probabilities"].numpy(),
+                               _read_probabilities(os.path.join(out, "test_results.tsv")),
+                               atol=1e-3)
+
+
+def test_long_document_flags_become_the_settings():
+    from absl import flags
+
+    import run_classifier as rc
+
+    argv = ["run_classifier.py", "--task_name=cola", "--data_dir=d", "--vocab_file=v",
+            "--bert_config_file=c", "--output_dir=o", "--long_document=head_tail",
+            "--head_tokens=5"]
+    try:
+        flags.FLAGS(argv)
+        task = rc.run_config_from_flags(flags.FLAGS).task
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert (task.long_document, task.head_tokens) == ("head_tail", 5)

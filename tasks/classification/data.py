@@ -2,7 +2,8 @@
 
   1. Feature conversion with exactly the original run_classifier's rules
      (`convert_single_example`): `[CLS] a [SEP] (b [SEP])`, pair truncation from the end
-     of the longer side, zero padding, label ids; padding examples for fixed batches.
+     of the longer side, zero padding, label ids; padding examples for fixed batches; or
+     head+tail truncation of a long single text (`head_tail`, --long_document=head_tail).
   2. The record schema (`classifier_schema`, `classifier_parse_spec`).
   3. `prepare_classifier_records`: writes a split's features as TFRecords in an output
      directory with a JSON of metadata beside them, and reuses them while the inputs and
@@ -63,14 +64,31 @@ def _label_id(example: InputExample, label_map: Mapping[str, int] | None, is_reg
                          f"list {list(label_map)}") from None
 
 
-def _convert(example, label_map, max_seq_length: int, tokenizer, is_regression: bool
-             ) -> tuple[InputFeatures, int]:
-    """Features of one example and its length in tokens (with [CLS]/[SEP]) before truncation."""
+def default_head_tokens(max_seq_length: int) -> int:
+    """`--head_tokens`' default: Sun et al. (2019)'s 128 head tokens of a 510-token text
+    budget, scaled to `max_seq_length` - 2."""
+    return round((max_seq_length - 2) * 128 / 510)
+
+
+def head_tail(tokens: list, budget: int, head_tokens: int) -> list:
+    """`tokens` cut to `budget` by keeping its first `head_tokens` and its last
+    `budget - head_tokens` tokens (unchanged when it fits)."""
+    if len(tokens) <= budget:
+        return tokens
+    return tokens[:head_tokens] + tokens[len(tokens) - (budget - head_tokens):]
+
+
+def _convert(example, label_map, max_seq_length: int, tokenizer, is_regression: bool,
+             head_tokens: int | None = None) -> tuple[InputFeatures, int]:
+    """Features of one example and its length in tokens (with [CLS]/[SEP]) before
+    truncation; `head_tokens` (single texts): head+tail truncation instead of the tail cut."""
     if isinstance(example, PaddingInputExample):
         return _padding_features(max_seq_length, is_regression), 0
     tokens_a = tokenizer.tokenize(example.text_a)
     # As the original: an empty text_b, or one that tokenizes to nothing, means one segment.
     tokens_b = (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
+    if head_tokens is not None and tokens_b is None:
+        tokens_a = head_tail(tokens_a, max_seq_length - 2, head_tokens)
     if tokens_b:
         if max_seq_length < 3:
             raise ValueError(f"max_seq_length {max_seq_length} leaves no room for a pair")
@@ -89,7 +107,8 @@ def _convert(example, label_map, max_seq_length: int, tokenizer, is_regression: 
 
 
 def convert_single_example(example, label_list: Sequence[str] | None, max_seq_length: int,
-                           tokenizer, *, is_regression: bool = False) -> InputFeatures:
+                           tokenizer, *, is_regression: bool = False,
+                           head_tokens: int | None = None) -> InputFeatures:
     """The features of one example, with the original run_classifier's rules.
 
     Args:
@@ -99,9 +118,12 @@ def convert_single_example(example, label_list: Sequence[str] | None, max_seq_le
       tokenizer: a data_prep.tokenization.FullTokenizer (anything with tokenize and
         convert_tokens_to_ids).
       is_regression: the label is a float score.
+      head_tokens: head+tail truncation (`head_tail`) of a single text, keeping this many
+        head tokens; None: the original's cut from the end.
     """
     label_map = None if is_regression else {label: i for i, label in enumerate(label_list)}
-    return _convert(example, label_map, max_seq_length, tokenizer, is_regression)[0]
+    return _convert(example, label_map, max_seq_length, tokenizer, is_regression,
+                    head_tokens)[0]
 
 
 def pad_examples(examples: Sequence, batch_size: int) -> list:
@@ -205,21 +227,23 @@ class CachedSplit(CachedRecords):
 
 
 def _cache_key(processor: TableProcessor, split: str, source: str, *, vocab_file,
-               do_lower_case, max_seq_length, label_list, skip_bad_rows, pad_to_multiple
-               ) -> dict:
+               do_lower_case, max_seq_length, label_list, skip_bad_rows, pad_to_multiple,
+               head_tokens=None) -> dict:
+    # head_tokens only when set: truncate's key (and cache) is the one it always was.
+    extra = {} if head_tokens is None else {"head_tokens": int(head_tokens)}
     return cache_key(
         format_version=CACHE_FORMAT_VERSION, processor=processor.signature(), split=split,
         source=fileio.fingerprint(source), vocab_sha256=fileio.sha256(vocab_file),
         do_lower_case=bool(do_lower_case), max_seq_length=int(max_seq_length),
         label_list=list(label_list), skip_bad_rows=bool(skip_bad_rows),
-        pad_to_multiple=int(pad_to_multiple or 1))
+        pad_to_multiple=int(pad_to_multiple or 1), **extra)
 
 
 def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: str,
                                output_dir: str, *, vocab_file: str, do_lower_case: bool,
                                max_seq_length: int, skip_bad_rows: bool = False,
-                               pad_to_multiple: int | None = None, tokenizer=None
-                               ) -> CachedSplit:
+                               pad_to_multiple: int | None = None, tokenizer=None,
+                               head_tokens: int | None = None) -> CachedSplit:
     """Converts a split to TFRecords in output_dir, or reuses the ones already there.
 
     The cache ({split}.tf_record plus {split}.tf_record.metadata.json) is reused while the
@@ -238,6 +262,7 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
       pad_to_multiple: append padding examples (is_real_example=0) up to a multiple of
         this, for fixed-size eval/predict batches.
       tokenizer: an already built FullTokenizer for vocab_file/do_lower_case (optional).
+      head_tokens: head+tail truncation of single texts (`convert_single_example`).
 
     Returns:
       CachedSplit with the paths and the metadata: label_list, is_regression,
@@ -251,7 +276,7 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
     key = _cache_key(processor, layout_split, source, vocab_file=vocab_file,
                      do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                      label_list=label_list, skip_bad_rows=skip_bad_rows,
-                     pad_to_multiple=pad_to_multiple)
+                     pad_to_multiple=pad_to_multiple, head_tokens=head_tokens)
     cache = RecordCache.at(output_dir, f"{layout_split}.tf_record")
     record_file, metadata_file = cache.record_file, cache.metadata_file
     cached = cache.load(key)
@@ -265,7 +290,7 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
     examples = pad_examples(read.examples, pad_to_multiple) if pad_to_multiple else read.examples
     cache.begin()
     stats = _write_records(examples, processor, label_list, max_seq_length, tokenizer,
-                           record_file)
+                           record_file, head_tokens)
     metadata = cache.commit(key, {
         "task": processor.name,
         "split": layout_split,
@@ -286,7 +311,7 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
 
 
 def _write_records(examples, processor: TableProcessor, label_list, max_seq_length, tokenizer,
-                   record_file: str) -> dict:
+                   record_file: str, head_tokens: int | None = None) -> dict:
     """Writes the features of `examples` to record_file; returns length and label stats."""
     import tensorflow as tf
 
@@ -300,7 +325,7 @@ def _write_records(examples, processor: TableProcessor, label_list, max_seq_leng
             tf.io.TFRecordWriter(out.temp(record_file)) as writer:
         for example in examples:
             features, length = _convert(example, label_map, max_seq_length, tokenizer,
-                                        is_regression)
+                                        is_regression, head_tokens)
             if features.is_real_example:
                 stats["max_tokens_seen"] = max(stats["max_tokens_seen"], length)
                 stats["num_truncated"] += int(length > max_seq_length)

@@ -8,6 +8,9 @@ the signatures every family shares). Signatures:
   [batch, num_labels]; regression -> ``score`` float32 [batch] and ``logits`` [batch, 1];
 * ``preprocess``: the same inputs -> int32 ``input_ids``, ``input_mask``, ``segment_ids``;
 * ``serving_tokenized``: those three int32 tensors -> the outputs of ``serving_default``.
+
+A run with ``--long_document=head_tail`` is served the same way: a text longer than the
+window keeps its first ``head_tokens`` and its last tokens, in-graph (``head_tail_ids``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import tensorflow as tf
 
 from modeling.export import families, registry, serving
 from modeling.export.metadata import ExportError
+from tasks.classification.task import MODEL_TYPE, ClassificationExportMetadata
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,20 +34,27 @@ class ClassifierServingConfig(families.ServingConfig):
       labels: label names in id order (empty for regression).
       is_regression: one float output (``score``) instead of label probabilities.
       text_pair: inputs are pairs (``text`` + ``text_pair``).
+      long_document: "truncate" (the original) or "head_tail" (run_classifier.py's
+        ``--long_document``).
+      head_tokens: head_tail's head tokens.
     """
 
     labels: tuple = ()
     is_regression: bool = False
     text_pair: bool = False
+    long_document: str = "truncate"
+    head_tokens: int = 0
 
-    model_type: ClassVar[str] = "classifier"
+    model_type: ClassVar[str] = MODEL_TYPE
+    omitted_at_default: ClassVar[dict] = {"long_document": "truncate", "head_tokens": 0}
 
 
 class ClassifierServing(families.ServingFamily):
     """``--model_type=classifier``: a fine-tuned ``BertClassifier``."""
 
-    model_type = "classifier"
+    model_type = MODEL_TYPE
     config_class = ClassifierServingConfig
+    metadata_class = ClassificationExportMetadata
     weights_description = "a fine-tuned classifier (run_classifier.py output)"
     flags = (
         families.FamilyFlag("label_list", "list", None, "label names in id order (comma "
@@ -57,6 +68,16 @@ class ClassifierServing(families.ServingFamily):
     )
 
     def settings(self, given, metadata, max_seq_length):
+        return {**self._head_settings(metadata), **self._label_settings(given, metadata)}
+
+    @staticmethod
+    def _head_settings(metadata):
+        """How the run read long texts (its metadata; "truncate" without one)."""
+        if getattr(metadata, "long_document", "truncate") == "truncate":
+            return {}
+        return {"long_document": metadata.long_document, "head_tokens": metadata.head_tokens}
+
+    def _label_settings(self, given, metadata):
         text_pair = families.text_pair_setting(given, metadata)
         is_regression = given.get("is_regression")
         if is_regression is None:
@@ -86,6 +107,13 @@ class ClassifierServing(families.ServingFamily):
         if not config.is_regression and len(config.labels) < 1:
             raise ExportError("a classifier export needs its label names (or "
                               "is_regression)")
+        if config.long_document not in ("truncate", "head_tail"):
+            raise ExportError(f"long_document={config.long_document!r}: expected truncate "
+                              "or head_tail")
+        if config.long_document == "head_tail" and (
+                config.text_pair or not 0 <= config.head_tokens <= config.max_seq_length - 2):
+            raise ExportError(f"long_document=head_tail needs single texts and 0 <= "
+                              f"head_tokens={config.head_tokens} <= max_seq_length - 2")
 
     def build_model(self, config, bert_config, dtype_policy):
         from modeling.models import BertClassifier
@@ -108,7 +136,15 @@ class ClassifierServing(families.ServingFamily):
         def classify(features):
             return _classify(module, features)
 
-        sigs = serving.text_signatures(module, classify, module.config.text_pair)
+        config = module.config
+        pack = None
+        if config.long_document == "head_tail":
+            def pack(text):
+                ids = head_tail_ids(module.tokenizer.tokenize(text),
+                                    config.max_seq_length - 2, config.head_tokens)
+                return serving.trim_to_request(module.tokenizer.pack_inputs(
+                    ids, None, max_seq_length=config.max_seq_length))
+        sigs = serving.text_signatures(module, classify, config.text_pair, pack=pack)
         sigs["serving_tokenized"] = tf.function(
             lambda **f: classify(serving.trim_to_request(f))).get_concrete_function(
                 **serving.ids_specs())
@@ -127,17 +163,32 @@ def _classify(module, features):
             "label": tf.gather(labels, tf.argmax(probabilities, axis=-1))}
 
 
+def head_tail_ids(ids, budget: int, head_tokens: int):
+    """``data.head_tail`` in-graph: each row of ``ids`` (RaggedTensor [batch, (tokens)])
+    longer than ``budget`` keeps its first ``head_tokens`` and last ``budget - head_tokens``
+    tokens, gathered by index."""
+    lengths = ids.row_lengths()
+    kept = tf.ragged.range(tf.minimum(lengths, budget))
+    row = kept.value_rowids()
+    position = kept.flat_values
+    skipped = tf.gather(tf.maximum(lengths - budget, 0), row)
+    source = position + tf.where(position >= head_tokens, skipped, tf.zeros_like(skipped))
+    values = tf.gather(ids.flat_values, tf.gather(ids.row_splits, row) + source)
+    return tf.RaggedTensor.from_row_splits(values, kept.row_splits)
+
+
 FAMILY = registry.register(ClassifierServing())
 
 
 def python_features(tokenizer, texts: Sequence[str], text_pairs: Optional[Sequence[str]],
-                    max_seq_length: int) -> dict:
+                    max_seq_length: int, head_tokens: Optional[int] = None) -> dict:
     """The Python path's model inputs (FullTokenizer + the original classifier rules): the
     reference the in-graph packing is tested and benchmarked against.
 
     Args:
       tokenizer: a ``data_prep.tokenization.FullTokenizer``.
       texts, text_pairs: strings (text_pairs None for single-text).
+      head_tokens: head+tail truncation (``--long_document=head_tail``); None: truncate.
     Returns:
       dict of int32 numpy arrays [batch, max_seq_length]: input_ids, input_mask, segment_ids.
     """
@@ -148,6 +199,6 @@ def python_features(tokenizer, texts: Sequence[str], text_pairs: Optional[Sequen
         example = InputExample(str(i), text, None if text_pairs is None else text_pairs[i],
                                label=0.0)
         rows.append(convert_single_example(example, None, max_seq_length, tokenizer,
-                                           is_regression=True))
+                                           is_regression=True, head_tokens=head_tokens))
     return {name: np.asarray([getattr(r, name) for r in rows], np.int32).reshape(
         len(rows), max_seq_length) for name in ("input_ids", "input_mask", "segment_ids")}

@@ -15,9 +15,15 @@ import functools
 
 import tensorflow as tf
 
+from modeling.export.metadata import ExportMetadata
 from tasks.classification import data, metrics, processors
 from tasks.common.classifier_task import ClassifierTask
 from training import finetuning, input_pipeline
+
+# The serving family (tasks.classification.export) that exports a classification run.
+MODEL_TYPE = "classifier"
+# --long_document's modes (docs/run_classifier.md#long-documents).
+LONG_DOCUMENT_MODES = ("truncate", "head_tail")
 
 
 def classifier_task(task_name: str, num_labels: int, is_regression: bool = False
@@ -44,6 +50,10 @@ class ClassificationSettings:
       xnli_language: XNLI's language.
       custom: `tasks.classification.processors.CustomDataConfig` for task "custom".
       skip_bad_rows: skip malformed rows (counted) instead of failing on the first.
+      long_document: how a text longer than max_seq_length is read: "truncate" (the
+        original: its first tokens) or "head_tail" (its first `head_tokens` and its last
+        tokens; single-text tasks only).
+      head_tokens: head_tail's head; None: `data.default_head_tokens(max_seq_length)`.
     """
 
     task_name: str
@@ -51,6 +61,27 @@ class ClassificationSettings:
     xnli_language: str = "zh"
     custom: "processors.CustomDataConfig | None" = None
     skip_bad_rows: bool = False
+    long_document: str = "truncate"
+    head_tokens: "int | None" = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationExportMetadata(ExportMetadata):
+    """`export_metadata.json` of a classification run: the shared fields plus how the run
+    read long texts, so that its export serves what it predicted. `long_document` and
+    `head_tokens` are written only when not "truncate" (a truncate run's file is as before).
+    """
+
+    long_document: str = "truncate"
+    head_tokens: int = 0
+
+    def to_json(self) -> str:
+        import json
+
+        data = json.loads(super().to_json())
+        if self.long_document == "truncate":
+            del data["long_document"], data["head_tokens"]
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
 class ClassificationFamily(finetuning.TaskFamily):
@@ -69,6 +100,32 @@ class ClassificationFamily(finetuning.TaskFamily):
         self.num_labels = 1 if self.is_regression else len(self.label_list)
         self._task = classifier_task(settings.task_name, self.num_labels, self.is_regression)
         self._batch_sizes: dict = {}
+        self.head_tokens = self._head_tokens()
+
+    def _text_pair(self) -> bool:
+        return any(layout.text_b is not None for layout in self.processor.layouts.values())
+
+    def _head_tokens(self):
+        """head_tail's head (None for truncate), checked against the task and the window."""
+        cfg = self.settings
+        if cfg.long_document not in LONG_DOCUMENT_MODES:
+            raise ValueError(f"--long_document={cfg.long_document}: expected one of "
+                             f"{', '.join(LONG_DOCUMENT_MODES)}")
+        if cfg.long_document == "truncate":
+            if cfg.head_tokens is not None:
+                raise ValueError("--head_tokens only applies to --long_document=head_tail")
+            return None
+        if self._text_pair():
+            # Which side's head and tail to keep has no single good answer: refuse.
+            raise ValueError(f"--long_document={cfg.long_document} reads single texts; task "
+                             f"{cfg.task_name} has text pairs (text_b)")
+        budget = self.max_seq_length - 2
+        head = (data.default_head_tokens(self.max_seq_length) if cfg.head_tokens is None
+                else cfg.head_tokens)
+        if not 0 <= head <= budget:
+            raise ValueError(f"--head_tokens={head} must be between 0 and max_seq_length - 2 "
+                             f"= {budget}")
+        return head
 
     def identity(self) -> dict:
         return {"task": self.settings.task_name, "labels": self.label_list,
@@ -86,7 +143,7 @@ class ClassificationFamily(finetuning.TaskFamily):
                 self.processor, cfg.data_dir, name, run.output_dir,
                 vocab_file=run.vocab_file, do_lower_case=run.do_lower_case,
                 max_seq_length=run.max_seq_length, skip_bad_rows=cfg.skip_bad_rows,
-                pad_to_multiple=pad, tokenizer=tokenizer)
+                pad_to_multiple=pad, tokenizer=tokenizer, head_tokens=self.head_tokens)
             return Split(name, suffix, cached.num_examples, cached)
 
         prepared = PreparedData()
@@ -173,14 +230,9 @@ class ClassificationFamily(finetuning.TaskFamily):
         return list(texts)
 
     def export_metadata(self, run):
-        from modeling.export.metadata import ExportMetadata
-
-        text_pair = any(layout.text_b is not None
-                        for layout in self.processor.layouts.values())
-        from tasks.classification.export import FAMILY
-
-        return ExportMetadata(
+        return ClassificationExportMetadata(
             task=self.settings.task_name, labels=tuple(self.label_list),
             is_regression=self.is_regression, do_lower_case=run.do_lower_case,
-            max_seq_length=run.max_seq_length, text_pair=text_pair,
-            model_type=FAMILY.model_type)
+            max_seq_length=run.max_seq_length, text_pair=self._text_pair(),
+            model_type=MODEL_TYPE, long_document=self.settings.long_document,
+            head_tokens=self.head_tokens or 0)
