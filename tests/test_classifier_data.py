@@ -681,3 +681,36 @@ def test_long_document_settings_are_checked(tmp_path):
     with pytest.raises(ValueError, match="--head_tokens only applies to"):
         family("CoLA", head_tokens=3)
     assert family("CoLA", long_document="head_tail", head_tokens=14).head_tokens == 14
+    with pytest.raises(ValueError, match="windows reads single texts; task MRPC"):
+        family("MRPC", long_document="windows")
+    with pytest.raises(ValueError, match=r"--doc_stride=15 must be between 1 and .* = 14"):
+        family("CoLA", long_document="windows", doc_stride=15)
+    with pytest.raises(ValueError, match="--max_windows_per_document=0 must be at least 1"):
+        family("CoLA", long_document="windows", max_windows_per_document=0)
+    with pytest.raises(ValueError, match="--window_pooling=sum: expected one of"):
+        family("CoLA", long_document="windows", window_pooling="sum")
+    assert family("CoLA", long_document="windows").windows == cd.Windows(7, 8)
+
+
+def test_windows_records_hold_every_token_once_per_window(tiny_vocab_file):
+    """A long text's windows (doc_stride apart, the last ending at its last token), each
+    packed `[CLS] window [SEP]`, then all-zero windows up to the limit."""
+    tokenizer = tokenization.FullTokenizer(tiny_vocab_file, do_lower_case=True)
+    text = "the cat sat on a mat and the dog ran far away to his home in the red hut"
+    tokens = tokenizer.tokenize(text)
+    n = len(tokens)
+    values, length, count = cd.window_record_values(
+        ce.InputExample("g", text, None, "1"), {"0": 0, "1": 1}, 10, tokenizer, False,
+        cd.Windows(doc_stride=5, max_windows=6))
+    starts = list(range(0, n - 8, 5)) + [n - 8] if (n - 8) % 5 else list(range(0, n - 7, 5))
+    assert length == n + 2 and count == len(starts)
+    ids = [values["input_ids"][i * 10:(i + 1) * 10] for i in range(6)]
+    for i, start in enumerate(starts):
+        window = tokens[start:start + 8]
+        assert ids[i][:len(window) + 2] == tokenizer.convert_tokens_to_ids(
+            ["[CLS]", *window, "[SEP]"])
+    assert ids[count:] == [[0] * 10] * (6 - count)
+    assert values["label_ids"] == [1] and values["is_real_example"] == [1]
+    with pytest.raises(ValueError, match=f"example g: its {n} tokens need {count} windows"):
+        cd.window_record_values(ce.InputExample("g", text, None, "1"), {"0": 0, "1": 1},
+                                10, tokenizer, False, cd.Windows(5, count - 1))

@@ -612,3 +612,87 @@ def test_long_document_flags_become_the_settings():
     finally:
         flags.FLAGS.unparse_flags()
     assert (task.long_document, task.head_tokens) == ("head_tail", 5)
+    argv = argv[:6] + ["--long_document=windows", "--doc_stride=7",
+                       "--max_windows_per_document=3", "--window_pooling=max"]
+    try:
+        flags.FLAGS(argv)
+        task = rc.run_config_from_flags(flags.FLAGS).task
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert (task.long_document, task.doc_stride, task.max_windows_per_document,
+            task.window_pooling) == ("windows", 7, 3, "max")
+
+
+def _document_probabilities(run_dir, texts, vocab, pooling):
+    """Softmax of a fresh BertDocumentClassifier loaded from run_dir's newest checkpoint,
+    one document at a time on its real windows only (no padding windows, no runner code)."""
+    import tensorflow as tf
+
+    from data_prep import tokenization
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.models import BertDocumentClassifier
+
+    config = BertConfig.from_json_file(os.path.join(run_dir, "bert_config.json"))
+    model = BertDocumentClassifier(config, 2, pooling=pooling)
+    checkpoints.load_pretrained(tf.train.latest_checkpoint(run_dir), model)  # strict
+    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    rows = []
+    for text in texts:
+        values, _, count = cd.window_record_values(
+            ce.InputExample("t", text, None, "neg"), {"neg": 0, "pos": 1}, SEQ, tokenizer,
+            False, cd.Windows(doc_stride=15, max_windows=8))
+        inputs = {k: tf.constant(values[k][:count * SEQ], tf.int32)[None, :].__array__()
+                  .reshape(1, count, SEQ) for k in ("input_ids", "input_mask", "segment_ids")}
+        rows.append(tf.nn.softmax(model(inputs, training=False)["logits"])[0].numpy())
+    return np.array(rows)
+
+
+@pytest.fixture(scope="module")
+def windows_run(env, tmp_path_factory):
+    """A --long_document=windows run (attention pooling) on the long custom data."""
+    import run_classifier as rc
+
+    root = tmp_path_factory.mktemp("windows")
+    data_dir = write_long_custom(root / "long", random.Random(7))
+    custom = processors.CustomDataConfig(text_a_column="review", label_column="sentiment",
+                                         delimiter="comma")
+    cfg = _run_config({**env, "long": data_dir}, "long", root / "out", task_name="custom",
+                      custom=custom, long_document="windows", window_pooling="attention",
+                      num_train_epochs=2.0, eval_batch_size=3, predict_batch_size=3)
+    return {"result": rc.run(cfg), "dir": cfg.finetuning.output_dir, "data": data_dir,
+            "custom": custom, "root": root}
+
+
+def test_windows_run_predicts_one_row_per_document(windows_run, env):
+    """--long_document=windows: each document is one record of its windows [windows, seq];
+    test_results.tsv has one row per document in input order, equal to the checkpoint's
+    model run on each document's real windows alone; dev metrics are per document."""
+    import json
+
+    out = windows_run["dir"]
+    processor = processors.get_processor("custom", custom=windows_run["custom"])
+    test = processor.read_split(str(windows_run["data"]), "test").examples
+    probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
+    assert probs.shape == (len(test), 2)
+    np.testing.assert_allclose(probs, _document_probabilities(
+        out, [e.text_a for e in test], env["vocab"], "attention"), atol=1e-4)
+    meta = json.loads(open(os.path.join(out, "test.tf_record.metadata.json")).read())
+    # 43-50 tokens: 2 or 3 windows of 30 tokens, 15 apart; nothing is cut.
+    assert meta["max_windows_seen"] == 3 and meta["num_truncated"] == 0
+    assert 2 * len(test) < meta["num_windows"] <= 3 * len(test)
+    assert meta["cache_key"]["windows"] == {"doc_stride": 15, "max_windows": 8}
+    eval_results = _read_results(os.path.join(out, "eval_results.txt"))
+    assert 0.0 <= eval_results["eval_accuracy"] <= 1.0 and eval_results["global_step"] > 0
+
+
+def test_windows_over_the_limit_name_the_file_and_line(windows_run, env, tmp_path):
+    import run_classifier as rc
+
+    cfg = _run_config({**env, "long": windows_run["data"]}, "long", tmp_path / "out",
+                      task_name="custom", custom=windows_run["custom"],
+                      long_document="windows", max_windows_per_document=2)
+    with pytest.raises(ValueError, match=r"long/train\.csv:2: example train-\d+: its \d+ tokens "
+                       r"need 3 windows of max_seq_length=32 with doc_stride=15, more than "
+                       r"--max_windows_per_document=2"):
+        rc.run(cfg)
