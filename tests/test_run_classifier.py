@@ -696,3 +696,43 @@ def test_windows_over_the_limit_name_the_file_and_line(windows_run, env, tmp_pat
                        r"need 3 windows of max_seq_length=32 with doc_stride=15, more than "
                        r"--max_windows_per_document=2"):
         rc.run(cfg)
+
+
+def test_windows_export_serves_whole_documents_as_the_run(windows_run, tmp_path):
+    """export_saved_model.py carries the windows from the run's export_metadata.json: the
+    SavedModel's probabilities on the raw long texts (one request, documents of 2 and 3
+    windows together) equal test_results.tsv; a text over the window limit is refused
+    with a message naming the input and the limit."""
+    import json
+
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
+
+    from modeling.export.serving import TOO_MANY_WINDOWS
+    from tests.clis import call_main
+
+    out = windows_run["dir"]
+    metadata = json.loads(open(os.path.join(out, "export_metadata.json")).read())
+    assert {k: metadata[k] for k in ("long_document", "doc_stride", "max_windows_per_document",
+                                     "window_pooling")} == {
+        "long_document": "windows", "doc_stride": 15, "max_windows_per_document": 8,
+        "window_pooling": "attention"}
+    export_dir = tmp_path / "export"
+    result = call_main("export_saved_model", init_checkpoint=out, export_dir=export_dir)
+    assert result.code == 0, result.stderr
+    processor = processors.get_processor("custom", custom=windows_run["custom"])
+    texts = [e.text_a for e in processor.read_split(str(windows_run["data"]), "test").examples]
+    loaded = tf.saved_model.load(str(export_dir))
+    packed = loaded.signatures["preprocess"](text=tf.constant(texts))
+    assert packed["input_ids"].shape[:2] == (len(texts), 3)
+    served = loaded.signatures["serving_default"](text=tf.constant(texts))
+    np.testing.assert_allclose(served["probabilities"].numpy(),
+                               _read_probabilities(os.path.join(out, "test_results.tsv")),
+                               atol=1e-3)
+    tokenized = loaded.signatures["serving_tokenized"](**packed)
+    np.testing.assert_allclose(tokenized["probabilities"].numpy(),
+                               served["probabilities"].numpy(), atol=1e-6)
+    too_long = " ".join(["the cat sat"] * 60)   # 180 tokens: 11 windows > 8
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=f"a `text` input {TOO_MANY_WINDOWS}=8"):
+        loaded.signatures["serving_default"](text=tf.constant([texts[0], too_long]))
