@@ -736,3 +736,20 @@ def test_windows_export_serves_whole_documents_as_the_run(windows_run, tmp_path)
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=f"a `text` input {TOO_MANY_WINDOWS}=8"):
         loaded.signatures["serving_default"](text=tf.constant([texts[0], too_long]))
+
+
+def test_windows_with_seeds_and_best_checkpoint(windows_run, env, tmp_path):
+    """The shared driver's seeds and --keep_best_checkpoint work for a windows run (max
+    pooling): per-seed runs, the best seed's predictions one row per document."""
+    import run_classifier as rc
+
+    cfg = _run_config({**env, "long": windows_run["data"]}, "long", tmp_path / "out",
+                      task_name="custom", custom=windows_run["custom"],
+                      long_document="windows", window_pooling="max", seeds=(1, 2),
+                      keep_best_checkpoint=True, num_train_epochs=1.0)
+    result = rc.run(cfg)
+    assert [r["seed"] for r in result["runs"]] == [1, 2] and result["best_seed"] in (1, 2)
+    for r in result["runs"]:
+        probs = _read_probabilities(os.path.join(r["dir"], "test_results.tsv"))
+        assert probs.shape == (8, 2)
+        np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
