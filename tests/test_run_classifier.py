@@ -642,8 +642,8 @@ def _document_probabilities(run_dir, texts, vocab, pooling):
         values, _, count = cd.window_record_values(
             ce.InputExample("t", text, None, "neg"), {"neg": 0, "pos": 1}, SEQ, tokenizer,
             False, cd.Windows(doc_stride=15, max_windows=8))
-        inputs = {k: tf.constant(values[k][:count * SEQ], tf.int32)[None, :].__array__()
-                  .reshape(1, count, SEQ) for k in ("input_ids", "input_mask", "segment_ids")}
+        inputs = {k: np.asarray(values[k][:count * SEQ], np.int32).reshape(1, count, SEQ)
+                  for k in ("input_ids", "input_mask", "segment_ids")}
         rows.append(tf.nn.softmax(model(inputs, training=False)["logits"])[0].numpy())
     return np.array(rows)
 

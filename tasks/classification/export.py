@@ -63,7 +63,8 @@ class ClassifierServingConfig(families.ServingConfig):
 
 
 class ClassifierServing(families.ServingFamily):
-    """``--model_type=classifier``: a fine-tuned ``BertClassifier``."""
+    """``--model_type=classifier``: a fine-tuned ``BertClassifier`` (a windows run's:
+    ``BertDocumentClassifier``)."""
 
     model_type = MODEL_TYPE
     config_class = ClassifierServingConfig
@@ -81,10 +82,11 @@ class ClassifierServing(families.ServingFamily):
     )
 
     def settings(self, given, metadata, max_seq_length):
-        return {**self._head_settings(metadata), **self._label_settings(given, metadata)}
+        return {**self._long_document_settings(metadata),
+                **self._label_settings(given, metadata)}
 
     @staticmethod
-    def _head_settings(metadata):
+    def _long_document_settings(metadata):
         """How the run read long texts (its metadata; "truncate" without one)."""
         mode = getattr(metadata, "long_document", "truncate")
         if mode == "head_tail":
