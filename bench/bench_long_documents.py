@@ -75,7 +75,7 @@ def main():
     parser.add_argument("--test", type=int, default=128)
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--doc_stride", type=int, default=126)
-    parser.add_argument("--max_windows", type=int, default=16)
+    parser.add_argument("--max_windows", type=int, default=24)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--epochs", type=float, default=6.0)

@@ -753,3 +753,24 @@ def test_windows_with_seeds_and_best_checkpoint(windows_run, env, tmp_path):
         probs = _read_probabilities(os.path.join(r["dir"], "test_results.tsv"))
         assert probs.shape == (8, 2)
         np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
+
+
+def test_windows_learn_what_truncation_cannot_read(env, tmp_path):
+    """The label is named only past the first window: truncate gets no further than the
+    majority class (3 of 4 dev texts are "neg"), windows (max pooling, trained on the
+    documents' labels) learns it."""
+    import run_classifier as rc
+
+    data_dir = write_long_custom(tmp_path / "long", random.Random(5), n_train=48, n_dev=16)
+    custom = processors.CustomDataConfig(text_a_column="review", label_column="sentiment",
+                                         delimiter="comma")
+    accuracy = {}
+    for mode, extra in (("truncate", {}), ("windows", {"window_pooling": "max"})):
+        cfg = _run_config({**env, "long": data_dir}, "long", tmp_path / mode,
+                          task_name="custom", custom=custom, long_document=mode,
+                          num_train_epochs=20.0, do_predict=False,
+                          save_checkpoints_steps=1000, **extra)
+        rc.run(cfg)
+        accuracy[mode] = _read_results(os.path.join(cfg.finetuning.output_dir,
+                                                    "eval_results.txt"))["eval_accuracy"]
+    assert accuracy["truncate"] <= 0.8 and accuracy["windows"] >= 0.95, accuracy
