@@ -333,14 +333,23 @@ def test_mrpc_cli_from_tf1_checkpoint_trains_evaluates_predicts(mrpc_cli, env):
 
 
 def test_mrpc_output_dir_is_ready_for_export(mrpc_cli, env):
-    from modeling.export import registry
-    from modeling.export.metadata import ExportMetadata
+    import json
 
+    import tasks
+    from modeling.export import registry
+    from tasks.classification.task import ClassificationExportMetadata
+
+    tasks.register_serving_families()  # as export_saved_model.py: the run's family's class
     out = mrpc_cli["dir"]
     meta = registry.read_run_metadata(out)
-    assert meta == ExportMetadata(task="mrpc", labels=("0", "1"), is_regression=False,
-                                  do_lower_case=True, max_seq_length=SEQ, text_pair=True,
-                                  model_type="classifier")
+    assert meta == ClassificationExportMetadata(
+        task="mrpc", labels=("0", "1"), is_regression=False, do_lower_case=True,
+        max_seq_length=SEQ, text_pair=True, model_type="classifier")
+    # A truncate run's file has the keys it always had (no long-document keys).
+    with open(os.path.join(out, "export_metadata.json")) as f:
+        assert sorted(json.load(f)) == sorted(
+            ["task", "labels", "is_regression", "do_lower_case", "max_seq_length",
+             "text_pair", "model_type"])
     assert open(os.path.join(out, "vocab.txt")).read() == open(env["vocab"]).read()
     assert os.path.exists(os.path.join(out, "bert_config.json"))
     assert os.path.exists(RecordCache.at(out, "train.tf_record").metadata_file)
