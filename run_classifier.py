@@ -49,6 +49,22 @@ _define(flags.DEFINE_string, "quotechar", "auto",
         "custom: csv quote character; auto: '\"' for comma-separated files, none otherwise.")
 _define(flags.DEFINE_bool, "skip_bad_rows", False,
         "Skip malformed rows (counted in the cache metadata) instead of failing on the first.")
+_define(flags.DEFINE_enum, "long_document", "truncate", ["truncate", "head_tail", "windows"],
+        "A text longer than max_seq_length: truncate (the original: its first tokens), "
+        "head_tail (its first --head_tokens and its last tokens) or windows (all of it, "
+        "through --doc_stride windows pooled into one prediction); single-text tasks for "
+        "head_tail and windows. docs/run_classifier.md#long-documents.")
+_define(flags.DEFINE_integer, "head_tokens", None,
+        "head_tail: tokens kept from the start of a long text, the rest of the window from "
+        "its end; default round((max_seq_length - 2) * 128 / 510), Sun et al.'s 128 of 510.")
+_define(flags.DEFINE_integer, "doc_stride", None,
+        "windows: tokens between the starts of a text's windows; default half a window's "
+        "text ((max_seq_length - 2) // 2).")
+_define(flags.DEFINE_integer, "max_windows_per_document", 8,
+        "windows: most windows one text may need; a longer text is refused (file and line).")
+_define(flags.DEFINE_enum, "window_pooling", "mean", ["mean", "max", "attention"],
+        "windows: how the windows' pooled outputs become one document vector: mean, max, "
+        "or attention (a learned score per window), trained end to end.")
 
 def _column(value):
     if value is None or str(value).strip() == "":
@@ -81,7 +97,11 @@ def _own_settings(values) -> dict:
         if given:
             raise ValueError(f"--{given[0]} only applies to --task_name=custom")
     return dict(task_name=task, data_dir=values.data_dir, xnli_language=values.xnli_language,
-                custom=custom, skip_bad_rows=values.skip_bad_rows)
+                custom=custom, skip_bad_rows=values.skip_bad_rows,
+                long_document=values.long_document, head_tokens=values.head_tokens,
+                doc_stride=values.doc_stride,
+                max_windows_per_document=values.max_windows_per_document,
+                window_pooling=values.window_pooling)
 
 
 _CUSTOM_FLAGS = ("text_a_column", "text_b_column", "label_column", "delimiter", "has_header",
@@ -102,7 +122,7 @@ def _family(task, max_seq_length):
 
 # This runner's defaults of the flags runners share, shown by --helpfull and used when a
 # flag is not given (training/flags.py `use_defaults`).
-DEFAULTS = {"task_name": None}
+DEFAULTS = {"task_name": None, "doc_stride": None}
 COMMAND = common_flags.FinetuningCommand(
     "run_classifier.py", _own_settings, _task_settings, _family, DEFAULTS,
     required=("task_name", "data_dir", "vocab_file", "bert_config_file", "output_dir"))

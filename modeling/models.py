@@ -206,6 +206,81 @@ class BertClassifier(_LabelsModel):
     encoder_output = "pooled_output"
 
 
+# How BertDocumentClassifier pools a document's windows into one vector.
+WINDOW_POOLINGS = ("mean", "max", "attention")
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertDocumentClassifier(_LabelsModel):
+    """A long document's windows -> one prediction: each window's pooled output, pooled over the document's windows, then the classifier's dropout + dense.
+
+    The windows of a document are encoded independently, [batch, windows, seq] ->
+    [batch * windows, seq], and their pooled outputs combined by ``pooling``: "mean",
+    "max" (per feature), or "attention" (a learned score per window, softmax over the
+    document's windows, the weighted mean): one set of logits per document, so the
+    document's label trains every window through the pooling (end to end). A window whose
+    ``input_mask`` is all zero is padding: no pooling sees it.
+
+    Args:
+      config: ``BertConfig``.
+      num_labels: number of logits (1 for regression).
+      pooling: one of ``WINDOW_POOLINGS``.
+      dropout_rate: dropout before the dense layer; None means ``hidden_dropout_prob``.
+
+    Call inputs: int32 ``input_ids``, ``input_mask``, ``segment_ids`` [batch, windows, seq].
+
+    Call outputs: ``logits`` float32 [batch, num_labels].
+    """
+
+    head_name = "classifier"
+    config_fields = ("num_labels", "dropout_rate", "pooling")
+
+    def __init__(self, config, num_labels, pooling="mean", dropout_rate=None, **kwargs):
+        if pooling not in WINDOW_POOLINGS:
+            raise ValueError(f"pooling={pooling!r}: expected one of {WINDOW_POOLINGS}")
+        self._window_pooling = pooling  # read by _add_head, before the model is built
+        super().__init__(config, num_labels, dropout_rate=dropout_rate, **kwargs)
+
+    @property
+    def pooling(self) -> str:
+        return self._window_pooling
+
+    def _add_head(self, num_outputs, dropout_rate):
+        if self.pooling == "attention":
+            c = self.bert_config
+            self.window_attention = keras.layers.Dense(
+                1, kernel_initializer=keras.initializers.TruncatedNormal(
+                    stddev=c.initializer_range), dtype=self.dtype_policy,
+                name="window_attention")
+            self.window_attention.build((None, c.hidden_size))
+        super()._add_head(num_outputs, dropout_rate)
+
+    def call(self, inputs, training=None):
+        shape = ops.shape(inputs["input_ids"])  # [batch, windows, seq]
+        flat = {k: ops.reshape(v, (-1, shape[-1]))
+                for k, v in self._encoder_inputs(inputs).items()}
+        pooled = self.encoder(flat, training=training)["pooled_output"]
+        pooled = ops.reshape(pooled, (shape[0], shape[1], -1))   # [batch, windows, hidden]
+        present = ops.any(ops.not_equal(inputs["input_mask"], 0), axis=-1)  # [batch, windows]
+        document = ops.cast(self._pool(pooled, present), pooled.dtype)
+        return {"logits": self._head()(document, training=training)}
+
+    def _pool(self, pooled, present):
+        """[batch, hidden] float32 from the windows' pooled outputs (present ones only;
+        a document without windows, a padding row, pools to zeros)."""
+        x = ops.cast(pooled, "float32")
+        weight = ops.cast(present, "float32")[..., None]             # [batch, windows, 1]
+        count = ops.sum(weight, axis=1)                               # [batch, 1]
+        if self.pooling == "mean":
+            return ops.sum(x * weight, axis=1) / ops.maximum(count, 1.0)
+        if self.pooling == "max":
+            best = ops.max(ops.where(weight > 0, x, -1e9), axis=1)
+            return ops.where(count > 0, best, 0.0)
+        scores = ops.cast(self.window_attention(pooled), "float32")   # [batch, windows, 1]
+        scores = ops.where(weight > 0, scores, -1e9)
+        return ops.sum(ops.softmax(scores, axis=1) * x * weight, axis=1)
+
+
 @keras.saving.register_keras_serializable(package="bert")
 class BertMultipleChoice(_DenseHeadModel):
     """Multiple choice (SWAG): one logit per choice from its pooled output, compared across choices.

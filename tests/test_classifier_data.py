@@ -606,3 +606,111 @@ def test_skipped_rows_are_counted_in_the_metadata(tmp_path, tiny_vocab_file):
         cd.prepare_classifier_records(
             processors.get_processor("mrpc"), str(tmp_path), "train", str(tmp_path / "out"),
             vocab_file=tiny_vocab_file, do_lower_case=True, max_seq_length=16)
+
+
+# --- Long documents: --long_document=head_tail -------------------------------------------
+
+
+def test_head_tail_keeps_the_first_and_last_tokens(tiny_vocab_file):
+    tokenizer = tokenization.FullTokenizer(tiny_vocab_file, do_lower_case=True)
+    words = "the cat sat on a mat and the dog ran far away to his home in the red hut".split()
+    text = " ".join(words)
+    tokens = tokenizer.tokenize(text)
+    assert len(tokens) > 10
+    example = ce.InputExample("g", text, None, "1")
+    head = cd.convert_single_example(example, ["0", "1"], 10, tokenizer, head_tokens=3)
+    kept = tokens[:3] + tokens[-5:]   # 10 - [CLS] [SEP] = 8 tokens: 3 head, 5 tail
+    assert head.input_ids == tokenizer.convert_tokens_to_ids(["[CLS]", *kept, "[SEP]"])
+    assert head.input_mask == [1] * 10
+    # head_tokens=8 (the whole budget) is the original's cut; 0 keeps only the tail.
+    truncate = cd.convert_single_example(example, ["0", "1"], 10, tokenizer)
+    assert cd.convert_single_example(example, ["0", "1"], 10, tokenizer,
+                                      head_tokens=8) == truncate
+    assert cd.head_tail(tokens, 8, 0) == tokens[-8:]
+    assert cd.head_tail(tokens[:8], 8, 3) == tokens[:8]  # fits: unchanged
+    assert cd.default_head_tokens(512) == 128 and cd.default_head_tokens(128) == 32
+
+
+def test_long_document_truncate_records_stay_the_originals(tmp_path, tiny_vocab_file):
+    """The default mode's records and cache key are the original's (no new key), and
+    head_tail writes other records under another key."""
+    from tasks.classification.task import ClassificationFamily, ClassificationSettings
+
+    data_dir = tmp_path / "CoLA"
+    write_cola(data_dir)
+    out = str(tmp_path / "out")
+    truncate = ClassificationFamily(ClassificationSettings("cola", str(data_dir)), 8)
+    assert truncate.head_tokens is None
+    cached = cd.prepare_classifier_records(
+        processors.get_processor("cola"), str(data_dir), "train", out,
+        vocab_file=tiny_vocab_file, do_lower_case=True, max_seq_length=8,
+        head_tokens=truncate.head_tokens)
+    original = original_classifier()
+    reference = str(tmp_path / "original.tf_record")
+    original.file_based_convert_examples_to_features(
+        original.ColaProcessor().get_train_examples(str(data_dir)), ["0", "1"], 8,
+        original.original_tokenization.FullTokenizer(tiny_vocab_file), reference)
+    assert read_records(cached.record_file) == read_records(reference)
+    assert cached.metadata["num_truncated"] > 0
+    assert "head_tokens" not in cached.metadata["cache_key"]
+    head_tail = ClassificationFamily(
+        ClassificationSettings("cola", str(data_dir), long_document="head_tail"), 8)
+    assert head_tail.head_tokens == cd.default_head_tokens(8) == 2
+    other = cd.prepare_classifier_records(
+        processors.get_processor("cola"), str(data_dir), "train", out,
+        vocab_file=tiny_vocab_file, do_lower_case=True, max_seq_length=8,
+        head_tokens=head_tail.head_tokens)
+    assert not other.reused and other.metadata["cache_key"]["head_tokens"] == 2
+    assert read_records(other.record_file) != read_records(reference)
+
+
+def test_long_document_settings_are_checked(tmp_path):
+    from tasks.classification.task import ClassificationFamily, ClassificationSettings
+
+    write_cola(tmp_path / "CoLA")
+    write_mrpc(tmp_path / "MRPC")
+
+    def family(task, **settings):
+        return ClassificationFamily(ClassificationSettings(task, str(tmp_path / task),
+                                                           **settings), 16)
+
+    with pytest.raises(ValueError, match="reads single texts; task MRPC has text pairs"):
+        family("MRPC", long_document="head_tail")
+    with pytest.raises(ValueError, match=r"--head_tokens=15 must be between 0 and .* = 14"):
+        family("CoLA", long_document="head_tail", head_tokens=15)
+    with pytest.raises(ValueError, match="--head_tokens only applies to"):
+        family("CoLA", head_tokens=3)
+    assert family("CoLA", long_document="head_tail", head_tokens=14).head_tokens == 14
+    with pytest.raises(ValueError, match="windows reads single texts; task MRPC"):
+        family("MRPC", long_document="windows")
+    with pytest.raises(ValueError, match=r"--doc_stride=15 must be between 1 and .* = 14"):
+        family("CoLA", long_document="windows", doc_stride=15)
+    with pytest.raises(ValueError, match="--max_windows_per_document=0 must be at least 1"):
+        family("CoLA", long_document="windows", max_windows_per_document=0)
+    with pytest.raises(ValueError, match="--window_pooling=sum: expected one of"):
+        family("CoLA", long_document="windows", window_pooling="sum")
+    assert family("CoLA", long_document="windows").windows == cd.Windows(7, 8)
+
+
+def test_windows_records_hold_every_token_once_per_window(tiny_vocab_file):
+    """A long text's windows (doc_stride apart, the last ending at its last token), each
+    packed `[CLS] window [SEP]`, then all-zero windows up to the limit."""
+    tokenizer = tokenization.FullTokenizer(tiny_vocab_file, do_lower_case=True)
+    text = "the cat sat on a mat and the dog ran far away to his home in the red hut"
+    tokens = tokenizer.tokenize(text)
+    n = len(tokens)
+    values, length, count = cd.window_record_values(
+        ce.InputExample("g", text, None, "1"), {"0": 0, "1": 1}, 10, tokenizer, False,
+        cd.Windows(doc_stride=5, max_windows=6))
+    starts = list(range(0, n - 8, 5)) + [n - 8] if (n - 8) % 5 else list(range(0, n - 7, 5))
+    assert length == n + 2 and count == len(starts)
+    ids = [values["input_ids"][i * 10:(i + 1) * 10] for i in range(6)]
+    for i, start in enumerate(starts):
+        window = tokens[start:start + 8]
+        assert ids[i][:len(window) + 2] == tokenizer.convert_tokens_to_ids(
+            ["[CLS]", *window, "[SEP]"])
+    assert ids[count:] == [[0] * 10] * (6 - count)
+    assert values["label_ids"] == [1] and values["is_real_example"] == [1]
+    with pytest.raises(ValueError, match=f"example g: its {n} tokens need {count} windows"):
+        cd.window_record_values(ce.InputExample("g", text, None, "1"), {"0": 0, "1": 1},
+                                10, tokenizer, False, cd.Windows(5, count - 1))

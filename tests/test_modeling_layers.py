@@ -188,3 +188,38 @@ def test_fused_dense_matches_keras_dense(act):
 def test_unknown_inputs_are_reported():
     with pytest.raises(KeyError, match="lack \\['segment_ids'\\]"):
         BertEncoder(CONFIG)({"input_ids": INPUTS["input_ids"], "input_mask": INPUTS["input_mask"]})
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "attention"])
+def test_document_classifier_pools_the_real_windows_only(pooling):
+    """BertDocumentClassifier: a document's logits are the head on the pooling of its
+    windows' pooled outputs (mean / max / attention-weighted), all-zero padding windows
+    change nothing, and the config round-trips the pooling."""
+    from modeling.models import BertDocumentClassifier
+
+    config = BertConfig.from_dict(tiny_config_dict())
+    model = BertDocumentClassifier(config, 3, pooling=pooling)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, config.vocab_size, size=(1, 2, 8)).astype(np.int32)
+    real = {"input_ids": ids, "input_mask": np.ones_like(ids),
+            "segment_ids": np.zeros_like(ids)}
+    padded = {k: np.concatenate([v, np.zeros((1, 3, 8), np.int32)], axis=1)
+              for k, v in real.items()}
+    logits = model(real, training=False)["logits"].numpy()
+    np.testing.assert_allclose(model(padded, training=False)["logits"].numpy(), logits,
+                               atol=1e-5)
+    pooled = model.encoder({k: v[0] for k, v in real.items()},
+                           training=False)["pooled_output"].numpy()      # [2, hidden]
+    if pooling == "mean":
+        document = pooled.mean(0)
+    elif pooling == "max":
+        document = pooled.max(0)
+    else:
+        scores = model.window_attention(pooled).numpy()[:, 0]
+        weights = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+        document = (weights[:, None] * pooled).sum(0)
+    np.testing.assert_allclose(model.classifier(document[None], training=False).numpy(),
+                               logits, atol=1e-5)
+    assert BertDocumentClassifier.from_config(model.get_config()).pooling == pooling
+    with pytest.raises(ValueError, match="pooling='sum'"):
+        BertDocumentClassifier(config, 3, pooling="sum")

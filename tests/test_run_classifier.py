@@ -333,14 +333,23 @@ def test_mrpc_cli_from_tf1_checkpoint_trains_evaluates_predicts(mrpc_cli, env):
 
 
 def test_mrpc_output_dir_is_ready_for_export(mrpc_cli, env):
-    from modeling.export import registry
-    from modeling.export.metadata import ExportMetadata
+    import json
 
+    import tasks
+    from modeling.export import registry
+    from tasks.classification.task import ClassificationExportMetadata
+
+    tasks.register_serving_families()  # as export_saved_model.py: the run's family's class
     out = mrpc_cli["dir"]
     meta = registry.read_run_metadata(out)
-    assert meta == ExportMetadata(task="mrpc", labels=("0", "1"), is_regression=False,
-                                  do_lower_case=True, max_seq_length=SEQ, text_pair=True,
-                                  model_type="classifier")
+    assert meta == ClassificationExportMetadata(
+        task="mrpc", labels=("0", "1"), is_regression=False, do_lower_case=True,
+        max_seq_length=SEQ, text_pair=True, model_type="classifier")
+    # A truncate run's file has the keys it always had (no long-document keys).
+    with open(os.path.join(out, "export_metadata.json")) as f:
+        assert sorted(json.load(f)) == sorted(
+            ["task", "labels", "is_regression", "do_lower_case", "max_seq_length",
+             "text_pair", "model_type"])
     assert open(os.path.join(out, "vocab.txt")).read() == open(env["vocab"]).read()
     assert os.path.exists(os.path.join(out, "bert_config.json"))
     assert os.path.exists(RecordCache.at(out, "train.tf_record").metadata_file)
@@ -535,3 +544,242 @@ def test_flags_become_the_run_config():
     assert run.runtime.distribution_strategy == "tpu" and run.runtime.tpu == "t"
     assert run.runtime.dtype == "bfloat16" and run.do_lower_case and not run.do_predict
     assert run.loop.dtype == "bfloat16"
+
+
+# --- Long documents ------------------------------------------------------------------------
+
+
+def write_long_custom(d, rng, n_train=24, n_dev=8):
+    """Custom CSV of ~45-token texts whose label (pos: a dog) is named only in the last
+    sentence, past the first SEQ tokens."""
+    d.mkdir(parents=True, exist_ok=True)
+    def rows(n):
+        return [(f"{i}", " ".join(rng.choice(WORDS) for _ in range(40)) + " "
+                 + _sentence(rng, NOUNS[i % 4]), ["neg", "pos"][NOUNS[i % 4] == "dog"])
+                for i in range(n)]
+    for split, n in (("train", n_train), ("dev", n_dev), ("test", n_dev)):
+        with open(d / f"{split}.csv", "w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["id", "review", "sentiment"])
+            w.writerows(rows(n))
+    return d
+
+
+def test_head_tail_run_and_its_export_serve_the_same(env, tmp_path):
+    """--long_document=head_tail: the records keep head and tail; export_saved_model.py
+    carries the mode from the run's export_metadata.json and the SavedModel's
+    probabilities on the raw long texts equal test_results.tsv."""
+    import json
+
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
+
+    import run_classifier as rc
+    from data_prep import tokenization
+    from tasks.classification.export import python_features
+    from tests.clis import call_main
+
+    data_dir = write_long_custom(tmp_path / "long", random.Random(5))
+    custom = processors.CustomDataConfig(text_a_column="review", label_column="sentiment",
+                                         delimiter="comma")
+    env = {**env, "long": data_dir}
+    cfg = _run_config(env, "long", tmp_path / "out", task_name="custom", custom=custom,
+                      long_document="head_tail", num_train_epochs=1.0)
+    rc.run(cfg)
+    out = cfg.finetuning.output_dir
+    metadata = json.loads(open(os.path.join(out, "export_metadata.json")).read())
+    assert (metadata["long_document"], metadata["head_tokens"]) == ("head_tail", 8)
+    export_dir = tmp_path / "export"
+    result = call_main("export_saved_model", init_checkpoint=out, export_dir=export_dir)
+    assert result.code == 0, result.stderr
+    texts = [e.text_a for e in processors.get_processor("custom", custom=custom).read_split(
+        str(data_dir), "test").examples]
+    loaded = tf.saved_model.load(str(export_dir))
+    packed = loaded.signatures["preprocess"](text=tf.constant(texts))
+    tokenizer = tokenization.FullTokenizer(env["vocab"], do_lower_case=True)
+    want = python_features(tokenizer, texts, None, SEQ, head_tokens=8)
+    np.testing.assert_array_equal(packed["input_ids"].numpy(), want["input_ids"])
+    truncated = python_features(tokenizer, texts, None, SEQ)["input_ids"]
+    assert (truncated != want["input_ids"]).any(axis=1).all()  # every text is long
+    served = loaded.signatures["serving_default"](text=tf.constant(texts))
+    np.testing.assert_allclose(served["probabilities"].numpy(),
+                               _read_probabilities(os.path.join(out, "test_results.tsv")),
+                               atol=1e-3)
+
+
+def test_long_document_flags_become_the_settings():
+    from absl import flags
+
+    import run_classifier as rc
+
+    argv = ["run_classifier.py", "--task_name=cola", "--data_dir=d", "--vocab_file=v",
+            "--bert_config_file=c", "--output_dir=o", "--long_document=head_tail",
+            "--head_tokens=5"]
+    try:
+        flags.FLAGS(argv)
+        task = rc.run_config_from_flags(flags.FLAGS).task
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert (task.long_document, task.head_tokens) == ("head_tail", 5)
+    argv = argv[:6] + ["--long_document=windows", "--doc_stride=7",
+                       "--max_windows_per_document=3", "--window_pooling=max"]
+    try:
+        flags.FLAGS(argv)
+        task = rc.run_config_from_flags(flags.FLAGS).task
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert (task.long_document, task.doc_stride, task.max_windows_per_document,
+            task.window_pooling) == ("windows", 7, 3, "max")
+
+
+def _document_probabilities(run_dir, texts, vocab, pooling):
+    """Softmax of a fresh BertDocumentClassifier loaded from run_dir's newest checkpoint,
+    one document at a time on its real windows only (no padding windows, no runner code)."""
+    import tensorflow as tf
+
+    from data_prep import tokenization
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.models import BertDocumentClassifier
+
+    config = BertConfig.from_json_file(os.path.join(run_dir, "bert_config.json"))
+    model = BertDocumentClassifier(config, 2, pooling=pooling)
+    checkpoints.load_pretrained(tf.train.latest_checkpoint(run_dir), model)  # strict
+    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    rows = []
+    for text in texts:
+        values, _, count = cd.window_record_values(
+            ce.InputExample("t", text, None, "neg"), {"neg": 0, "pos": 1}, SEQ, tokenizer,
+            False, cd.Windows(doc_stride=15, max_windows=8))
+        inputs = {k: np.asarray(values[k][:count * SEQ], np.int32).reshape(1, count, SEQ)
+                  for k in ("input_ids", "input_mask", "segment_ids")}
+        rows.append(tf.nn.softmax(model(inputs, training=False)["logits"])[0].numpy())
+    return np.array(rows)
+
+
+@pytest.fixture(scope="module")
+def windows_run(env, tmp_path_factory):
+    """A --long_document=windows run (attention pooling) on the long custom data."""
+    import run_classifier as rc
+
+    root = tmp_path_factory.mktemp("windows")
+    data_dir = write_long_custom(root / "long", random.Random(7))
+    custom = processors.CustomDataConfig(text_a_column="review", label_column="sentiment",
+                                         delimiter="comma")
+    cfg = _run_config({**env, "long": data_dir}, "long", root / "out", task_name="custom",
+                      custom=custom, long_document="windows", window_pooling="attention",
+                      num_train_epochs=2.0, eval_batch_size=3, predict_batch_size=3)
+    return {"result": rc.run(cfg), "dir": cfg.finetuning.output_dir, "data": data_dir,
+            "custom": custom, "root": root}
+
+
+def test_windows_run_predicts_one_row_per_document(windows_run, env):
+    """--long_document=windows: each document is one record of its windows [windows, seq];
+    test_results.tsv has one row per document in input order, equal to the checkpoint's
+    model run on each document's real windows alone; dev metrics are per document."""
+    import json
+
+    out = windows_run["dir"]
+    processor = processors.get_processor("custom", custom=windows_run["custom"])
+    test = processor.read_split(str(windows_run["data"]), "test").examples
+    probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
+    assert probs.shape == (len(test), 2)
+    np.testing.assert_allclose(probs, _document_probabilities(
+        out, [e.text_a for e in test], env["vocab"], "attention"), atol=1e-4)
+    meta = json.loads(open(os.path.join(out, "test.tf_record.metadata.json")).read())
+    # 43-50 tokens: 2 or 3 windows of 30 tokens, 15 apart; nothing is cut.
+    assert meta["max_windows_seen"] == 3 and meta["num_truncated"] == 0
+    assert 2 * len(test) < meta["num_windows"] <= 3 * len(test)
+    assert meta["cache_key"]["windows"] == {"doc_stride": 15, "max_windows": 8}
+    eval_results = _read_results(os.path.join(out, "eval_results.txt"))
+    assert 0.0 <= eval_results["eval_accuracy"] <= 1.0 and eval_results["global_step"] > 0
+
+
+def test_windows_over_the_limit_name_the_file_and_line(windows_run, env, tmp_path):
+    import run_classifier as rc
+
+    cfg = _run_config({**env, "long": windows_run["data"]}, "long", tmp_path / "out",
+                      task_name="custom", custom=windows_run["custom"],
+                      long_document="windows", max_windows_per_document=2)
+    with pytest.raises(ValueError, match=r"long/train\.csv:2: example train-\d+: its \d+ tokens "
+                       r"need 3 windows of max_seq_length=32 with doc_stride=15, more than "
+                       r"--max_windows_per_document=2"):
+        rc.run(cfg)
+
+
+def test_windows_export_serves_whole_documents_as_the_run(windows_run, tmp_path):
+    """export_saved_model.py carries the windows from the run's export_metadata.json: the
+    SavedModel's probabilities on the raw long texts (one request, documents of 2 and 3
+    windows together) equal test_results.tsv; a text over the window limit is refused
+    with a message naming the input and the limit."""
+    import json
+
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
+
+    from modeling.export.serving import TOO_MANY_WINDOWS
+    from tests.clis import call_main
+
+    out = windows_run["dir"]
+    metadata = json.loads(open(os.path.join(out, "export_metadata.json")).read())
+    assert {k: metadata[k] for k in ("long_document", "doc_stride", "max_windows_per_document",
+                                     "window_pooling")} == {
+        "long_document": "windows", "doc_stride": 15, "max_windows_per_document": 8,
+        "window_pooling": "attention"}
+    export_dir = tmp_path / "export"
+    result = call_main("export_saved_model", init_checkpoint=out, export_dir=export_dir)
+    assert result.code == 0, result.stderr
+    processor = processors.get_processor("custom", custom=windows_run["custom"])
+    texts = [e.text_a for e in processor.read_split(str(windows_run["data"]), "test").examples]
+    loaded = tf.saved_model.load(str(export_dir))
+    packed = loaded.signatures["preprocess"](text=tf.constant(texts))
+    assert packed["input_ids"].shape[:2] == (len(texts), 3)
+    served = loaded.signatures["serving_default"](text=tf.constant(texts))
+    np.testing.assert_allclose(served["probabilities"].numpy(),
+                               _read_probabilities(os.path.join(out, "test_results.tsv")),
+                               atol=1e-3)
+    tokenized = loaded.signatures["serving_tokenized"](**packed)
+    np.testing.assert_allclose(tokenized["probabilities"].numpy(),
+                               served["probabilities"].numpy(), atol=1e-6)
+    too_long = " ".join(["the cat sat"] * 60)   # 180 tokens: 11 windows > 8
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=f"a `text` input {TOO_MANY_WINDOWS}=8"):
+        loaded.signatures["serving_default"](text=tf.constant([texts[0], too_long]))
+
+
+def test_windows_with_seeds_and_best_checkpoint(windows_run, env, tmp_path):
+    """The shared driver's seeds and --keep_best_checkpoint work for a windows run (max
+    pooling): per-seed runs, the best seed's predictions one row per document."""
+    import run_classifier as rc
+
+    cfg = _run_config({**env, "long": windows_run["data"]}, "long", tmp_path / "out",
+                      task_name="custom", custom=windows_run["custom"],
+                      long_document="windows", window_pooling="max", seeds=(1, 2),
+                      keep_best_checkpoint=True, num_train_epochs=1.0)
+    result = rc.run(cfg)
+    assert [r["seed"] for r in result["runs"]] == [1, 2] and result["best_seed"] in (1, 2)
+    for r in result["runs"]:
+        probs = _read_probabilities(os.path.join(r["dir"], "test_results.tsv"))
+        assert probs.shape == (8, 2)
+        np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
+
+
+def test_windows_learn_what_truncation_cannot_read(env, tmp_path):
+    """The label is named only past the first window: truncate gets no further than the
+    majority class (3 of 4 dev texts are "neg"), windows (max pooling, trained on the
+    documents' labels) learns it."""
+    import run_classifier as rc
+
+    data_dir = write_long_custom(tmp_path / "long", random.Random(5), n_train=48, n_dev=16)
+    custom = processors.CustomDataConfig(text_a_column="review", label_column="sentiment",
+                                         delimiter="comma")
+    accuracy = {}
+    for mode, extra in (("truncate", {}), ("windows", {"window_pooling": "max"})):
+        cfg = _run_config({**env, "long": data_dir}, "long", tmp_path / mode,
+                          task_name="custom", custom=custom, long_document=mode,
+                          num_train_epochs=20.0, do_predict=False,
+                          save_checkpoints_steps=1000, **extra)
+        rc.run(cfg)
+        accuracy[mode] = _read_results(os.path.join(cfg.finetuning.output_dir,
+                                                    "eval_results.txt"))["eval_accuracy"]
+    assert accuracy["truncate"] <= 0.8 and accuracy["windows"] >= 0.95, accuracy

@@ -148,26 +148,28 @@ class ServingModule(tf.Module):
         return sigs
 
 
-def text_function(module: ServingModule, fn, text_pair: bool):
-    """The concrete function ``fn(module.pack(text[, text_pair]))`` on [batch] strings."""
+def text_function(module: ServingModule, fn, text_pair: bool, pack=None):
+    """The concrete function ``fn(pack(text[, text_pair]))`` on [batch] strings (``pack``
+    by default ``module.pack``)."""
+    pack = pack or module.pack
     if text_pair:
         def serve(text, text_pair):
-            return fn(module.pack(text, text_pair))
+            return fn(pack(text, text_pair))
 
         strings = {"text": string_spec("text"), "text_pair": string_spec("text_pair")}
     else:
         def serve(text):
-            return fn(module.pack(text))
+            return fn(pack(text))
 
         strings = {"text": string_spec("text")}
     return tf.function(serve).get_concrete_function(**strings)
 
 
-def text_signatures(module: ServingModule, head, text_pair: bool) -> dict:
+def text_signatures(module: ServingModule, head, text_pair: bool, pack=None) -> dict:
     """``serving_default`` and ``preprocess`` on ``text`` (+ ``text_pair`` for pairs):
-    strings -> ``module.pack`` -> ``head(features)``."""
-    return {"serving_default": text_function(module, head, text_pair),
-            "preprocess": text_function(module, lambda features: features, text_pair)}
+    strings -> ``pack`` (default ``module.pack``) -> ``head(features)``."""
+    return {"serving_default": text_function(module, head, text_pair, pack),
+            "preprocess": text_function(module, lambda features: features, text_pair, pack)}
 
 
 def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings: str,

@@ -2,7 +2,8 @@
 
   1. Feature conversion with exactly the original run_classifier's rules
      (`convert_single_example`): `[CLS] a [SEP] (b [SEP])`, pair truncation from the end
-     of the longer side, zero padding, label ids; padding examples for fixed batches.
+     of the longer side, zero padding, label ids; padding examples for fixed batches; or
+     head+tail truncation of a long single text (`head_tail`, --long_document=head_tail).
   2. The record schema (`classifier_schema`, `classifier_parse_spec`).
   3. `prepare_classifier_records`: writes a split's features as TFRecords in an output
      directory with a JSON of metadata beside them, and reuses them while the inputs and
@@ -26,6 +27,7 @@ from tasks.classification.examples import InputExample, PaddingInputExample
 from tasks.classification.readers import TableProcessor
 from tasks.common.pairs import pack_pair
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
+from tasks.common.windows import DocSpan, doc_spans_for
 
 # Bump when the records or the metadata change meaning: old caches are then rebuilt.
 CACHE_FORMAT_VERSION = 1
@@ -63,14 +65,31 @@ def _label_id(example: InputExample, label_map: Mapping[str, int] | None, is_reg
                          f"list {list(label_map)}") from None
 
 
-def _convert(example, label_map, max_seq_length: int, tokenizer, is_regression: bool
-             ) -> tuple[InputFeatures, int]:
-    """Features of one example and its length in tokens (with [CLS]/[SEP]) before truncation."""
+def default_head_tokens(max_seq_length: int) -> int:
+    """`--head_tokens`' default: Sun et al. (2019)'s 128 head tokens of a 510-token text
+    budget, scaled to `max_seq_length` - 2."""
+    return round((max_seq_length - 2) * 128 / 510)
+
+
+def head_tail(tokens: list, budget: int, head_tokens: int) -> list:
+    """`tokens` cut to `budget` by keeping its first `head_tokens` and its last
+    `budget - head_tokens` tokens (unchanged when it fits)."""
+    if len(tokens) <= budget:
+        return tokens
+    return tokens[:head_tokens] + tokens[len(tokens) - (budget - head_tokens):]
+
+
+def _convert(example, label_map, max_seq_length: int, tokenizer, is_regression: bool,
+             head_tokens: int | None = None) -> tuple[InputFeatures, int]:
+    """Features of one example and its length in tokens (with [CLS]/[SEP]) before
+    truncation; `head_tokens` (single texts): head+tail truncation instead of the tail cut."""
     if isinstance(example, PaddingInputExample):
         return _padding_features(max_seq_length, is_regression), 0
     tokens_a = tokenizer.tokenize(example.text_a)
     # As the original: an empty text_b, or one that tokenizes to nothing, means one segment.
     tokens_b = (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
+    if head_tokens is not None and tokens_b is None:
+        tokens_a = head_tail(tokens_a, max_seq_length - 2, head_tokens)
     if tokens_b:
         if max_seq_length < 3:
             raise ValueError(f"max_seq_length {max_seq_length} leaves no room for a pair")
@@ -89,7 +108,8 @@ def _convert(example, label_map, max_seq_length: int, tokenizer, is_regression: 
 
 
 def convert_single_example(example, label_list: Sequence[str] | None, max_seq_length: int,
-                           tokenizer, *, is_regression: bool = False) -> InputFeatures:
+                           tokenizer, *, is_regression: bool = False,
+                           head_tokens: int | None = None) -> InputFeatures:
     """The features of one example, with the original run_classifier's rules.
 
     Args:
@@ -99,9 +119,60 @@ def convert_single_example(example, label_list: Sequence[str] | None, max_seq_le
       tokenizer: a data_prep.tokenization.FullTokenizer (anything with tokenize and
         convert_tokens_to_ids).
       is_regression: the label is a float score.
+      head_tokens: head+tail truncation (`head_tail`) of a single text, keeping this many
+        head tokens; None: the original's cut from the end.
     """
     label_map = None if is_regression else {label: i for i, label in enumerate(label_list)}
-    return _convert(example, label_map, max_seq_length, tokenizer, is_regression)[0]
+    return _convert(example, label_map, max_seq_length, tokenizer, is_regression,
+                    head_tokens)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Windows:
+    """--long_document=windows: a text read through windows of max_seq_length - 2 tokens,
+    starting `doc_stride` tokens apart (`tasks.common.windows.doc_spans_for`), at most
+    `max_windows` per text."""
+
+    doc_stride: int
+    max_windows: int
+
+
+def window_record_values(example, label_map, max_seq_length: int, tokenizer,
+                         is_regression: bool, windows: Windows) -> tuple[dict, int, int]:
+    """(record values of the windows schema, the text's length in tokens with [CLS]/[SEP],
+    its windows) of one single-text example: each window packed as the original packs a
+    text (`[CLS] window [SEP]`, zero padding), then all-zero windows up to
+    `windows.max_windows`. An empty text has one window ([CLS] [SEP]).
+
+    Raises:
+      ValueError naming the example when the text needs more windows than
+      `windows.max_windows` (`prepare_classifier_records` adds its file and line).
+    """
+    size = windows.max_windows * max_seq_length
+    if isinstance(example, PaddingInputExample):
+        zeros = [0] * size
+        return ({"input_ids": zeros, "input_mask": zeros, "segment_ids": zeros,
+                 "label_ids": [0.0 if is_regression else 0], "is_real_example": [0]}, 0, 0)
+    tokens = tokenizer.tokenize(example.text_a)
+    spans = doc_spans_for(len(tokens), max_seq_length - 2, windows.doc_stride) or [
+        DocSpan(0, 0)]
+    if len(spans) > windows.max_windows:
+        raise ValueError(
+            f"example {example.guid}: its {len(tokens)} tokens need {len(spans)} windows of "
+            f"max_seq_length={max_seq_length} with doc_stride={windows.doc_stride}, more "
+            f"than --max_windows_per_document={windows.max_windows}")
+    values = {"input_ids": [], "input_mask": [], "segment_ids": []}
+    for span in spans:
+        _, ids, mask, segments = pack_pair(tokens[span.start:span.start + span.length], None,
+                                           max_seq_length, tokenizer)
+        values["input_ids"] += ids
+        values["input_mask"] += mask
+        values["segment_ids"] += segments
+    for name in values:
+        values[name] += [0] * (size - len(values[name]))
+    values["label_ids"] = [_label_id(example, label_map, is_regression)]
+    values["is_real_example"] = [1]
+    return values, len(tokens) + 2, len(spans)
 
 
 def pad_examples(examples: Sequence, batch_size: int) -> list:
@@ -140,6 +211,29 @@ SCALAR_FEATURES = ("label_ids", "is_real_example")
 def classifier_schema(is_regression: bool = False) -> features_lib.RecordSchema:
     """The record schema of classification (int64 label) or regression (float label) data."""
     return CLASSIFIER_REGRESSION_SCHEMA if is_regression else CLASSIFIER_SCHEMA
+
+
+def windows_schema(max_windows: int, max_seq_length: int, is_regression: bool = False
+                   ) -> features_lib.RecordSchema:
+    """--long_document=windows records: the classifier schema with each per-token feature
+    holding a document's `max_windows` windows, [max_windows * max_seq_length] flat."""
+    base = classifier_schema(is_regression)
+    size = max_windows * max_seq_length
+    return features_lib.RecordSchema(base.kind + "_windows", tuple(
+        features_lib.FeatureSpec(f.name, f.dtype, size) if f.name not in SCALAR_FEATURES
+        else f for f in base.features))
+
+
+def windows_parse_spec(max_windows: int, max_seq_length: int, is_regression: bool = False
+                       ) -> dict:
+    """The windows records' parse spec: per-token features [max_windows, max_seq_length],
+    label_ids and is_real_example [] (as `classifier_parse_spec`)."""
+    import tensorflow as tf
+
+    spec = classifier_parse_spec(max_seq_length, is_regression)
+    for name in ("input_ids", "input_mask", "segment_ids"):
+        spec[name] = tf.io.FixedLenFeature([max_windows, max_seq_length], tf.int64)
+    return spec
 
 
 def classifier_record_values(features: InputFeatures) -> dict[str, list]:
@@ -205,21 +299,27 @@ class CachedSplit(CachedRecords):
 
 
 def _cache_key(processor: TableProcessor, split: str, source: str, *, vocab_file,
-               do_lower_case, max_seq_length, label_list, skip_bad_rows, pad_to_multiple
-               ) -> dict:
+               do_lower_case, max_seq_length, label_list, skip_bad_rows, pad_to_multiple,
+               head_tokens=None, windows=None) -> dict:
+    # head_tokens and windows only when set: truncate's key (and cache) is the one it
+    # always was.
+    extra = {} if head_tokens is None else {"head_tokens": int(head_tokens)}
+    if windows is not None:
+        extra["windows"] = dataclasses.asdict(windows)
     return cache_key(
         format_version=CACHE_FORMAT_VERSION, processor=processor.signature(), split=split,
         source=fileio.fingerprint(source), vocab_sha256=fileio.sha256(vocab_file),
         do_lower_case=bool(do_lower_case), max_seq_length=int(max_seq_length),
         label_list=list(label_list), skip_bad_rows=bool(skip_bad_rows),
-        pad_to_multiple=int(pad_to_multiple or 1))
+        pad_to_multiple=int(pad_to_multiple or 1), **extra)
 
 
 def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: str,
                                output_dir: str, *, vocab_file: str, do_lower_case: bool,
                                max_seq_length: int, skip_bad_rows: bool = False,
-                               pad_to_multiple: int | None = None, tokenizer=None
-                               ) -> CachedSplit:
+                               pad_to_multiple: int | None = None, tokenizer=None,
+                               head_tokens: int | None = None,
+                               windows: Windows | None = None) -> CachedSplit:
     """Converts a split to TFRecords in output_dir, or reuses the ones already there.
 
     The cache ({split}.tf_record plus {split}.tf_record.metadata.json) is reused while the
@@ -238,6 +338,10 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
       pad_to_multiple: append padding examples (is_real_example=0) up to a multiple of
         this, for fixed-size eval/predict batches.
       tokenizer: an already built FullTokenizer for vocab_file/do_lower_case (optional).
+      head_tokens: head+tail truncation of single texts (`convert_single_example`).
+      windows: write each single text as its windows (`window_record_values`,
+        `windows_schema`) instead; the metadata adds num_windows (all real texts) and
+        max_windows_seen.
 
     Returns:
       CachedSplit with the paths and the metadata: label_list, is_regression,
@@ -251,7 +355,8 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
     key = _cache_key(processor, layout_split, source, vocab_file=vocab_file,
                      do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                      label_list=label_list, skip_bad_rows=skip_bad_rows,
-                     pad_to_multiple=pad_to_multiple)
+                     pad_to_multiple=pad_to_multiple, head_tokens=head_tokens,
+                     windows=windows)
     cache = RecordCache.at(output_dir, f"{layout_split}.tf_record")
     record_file, metadata_file = cache.record_file, cache.metadata_file
     cached = cache.load(key)
@@ -265,7 +370,7 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
     examples = pad_examples(read.examples, pad_to_multiple) if pad_to_multiple else read.examples
     cache.begin()
     stats = _write_records(examples, processor, label_list, max_seq_length, tokenizer,
-                           record_file)
+                           record_file, head_tokens, windows, source)
     metadata = cache.commit(key, {
         "task": processor.name,
         "split": layout_split,
@@ -286,27 +391,45 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
 
 
 def _write_records(examples, processor: TableProcessor, label_list, max_seq_length, tokenizer,
-                   record_file: str) -> dict:
+                   record_file: str, head_tokens: int | None = None,
+                   windows: Windows | None = None, source: str = "") -> dict:
     """Writes the features of `examples` to record_file; returns length and label stats."""
     import tensorflow as tf
 
     is_regression = processor.is_regression
-    encoder = classifier_schema(is_regression).encoder(max_seq_length=max_seq_length)
+    schema = (classifier_schema(is_regression) if windows is None
+              else windows_schema(windows.max_windows, max_seq_length, is_regression))
+    encoder = schema.encoder(max_seq_length=max_seq_length)
     label_map = None if is_regression else {label: i for i, label in enumerate(label_list)}
     stats = {"max_tokens_seen": 0, "num_truncated": 0}
+    if windows is not None:
+        stats.update(num_windows=0, max_windows_seen=0)
     label_counts = {label: 0 for label in label_list}
 
     with fileio.AtomicOutputs([record_file]) as out, \
             tf.io.TFRecordWriter(out.temp(record_file)) as writer:
         for example in examples:
-            features, length = _convert(example, label_map, max_seq_length, tokenizer,
-                                        is_regression)
-            if features.is_real_example:
+            if windows is None:
+                features, length = _convert(example, label_map, max_seq_length, tokenizer,
+                                            is_regression, head_tokens)
+                real, values = features.is_real_example, classifier_record_values(features)
+            else:
+                try:
+                    values, length, count = window_record_values(
+                        example, label_map, max_seq_length, tokenizer, is_regression,
+                        windows)
+                except ValueError as err:
+                    line = "" if example.line is None else f":{example.line}"
+                    raise ValueError(f"{source}{line}: {err}") from None
+                real = values["is_real_example"][0]
+                stats["num_windows"] += count
+                stats["max_windows_seen"] = max(stats["max_windows_seen"], count)
+            if real:
                 stats["max_tokens_seen"] = max(stats["max_tokens_seen"], length)
-                stats["num_truncated"] += int(length > max_seq_length)
+                stats["num_truncated"] += int(length > max_seq_length and windows is None)
                 if not is_regression:
                     label_counts[example.label] += 1
-            writer.write(encoder.encode(classifier_record_values(features)))
+            writer.write(encoder.encode(values))
     if not is_regression:
         stats["label_counts"] = label_counts
     return stats

@@ -11,12 +11,14 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class InputExample:
-    """One example: `label` is a label name, a float score (regression) or a placeholder."""
+    """One example: `label` is a label name, a float score (regression) or a placeholder;
+    `line` its 1-based line in the file read (None when not read from a file; not compared)."""
 
     guid: str
     text_a: str
     text_b: str | None = None
     label: str | float | None = None
+    line: int | None = dataclasses.field(default=None, compare=False)
 
 
 class PaddingInputExample:

@@ -8,6 +8,15 @@ the signatures every family shares). Signatures:
   [batch, num_labels]; regression -> ``score`` float32 [batch] and ``logits`` [batch, 1];
 * ``preprocess``: the same inputs -> int32 ``input_ids``, ``input_mask``, ``segment_ids``;
 * ``serving_tokenized``: those three int32 tensors -> the outputs of ``serving_default``.
+
+A run with ``--long_document=head_tail`` is served the same way: a text longer than the
+window keeps its first ``head_tokens`` and its last tokens, in-graph (``head_tail_ids``).
+A ``--long_document=windows`` run serves every token: each text is cut in-graph into the
+run's ``doc_stride`` windows (``serving.token_windows``, the windows of
+``tasks.common.windows``), the inputs of ``preprocess`` / ``serving_tokenized`` are
+[batch, windows, seq] (windows: the request's most; all-zero windows pad the others), and
+a text needing more than ``max_windows`` windows is refused with InvalidArgumentError
+naming the ``text`` input and the limit (``serving.TOO_MANY_WINDOWS``).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import tensorflow as tf
 
 from modeling.export import families, registry, serving
 from modeling.export.metadata import ExportError
+from tasks.classification.task import MODEL_TYPE, ClassificationExportMetadata
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,20 +40,35 @@ class ClassifierServingConfig(families.ServingConfig):
       labels: label names in id order (empty for regression).
       is_regression: one float output (``score``) instead of label probabilities.
       text_pair: inputs are pairs (``text`` + ``text_pair``).
+      long_document: "truncate" (the original), "head_tail" or "windows"
+        (run_classifier.py's ``--long_document``).
+      head_tokens: head_tail's head tokens.
+      doc_stride, max_windows, window_pooling: windows' stride, most windows per text
+        (``--max_windows_per_document``) and the model's pooling.
     """
 
     labels: tuple = ()
     is_regression: bool = False
     text_pair: bool = False
+    long_document: str = "truncate"
+    head_tokens: int = 0
+    doc_stride: int = 0
+    max_windows: int = 0
+    window_pooling: str = ""
 
-    model_type: ClassVar[str] = "classifier"
+    model_type: ClassVar[str] = MODEL_TYPE
+    omitted_at_default: ClassVar[dict] = {"long_document": "truncate", "head_tokens": 0,
+                                          "doc_stride": 0, "max_windows": 0,
+                                          "window_pooling": ""}
 
 
 class ClassifierServing(families.ServingFamily):
-    """``--model_type=classifier``: a fine-tuned ``BertClassifier``."""
+    """``--model_type=classifier``: a fine-tuned ``BertClassifier`` (a windows run's:
+    ``BertDocumentClassifier``)."""
 
-    model_type = "classifier"
+    model_type = MODEL_TYPE
     config_class = ClassifierServingConfig
+    metadata_class = ClassificationExportMetadata
     weights_description = "a fine-tuned classifier (run_classifier.py output)"
     flags = (
         families.FamilyFlag("label_list", "list", None, "label names in id order (comma "
@@ -57,6 +82,22 @@ class ClassifierServing(families.ServingFamily):
     )
 
     def settings(self, given, metadata, max_seq_length):
+        return {**self._long_document_settings(metadata),
+                **self._label_settings(given, metadata)}
+
+    @staticmethod
+    def _long_document_settings(metadata):
+        """How the run read long texts (its metadata; "truncate" without one)."""
+        mode = getattr(metadata, "long_document", "truncate")
+        if mode == "head_tail":
+            return {"long_document": mode, "head_tokens": metadata.head_tokens}
+        if mode == "windows":
+            return {"long_document": mode, "doc_stride": metadata.doc_stride,
+                    "max_windows": metadata.max_windows_per_document,
+                    "window_pooling": metadata.window_pooling}
+        return {}
+
+    def _label_settings(self, given, metadata):
         text_pair = families.text_pair_setting(given, metadata)
         is_regression = given.get("is_regression")
         if is_regression is None:
@@ -86,17 +127,43 @@ class ClassifierServing(families.ServingFamily):
         if not config.is_regression and len(config.labels) < 1:
             raise ExportError("a classifier export needs its label names (or "
                               "is_regression)")
+        from modeling.models import WINDOW_POOLINGS
+
+        mode, budget = config.long_document, config.max_seq_length - 2
+        if mode not in ("truncate", "head_tail", "windows"):
+            raise ExportError(f"long_document={mode!r}: expected truncate, head_tail or "
+                              "windows")
+        if mode != "truncate" and config.text_pair:
+            raise ExportError(f"long_document={mode} reads single texts, not pairs")
+        if mode == "head_tail" and not 0 <= config.head_tokens <= budget:
+            raise ExportError(f"head_tokens={config.head_tokens} must be between 0 and "
+                              f"max_seq_length - 2 = {budget}")
+        if mode == "windows" and (not 1 <= config.doc_stride <= budget
+                                  or config.max_windows < 1
+                                  or config.window_pooling not in WINDOW_POOLINGS):
+            raise ExportError(
+                f"long_document=windows needs 1 <= doc_stride={config.doc_stride} <= "
+                f"{budget}, max_windows={config.max_windows} >= 1 and window_pooling="
+                f"{config.window_pooling!r} one of {WINDOW_POOLINGS}")
 
     def build_model(self, config, bert_config, dtype_policy):
-        from modeling.models import BertClassifier
+        from modeling.models import BertClassifier, BertDocumentClassifier
 
         num = 1 if config.is_regression else len(config.labels)
+        if config.long_document == "windows":
+            return BertDocumentClassifier(bert_config, num, pooling=config.window_pooling,
+                                          dtype=dtype_policy)
         return BertClassifier(bert_config, num, dtype=dtype_policy)
 
     def check_model(self, model, config):
-        from modeling.models import BertClassifier
+        from modeling.models import BertClassifier, BertDocumentClassifier
 
-        families.expect_model(model, BertClassifier, config)
+        windows = config.long_document == "windows"
+        families.expect_model(model, BertDocumentClassifier if windows else BertClassifier,
+                              config)
+        if windows and model.pooling != config.window_pooling:
+            raise ExportError(f"the document classifier pools its windows by "
+                              f"{model.pooling!r}; the settings say {config.window_pooling!r}")
         want = 1 if config.is_regression else len(config.labels)
         if model.num_labels != want:
             raise ExportError(
@@ -108,10 +175,24 @@ class ClassifierServing(families.ServingFamily):
         def classify(features):
             return _classify(module, features)
 
-        sigs = serving.text_signatures(module, classify, module.config.text_pair)
+        config = module.config
+        pack = None
+        specs = serving.ids_specs()
+        if config.long_document == "windows":
+            def pack(text):
+                return pack_windows(module, text)
+
+            # [batch, windows, seq]
+            specs = {k: tf.TensorSpec([None, None, None], tf.int32, name=k) for k in specs}
+        elif config.long_document == "head_tail":
+            def pack(text):
+                ids = head_tail_ids(module.tokenizer.tokenize(text),
+                                    config.max_seq_length - 2, config.head_tokens)
+                return serving.trim_to_request(module.tokenizer.pack_inputs(
+                    ids, None, max_seq_length=config.max_seq_length))
+        sigs = serving.text_signatures(module, classify, config.text_pair, pack=pack)
         sigs["serving_tokenized"] = tf.function(
-            lambda **f: classify(serving.trim_to_request(f))).get_concrete_function(
-                **serving.ids_specs())
+            lambda **f: classify(serving.trim_to_request(f))).get_concrete_function(**specs)
         return sigs
 
 
@@ -127,17 +208,54 @@ def _classify(module, features):
             "label": tf.gather(labels, tf.argmax(probabilities, axis=-1))}
 
 
+def head_tail_ids(ids, budget: int, head_tokens: int):
+    """``data.head_tail`` in-graph: each row of ``ids`` (RaggedTensor [batch, (tokens)])
+    longer than ``budget`` keeps its first ``head_tokens`` and last ``budget - head_tokens``
+    tokens, gathered by index."""
+    lengths = ids.row_lengths()
+    kept = tf.ragged.range(tf.minimum(lengths, budget))
+    row = kept.value_rowids()
+    position = kept.flat_values
+    skipped = tf.gather(tf.maximum(lengths - budget, 0), row)
+    source = position + tf.where(position >= head_tokens, skipped, tf.zeros_like(skipped))
+    values = tf.gather(ids.flat_values, tf.gather(ids.row_splits, row) + source)
+    return tf.RaggedTensor.from_row_splits(values, kept.row_splits)
+
+
+def pack_windows(module, text):
+    """Raw texts [batch] -> int32 inputs [batch, windows, seq] of a windows run: each text's
+    ``doc_stride`` windows of ``max_seq_length - 2`` tokens, ``[CLS] window [SEP]`` as the
+    run's records (``data.window_record_values``), all-zero windows after a text's last up
+    to the request's most; a text needing more than ``max_windows`` is refused."""
+    config, tok = module.config, module.tokenizer
+    ids = tok.tokenize(text)
+    rows = tf.shape(ids.row_splits, out_type=tf.int64)[0] - 1
+    span = tf.fill([rows], tf.constant(config.max_seq_length - 2, tf.int64))
+    stride = tf.fill([rows], tf.constant(config.doc_stride, tf.int64))
+    tokens, windows = serving.token_windows(
+        ids, span, stride, config.max_windows, what="a `text` input",
+        settings=f"max_seq_length={config.max_seq_length}, doc_stride={config.doc_stride}",
+        advice="split the text, or fine-tune with a larger --max_windows_per_document")
+    packed = tok.pack_inputs(tokens, None, max_seq_length=config.max_seq_length)
+    most = tf.maximum(tf.reduce_max(windows["num_windows"]), 1)
+    shape = tf.stack([rows, most, tf.constant(config.max_seq_length, tf.int64)])
+    where = tf.stack([windows["example"], windows["index"]], axis=1)
+    return serving.trim_to_request({name: tf.scatter_nd(where, value, shape)
+                                    for name, value in packed.items()})
+
+
 FAMILY = registry.register(ClassifierServing())
 
 
 def python_features(tokenizer, texts: Sequence[str], text_pairs: Optional[Sequence[str]],
-                    max_seq_length: int) -> dict:
+                    max_seq_length: int, head_tokens: Optional[int] = None) -> dict:
     """The Python path's model inputs (FullTokenizer + the original classifier rules): the
     reference the in-graph packing is tested and benchmarked against.
 
     Args:
       tokenizer: a ``data_prep.tokenization.FullTokenizer``.
       texts, text_pairs: strings (text_pairs None for single-text).
+      head_tokens: head+tail truncation (``--long_document=head_tail``); None: truncate.
     Returns:
       dict of int32 numpy arrays [batch, max_seq_length]: input_ids, input_mask, segment_ids.
     """
@@ -148,6 +266,6 @@ def python_features(tokenizer, texts: Sequence[str], text_pairs: Optional[Sequen
         example = InputExample(str(i), text, None if text_pairs is None else text_pairs[i],
                                label=0.0)
         rows.append(convert_single_example(example, None, max_seq_length, tokenizer,
-                                           is_regression=True))
+                                           is_regression=True, head_tokens=head_tokens))
     return {name: np.asarray([getattr(r, name) for r in rows], np.int32).reshape(
         len(rows), max_seq_length) for name in ("input_ids", "input_mask", "segment_ids")}

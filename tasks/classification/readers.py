@@ -291,7 +291,8 @@ class _RowReader:
             guid = f"{self.guid_prefix}-{record.index}"
         else:
             guid = f"{self.guid_prefix}-{fields[columns.guid]}"
-        return InputExample(guid=guid, text_a=text_a, text_b=text_b, label=label)
+        return InputExample(guid=guid, text_a=text_a, text_b=text_b, label=label,
+                            line=record.line)
 
     def _text(self, fields: list[str], column: int, role: str) -> str:
         text = fields[column]

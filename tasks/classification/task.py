@@ -15,9 +15,18 @@ import functools
 
 import tensorflow as tf
 
+from modeling.export.metadata import ExportMetadata
 from tasks.classification import data, metrics, processors
 from tasks.common.classifier_task import ClassifierTask
 from training import finetuning, input_pipeline
+
+# The serving family (tasks.classification.export) that exports a classification run.
+MODEL_TYPE = "classifier"
+# --long_document's modes (docs/run_classifier.md#long-documents).
+LONG_DOCUMENT_MODES = ("truncate", "head_tail", "windows")
+# --max_windows_per_document's default: a document of up to 8 windows (about 4 windows'
+# worth of text at the default half-window stride) costs 8 encoder passes.
+DEFAULT_MAX_WINDOWS = 8
 
 
 def classifier_task(task_name: str, num_labels: int, is_regression: bool = False
@@ -44,6 +53,15 @@ class ClassificationSettings:
       xnli_language: XNLI's language.
       custom: `tasks.classification.processors.CustomDataConfig` for task "custom".
       skip_bad_rows: skip malformed rows (counted) instead of failing on the first.
+      long_document: how a text longer than max_seq_length is read: "truncate" (the
+        original: its first tokens) or "head_tail" (its first `head_tokens` and its last
+        tokens; single-text tasks only).
+        or "windows" (all of it, through overlapping windows pooled into one prediction,
+        `modeling.models.BertDocumentClassifier`; single-text tasks only).
+      head_tokens: head_tail's head; None: `data.default_head_tokens(max_seq_length)`.
+      doc_stride: windows: tokens between window starts; None: half a window's text.
+      max_windows_per_document: windows: a text needing more is refused (file and line).
+      window_pooling: windows: "mean", "max" or "attention" (`WINDOW_POOLINGS`).
     """
 
     task_name: str
@@ -51,6 +69,38 @@ class ClassificationSettings:
     xnli_language: str = "zh"
     custom: "processors.CustomDataConfig | None" = None
     skip_bad_rows: bool = False
+    long_document: str = "truncate"
+    head_tokens: "int | None" = None
+    doc_stride: "int | None" = None
+    max_windows_per_document: int = DEFAULT_MAX_WINDOWS
+    window_pooling: str = "mean"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationExportMetadata(ExportMetadata):
+    """`export_metadata.json` of a classification run: the shared fields plus how the run
+    read long texts, so that its export serves what it predicted. The fields of a mode
+    are written only for that mode (a truncate run's file is as before).
+    """
+
+    long_document: str = "truncate"
+    head_tokens: int = 0
+    doc_stride: int = 0
+    max_windows_per_document: int = 0
+    window_pooling: str = ""
+
+    def to_json(self) -> str:
+        import json
+
+        data = json.loads(super().to_json())
+        mode_fields = {"head_tail": ("long_document", "head_tokens"),
+                       "windows": ("long_document", "doc_stride", "max_windows_per_document",
+                                   "window_pooling")}.get(self.long_document, ())
+        for name in ("long_document", "head_tokens", "doc_stride",
+                     "max_windows_per_document", "window_pooling"):
+            if name not in mode_fields:
+                del data[name]
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
 class ClassificationFamily(finetuning.TaskFamily):
@@ -69,10 +119,64 @@ class ClassificationFamily(finetuning.TaskFamily):
         self.num_labels = 1 if self.is_regression else len(self.label_list)
         self._task = classifier_task(settings.task_name, self.num_labels, self.is_regression)
         self._batch_sizes: dict = {}
+        self.head_tokens = self._head_tokens()
+        self.windows = self._windows()
+
+    def _text_pair(self) -> bool:
+        return any(layout.text_b is not None for layout in self.processor.layouts.values())
+
+    def _head_tokens(self):
+        """head_tail's head (None for truncate), checked against the task and the window."""
+        cfg = self.settings
+        if cfg.long_document not in LONG_DOCUMENT_MODES:
+            raise ValueError(f"--long_document={cfg.long_document}: expected one of "
+                             f"{', '.join(LONG_DOCUMENT_MODES)}")
+        if cfg.long_document != "head_tail" and cfg.head_tokens is not None:
+            raise ValueError("--head_tokens only applies to --long_document=head_tail")
+        if cfg.long_document == "truncate":
+            return None
+        if self._text_pair():
+            # Which side's head and tail to keep has no single good answer: refuse.
+            raise ValueError(f"--long_document={cfg.long_document} reads single texts; task "
+                             f"{cfg.task_name} has text pairs (text_b)")
+        if cfg.long_document != "head_tail":
+            return None
+        budget = self.max_seq_length - 2
+        head = (data.default_head_tokens(self.max_seq_length) if cfg.head_tokens is None
+                else cfg.head_tokens)
+        if not 0 <= head <= budget:
+            raise ValueError(f"--head_tokens={head} must be between 0 and max_seq_length - 2 "
+                             f"= {budget}")
+        return head
+
+    def _windows(self):
+        """The windows mode's `data.Windows` (None in the other modes), checked."""
+        from modeling.models import WINDOW_POOLINGS
+
+        cfg = self.settings
+        if cfg.long_document != "windows":
+            return None
+        budget = self.max_seq_length - 2
+        stride = max(budget // 2, 1) if cfg.doc_stride is None else cfg.doc_stride
+        if not 1 <= stride <= budget:
+            raise ValueError(f"--doc_stride={stride} must be between 1 and max_seq_length - 2 "
+                             f"= {budget} (windows start doc_stride tokens apart)")
+        if cfg.max_windows_per_document < 1:
+            raise ValueError(f"--max_windows_per_document={cfg.max_windows_per_document} "
+                             "must be at least 1")
+        if cfg.window_pooling not in WINDOW_POOLINGS:
+            raise ValueError(f"--window_pooling={cfg.window_pooling}: expected one of "
+                             f"{', '.join(WINDOW_POOLINGS)}")
+        return data.Windows(stride, cfg.max_windows_per_document)
 
     def identity(self) -> dict:
-        return {"task": self.settings.task_name, "labels": self.label_list,
-                "is_regression": self.is_regression}
+        identity = {"task": self.settings.task_name, "labels": self.label_list,
+                    "is_regression": self.is_regression}
+        if self.settings.long_document != "truncate":  # truncate's is as it always was
+            identity["long_document"] = self.settings.long_document
+            if self.windows is not None:
+                identity["window_pooling"] = self.settings.window_pooling
+        return identity
 
     def prepare(self, run):
         from data_prep import tokenization
@@ -86,7 +190,8 @@ class ClassificationFamily(finetuning.TaskFamily):
                 self.processor, cfg.data_dir, name, run.output_dir,
                 vocab_file=run.vocab_file, do_lower_case=run.do_lower_case,
                 max_seq_length=run.max_seq_length, skip_bad_rows=cfg.skip_bad_rows,
-                pad_to_multiple=pad, tokenizer=tokenizer)
+                pad_to_multiple=pad, tokenizer=tokenizer, head_tokens=self.head_tokens,
+                windows=self.windows)
             return Split(name, suffix, cached.num_examples, cached)
 
         prepared = PreparedData()
@@ -103,17 +208,32 @@ class ClassificationFamily(finetuning.TaskFamily):
         return prepared
 
     def build_model(self, bert_config):
-        from modeling.models import BertClassifier
+        from modeling.models import BertClassifier, BertDocumentClassifier
 
+        if self.windows is not None:
+            return BertDocumentClassifier(bert_config, self.num_labels,
+                                          pooling=self.settings.window_pooling)
         return BertClassifier(bert_config, self.num_labels)
+
+    def build_variables(self, model, max_seq_length):
+        if self.windows is None:
+            return super().build_variables(model, max_seq_length)
+        shape = [1, self.windows.max_windows, max_seq_length]
+        model({"input_ids": tf.zeros(shape, tf.int32), "input_mask": tf.ones(shape, tf.int32),
+               "segment_ids": tf.zeros(shape, tf.int32)}, training=False)
 
     def loop_task(self):
         return self._task
 
     def records(self, split):
-        return input_pipeline.RecordsConfig(
-            (split.data.record_file,),
-            data.classifier_parse_spec(self.max_seq_length, self.is_regression))
+        if self.windows is not None:
+            # [windows, seq] per document: length bucketing cuts every window to the
+            # bucket of the document's longest window.
+            spec = data.windows_parse_spec(self.windows.max_windows, self.max_seq_length,
+                                           self.is_regression)
+        else:
+            spec = data.classifier_parse_spec(self.max_seq_length, self.is_regression)
+        return input_pipeline.RecordsConfig((split.data.record_file,), spec)
 
     def primary_metric(self) -> str:
         return "eval_" + metrics.primary_metric_name(self.settings.task_name,
@@ -173,14 +293,12 @@ class ClassificationFamily(finetuning.TaskFamily):
         return list(texts)
 
     def export_metadata(self, run):
-        from modeling.export.metadata import ExportMetadata
-
-        text_pair = any(layout.text_b is not None
-                        for layout in self.processor.layouts.values())
-        from tasks.classification.export import FAMILY
-
-        return ExportMetadata(
+        return ClassificationExportMetadata(
             task=self.settings.task_name, labels=tuple(self.label_list),
             is_regression=self.is_regression, do_lower_case=run.do_lower_case,
-            max_seq_length=run.max_seq_length, text_pair=text_pair,
-            model_type=FAMILY.model_type)
+            max_seq_length=run.max_seq_length, text_pair=self._text_pair(),
+            model_type=MODEL_TYPE, long_document=self.settings.long_document,
+            head_tokens=self.head_tokens or 0,
+            doc_stride=self.windows.doc_stride if self.windows else 0,
+            max_windows_per_document=self.windows.max_windows if self.windows else 0,
+            window_pooling=self.settings.window_pooling if self.windows else "")

@@ -1,0 +1,148 @@
+"""Long documents: test accuracy and examples/s of run_classifier.py's --long_document modes on a task only the whole text solves.
+
+    .venv/bin/python bench/bench_long_documents.py --placement=end,anywhere
+
+Documents of `--words` words of real, non-repeating text (bench/corpus.py: consecutive
+corpus sentences, each used once; train, dev and test from disjoint text). The label's
+evidence is one sentence naming a made-up marker word (class "a" or "b"), placed at the
+end of the document ("end") or at a random sentence boundary past the first window
+("anywhere"); nothing else in the text depends on the label, so `truncate` (first
+window only) should sit at chance. A small BERT (`--layers` x `--hidden`) is trained
+from scratch (no pretrained checkpoint on this machine) by `run_classifier.run` exactly
+as the CLI runs it; accuracy is on the held-out test set (dev = test here: the run's
+eval), examples/s of the eval-only rerun (checkpoint restored, records cached) over the
+dev documents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import random
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import corpus as bench_corpus  # noqa: E402
+
+MARKERS = {"a": "the reviewer's verdict is zorblat .", "b": "the reviewer's verdict is quimdex ."}
+MODES = (("truncate", {}), ("head_tail", {}),
+         ("windows", {"window_pooling": "mean"}), ("windows", {"window_pooling": "max"}),
+         ("windows", {"window_pooling": "attention"}))
+
+
+def documents(lines, words: int, count: int, placement: str, skip_words: int, rng):
+    """`count` (text, label) of about `words` words from `lines` (consumed)."""
+    out = []
+    for _ in range(count):
+        sentences, n = [], 0
+        while n < words:
+            line = lines.pop()
+            sentences.append(line)
+            n += len(line.split())
+        label = rng.choice("ab")
+        if placement == "end":
+            sentences.append(MARKERS[label])
+        else:
+            prefix = 0
+            boundaries = []
+            for i, s in enumerate(sentences):
+                prefix += len(s.split())
+                if prefix > skip_words:
+                    boundaries.append(i + 1)
+            sentences.insert(rng.choice(boundaries), MARKERS[label])
+        out.append((" ".join(sentences), label))
+    return out
+
+
+def write_split(path, rows):
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        w.writerows(rows)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--placement", default="end,anywhere")
+    parser.add_argument("--words", type=int, default=1000)
+    parser.add_argument("--train", type=int, default=256)
+    parser.add_argument("--test", type=int, default=128)
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--doc_stride", type=int, default=126)
+    parser.add_argument("--max_windows", type=int, default=24)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--epochs", type=float, default=6.0)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--learning_rate", type=float, default=5e-4)
+    parser.add_argument("--modes", default="")
+    args = parser.parse_args()
+
+    import json
+
+    import run_classifier as rc
+    from tasks.classification import processors
+    from training.execution import RuntimeConfig
+
+    work = tempfile.mkdtemp(prefix="bench_long_")
+    vocab = os.path.join(work, "vocab.txt")
+    bench_corpus.write_vocab(vocab)
+    with open(vocab, encoding="utf-8") as f:
+        vocab_size = sum(1 for _ in f)
+    config = os.path.join(work, "bert_config.json")
+    with open(config, "w") as f:
+        json.dump({"vocab_size": vocab_size, "hidden_size": args.hidden,
+                   "num_hidden_layers": args.layers, "num_attention_heads": 2,
+                   "intermediate_size": 4 * args.hidden, "hidden_act": "gelu",
+                   "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+                   "max_position_embeddings": 512, "type_vocab_size": 2,
+                   "initializer_range": 0.02}, f)
+    lines = bench_corpus.corpus_lines(8.0)[::-1]   # popped from the end: corpus order
+    custom = processors.CustomDataConfig(text_a_column="text", label_column="label",
+                                         delimiter="comma", labels="a,b")
+    modes = [m for m in MODES if not args.modes
+             or f"{m[0]}{'-' + m[1]['window_pooling'] if m[1] else ''}" in args.modes.split(",")]
+    print(f"| placement | mode | test accuracy | eval documents/s | train s |")
+    print("|---|---|---:|---:|---:|")
+    for placement in args.placement.split(","):
+        rng = random.Random(0)
+        data = os.path.join(work, placement)
+        os.makedirs(data)
+        write_split(os.path.join(data, "train.csv"),
+                    documents(lines, args.words, args.train, placement, 120, rng))
+        test = documents(lines, args.words, args.test, placement, 120, rng)
+        write_split(os.path.join(data, "dev.csv"), test)
+        for mode, extra in modes:
+            name = mode + ("-" + extra["window_pooling"] if extra else "")
+            out = os.path.join(work, f"out_{placement}_{name}")
+            values = dict(task_name="custom", custom=custom, data_dir=data, vocab_file=vocab,
+                          bert_config_file=config, output_dir=out,
+                          max_seq_length=args.max_seq_length, do_train=True, do_eval=True,
+                          train_batch_size=args.batch, eval_batch_size=args.batch,
+                          learning_rate=args.learning_rate, num_train_epochs=args.epochs,
+                          save_checkpoints_steps=100000, iterations_per_loop=50,
+                          log_steps=50, seeds=(1,), runtime=RuntimeConfig("one_device", seed=1),
+                          long_document=mode, **extra)
+            if mode == "windows":
+                values.update(doc_stride=args.doc_stride,
+                              max_windows_per_document=args.max_windows)
+            start = time.perf_counter()
+            rc.run(rc.COMMAND.settings(**values))
+            train_s = time.perf_counter() - start
+            start = time.perf_counter()
+            rc.run(rc.COMMAND.settings(**{**values, "do_train": False}))
+            eval_s = time.perf_counter() - start
+            with open(os.path.join(out, "eval_results.txt")) as f:
+                results = dict(line.strip().split(" = ") for line in f)
+            print(f"| {placement} | {name} | {float(results['eval_accuracy']):.3f} | "
+                  f"{args.test / eval_s:.1f} | {train_s:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
