@@ -14,6 +14,7 @@ from data_prep import features as features_lib
 from tests import test_loop_support as S
 from tests.conftest import TINY_VOCAB, write_vocab
 from training import input_pipeline
+from tests.test_loop_support import read_eval_results
 
 SEQ = 32
 WORDS = ["the", "a", "big", "red", "far", "away", "sat", "ran", "on", "in", "to", "and",
@@ -144,10 +145,9 @@ def classifier_env(tmp_path_factory):
 
 
 def _results(directory):
-    from training import loop
 
     probs = np.loadtxt(os.path.join(directory, "test_results.tsv"), delimiter="\t")
-    return loop.read_eval_results(os.path.join(directory, "eval_results.txt")), probs
+    return read_eval_results(os.path.join(directory, "eval_results.txt")), probs
 
 
 def test_classifier_results_equal_with_and_without_buckets(classifier_env):

@@ -29,6 +29,7 @@ from data_prep.pretraining_data.masking import create_masked_lm_predictions, mas
 from training import dynamic_masking as dm
 from training import input_pipeline, record_checks
 from tests.clis import call_main
+from tests.test_loop_support import read_eval_results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = reference_runs.CONFIG
@@ -498,9 +499,9 @@ def test_run_pretraining_trains_on_unmasked_records(prose, tmp_path):
     done = _run([*train, f"--output_dir={tmp_path / 'run'}", "--do_train", "--do_eval",
                  f"--vocab_file={prose['vocab']}", "--do_whole_word_mask"])
     assert done.returncode == 0, done.stderr[-3000:]
-    from training import loop, pretraining
+    from training import pretraining
 
-    values = loop.read_eval_results(str(tmp_path / "run" / "eval_results.txt"))
+    values = read_eval_results(str(tmp_path / "run" / "eval_results.txt"))
     assert values["global_step"] == 6
     assert np.isfinite(values["loss"])
     # The accuracy recomputed here: the run's last checkpoint on the batches its eval read

@@ -15,8 +15,9 @@ from modeling import checkpoints, optimization
 from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
-from training import distribution, input_pipeline, loop, pretraining
+from training import distribution, input_pipeline, pretraining
 from training.settings import LoopConfig
+from tests.test_loop_support import read_eval_results
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +196,7 @@ def test_eval_of_a_checkpoint_matches_numpy(strategy, records, tmp_path):
     model, trainer = _make(strategy, tmp_path)  # different random weights until restored
     assert trainer.restore_or_initialize() == 0
     results = trainer.evaluate(_dataset_fn(records, 8, False))
-    written = loop.read_eval_results(os.path.join(str(tmp_path), "eval_results.txt"))
+    written = read_eval_results(os.path.join(str(tmp_path), "eval_results.txt"))
     assert sorted(written) == ["global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
                                "masked_lm_perplexity", "next_sentence_accuracy",
                                "next_sentence_loss"]

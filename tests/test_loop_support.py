@@ -194,3 +194,17 @@ def make_records_with_cli(tmp_dir, *, seq=SEQ, preds=PREDS, shards=2, dupe_facto
                           timeout=120, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return str(tmp_dir / "records.tfrecord-*"), vocab
+
+
+def read_eval_results(path):
+    """Parses an eval_results.txt (`key = value` lines, as the original writes them) back
+    into a dict of floats; any tf.io.gfile path (ram://, gs://)."""
+    import tensorflow as tf
+
+    out = {}
+    with tf.io.gfile.GFile(str(path)) as f:
+        for line in f:
+            if " = " in line:
+                key, value = line.strip().split(" = ", 1)
+                out[key] = float(value)
+    return out

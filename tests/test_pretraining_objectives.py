@@ -21,7 +21,8 @@ from modeling.encoder import BertEncoder
 from modeling.models import BertPretrainer, BertSpanLabeler
 from tests import test_loop_support as S
 from tests.clis import call_main
-from training import loop, pretraining, trainer_setup
+from training import pretraining, trainer_setup
+from tests.test_loop_support import read_eval_results
 
 GOOGLE_KEYS = ["attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob",
                "hidden_size", "initializer_range", "intermediate_size",
@@ -369,7 +370,7 @@ def test_no_nsp_runs_report_no_next_sentence_figures(studies, tmp_path):
         rc, log = _pretrain(studies, tmp_path / name, next_sentence_prediction="false",
                             **flags)
         assert rc == 0, log[-4000:]
-        results = loop.read_eval_results(tmp_path / name / "eval_results.txt")
+        results = read_eval_results(tmp_path / name / "eval_results.txt")
         assert sorted(results) == ["global_step", "loss", "masked_lm_accuracy",
                                    "masked_lm_loss", "masked_lm_perplexity"], name
         assert results["masked_lm_perplexity"] == pytest.approx(
@@ -402,7 +403,7 @@ def test_ltr_model_fine_tuned_with_a_bilstm_exports_and_serves(studies, tmp_path
     assert rc == 0, log[-4000:]
     saved = json.loads((ltr / "bert_config.json").read_text())
     assert saved["causal_attention"] is True
-    results = loop.read_eval_results(ltr / "eval_results.txt")
+    results = read_eval_results(ltr / "eval_results.txt")
     assert sorted(results) == ["global_step", "loss", "next_token_accuracy",
                                "next_token_loss", "next_token_perplexity"]
     assert [list(accs) for _, _, accs in S.parse_progress(log)] == [["lm_acc"]] * 2

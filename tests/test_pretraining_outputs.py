@@ -20,7 +20,8 @@ from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
 from tests.clis import call_main
-from training import loop, pretraining, trainer_setup
+from training import pretraining, trainer_setup
+from tests.test_loop_support import read_eval_results
 
 # Four steps, one checkpoint, two eval batches: enough to have a run's outputs.
 RUN_FLAGS = dict(max_seq_length=S.SEQ, train_batch_size=8, eval_batch_size=8,
@@ -215,7 +216,7 @@ def test_an_eval_of_nothing_is_refused(ltr_run, records, tmp_path):
             task.metrics_from_totals(totals, 4)
         with pytest.raises(ValueError, match="no figures"):  # batches, but no prediction
             task.metrics_from_totals(dict(totals, steps=2.0), 4)
-    results = loop.read_eval_results(ltr_run / "eval_results.txt")
+    results = read_eval_results(ltr_run / "eval_results.txt")
     assert results["next_token_perplexity"] == pytest.approx(
         math.exp(results["next_token_loss"]))
     assert results["next_token_perplexity"] > 1.0

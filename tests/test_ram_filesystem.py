@@ -19,6 +19,7 @@ import tensorflow as tf
 from tests import test_loop_support as S
 from tests.conftest import TINY_VOCAB
 from training.execution import RuntimeConfig
+from tests.test_loop_support import read_eval_results
 
 ROOT = "ram://bert_test"
 
@@ -50,7 +51,6 @@ def ram_env():
 def test_run_classifier_on_ram_paths(ram_env):
     import run_classifier as rc
     from tasks.classification import processors
-    from training import loop
 
     out = f"{ROOT}/classifier_out"
     cfg = rc.COMMAND.settings(
@@ -66,7 +66,7 @@ def test_run_classifier_on_ram_paths(ram_env):
     assert {"seed_results.txt", "eval_results.txt", "test_results.tsv", "train.tf_record",
             "run_identity.json"} <= names, names
     assert ".run.lock" not in names  # released
-    assert loop.read_eval_results(f"{out}/eval_results.txt")["global_step"] == 6
+    assert read_eval_results(f"{out}/eval_results.txt")["global_step"] == 6
     seed_dir = f"{out}/seed_{result['best_seed']}"
     assert tf.train.latest_checkpoint(seed_dir).endswith("ckpt-6")
     assert {"bert_config.json", "vocab.txt", "export_metadata.json"} <= set(

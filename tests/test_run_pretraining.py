@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from tests import test_loop_support as S
 from tests.clis import call_main
-from training import loop
+from tests.test_loop_support import read_eval_results
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def test_loss_falls_and_eval_writes_every_key(one_device_run):
     assert [s[0] for s in steps] == list(range(10, 101, 10))
     assert steps[-1][1] < steps[0][1] - 1.0, steps
     assert "examples/s" in one_device_run["log"] and "eta" in one_device_run["log"]
-    results = loop.read_eval_results(os.path.join(one_device_run["dir"], "eval_results.txt"))
+    results = read_eval_results(os.path.join(one_device_run["dir"], "eval_results.txt"))
     assert sorted(results) == ["global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
                                "masked_lm_perplexity", "next_sentence_accuracy",
                                "next_sentence_loss"]
@@ -82,8 +82,8 @@ def test_mirrored_over_two_cpus_matches_one_device(data, tmp_path):
     one, mirrored = S.parse_log(runs["one_device"]), S.parse_log(runs["mirrored"])
     assert [s[0] for s in one] == [s[0] for s in mirrored] == [2, 4, 6]
     np.testing.assert_allclose([s[1:] for s in mirrored], [s[1:] for s in one], rtol=1e-4)
-    r1 = loop.read_eval_results(os.path.join(tmp_path / "one_device", "eval_results.txt"))
-    r2 = loop.read_eval_results(os.path.join(tmp_path / "mirrored", "eval_results.txt"))
+    r1 = read_eval_results(os.path.join(tmp_path / "one_device", "eval_results.txt"))
+    r2 = read_eval_results(os.path.join(tmp_path / "mirrored", "eval_results.txt"))
     for key in r1:
         assert r2[key] == pytest.approx(r1[key], rel=1e-4), key
 
@@ -122,7 +122,7 @@ def test_multi_worker_two_local_processes_train_and_checkpoint(data, tmp_path):
     assert os.path.basename(tf.train.latest_checkpoint(str(out))) == "ckpt-10"
     assert os.path.exists(out / "ckpt-5.index")
     assert not [p for p in os.listdir(out) if p.startswith("workertemp")]
-    assert loop.read_eval_results(out / "eval_results.txt")["global_step"] == 10
+    assert read_eval_results(out / "eval_results.txt")["global_step"] == 10
 
 
 def _read_until(proc, pattern, deadline):
@@ -164,7 +164,7 @@ def test_kill_9_then_resume_continues_from_the_saved_step(data, tmp_path):
     assert rc == 0, log[-4000:]
     assert f"at step {saved}" in log  # "Resumed from .../ckpt-N at step N"
     assert [s[0] for s in S.parse_log(log)] == [saved + 5, saved + 10]
-    assert loop.read_eval_results(out / "eval_results.txt")["global_step"] == saved + 10
+    assert read_eval_results(out / "eval_results.txt")["global_step"] == saved + 10
 
 
 def test_phase_two_longer_sequences_from_phase_one(data, one_device_run, tmp_path):
@@ -176,7 +176,7 @@ def test_phase_two_longer_sequences_from_phase_one(data, one_device_run, tmp_pat
     rc, log = S.run_runner(**flags)
     assert rc == 0, log[-4000:]
     assert "Initialised from" in log
-    phase1 = loop.read_eval_results(os.path.join(one_device_run["dir"], "eval_results.txt"))
+    phase1 = read_eval_results(os.path.join(one_device_run["dir"], "eval_results.txt"))
     steps = S.parse_log(log)
     # Starts from trained weights: far below a fresh model's log(120) + log(2) ~ 5.5.
     assert steps[0][1] < phase1["loss"] + 1.0, (steps, phase1)

@@ -22,8 +22,9 @@ from modeling import optimization
 from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
-from training import checkpointing, distribution, input_pipeline, loop, pretraining
+from training import checkpointing, distribution, input_pipeline, pretraining
 from training.settings import LoopConfig
+from tests.test_loop_support import read_eval_results
 
 SHORT, LONG = (16, 3), (32, 5)  # (max_seq_length, max_predictions_per_seq) per phase
 BATCH = 8
@@ -188,7 +189,7 @@ def test_two_phases_in_one_run_killed_in_each_phase_resume_exactly(records, tmp_
     assert "phase 2 from step 150" in log
     steps = [s for s, _, _ in S.parse_progress(log)]
     assert steps == list(range(10, 201, 10)), steps
-    results = loop.read_eval_results(whole / "eval_results.txt")
+    results = read_eval_results(whole / "eval_results.txt")
     assert results["global_step"] == 200
 
     early, boundary, end = (str(whole / f"ckpt-{n}") for n in (10, 150, 200))

@@ -9,7 +9,7 @@ alone, or the left-to-right LM) lives with the pretraining run; each fine-tuning
 family's task object lives in the tasks layer (`tasks.common.classifier_task.ClassifierTask`,
 `tasks.squad.task.SpanTask`, ...); `TrainingLoop(strategy, model, optimizer, config, task)`
 is the loop. The loop writes its eval figures as the original's eval_results.txt
-(`write_eval_results`, `read_eval_results`), for pretraining and fine-tuning alike.
+(`write_eval_results`), for pretraining and fine-tuning alike.
 
 Shape of a training call (`_train_steps`, one `tf.function`): `iterations_per_loop`
 times, `strategy.run(replica_step, next(iterator))`, then a cross-replica sum of the step's
@@ -106,17 +106,6 @@ def write_eval_results(path, results):
     """Writes "key = value" lines sorted by key, like the original's eval_results.txt
     (all-or-nothing: a temporary renamed into place)."""
     fileio.write_text(path, "".join(f"{key} = {results[key]}\n" for key in sorted(results)))
-
-
-def read_eval_results(path):
-    """Parses an eval_results.txt back into a dict of floats."""
-    out = {}
-    with fileio.open_file(path) as f:
-        for line in f:
-            if " = " in line:
-                key, value = line.strip().split(" = ", 1)
-                out[key] = float(value)
-    return out
 
 
 # ------------------------------------------------------------------------------ tasks
