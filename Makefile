@@ -5,8 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_OUTPUT ?= demo_output
 PYTEST_ARGS ?=
-# The suite runs on this many processes (pytest-xdist; most tests use one core: 2 workers
-# take the suite from ~31 to ~17-19 minutes on a 2-core machine, 3 are slower there).
+# The suite runs on this many processes (pytest-xdist, a module per worker: most tests use
+# one core; 2 workers run the ~1,080 tests in ~15 minutes on a 2-core machine, 3 are slower).
 # TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
