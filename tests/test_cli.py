@@ -19,6 +19,7 @@ from data_prep import lifecycle
 from tests import test_loop_support as S
 from tests.clis import TOOLS, call_main, program, run_cli
 from tests.conftest import TINY_VOCAB, write_vocab
+from tests.test_flags_used import RUNNERS as REQUIRED  # each runner's required flags
 
 RUNNERS = ("run_pretraining", "run_classifier", "run_squad", "run_ner", "run_swag",
            "glue_submission")
@@ -252,20 +253,6 @@ def _help_defaults() -> dict:
     return found
 
 
-REQUIRED = {  # the flags each runner needs to build its run config
-    "run_pretraining": ["--input_file=x.tfrecord", "--bert_config_file=c", "--output_dir=o",
-                        "--do_train"],
-    "run_classifier": ["--task_name=cola", "--data_dir=d", "--vocab_file=v",
-                       "--bert_config_file=c", "--output_dir=o", "--do_train"],
-    "run_squad": ["--vocab_file=v", "--bert_config_file=c", "--output_dir=o", "--do_train",
-                  "--train_file=t.json"],
-    "run_ner": ["--data_dir=d", "--vocab_file=v", "--bert_config_file=c", "--output_dir=o",
-                "--do_train"],
-    "run_swag": ["--data_dir=d", "--vocab_file=v", "--bert_config_file=c", "--output_dir=o",
-                 "--do_train"],
-    "glue_submission": ["--glue_dir=g", "--vocab_file=v", "--bert_config_file=c",
-                        "--output_dir=o"],
-}
 
 
 # Flags whose absence the config keeps as None, "not given": refused where they do not
