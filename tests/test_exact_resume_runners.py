@@ -24,6 +24,7 @@ import pytest
 import tensorflow as tf
 
 from tests import test_loop_support as S
+from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
 
 pytestmark = pytest.mark.slow
@@ -148,13 +149,12 @@ def data(pretraining_records, tmp_path_factory):
     d = tmp_path_factory.mktemp("exact_resume")
     pattern, vocab = pretraining_records["pattern"], pretraining_records["vocab"]
     unmasked = d / "pairs.tfrecord"
-    code, log = _run([sys.executable, "-m", "data_prep.create_pretraining_data",
-                      f"--input_file={pretraining_records['dir'] / 'corpus.txt'}",
-                      f"--output_file={unmasked}",
-                      f"--vocab_file={vocab}", f"--max_seq_length={S.SEQ}",
-                      "--dynamic_masking", "--short_seq_prob=0", "--dupe_factor=1",
-                      "--random_seed=1", "--num_workers=1", "--num_output_shards=2"])
-    assert code == 0, log[-3000:]
+    made = call_main("create_pretraining_data", [
+        f"--input_file={pretraining_records['dir'] / 'corpus.txt'}", f"--output_file={unmasked}",
+        f"--vocab_file={vocab}", f"--max_seq_length={S.SEQ}", "--dynamic_masking",
+        "--short_seq_prob=0", "--dupe_factor=1", "--random_seed=1", "--num_workers=1",
+        "--num_output_shards=2"])
+    assert made.code == 0, made.stderr[-3000:]
     return {"pattern": pattern, "unmasked": str(d / "pairs.tfrecord-*"), "vocab": vocab,
             "config": S.write_config(d / "bert_config.json", vocab_size=120, dropout=0.1)}
 
@@ -263,9 +263,11 @@ def test_a_resume_with_another_batch_size_is_refused(data, static_reference, tmp
 
     out = tmp_path / "copy"
     shutil.copytree(static_reference, out)
-    code, log = _run(_pretraining(data, out, num_train_steps=STEPS + 5, train_batch_size=16))
-    assert code != 0
-    assert "batch_size: 8 there, 16 now" in log and f"ckpt-{STEPS}" in log, log[-3000:]
+    refused = call_main("run_pretraining", _pretraining(
+        data, out, num_train_steps=STEPS + 5, train_batch_size=16)[2:])
+    assert refused.code != 0
+    assert "batch_size: 8 there, 16 now" in refused.stderr and f"ckpt-{STEPS}" in refused.stderr, (
+        refused.stderr[-3000:])
 
 
 # ----------------------------------------------------------------------- classifier
