@@ -285,13 +285,13 @@ def test_what_a_step_holds_does_not_grow_with_the_corpus(prose, tmp_path, monkey
 
 
 # ---------------------------------------------------------------------------------------
-# The CLI, as a subprocess.
+# The CLI, in this process (but for the kill).
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "data_prep.beam_pretraining_data", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    """The tool's command line `args` in this process: its Result (stderr with the log)."""
+    done = call_main("beam_pretraining_data", args)
+    return dataclasses.replace(done, stderr=done.stderr + done.log)
 
 
 @pytest.mark.slow
@@ -309,7 +309,7 @@ def test_cli_output_depends_on_the_seed_only(prose, tmp_path):
             ("seed", ["--random_seed=7"])]:
         os.makedirs(tmp_path / name)
         done = run_cli(*common, f"--output_file={tmp_path / name / 'train.tfrecord'}", *extra)
-        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.code == 0, done.stderr[-3000:]
         files = sorted(glob.glob(str(tmp_path / name / "train.tfrecord*")))
         assert [os.path.basename(f) for f in files] == [
             f"train.tfrecord-0000{i}-of-00003" for i in range(3)]
@@ -360,11 +360,9 @@ def test_cli_studies_give_the_local_pools_records(prose, tmp_path):
               "--random_token_rate=1"]
     beam_out, local_out = tmp_path / "beam.tfrecord", tmp_path / "local.tfrecord"
     done = run_cli(*common, f"--output_file={beam_out}", "--runner=DirectRunner")
-    assert done.returncode == 0, done.stderr[-3000:]
-    done = subprocess.run([sys.executable, "-m", "data_prep.create_pretraining_data",
-                           *common, f"--output_file={local_out}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.code == 0, done.stderr[-3000:]
+    done = call_main("create_pretraining_data", [*common, f"--output_file={local_out}"])
+    assert done.code == 0, done.stderr[-3000:]
     parsed, beam_raw = reference_runs.read_records([str(beam_out)])
     _, local_raw = reference_runs.read_records([str(local_out)])
     assert sorted(beam_raw) == sorted(local_raw) and len(beam_raw) > 1500
@@ -411,6 +409,6 @@ def test_a_killed_runs_work_folder_is_removed_by_the_next_run(prose, tmp_path):
     assert work[0].startswith(".train.tfrecord.beam-work.tmp-") and f"-{proc.pid}-" in work[0]
     assert work[0] in os.listdir(out)  # what a kill -9 leaves
     done = run_cli(*args)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.code == 0, done.stderr[-3000:]
     assert sorted(os.listdir(out)) == ["_train.tfrecord.summary.json", "train.tfrecord"]
     assert "Removed 1 temporary file(s) left by an interrupted run" in done.stderr

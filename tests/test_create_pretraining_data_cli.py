@@ -1,4 +1,5 @@
-"""The create_pretraining_data CLI as a subprocess: outputs, summary, determinism, errors."""
+"""The create_pretraining_data CLI (in this process but where the process is under test):
+outputs, summary, determinism, errors."""
 
 import glob
 import json
@@ -35,8 +36,17 @@ def write_corpus(path, num_docs, seed):
     return str(path)
 
 
-def run_cli(*args, module="data_prep.create_pretraining_data", cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd,
+def run_cli(*args):
+    """The CLI with `args` in this process (tests/clis.py): its exit status, stdout and
+    stderr with the log lines, as a finished process's."""
+    done = clis.call_main("create_pretraining_data", args)
+    return subprocess.CompletedProcess(args, done.code, done.stdout, done.stderr + done.log)
+
+
+def run_process(*args, module="data_prep.create_pretraining_data"):
+    """`python -m module args`: the original's CLI, or ours where the end of the process
+    is under test."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT,
                           check=False, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT))
 
@@ -122,9 +132,9 @@ def test_profile_file_is_written(tmp_path, vocab_file):
 
     corpus = write_corpus(tmp_path / "corpus.txt", 60, 6)
     profile = tmp_path / "run.prof"
-    done = run_cli(f"--input_file={corpus}", f"--output_file={tmp_path / 'out.tfrecord'}",
-                   f"--vocab_file={vocab_file}", "--num_workers=2", "--chunk_size_mb=0.002",
-                   f"--profile_file={profile}", *SMALL)
+    done = run_process(f"--input_file={corpus}", f"--output_file={tmp_path / 'out.tfrecord'}",
+                       f"--vocab_file={vocab_file}", "--num_workers=2", "--chunk_size_mb=0.002",
+                       f"--profile_file={profile}", *SMALL)
     assert done.returncode == 0, done.stderr[-3000:]
     assert profile.exists() and profile.stat().st_size > 0
     functions = {name for _, _, name in pstats.Stats(str(profile)).stats}
@@ -216,8 +226,8 @@ def test_one_chunk_gives_the_originals_records(tmp_path, vocab_file):
     done = run_cli(*common, f"--output_file={','.join(ours)}", "--num_workers=2",
                    "--exact_draws")
     assert done.returncode == 0, done.stderr
-    done = run_cli(*common, f"--output_file={','.join(theirs)}",
-                   module="bert.create_pretraining_data")
+    done = run_process(*common, f"--output_file={','.join(theirs)}",
+                       module="bert.create_pretraining_data")
     assert done.returncode == 0, done.stderr[-3000:]
     for mine, original in zip(ours, theirs):
         assert parse_all([mine]) == parse_all([original])

@@ -1,4 +1,5 @@
-"""Shared helpers for the pretraining loop/runner tests: tiny configs, records, subprocesses.
+"""Shared helpers for the pretraining loop/runner tests: tiny configs, records, the runner
+in this process or as a process.
 
 (No tests here; the module name keeps it with the loop tests it serves.)
 """
@@ -10,6 +11,8 @@ import subprocess
 import sys
 
 import numpy as np
+
+from tests.clis import call_main
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ = 32
@@ -98,26 +101,29 @@ def runner_command(**flags):
     return cmd
 
 
-def run_runner(timeout=240, env=None, **flags):
-    """Runs run_pretraining.py to completion; returns (returncode, combined output)."""
+def run_runner(timeout=240, env=None, process=False, **flags):
+    """Runs run_pretraining.py with `flags` to completion; returns (exit status, its output:
+    stdout, stderr and the absl log lines). In this process (tests/clis.py call_main) unless
+    `process` (or an `env` for it): a process only where the process is under test."""
+    if not process and env is None:
+        result = call_main("run_pretraining", **flags)
+        return result.code, "\n".join([result.stdout, result.stderr, result.log])
     proc = subprocess.run(runner_command(**flags), env=runner_env(env), check=False,
                           capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
     return proc.returncode, proc.stdout + proc.stderr
 
 
 def export_and_serve(model_type, run_dir, work_dir, serve_flags):
-    """export_saved_model.py on a runner's output directory, then predict_saved_model.py
-    (isolated: tensorflow + tensorflow_text only) with `serve_flags`, as a user runs them;
-    returns (the --output_json document, the printed lines)."""
+    """export_saved_model.py on a runner's output directory (in this process), then
+    predict_saved_model.py (a process, isolated: tensorflow + tensorflow_text only) with
+    `serve_flags`, as a user runs them; returns (the --output_json document, the printed
+    lines)."""
     import json
 
     export_dir = os.path.join(work_dir, "export")
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "export_saved_model.py"),
-         f"--model_type={model_type}", f"--init_checkpoint={run_dir}",
-         f"--export_dir={export_dir}"],
-        env=runner_env(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = call_main("export_saved_model", model_type=model_type, init_checkpoint=run_dir,
+                       export_dir=export_dir)
+    assert result.code == 0, (result.stderr + result.log)[-3000:]
     out_json = os.path.join(work_dir, "served.json")
     proc = subprocess.run(
         [sys.executable, "-I", os.path.join(REPO_ROOT, "predict_saved_model.py"),
@@ -171,7 +177,8 @@ def write_corpus(path, num_docs=40, sentences=8, seed=0):
 
 def make_records_with_cli(tmp_dir, *, seq=SEQ, preds=PREDS, shards=2, dupe_factor=3, seed=1,
                           extra=()):
-    """Runs `python -m data_prep.create_pretraining_data` over a small corpus; returns the glob.
+    """Runs data_prep.create_pretraining_data (in this process) over a small corpus;
+    returns the glob.
 
     `extra`: more flags (e.g. "--next_sentence_prediction=false"); with "--dynamic_masking"
     the masking flags are left out (that tool refuses them then).
@@ -185,14 +192,12 @@ def make_records_with_cli(tmp_dir, *, seq=SEQ, preds=PREDS, shards=2, dupe_facto
     out = tmp_dir / "records.tfrecord"
     masking = [] if "--dynamic_masking" in extra else [
         f"--max_predictions_per_seq={preds}", "--masked_lm_prob=0.5"]
-    cmd = [sys.executable, "-m", "data_prep.create_pretraining_data", f"--input_file={corpus}",
-           f"--output_file={out}", f"--vocab_file={vocab}", f"--max_seq_length={seq}",
-           *masking, "--short_seq_prob=0",
-           f"--dupe_factor={dupe_factor}", f"--random_seed={seed}", "--num_workers=1",
-           f"--num_output_shards={shards}", *extra]
-    proc = subprocess.run(cmd, env=runner_env(), check=False, capture_output=True, text=True,
-                          timeout=120, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    argv = [f"--input_file={corpus}", f"--output_file={out}", f"--vocab_file={vocab}",
+            f"--max_seq_length={seq}", *masking, "--short_seq_prob=0",
+            f"--dupe_factor={dupe_factor}", f"--random_seed={seed}", "--num_workers=1",
+            f"--num_output_shards={shards}", *extra]
+    result = call_main("create_pretraining_data", argv)
+    assert result.code == 0, (result.stderr + result.log)[-3000:]
     return str(tmp_dir / "records.tfrecord-*"), vocab
 
 

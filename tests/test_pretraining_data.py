@@ -3,7 +3,6 @@
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 
@@ -23,8 +22,8 @@ from data_prep.pretraining_data.records import CompactSerializer, _varints
 from data_prep.pretraining_data.stats import Stats
 from data_prep.text_input import InputError
 from data_prep import tokenization
+from tests import clis
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["the", "a", "of", "and", "to", "in", "is", "was", "it", "he", "she", "on", "cat",
          "dog", "sat", "mat", "ran", "far", "away", "home", "big", "red", "want", "run",
          ",", "!", "?"]
@@ -53,39 +52,47 @@ def write_corpus(path, num_docs, seed, words=WORDS + MULTI_PIECE, max_words=30):
     return str(path)
 
 
-_ORIGINAL = """
-import json, random, sys
-from absl import flags
-import bert.create_pretraining_data as cpd
-import bert.tokenization as tok
-flags.FLAGS.mark_as_parsed()
-results = []
-for a in json.loads(sys.argv[1]):
-    t = tok.FullTokenizer(a["vocab"], True)
-    out = cpd.create_training_instances(
-        a["files"], t, a["max_seq_length"], a["dupe_factor"], a["short_seq_prob"],
-        a["masked_lm_prob"], a["max_predictions_per_seq"], random.Random(a["seed"]))
-    results.append([[t.convert_tokens_to_ids(i.tokens), i.segment_ids,
-                     list(i.masked_lm_positions), t.convert_tokens_to_ids(i.masked_lm_labels),
-                     int(i.is_random_next)] for i in out])
-json.dump(results, sys.stdout)
-"""
-
 EXACT_CASES = [(64, 10, 0.1), (16, 3, 0.5), (128, 20, 0.1)]
 
 
 def original_instances(runs):
     """The original's create_training_instances for each (files, vocab, config, seed), in
-    one subprocess (its absl flags would collide with other modules' in this process)."""
-    args = [dict(files=files, vocab=vocab, seed=seed, **{
-        k: getattr(config, k) for k in ("max_seq_length", "dupe_factor", "short_seq_prob",
-                                        "masked_lm_prob", "max_predictions_per_seq")})
-        for files, vocab, config, seed in runs]
-    done = subprocess.run([sys.executable, "-c", _ORIGINAL, json.dumps(args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    this process, with its absl flags (of our flags' names) defined for the call only
+    (tests/clis.py's flag scope; its tokenizer reads --preserve_unused_tokens)."""
+    from absl import flags
+
+    import bert.tokenization  # noqa: F401  (its flag stays defined, as an import leaves it)
+
+    with clis._flag_scope(_OriginalFlags):  # noqa: SLF001
+        flags.FLAGS.mark_as_parsed()
+        cpd, tok = _OriginalFlags.modules
+        results = []
+        for files, vocab, config, seed in runs:
+            t = tok.FullTokenizer(vocab, True)
+            out = cpd.create_training_instances(
+                files, t, config.max_seq_length, config.dupe_factor, config.short_seq_prob,
+                config.masked_lm_prob, config.max_predictions_per_seq, random.Random(seed))
+            results.append([[t.convert_tokens_to_ids(i.tokens), i.segment_ids,
+                             list(i.masked_lm_positions),
+                             t.convert_tokens_to_ids(i.masked_lm_labels),
+                             int(i.is_random_next)] for i in out])
+    return json.loads(json.dumps(results))  # plain lists, as the tests compare them
+
+
+class _OriginalFlags:
+    """For clis' flag scope: the original's modules (re)imported, which defines their
+    flags."""
+
+    modules = ()
+
+    @classmethod
+    def define_flags(cls):
+        import importlib
+
+        cls.modules = tuple(
+            importlib.reload(sys.modules[name]) if name in sys.modules
+            else importlib.import_module(name)
+            for name in ("bert.tokenization", "bert.create_pretraining_data"))[::-1]
 
 
 def _exact_config(max_seq_length, max_predictions, short_seq_prob):

@@ -6,9 +6,6 @@ to end (pretraining, SQuAD fine-tuning with a BiLSTM, export) in the slow tests.
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -423,11 +420,8 @@ def test_ltr_model_fine_tuned_with_a_bilstm_exports_and_serves(studies, tmp_path
                      predict_batch_size=4, learning_rate=3e-3, num_train_epochs=2.0,
                      iterations_per_loop=4, log_steps=4, seed=3, n_best_size=20,
                      bilstm_units=8, distribution_strategy="one_device")
-        cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_squad.py")] + [
-            f"--{k}={v}" for k, v in flags.items()]
-        proc = subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
-                              timeout=240, cwd=S.REPO_ROOT, check=False)
-        return proc.returncode, proc.stdout + proc.stderr
+        result = call_main("run_squad", **flags)
+        return result.code, "\n".join([result.stdout, result.stderr, result.log])
 
     rc, log = squad(tmp_path / "refused", studies["config"])
     assert rc != 0 and "is a left-to-right (causal_attention: true) model" in log, log[-3000:]

@@ -2,10 +2,11 @@
 `ram://` filesystem, as on a gs:// bucket, gives the same bytes as the same run on a local
 disk.
 
-Each tool runs through its in-process entry point (its `main`, flags parsed) in a helper
+Each tool runs through its in-process entry point (its `main`, flags parsed) in this
 process: `ram://` lives only inside one process, so a CLI started as a subprocess could not
-see files put there, and each tool defines flags of the same names (`--input_file`, ...).
-The helper runs the tool three times on the same inputs:
+see files put there. Each tool defines flags of the same names (`--input_file`, ...): its
+flags are defined for the call only (tests/clis.py's flag scope). The helper runs the tool
+three times on the same inputs:
 
 * `local`: every path in a local folder;
 * `ram`: every path (inputs, vocab, outputs, summaries) on ram://, a file system that
@@ -22,7 +23,6 @@ the temporary folder. A single local read or write of a ram:// path would fail t
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -38,7 +38,7 @@ from absl import flags
 from data_prep import fileio
 
 FLAGS = flags.FLAGS
-LOCAL, RAM = sys.argv[1], "ram://data_tools"
+LOCAL, RAM = sys.argv[1], sys.argv[2]
 INPUTS = json.loads(sys.stdin.read())  # {relative path: text, or "hex:" and bytes}
 TIMINGS = {"seconds", "mb_per_second", "instances_per_second"}
 CALLS = {"rename": 0, "upload": 0}
@@ -107,21 +107,58 @@ print("RESULT" + json.dumps(results))
 '''
 
 
-def run_modes(tmp_path, body, inputs, timeout=400):
-    """The three runs of `body` (see the module docstring); returns {mode: report}."""
+def run_modes(tmp_path, body, inputs):
+    """The three runs of `body` (see the module docstring), in this process with its
+    temporary folder in tmp_path, ram:// below a folder of this call's own; returns
+    {mode: report} and "stderr" (what the runs wrote there and logged)."""
+    import contextlib
+    import io
+    import tempfile
+    import uuid
+
+    import tensorflow as tf
+
+    from data_prep import fileio
+    from tests import clis
+
     temp = tmp_path / "tmp"
     temp.mkdir()
     (tmp_path / "local").mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-c", PRELUDE + body + EPILOGUE, str(tmp_path / "local")],
-        input=json.dumps(inputs), env=S.runner_env({"TMPDIR": str(temp)}), cwd=tmp_path,
-        capture_output=True, text=True, timeout=timeout, check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    ram = f"ram://data_tools-{uuid.uuid4().hex}"
+    saved = (fileio.rename, fileio._upload, fileio.OBJECT_STORE_SCHEMES, tempfile.tempdir,
+             sys.argv, sys.stdin)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.ExitStack() as stack:
+            # The body defines its tool's flags; they go when the call ends.
+            stack.enter_context(clis._flag_scope(_BODY_DEFINES_FLAGS))  # noqa: SLF001
+            stack.enter_context(contextlib.chdir(tmp_path))
+            stack.enter_context(contextlib.redirect_stdout(out))
+            stack.enter_context(contextlib.redirect_stderr(err))
+            log = stack.enter_context(clis._absl_log())  # noqa: SLF001
+            tempfile.tempdir = str(temp)
+            sys.argv = ["-c", str(tmp_path / "local"), ram]
+            sys.stdin = io.StringIO(json.dumps(inputs))
+            exec(compile(PRELUDE + body + EPILOGUE, "<data tool runs>", "exec"),  # noqa: S102
+                 {"__name__": "__data_tool_runs__"})
+    finally:
+        (fileio.rename, fileio._upload, fileio.OBJECT_STORE_SCHEMES, tempfile.tempdir,
+         sys.argv, sys.stdin) = saved
+        if tf.io.gfile.exists(ram):
+            tf.io.gfile.rmtree(ram)
     assert not os.path.exists(tmp_path / "ram:"), "a ram:// path escaped to the local disk"
-    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
+    line = next(line for line in out.getvalue().splitlines() if line.startswith("RESULT"))
     results = json.loads(line[len("RESULT"):])
-    results["stderr"] = proc.stderr
+    results["stderr"] = err.getvalue() + "\n".join(log)
     return results
+
+
+class _BODY_DEFINES_FLAGS:  # noqa: N801
+    """For clis' flag scope: no tool module; the body defines its tool's flags."""
+
+    @staticmethod
+    def define_flags():
+        pass
 
 
 def assert_same_outputs(results, names, uploads):

@@ -1,7 +1,8 @@
-"""run_pretraining.py end to end, as subprocesses: one device, mirrored over 2 logical CPUs,
-multi-worker over 2 local processes, kill -9 and resume, phase 2, flag errors.
+"""run_pretraining.py end to end: one device, mirrored over 2 logical CPUs, multi-worker
+over 2 local processes, kill -9 and resume, phase 2, flag errors. In this process, except
+where the process is under test (logical CPUs, multi-worker, kill -9).
 
-Records come from the real `python -m data_prep.create_pretraining_data` CLI.
+Records come from the real data_prep.create_pretraining_data command.
 """
 
 import json
@@ -73,9 +74,11 @@ def test_mirrored_over_two_cpus_matches_one_device(data, tmp_path):
     common = dict(bert_config_file=config, num_train_steps=6, iterations_per_loop=2,
                   log_steps=2, save_checkpoints_steps=6, max_eval_steps=4)
     runs = {}
+    # The logical CPUs are configured before TensorFlow starts: the mirrored run is a
+    # process of its own.
     for name, extra in [("one_device", {}), ("mirrored", {"num_cpu_devices": 2})]:
         rc, log = S.run_runner(**_flags(data, tmp_path / name, distribution_strategy=name,
-                                        **common, **extra))
+                                        **common, **extra), process=name == "mirrored")
         assert rc == 0, log[-4000:]
         runs[name] = log
     assert "MirroredStrategy with 2 replica(s)" in runs["mirrored"]

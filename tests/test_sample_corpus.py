@@ -14,6 +14,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(args, **kwargs):
+    """`python args` in a fresh process (what it imports is under test)."""
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, env=env, check=False,
                           capture_output=True, text=True, timeout=120, **kwargs)
@@ -88,9 +89,9 @@ def test_cli_writes_bert_format_deterministically(tmp_path):
     outputs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        result = _run(["-m", "data_prep.sample_corpus", f"--output_dir={out}",
-                       "--max_documents=120", "--num_shards=2", "--max_mb=0"])
-        assert result.returncode == 0, result.stderr
+        result = call_main("sample_corpus", [f"--output_dir={out}", "--max_documents=120",
+                                             "--num_shards=2", "--max_mb=0"])
+        assert result.code == 0, result.stderr
         assert "120 documents" in result.stdout
         outputs.append(out)
     files = sorted(os.listdir(outputs[0]))
@@ -256,9 +257,9 @@ def test_cli_writes_classification_tsvs_deterministically(tmp_path):
     outputs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        result = _run(["-m", "data_prep.sample_corpus", f"--classification_dir={out}",
-                       "--max_mb=0.3", "--classification_rows_per_class=60"])
-        assert result.returncode == 0, result.stderr
+        result = call_main("sample_corpus", [f"--classification_dir={out}", "--max_mb=0.3",
+                                             "--classification_rows_per_class=60"])
+        assert result.code == 0, result.stderr
         assert "classification by kind" in result.stdout
         outputs.append(out)
     assert sorted(os.listdir(outputs[0])) == ["dev.tsv", "summary.json", "test.tsv",
@@ -281,10 +282,10 @@ def test_cli_writes_classification_tsvs_deterministically(tmp_path):
     assert summary["rows_per_label"]["train"] == 48  # 80% of 60
     # The corpus and the classification data from one command; neither is required alone.
     both = tmp_path / "both"
-    result = _run(["-m", "data_prep.sample_corpus", f"--output_dir={both / 'corpus'}",
-                   f"--classification_dir={both / 'cls'}", "--max_mb=0.3",
-                   "--classification_rows_per_class=60"])
-    assert result.returncode == 0, result.stderr
+    result = call_main("sample_corpus", [f"--output_dir={both / 'corpus'}",
+                                         f"--classification_dir={both / 'cls'}",
+                                         "--max_mb=0.3", "--classification_rows_per_class=60"])
+    assert result.code == 0, result.stderr
     assert (both / "corpus" / "stdlib-00000-of-00001.txt").exists()
     assert (both / "cls" / "train.tsv").read_bytes() == (outputs[0] / "train.tsv").read_bytes()
     result = call_main("sample_corpus", max_mb=0.3)
