@@ -8,7 +8,6 @@ tensorflow_text, tensorflow_hub and tf_keras, never this project's code."""
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -25,6 +24,7 @@ from modeling.config import BertConfig
 from modeling.models import BertClassifier
 from tasks.classification.export import python_features
 from test_export import LONG, PAIRS, TEXTS, VOCAB, _save_like_training
+from tests.clis import call_main
 
 HIDDEN, LAYERS = 32, 2
 PAIR_SEQ = 24  # short enough that the pairs are trimmed on one side or both
@@ -120,7 +120,7 @@ def _config():
 
 @pytest.fixture(scope="module")
 def hub_export(tmp_path_factory):
-    """A fine-tuned classifier's run dir exported with the CLI as --model_type=hub, then
+    """A fine-tuned classifier's run dir exported with the CLI (in this process) as --model_type=hub, then
     used from a fresh isolated process."""
     keras.utils.set_random_seed(11)
     run = tmp_path_factory.mktemp("run")
@@ -132,13 +132,11 @@ def hub_export(tmp_path_factory):
     write_export_metadata(str(run), ExportMetadata(
         labels=("a", "b", "c"), max_seq_length=32, text_pair=True))
     out = tmp_path_factory.mktemp("exports") / "hub"
-    result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "export_saved_model.py"), "--model_type=hub",
-         f"--init_checkpoint={run}", f"--bert_config_file={run / 'bert_config.json'}",
-         f"--vocab_file={vocab}", "--do_lower_case=true", f"--export_dir={out}"],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = call_main("export_saved_model", [
+        "--model_type=hub", f"--init_checkpoint={run}",
+        f"--bert_config_file={run / 'bert_config.json'}", f"--vocab_file={vocab}",
+        "--do_lower_case=true", f"--export_dir={out}"], cwd=REPO_ROOT)
+    assert result.code == 0, (result.stderr + result.log)[-3000:]
     assert sorted(os.listdir(out)) == ["encoder", "preprocessor"]
     assert writer.export_kind(str(out)) == "hub"
 

@@ -193,9 +193,10 @@ def _sweep_command(mrpc, out):
 
 
 def _run(command):
-    done = subprocess.run(command, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
-                          text=True, timeout=600, check=False)
-    return done.returncode, done.stdout + done.stderr
+    """The command in this process (the kill needs a process; a run to its end does not):
+    its exit status and everything it wrote (stdout, stderr, the absl log lines)."""
+    result = call_main("run_classifier", command[2:], cwd=S.REPO_ROOT)
+    return result.code, result.stdout + result.stderr + result.log
 
 
 def _kill_when(command, marker, timeout=600):

@@ -1,6 +1,7 @@
 """No flag is parsed and then ignored (issue 12).
 
-For each runner, in a fresh process (a runner defines its flags at import), every flag this
+For each runner, in a process of its own (a runner defines its flags at import: one process
+forks a child per runner after importing TensorFlow once), every flag this
 project defines is changed in turn from a valid command line; the run config the runner
 builds from the flags (`run_config_from_flags`) must change, or the runner must refuse
 the value. A flag that changes nothing is parsed and ignored: the test names it.
@@ -112,10 +113,41 @@ def _alternatives(flag, default):
     return ["7", "x"]
 
 
-def _walk_in_subprocess(runner, argv, module_dir=None):
-    """`walk` in a fresh process (`module_dir`: where else to import the runner from)."""
+def walk_each_forked(cases):
+    """[`walk` of each (runner, argv)], each in a child forked from this process: a runner
+    defines its flags at import, so each needs a process of its own, and forking after
+    TensorFlow's import pays for that import once. A child's failure is its traceback."""
+    import traceback
+
+    import tensorflow  # noqa: F401  (imported once, before the forks)
+
+    reports = []
+    for runner, argv in cases:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: walk, write the report, exit without cleanup
+            os.close(read)
+            try:
+                text = json.dumps(walk(runner, argv))
+            except BaseException:  # noqa: BLE001 - reported to the parent
+                text = json.dumps({"error": traceback.format_exc()})
+            with os.fdopen(write, "w") as f:
+                f.write(text)
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            text = f.read()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0 and text, (runner, status)
+        reports.append(json.loads(text))
+    return reports
+
+
+def _walk_in_subprocess(cases, module_dir=None):
+    """`walk_each_forked(cases)` in a fresh process (`module_dir`: where else to import
+    the runners from)."""
     code = ("import json, sys; sys.path.insert(0, '.'); from tests import test_flags_used as t; "
-            f"print('REPORT' + json.dumps(t.walk({runner!r}, {argv!r})))")
+            f"print('REPORT' + json.dumps(t.walk_each_forked({cases!r})))")
     env = S.runner_env()
     if module_dir is not None:
         env["PYTHONPATH"] = str(module_dir) + os.pathsep + env["PYTHONPATH"]
@@ -123,17 +155,31 @@ def _walk_in_subprocess(runner, argv, module_dir=None):
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("REPORT"))
-    return json.loads(line[len("REPORT"):])
+    reports = json.loads(line[len("REPORT"):])
+    for report in reports:
+        assert "error" not in report, report.get("error")
+    return reports
 
 
 def _cases():
     return sorted(RUNNERS.items())
 
 
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """{runner: its walk}, every runner and FAKE_RUNNER (as run_fake_walk) walked by one
+    process (see `walk_each_forked`)."""
+    module_dir = tmp_path_factory.mktemp("fake_runner")
+    (module_dir / "run_fake_walk.py").write_text(FAKE_RUNNER, encoding="utf-8")
+    cases = [*_cases(), ("run_fake_walk", [])]
+    return dict(zip([name for name, _ in cases],
+                    _walk_in_subprocess(cases, module_dir=module_dir), strict=True))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("runner,argv", _cases(), ids=[name for name, _ in _cases()])
-def test_every_flag_of_the_runner_changes_its_run_config(runner, argv):
-    report = _walk_in_subprocess(runner, argv)
+def test_every_flag_of_the_runner_changes_its_run_config(runner, argv, reports):
+    report = reports[runner]
     ignored = sorted(name for name, result in report.items() if result == "IGNORED")
     crashed = {name: result for name, result in report.items()
                if result.startswith("CRASHED")}
@@ -161,11 +207,10 @@ def run_config_from_flags(values):
 """
 
 
-def test_the_walk_tells_a_refusal_from_a_crash(tmp_path):
+def test_the_walk_tells_a_refusal_from_a_crash(reports):
     """The walk's verdicts on a runner with one flag of each kind: only a deliberate
     error naming the flag counts as reading it."""
-    (tmp_path / "run_fake_walk.py").write_text(FAKE_RUNNER, encoding="utf-8")
-    report = _walk_in_subprocess("run_fake_walk", [], module_dir=tmp_path)
+    report = reports["run_fake_walk"]
     verdicts = {name: result.split()[0] for name, result in report.items()}
     assert verdicts == {"used": "used", "refused": "refused", "crashes": "CRASHED",
                         "unread": "IGNORED", "other_error": "CRASHED"}, report

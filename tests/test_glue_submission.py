@@ -3,7 +3,7 @@
 Tiny GLUE-format task folders (the download layout: every task's header line and columns
 as GLUE's files, `tasks.classification.processors`) are written here. The checks of the
 submission files (header, indices, label names, scores, row counts), WNLI's majority class,
---tasks and --collect_only run without training; the real CLI then fine-tunes every task
+--tasks and --collect_only run without training; the real command (in this process) then fine-tunes every task
 of the tiny benchmark once (tiny config), predicts AX with MNLI's model and zips the 11
 files in the format the GLUE server takes; a rerun trains nothing and writes the same zip.
 """
@@ -11,13 +11,12 @@ files in the format the GLUE server takes; a rerun trains nothing and writes the
 import math
 import os
 import random
-import subprocess
-import sys
 import zipfile
 
 import pytest
 
 from tests import test_loop_support as S
+from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
 from tests.test_run_classifier import (_pairs, _sentence, _write_tsv, write_cola, write_mnli,
                                        write_mrpc, write_stsb)
@@ -287,14 +286,14 @@ def _command(root, out, *extra):
                  learning_rate="1e-3", train_batch_size=4, eval_batch_size=4,
                  predict_batch_size=4, num_train_epochs=1, save_checkpoints_steps=100,
                  iterations_per_loop=3, distribution_strategy="one_device")
-    return [sys.executable, os.path.join(S.REPO_ROOT, "glue_submission.py")] + [
-        f"--{k}={v}" for k, v in flags.items()] + list(extra)
+    return [f"--{k}={v}" for k, v in flags.items()] + list(extra)
 
 
-def _run(command):
-    done = subprocess.run(command, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
-                          text=True, timeout=1200, check=False)
-    return done.returncode, done.stdout + done.stderr
+def _run(argv):
+    """The command in this process (tests/test_cli.py runs it once as a process): its exit
+    status and everything it wrote (stdout, stderr, the absl log lines)."""
+    result = call_main("glue_submission", argv, cwd=S.REPO_ROOT)
+    return result.code, result.stdout + result.stderr + result.log
 
 
 @pytest.mark.slow

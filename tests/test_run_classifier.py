@@ -21,6 +21,7 @@ from tasks.classification import processors
 from tasks.classification import metrics as gm
 from tasks.common.record_cache import RecordCache
 from tests import test_loop_support as S
+from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
 
 pytestmark = pytest.mark.slow
@@ -201,7 +202,8 @@ def runs(env):
 
 @pytest.fixture(scope="module")
 def mrpc_cli(env):
-    """MRPC through the real CLI, initialised from a TF1-layout checkpoint."""
+    """MRPC through the real command line (in this process), initialised from a TF1-layout
+    checkpoint."""
     from modeling import checkpoints
     from modeling.config import BertConfig
     from modeling.models import BertPretrainer
@@ -217,12 +219,9 @@ def mrpc_cli(env):
                  train_batch_size=4, eval_batch_size=4, predict_batch_size=4,
                  learning_rate=2e-3, num_train_epochs=3.0, save_checkpoints_steps=100,
                  iterations_per_loop=6, log_steps=6, seed=3, distribution_strategy="one_device")
-    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py")] + [
-        f"--{k}={v}" for k, v in flags.items()]
-    proc = subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
-                          timeout=240, cwd=S.REPO_ROOT, check=False)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
+    result = call_main("run_classifier", cwd=S.REPO_ROOT, **flags)
+    log = result.stdout + result.stderr + result.log
+    assert result.code == 0, log[-4000:]
     return {"dir": str(out), "log": log, "data": env["mrpc"]}
 
 
@@ -505,11 +504,9 @@ def test_output_dir_exports_and_the_export_predicts_the_same(runs, env, tmp_path
 
     out = runs["cola"]["dir"]
     export_dir = tmp_path / "export"
-    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "export_saved_model.py"),
-           f"--init_checkpoint={out}", f"--export_dir={export_dir}"]
-    proc = subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
-                          timeout=240, cwd=S.REPO_ROOT, check=False)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    result = call_main("export_saved_model", [f"--init_checkpoint={out}",
+                                              f"--export_dir={export_dir}"], cwd=S.REPO_ROOT)
+    assert result.code == 0, (result.stdout + result.stderr + result.log)[-4000:]
     sentences = [e.text_a for e in processors.get_processor("cola").read_split(
         str(env["cola"]), "test").examples]
     served = tf.saved_model.load(str(export_dir)).signatures["serving_default"](

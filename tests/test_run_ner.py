@@ -177,10 +177,19 @@ def _argv(env, out, **flags):
 
 
 def run_cli(env, out, timeout=300, **flags):
+    """run_ner.py as a process: for a mirrored run over logical CPU devices, which must be
+    configured before TensorFlow starts."""
     cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_ner.py"), *_argv(env, out, **flags)]
     proc = subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
                           timeout=timeout, cwd=S.REPO_ROOT, check=False)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def run_main(env, out, **flags):
+    """run_ner.py's command in this process: its exit status and everything it wrote
+    (stdout, stderr, the absl log lines)."""
+    result = call_main("run_ner", _argv(env, out, **flags), cwd=S.REPO_ROOT)
+    return result.code, result.stdout + result.stderr + result.log
 
 
 @pytest.fixture(scope="module")
@@ -188,8 +197,8 @@ def finetuned(env):
     out = env["root"] / "finetuned"
     # 90 steps at 2e-3 learn the names from several random initial checkpoints (5e-3
     # for 90 steps collapses to all-O on some: tried while writing this test).
-    code, log = run_cli(env, out, learning_rate=2e-3, num_train_epochs=6.0,
-                        document_context=None, save_checkpoints_steps=1000)
+    code, log = run_main(env, out, learning_rate=2e-3, num_train_epochs=6.0,
+                         document_context=None, save_checkpoints_steps=1000)
     assert code == 0, log[-4000:]
     return {"dir": str(out), "log": log}
 

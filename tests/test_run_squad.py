@@ -10,13 +10,12 @@ several windows (max_seq_length 64, doc_stride 32, max_query_length 16).
 import json
 import os
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from tests import test_loop_support as S
+from tests.clis import call_main
 from tests.conftest import write_vocab
 
 SEQ, STRIDE, QUERY = 64, 32, 16
@@ -121,7 +120,7 @@ def _run_config(env, out, **overrides):
 
 @pytest.fixture(scope="module")
 def v1_cli(env):
-    """SQuAD v1.1: train + predict through the real CLI."""
+    """SQuAD v1.1: train + predict through the real command line (in this process)."""
     out = env["root"] / "out_v1"
     flags = dict(vocab_file=env["vocab"], bert_config_file=env["config"], output_dir=out,
                  train_file=env["train_v1"], predict_file=env["dev_v1"], do_train="true",
@@ -130,13 +129,10 @@ def v1_cli(env):
                  learning_rate=3e-3, num_train_epochs=12.0, save_checkpoints_steps=12,
                  iterations_per_loop=6, log_steps=6, seed=3, n_best_size=5,
                  distribution_strategy="one_device")
-    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_squad.py")] + [
-        f"--{k}={v}" for k, v in flags.items()]
-    proc = subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
-                          timeout=240, cwd=S.REPO_ROOT, check=False)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
-    return {"dir": str(out), "log": log, "stdout": proc.stdout}
+    result = call_main("run_squad", cwd=S.REPO_ROOT, **flags)
+    log = result.stdout + result.stderr + result.log
+    assert result.code == 0, log[-4000:]
+    return {"dir": str(out), "log": log, "stdout": result.stdout}
 
 
 @pytest.fixture(scope="module")
@@ -223,16 +219,13 @@ def test_v1_output_dir_is_ready_for_export(v1_cli):
 
 
 def _predict_cli(env, out, predict_file, init_checkpoint):
-    """run_squad.py --do_predict (no training) as a subprocess; returns the process."""
+    """run_squad.py --do_predict (no training) in this process; returns its `Result`."""
     flags = dict(vocab_file=env["vocab"], bert_config_file=env["config"], output_dir=out,
                  predict_file=predict_file, init_checkpoint=init_checkpoint,
                  do_predict="true", max_seq_length=SEQ, doc_stride=STRIDE,
                  max_query_length=QUERY, predict_batch_size=4, n_best_size=5,
                  distribution_strategy="one_device")
-    cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_squad.py")] + [
-        f"--{k}={v}" for k, v in flags.items()]
-    return subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
-                          timeout=240, cwd=S.REPO_ROOT, check=False)
+    return call_main("run_squad", cwd=S.REPO_ROOT, **flags)
 
 
 @pytest.mark.slow
@@ -247,9 +240,9 @@ def test_v1_question_without_answers_is_predicted_and_left_out_of_the_scores(v1_
     predict_file = tmp_path / "dev-v1.1-one-empty.json"
     predict_file.write_text(json.dumps(data), encoding="utf-8")
     out = tmp_path / "out"
-    proc = _predict_cli(env, out, predict_file, v1_cli["dir"])
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
+    result = _predict_cli(env, out, predict_file, v1_cli["dir"])
+    log = result.stdout + result.stderr + result.log
+    assert result.code == 0, log[-4000:]
     ids = _question_ids(str(predict_file))
     assert list(_load(out / "predictions.json")) == ids  # every question predicted
     results = _load(out / "eval_results.json")

@@ -65,6 +65,8 @@ def _argv(env, out, **overrides):
 
 
 def _cli(env, out, **overrides):
+    """run_swag.py as a process: for a mirrored run over logical CPU devices, which must be
+    configured before TensorFlow starts."""
     cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_swag.py"), *_argv(env, out,
                                                                             **overrides)]
     return subprocess.run(cmd, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
@@ -79,8 +81,8 @@ def _results(path):
 @pytest.fixture(scope="module")
 def trained(env):
     out = env["root"] / "out"
-    proc = _cli(env, out)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    result = call_main("run_swag", _argv(env, out), cwd=S.REPO_ROOT)
+    assert result.code == 0, (result.stdout + result.stderr + result.log)[-4000:]
     return out
 
 
