@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import json
+import os
+import re
+import subprocess
+
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from modeling.config import BertConfig
@@ -48,3 +55,55 @@ def test_document_classifier_encodes_only_present_windows():
     compiled = tf.function(lambda x: model(x, training=False)["logits"], jit_compile=True)
     np.testing.assert_allclose(compiled({k: tf.constant(v) for k, v in inputs.items()}),
                                logits, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_windows_run_on_two_worker_processes(tmp_path):
+    """A windows run (attention pooling, length buckets) under MultiWorkerMirroredStrategy
+    on two local processes: both workers train the same global steps (same losses), the
+    chief alone writes the results, and its test_results.tsv (documents split across the
+    workers, padding rows without windows included) equals one process predicting from
+    the same checkpoint."""
+    from tests import test_loop_support as S
+    from tests.clis import call_main
+    from tests.test_exact_resume_runners import _classifier_command
+
+    out = tmp_path / "mwms"
+    command = _classifier_command(tmp_path, out, "windows") + [
+        "--distribution_strategy=multi_worker_mirrored", "--do_predict=true",
+        "--num_train_epochs=1.0", "--iterations_per_loop=4", "--log_steps=4",
+        "--save_checkpoints_steps=12", "--predict_batch_size=4"]
+    data = tmp_path / "data"
+    (data / "test.tsv").write_text((data / "dev.tsv").read_text() + "cat\tpos\n")
+    ports = [S.free_port()]
+    while len(ports) < 2:
+        port = S.free_port()
+        if port not in ports:
+            ports.append(port)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = [subprocess.Popen(command, cwd=S.REPO_ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env=S.runner_env({"TF_CONFIG": json.dumps(
+                                  {"cluster": cluster,
+                                   "task": {"type": "worker", "index": index}})}))
+             for index in range(2)]
+    try:
+        logs = [proc.communicate(timeout=240)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, log in zip(procs, logs):
+        assert proc.returncode == 0, log[-4000:]
+        assert "with 2 replica(s)" in log
+    losses = [re.findall(r"step (\d+)/\d+ loss (\S+)", log) for log in logs]
+    assert losses[0] == losses[1] and losses[0], logs[0][-2000:]
+    assert os.path.basename(tf.train.latest_checkpoint(str(out))) == "ckpt-12"
+    served = (out / "test_results.tsv").read_text()
+    assert len(served.splitlines()) == 9
+    flags = {a.split("=", 1)[0][2:]: a.split("=", 1)[1] for a in command[2:]}
+    result = call_main("run_classifier", **{**flags, "distribution_strategy": "one_device",
+                                            "do_train": "false"})
+    assert result.code == 0, result.stderr[-2000:]
+    np.testing.assert_allclose(np.loadtxt(out / "test_results.tsv"),
+                               np.loadtxt(io.StringIO(served)), atol=1e-5)
