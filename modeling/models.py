@@ -236,7 +236,7 @@ class BertDocumentClassifier(_LabelsModel):
     head_name = "classifier"
     config_fields = ("num_labels", "dropout_rate", "pooling")
 
-    def __init__(self, config, num_labels, pooling="mean", dropout_rate=None, **kwargs):
+    def __init__(self, config, num_labels, pooling="max", dropout_rate=None, **kwargs):
         if pooling not in WINDOW_POOLINGS:
             raise ValueError(f"pooling={pooling!r}: expected one of {WINDOW_POOLINGS}")
         self._window_pooling = pooling  # read by _add_head, before the model is built

@@ -57,6 +57,17 @@ def test_document_classifier_encodes_only_present_windows():
                                logits, atol=1e-5)
 
 
+def test_window_pooling_default_is_the_measured_best():
+    """--window_pooling's default is max: tied with attention, far above mean, on the
+    long-documents bench (bench/RESULTS.md#long-documents); flag and settings agree."""
+    import run_classifier
+    from tasks.classification.task import ClassificationSettings
+
+    assert run_classifier.FLAGS["window_pooling"].default == "max"
+    assert ClassificationSettings("custom", "data").window_pooling == "max"
+    assert BertDocumentClassifier(BertConfig.from_dict(tiny_config_dict()), 2).pooling == "max"
+
+
 @pytest.mark.slow
 def test_windows_run_on_two_worker_processes(tmp_path):
     """A windows run (attention pooling, length buckets) under MultiWorkerMirroredStrategy
