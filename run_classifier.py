@@ -65,7 +65,7 @@ _define(flags.DEFINE_integer, "max_windows_per_document", 8,
 _define(flags.DEFINE_enum, "window_pooling", "max", ["mean", "max", "attention"],
         "windows: how the windows' pooled outputs become one document vector: max (per "
         "feature; measured best with attention, the simpler), mean, or attention (a "
-        "learned score per window), trained end to end. bench/RESULTS.md#long-documents.")
+        "learned score per window), trained end to end (bench/RESULTS.md, Long documents).")
 
 def _column(value):
     if value is None or str(value).strip() == "":

@@ -59,7 +59,7 @@ def test_document_classifier_encodes_only_present_windows():
 
 def test_window_pooling_default_is_the_measured_best():
     """--window_pooling's default is max: tied with attention, far above mean, on the
-    long-documents bench (bench/RESULTS.md#long-documents); flag and settings agree."""
+    long-documents bench (bench/RESULTS.md, Long documents); flag and settings agree."""
     import run_classifier
     from tasks.classification.task import ClassificationSettings
 
