@@ -1,17 +1,21 @@
 """Long documents: test accuracy and examples/s of run_classifier.py's --long_document modes on a task only the whole text solves.
 
-    .venv/bin/python bench/bench_long_documents.py --placement=end,anywhere
+    .venv/bin/python bench/bench_long_documents.py --placement=end,anywhere --hidden=128 \
+        --max_seq_length=256 --doc_stride=254 --max_windows=16
 
 Documents of `--words` words of real, non-repeating text (bench/corpus.py: consecutive
 corpus sentences, each used once; train, dev and test from disjoint text). The label's
 evidence is one sentence naming a made-up marker word (class "a" or "b"), placed at the
-end of the document ("end") or at a random sentence boundary past the first window
-("anywhere"); nothing else in the text depends on the label, so `truncate` (first
+end of the document ("end") or at a random sentence boundary past the first 120 words
+("anywhere": past the first window up to --max_seq_length=128; at 256, in it for the
+few documents whose boundary falls in their first ~170 words); nothing else in the text depends on the label, so `truncate` (first
 window only) should sit at chance. A small BERT (`--layers` x `--hidden`) is trained
 from scratch (no pretrained checkpoint on this machine) by `run_classifier.run` exactly
 as the CLI runs it; accuracy is on the held-out test set (dev = test here: the run's
 eval), examples/s of the eval-only rerun (checkpoint restored, records cached) over the
-dev documents.
+dev documents. `--keras_adam_steps`: the windows poolings trained instead by a plain
+Keras Adam loop on the same records (from scratch, the original's optimizer learns
+none of them: bench/RESULTS.md); `--speed`: what padding windows cost a windows model.
 """
 
 from __future__ import annotations
