@@ -110,6 +110,7 @@ def test_windows_run_on_two_worker_processes(tmp_path):
     losses = [re.findall(r"step (\d+)/\d+ loss (\S+)", log) for log in logs]
     assert losses[0] == losses[1] and losses[0], logs[0][-2000:]
     assert os.path.basename(tf.train.latest_checkpoint(str(out))) == "ckpt-12"
+    assert not [p for p in os.listdir(out) if p.startswith("workertemp")]
     served = (out / "test_results.tsv").read_text()
     assert len(served.splitlines()) == 9
     flags = {a.split("=", 1)[0][2:]: a.split("=", 1)[1] for a in command[2:]}
