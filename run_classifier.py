@@ -62,9 +62,10 @@ _define(flags.DEFINE_integer, "doc_stride", None,
         "text ((max_seq_length - 2) // 2).")
 _define(flags.DEFINE_integer, "max_windows_per_document", 8,
         "windows: most windows one text may need; a longer text is refused (file and line).")
-_define(flags.DEFINE_enum, "window_pooling", "mean", ["mean", "max", "attention"],
-        "windows: how the windows' pooled outputs become one document vector: mean, max, "
-        "or attention (a learned score per window), trained end to end.")
+_define(flags.DEFINE_enum, "window_pooling", "max", ["mean", "max", "attention"],
+        "windows: how the windows' pooled outputs become one document vector: max (per "
+        "feature; measured best with attention, the simpler), mean, or attention (a "
+        "learned score per window), trained end to end (bench/RESULTS.md, Long documents).")
 
 def _column(value):
     if value is None or str(value).strip() == "":

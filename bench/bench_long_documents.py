@@ -1,17 +1,21 @@
 """Long documents: test accuracy and examples/s of run_classifier.py's --long_document modes on a task only the whole text solves.
 
-    .venv/bin/python bench/bench_long_documents.py --placement=end,anywhere
+    .venv/bin/python bench/bench_long_documents.py --placement=end,anywhere --hidden=128 \
+        --max_seq_length=256 --doc_stride=254 --max_windows=16
 
 Documents of `--words` words of real, non-repeating text (bench/corpus.py: consecutive
 corpus sentences, each used once; train, dev and test from disjoint text). The label's
 evidence is one sentence naming a made-up marker word (class "a" or "b"), placed at the
-end of the document ("end") or at a random sentence boundary past the first window
-("anywhere"); nothing else in the text depends on the label, so `truncate` (first
+end of the document ("end") or at a random sentence boundary past the first 120 words
+("anywhere": past the first window up to --max_seq_length=128; at 256, in it for the
+few documents whose boundary falls in their first ~170 words); nothing else in the text depends on the label, so `truncate` (first
 window only) should sit at chance. A small BERT (`--layers` x `--hidden`) is trained
 from scratch (no pretrained checkpoint on this machine) by `run_classifier.run` exactly
 as the CLI runs it; accuracy is on the held-out test set (dev = test here: the run's
 eval), examples/s of the eval-only rerun (checkpoint restored, records cached) over the
-dev documents.
+dev documents. `--keras_adam_steps`: the windows poolings trained instead by a plain
+Keras Adam loop on the same records (from scratch, the original's optimizer learns
+none of them: bench/RESULTS.md); `--speed`: what padding windows cost a windows model.
 """
 
 from __future__ import annotations
@@ -60,6 +64,89 @@ def documents(lines, words: int, count: int, placement: str, skip_words: int, rn
     return out
 
 
+def model_speed(max_windows=8, seq=128, hidden=128, batch=8, documents=64, seed=0):
+    """Documents/s of a windows model's predict (2 layers x `hidden`, mean pooling) on
+    documents of 1 to `max_windows` windows (uniform), in records of `max_windows`: what
+    padding windows cost."""
+    import numpy as np
+    import tensorflow as tf
+
+    from modeling.models import BertDocumentClassifier
+
+    model = BertDocumentClassifier(
+        {"vocab_size": 30000, "hidden_size": hidden, "num_hidden_layers": 2,
+         "num_attention_heads": 2, "intermediate_size": 4 * hidden,
+         "max_position_embeddings": 512, "type_vocab_size": 2}, 2, pooling="mean")
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, max_windows + 1, size=documents)
+    ids = np.zeros((documents, max_windows, seq), np.int32)
+    for i, count in enumerate(counts):
+        ids[i, :count] = rng.integers(5, 30000, size=(count, seq))
+    batches = [{"input_ids": ids[i:i + batch], "input_mask": (ids[i:i + batch] > 0) * 1,
+                "segment_ids": np.zeros_like(ids[i:i + batch])}
+               for i in range(0, documents, batch)]
+    predict = tf.function(lambda x: model(x, training=False)["logits"])
+    predict(batches[0])
+    best = 0.0
+    for _ in range(3):
+        start = time.perf_counter()
+        for b in batches:
+            predict(b).numpy()
+        best = max(best, documents / (time.perf_counter() - start))
+    return float(counts.mean()), best
+
+
+def keras_adam_accuracy(train, test, vocab, config, pooling, args, steps):
+    """Test accuracy of a windows model (`pooling`) trained by a plain Keras Adam loop
+    (constant `args.learning_rate`, bias-corrected moments, epsilon 1e-7, no clipping or
+    weight decay) on the runner's windows records of `train`, `steps` batches of
+    `args.batch` documents: the pooling measured apart from the original's optimizer."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from data_prep import tokenization
+    from modeling.models import BertDocumentClassifier
+    from tasks.classification import data as cdata
+    from tasks.classification.examples import InputExample
+
+    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    windows = cdata.Windows(args.doc_stride, args.max_windows)
+
+    def arrays(rows):
+        values = [cdata.window_record_values(
+            InputExample(str(i), text, None, label), {"a": 0, "b": 1}, args.max_seq_length,
+            tokenizer, False, windows)[0] for i, (text, label) in enumerate(rows)]
+        x = {k: tf.constant(np.array([v[k] for v in values], np.int32).reshape(
+            len(values), args.max_windows, args.max_seq_length))
+             for k in ("input_ids", "input_mask", "segment_ids")}
+        return x, tf.constant([v["label_ids"][0] for v in values])
+
+    (x_train, y_train), (x_test, y_test) = arrays(train), arrays(test)
+    keras.utils.set_random_seed(1)
+    model = BertDocumentClassifier(config, 2, pooling=pooling)
+    optimizer = keras.optimizers.Adam(args.learning_rate)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)["logits"]
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                      model.trainable_variables))
+
+    rng = np.random.RandomState(0)
+    for _ in range(steps):
+        index = rng.choice(len(train), args.batch, replace=False)
+        step({k: tf.gather(v, index) for k, v in x_train.items()}, tf.gather(y_train, index))
+    predict = tf.function(lambda x: model(x, training=False)["logits"])
+    correct = sum(int(np.sum(np.argmax(predict({k: v[i:i + 16] for k, v in x_test.items()}),
+                                       -1) == y_test[i:i + 16].numpy()))
+                  for i in range(0, len(test), 16))
+    return correct / len(test)
+
+
 def write_split(path, rows):
     with open(path, "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f)
@@ -71,18 +158,28 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--placement", default="end,anywhere")
     parser.add_argument("--words", type=int, default=1000)
-    parser.add_argument("--train", type=int, default=256)
+    parser.add_argument("--train", type=int, default=512)
     parser.add_argument("--test", type=int, default=128)
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--doc_stride", type=int, default=126)
-    parser.add_argument("--max_windows", type=int, default=24)
+    parser.add_argument("--max_windows", type=int, default=32)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--epochs", type=float, default=6.0)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--epochs", type=float, default=5.0)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--learning_rate", type=float, default=5e-4)
+    parser.add_argument("--learning_rate", type=float, default=1e-3)
     parser.add_argument("--modes", default="")
+    parser.add_argument("--keras_adam_steps", type=int, default=0,
+                        help="instead of run_classifier: windows poolings trained by a plain "
+                             "Keras Adam loop for this many steps (keras_adam_accuracy)")
+    parser.add_argument("--speed", action="store_true",
+                        help="only the documents/s of a windows model on mixed lengths")
     args = parser.parse_args()
+    if args.speed:
+        windows, speed = model_speed()
+        print(f"windows model predict, documents of 1-8 windows (mean {windows:.2f}) in "
+              f"records of 8, 2 x 128, seq 128, batch 8: {speed:.1f} documents/s")
+        return
 
     import json
 
@@ -103,7 +200,9 @@ def main():
                    "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
                    "max_position_embeddings": 512, "type_vocab_size": 2,
                    "initializer_range": 0.02}, f)
-    lines = bench_corpus.corpus_lines(8.0)[::-1]   # popped from the end: corpus order
+    with open(config) as f:
+        config_dict = json.load(f)
+    lines = bench_corpus.corpus_lines(16.0)[::-1]   # popped from the end: corpus order
     custom = processors.CustomDataConfig(text_a_column="text", label_column="label",
                                          delimiter="comma", labels="a,b")
     modes = [m for m in MODES if not args.modes
@@ -114,10 +213,17 @@ def main():
         rng = random.Random(0)
         data = os.path.join(work, placement)
         os.makedirs(data)
-        write_split(os.path.join(data, "train.csv"),
-                    documents(lines, args.words, args.train, placement, 120, rng))
+        train = documents(lines, args.words, args.train, placement, 120, rng)
+        write_split(os.path.join(data, "train.csv"), train)
         test = documents(lines, args.words, args.test, placement, 120, rng)
         write_split(os.path.join(data, "dev.csv"), test)
+        if args.keras_adam_steps:
+            for pooling in ("mean", "max", "attention"):
+                accuracy = keras_adam_accuracy(train, test, vocab, config_dict, pooling, args,
+                                               args.keras_adam_steps)
+                print(f"| {placement} | windows-{pooling} (Keras Adam, "
+                      f"{args.keras_adam_steps} steps) | {accuracy:.3f} | | |", flush=True)
+            continue
         for mode, extra in modes:
             name = mode + ("-" + extra["window_pooling"] if extra else "")
             out = os.path.join(work, f"out_{placement}_{name}")

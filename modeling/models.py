@@ -219,7 +219,8 @@ class BertDocumentClassifier(_LabelsModel):
     "max" (per feature), or "attention" (a learned score per window, softmax over the
     document's windows, the weighted mean): one set of logits per document, so the
     document's label trains every window through the pooling (end to end). A window whose
-    ``input_mask`` is all zero is padding: no pooling sees it.
+    ``input_mask`` is all zero is padding: it is not encoded (a short document costs its
+    own windows' passes, not ``windows``) and no pooling sees it.
 
     Args:
       config: ``BertConfig``.
@@ -235,7 +236,7 @@ class BertDocumentClassifier(_LabelsModel):
     head_name = "classifier"
     config_fields = ("num_labels", "dropout_rate", "pooling")
 
-    def __init__(self, config, num_labels, pooling="mean", dropout_rate=None, **kwargs):
+    def __init__(self, config, num_labels, pooling="max", dropout_rate=None, **kwargs):
         if pooling not in WINDOW_POOLINGS:
             raise ValueError(f"pooling={pooling!r}: expected one of {WINDOW_POOLINGS}")
         self._window_pooling = pooling  # read by _add_head, before the model is built
@@ -259,9 +260,16 @@ class BertDocumentClassifier(_LabelsModel):
         shape = ops.shape(inputs["input_ids"])  # [batch, windows, seq]
         flat = {k: ops.reshape(v, (-1, shape[-1]))
                 for k, v in self._encoder_inputs(inputs).items()}
-        pooled = self.encoder(flat, training=training)["pooled_output"]
+        present = ops.any(ops.not_equal(flat["input_mask"], 0), axis=-1)  # [batch * windows]
+        # Only present windows are encoded: a record holds max_windows windows, mostly
+        # all-zero padding for short documents, which would cost a full encoder pass each.
+        index = ops.nonzero(present)[0]                                   # [present]
+        encoded = self.encoder({k: ops.take(v, index, axis=0) for k, v in flat.items()},
+                               training=training)["pooled_output"]        # [present, hidden]
+        pooled = ops.scatter(ops.expand_dims(index, -1), encoded,
+                             (shape[0] * shape[1], self.bert_config.hidden_size))
         pooled = ops.reshape(pooled, (shape[0], shape[1], -1))   # [batch, windows, hidden]
-        present = ops.any(ops.not_equal(inputs["input_mask"], 0), axis=-1)  # [batch, windows]
+        present = ops.reshape(present, (shape[0], shape[1]))     # [batch, windows]
         document = ops.cast(self._pool(pooled, present), pooled.dtype)
         return {"logits": self._head()(document, training=training)}
 

@@ -273,8 +273,9 @@ def test_a_resume_with_another_batch_size_is_refused(data, static_reference, tmp
 # ----------------------------------------------------------------------- classifier
 
 
-def _classifier_command(root, out):
-    """run_classifier's command on custom data of varied lengths (two length buckets)."""
+def _classifier_command(root, out, long_document="truncate"):
+    """run_classifier's command on custom data of varied lengths (two length buckets;
+    windows: 1 to 3 windows of 14 tokens per text, 7 apart, in records of 4)."""
     rng = random.Random(3)
     words = ["the", "a", "big", "red", "far", "away", "on", "in", "to", "and"]
     data = root / "data"
@@ -297,17 +298,22 @@ def _classifier_command(root, out):
                  max_seq_length=32, train_batch_size=4, num_train_epochs=5.0,
                  learning_rate=1e-3, save_checkpoints_steps=5, iterations_per_loop=1,
                  log_steps=1, distribution_strategy="one_device", seed=2)
+    if long_document == "windows":
+        flags.update(long_document="windows", max_seq_length=16, doc_stride=7,
+                     max_windows_per_document=4, window_pooling="attention")
     return [sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py")] + [
         f"--{k}={v}" for k, v in flags.items()]
 
 
-def test_classifier_with_length_buckets_killed_equals_the_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("long_document", ["truncate", "windows"])
+def test_classifier_with_length_buckets_killed_equals_the_uninterrupted_run(
+        long_document, tmp_path):
     reference = tmp_path / "reference"
-    code, log = _run(_classifier_command(tmp_path, reference))
+    code, log = _run(_classifier_command(tmp_path, reference, long_document))
     assert code == 0, log[-3000:]
     steps = 60  # 48 examples / 4 x 5 epochs
     out = tmp_path / "killed"
-    landed, lost = _killed_and_resumed(_classifier_command(tmp_path, out), out,
+    landed, lost = _killed_and_resumed(_classifier_command(tmp_path, out, long_document), out,
                                        random.Random(27), 2, steps)
     assert landed >= 1, "the runs finished before their kill: nothing was checked"
     _check_exact(reference, out, steps, lost)

@@ -73,7 +73,7 @@ class ClassificationSettings:
     head_tokens: "int | None" = None
     doc_stride: "int | None" = None
     max_windows_per_document: int = DEFAULT_MAX_WINDOWS
-    window_pooling: str = "mean"
+    window_pooling: str = "max"
 
 
 @dataclasses.dataclass(frozen=True)
