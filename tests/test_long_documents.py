@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -86,27 +84,7 @@ def test_windows_run_on_two_worker_processes(tmp_path):
         "--save_checkpoints_steps=12", "--predict_batch_size=4"]
     data = tmp_path / "data"
     (data / "test.tsv").write_text((data / "dev.tsv").read_text() + "cat\tpos\n")
-    ports = [S.free_port()]
-    while len(ports) < 2:
-        port = S.free_port()
-        if port not in ports:
-            ports.append(port)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs = [subprocess.Popen(command, cwd=S.REPO_ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True,
-                              env=S.runner_env({"TF_CONFIG": json.dumps(
-                                  {"cluster": cluster,
-                                   "task": {"type": "worker", "index": index}})}))
-             for index in range(2)]
-    try:
-        logs = [proc.communicate(timeout=240)[0] for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    for proc, log in zip(procs, logs):
-        assert proc.returncode == 0, log[-4000:]
-        assert "with 2 replica(s)" in log
+    logs = S.run_local_workers(command)
     losses = [re.findall(r"step (\d+)/\d+ loss (\S+)", log) for log in logs]
     assert losses[0] == losses[1] and losses[0], logs[0][-2000:]
     assert os.path.basename(tf.train.latest_checkpoint(str(out))) == "ckpt-12"

@@ -85,6 +85,36 @@ def free_port():
         return s.getsockname()[1]
 
 
+def run_local_workers(command, count=2, timeout=240):
+    """Runs `command` as `count` MultiWorkerMirroredStrategy workers on this machine (a
+    TF_CONFIG each, distinct free ports) to their end; asserts each exited 0 with
+    `count` replicas; returns their outputs (stdout and stderr), worker 0's first."""
+    import json
+
+    ports = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = [subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env=runner_env({"TF_CONFIG": json.dumps(
+                                  {"cluster": cluster,
+                                   "task": {"type": "worker", "index": index}})}))
+             for index in range(count)]
+    try:
+        logs = [proc.communicate(timeout=timeout)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, log in zip(procs, logs):
+        assert proc.returncode == 0, log[-4000:]
+        assert f"with {count} replica(s)" in log, log[-4000:]
+    return logs
+
+
 def runner_env(extra=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")

@@ -5,7 +5,6 @@ where the process is under test (logical CPUs, multi-worker, kill -9).
 Records come from the real data_prep.create_pretraining_data command.
 """
 
-import json
 import os
 import random
 import signal
@@ -92,34 +91,11 @@ def test_mirrored_over_two_cpus_matches_one_device(data, tmp_path):
 
 
 def test_multi_worker_two_local_processes_train_and_checkpoint(data, tmp_path):
-    ports = [S.free_port()]
-    while len(ports) < 2:  # two distinct free ports
-        port = S.free_port()
-        if port not in ports:
-            ports.append(port)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     out = tmp_path / "mwms"
     flags = _flags(data, out, distribution_strategy="multi_worker_mirrored",
                    num_train_steps=10, iterations_per_loop=5, log_steps=5,
                    save_checkpoints_steps=5, max_eval_steps=2)
-    procs = []
-    for index in range(2):
-        env = S.runner_env({"TF_CONFIG": json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": index}})})
-        procs.append(subprocess.Popen(S.runner_command(**flags), env=env, cwd=S.REPO_ROOT,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
-    logs = []
-    try:
-        for proc in procs:
-            logs.append(proc.communicate(timeout=240)[0])
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    for proc, log in zip(procs, logs):
-        assert proc.returncode == 0, log[-4000:]
-        assert "with 2 replica(s)" in log
+    logs = S.run_local_workers(S.runner_command(**flags))
     # Both workers saw the same global losses; only the chief wrote the final files.
     assert S.parse_log(logs[0]) == S.parse_log(logs[1]) and len(S.parse_log(logs[0])) == 2
     assert os.path.basename(tf.train.latest_checkpoint(str(out))) == "ckpt-10"
