@@ -137,3 +137,23 @@ def test_summary_json_beside_the_records_is_not_read_as_a_record(tmp_path):
     assert files == [str(tmp_path / "out.tfrecord")]
     with pytest.raises(FileNotFoundError, match="matches no file"):
         record_checks.list_files([str(tmp_path / "*.json")])
+
+
+def test_every_pipeline_runs_without_the_autotuning_model(files, tmp_path):
+    """tf.data's autotuning model makes a dropped iterator wait for the model thread's
+    sleep (up to 60 s, CPU idle: an iterator kept 45 s took 37 s to delete), so both
+    builders switch it off (input_pipeline._finished)."""
+    from tests.test_bucketing import _records
+
+    pattern = str(files["dir"] / "part-*.tfrecord")
+    spec = _records(tmp_path / "r.tfrecord", [5, 9, 12])
+    built = [ip.pretraining_dataset(_config([pattern], seed=1), batch_size=8,
+                                    is_training=training) for training in (True, False)]
+    built += [ip.finetuning_records(ip.RecordsConfig((str(tmp_path / "r.tfrecord"),), spec,
+                                                     bucket_boundaries=buckets),
+                                    batch_size=2, is_training=training)
+              for training in (True, False) for buckets in ((), (8, 16))]
+    for dataset in built:
+        assert dataset.options().autotune.enabled is False
+        assert dataset.options().experimental_distribute.auto_shard_policy == \
+            tf.data.experimental.AutoShardPolicy.OFF

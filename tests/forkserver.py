@@ -1,0 +1,133 @@
+"""A fork server for shell blocks that start the repository's scripts many times.
+
+Each `python SCRIPT.py ...` / `python -m MODULE ...` a block runs otherwise starts Python
+and imports TensorFlow again (about 3 CPU-s before any work). Here one server process
+imports TensorFlow and Keras once (and runs no op, so it holds no thread a fork would
+lose); every such command is a child forked from it that runs the script as
+`__main__` with the command's arguments, working directory, environment and standard
+streams, exits the way the script exits (atexit, flushing, exit status, a traceback on an
+uncaught exception) and is reported back as its exit status.
+
+`start(directory)` starts the server and returns (its process, the environment to add):
+a `python` first on PATH that forwards such commands to it; anything else (`python -`,
+`python -c`) runs the real interpreter. A killed shim does not kill its child: use a real
+process where a test kills one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+HEADER = 8  # bytes of the request length, sent with the three file descriptors
+SOCKET_VARIABLE = "BERT_TESTS_FORKSERVER"
+
+SHIM = """#!{python} -I
+import json, os, socket, sys
+argv = sys.argv[1:]
+if not argv or not (argv[0] == "-m" or argv[0].endswith(".py")):
+    os.execv({python!r}, [{python!r}] + argv)
+client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+client.connect(os.environ[{variable!r}])
+request = json.dumps({{"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
+socket.send_fds(client, [len(request).to_bytes({header}, "big")], [0, 1, 2])
+client.sendall(request)
+answer = b""
+while chunk := client.recv(64):
+    answer += chunk
+code = int(answer or b"1")
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def _receive(connection: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = connection.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("the shim hung up")
+        data += chunk
+    return data
+
+
+def _run_child(request: dict, fds: list) -> None:
+    """In the forked child: become the command, then let the script's exit end the process."""
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    argv = request["argv"]
+    import runpy
+
+    if argv[0] == "-m":
+        sys.argv = [argv[1]] + argv[2:]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+    sys.exit(0)
+
+
+def serve(path: str) -> None:
+    """Accepts commands on the unix socket `path` forever, a forked child for each."""
+    import keras  # noqa: F401  (imported once, before the forks)
+    import tensorflow  # noqa: F401
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".tmp")
+    listener.listen(16)
+    os.rename(path + ".tmp", path)  # the path appears once it accepts
+    while True:
+        connection, _ = listener.accept()
+        header, fds, _, _ = socket.recv_fds(connection, HEADER, 3)
+        request = json.loads(_receive(connection, int.from_bytes(header, "big")))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            connection.close()
+            _run_child(request, fds)
+        for fd in fds:
+            os.close(fd)
+        threading.Thread(target=_report, args=(pid, connection), daemon=True).start()
+
+
+def _report(pid: int, connection: socket.socket) -> None:
+    _, status = os.waitpid(pid, 0)
+    with connection:
+        connection.sendall(str(os.waitstatus_to_exitcode(status)).encode())
+
+
+def start(directory: str, env: dict) -> tuple[subprocess.Popen, dict]:
+    """Starts a server (with `env`) whose socket and `python` shim live in `directory`;
+    returns it and the variables that route a shell's `python` to it."""
+    path = os.path.join(directory, "forkserver.sock")
+    shim = os.path.join(directory, "bin", "python")
+    os.makedirs(os.path.dirname(shim), exist_ok=True)
+    with open(shim, "w", encoding="utf-8") as f:
+        f.write(SHIM.format(python=sys.executable, variable=SOCKET_VARIABLE, header=HEADER))
+    os.chmod(shim, os.stat(shim).st_mode | stat.S_IXUSR)
+    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), path], env=env,
+                              stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path):
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the fork server did not start (exit {server.poll()})")
+        time.sleep(0.05)
+    return server, {SOCKET_VARIABLE: path,
+                    "PATH": os.path.dirname(shim) + os.pathsep + env.get("PATH", "")}
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
