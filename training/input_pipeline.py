@@ -387,12 +387,12 @@ def _finished(dataset: tf.data.Dataset, deterministic: bool) -> tf.data.Dataset:
     """The options every input pipeline ends with, then a prefetch.
 
     Sharding is done by the builders (auto-sharding off). tf.data's autotuning model is
-    off: its thread sleeps up to a minute between optimisations and an iterator's
-    destructor waits for that sleep to end, so dropping an iterator that had run for a
-    while (the training input before evaluation, an evaluation's before the next) stalled
-    the run for up to 60 s with the CPU idle (measured: an iterator kept 45 s took 37 s to
-    delete; without the model, 0.00 s). `AUTOTUNE` parallelism then stays at
-    min(16, schedulable cores), the prefetch buffer still grows on demand.
+    off: its thread sleeps between optimisations, the sleep doubling up to a minute, and
+    an iterator's destructor waits for the sleep to end, with the CPU idle. Measured
+    (TF 2.21): an interleave/map/prefetch pipeline read for 45 s took 37 s to delete
+    (0.00 s without the model); in the test suite, iterators of finished runs stalled
+    whichever test freed them for 30-45 s. `AUTOTUNE` parallelism then stays at
+    min(16, schedulable cores).
     """
     options = tf.data.Options()
     options.deterministic = deterministic
