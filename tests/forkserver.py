@@ -8,20 +8,28 @@ lose); every such command is a child forked from it that runs the script as
 streams, exits the way the script exits (atexit, flushing, exit status, a traceback on an
 uncaught exception) and is reported back as its exit status.
 
-`start(directory)` starts the server and returns (its process, the environment to add):
-a `python` first on PATH that forwards such commands to it; anything else (`python -`,
-`python -c`) runs the real interpreter. A killed shim does not kill its child: use a real
-process where a test kills one.
+`routed(command, env)` turns a command and environment for a real process into ones
+that run it forked from this test process's server (started on first use, stopped at
+exit): the command starts with a shim that passes its arguments, working directory,
+environment and standard streams to the server, waits and exits as the child exited.
+`shell_env(env)` puts the shim first on PATH as `python` for a shell; there anything else
+than a script or `-m` (`python -`, `python -c`) runs the real interpreter. A killed shim
+does not kill its child: use a real process where a test kills or signals one, where the
+process is under test (a CLI's wiring, isolated serving), or where a test sets variables
+that TensorFlow reads at import.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -109,24 +117,68 @@ def _report(pid: int, connection: socket.socket) -> None:
         connection.sendall(str(os.waitstatus_to_exitcode(status)).encode())
 
 
-def start(directory: str, env: dict) -> tuple[subprocess.Popen, dict]:
-    """Starts a server (with `env`) whose socket and `python` shim live in `directory`;
-    returns it and the variables that route a shell's `python` to it."""
-    path = os.path.join(directory, "forkserver.sock")
-    shim = os.path.join(directory, "bin", "python")
-    os.makedirs(os.path.dirname(shim), exist_ok=True)
-    with open(shim, "w", encoding="utf-8") as f:
-        f.write(SHIM.format(python=sys.executable, variable=SOCKET_VARIABLE, header=HEADER))
-    os.chmod(shim, os.stat(shim).st_mode | stat.S_IXUSR)
-    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), path], env=env,
-                              stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not os.path.exists(path):
-        if server.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the fork server did not start (exit {server.poll()})")
-        time.sleep(0.05)
-    return server, {SOCKET_VARIABLE: path,
-                    "PATH": os.path.dirname(shim) + os.pathsep + env.get("PATH", "")}
+_SHIM: str | None = None  # this process's server's shim, once started
+
+
+def _shim() -> str:
+    """Starts this process's server on first use (stopped at exit); returns its shim."""
+    global _SHIM
+    if _SHIM is None:
+        directory = tempfile.mkdtemp(prefix="forkserver-")
+        path = os.path.join(directory, "forkserver.sock")
+        shim = os.path.join(directory, "bin", "python")
+        os.makedirs(os.path.dirname(shim))
+        with open(shim, "w", encoding="utf-8") as f:
+            f.write(SHIM.format(python=sys.executable, variable=SOCKET_VARIABLE,
+                                header=HEADER))
+        os.chmod(shim, os.stat(shim).st_mode | stat.S_IXUSR)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+                   PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.pop("TF_CONFIG", None)
+        server = subprocess.Popen([sys.executable, os.path.abspath(__file__), path], env=env,
+                                  stdin=subprocess.DEVNULL)
+        atexit.register(_stop, server, directory)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the fork server did not start (exit {server.poll()})")
+            time.sleep(0.05)
+        _SHIM = shim
+    return _SHIM
+
+
+def _stop(server: subprocess.Popen, directory: str) -> None:
+    server.kill()
+    server.wait()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _variables(env: dict) -> dict:
+    shim = _shim()
+    return {**env, SOCKET_VARIABLE: os.path.join(os.path.dirname(os.path.dirname(shim)),
+                                                 "forkserver.sock")}
+
+
+def routed(command: list, env: dict) -> tuple[list, dict]:
+    """`command` ([sys.executable, SCRIPT.py | -m MODULE, ...]) and its `env`, run forked
+    from this process's server instead."""
+    assert command[0] == sys.executable, command[:2]
+    return [_shim()] + list(command[1:]), _variables(env)
+
+
+def run(command: list, env: dict, cwd: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`subprocess.run(command, ...)` to its end with its output captured, forked."""
+    command, env = routed(command, env)
+    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def shell_env(env: dict) -> dict:
+    """`env` for a shell whose `python` commands run forked from this process's server."""
+    variables = _variables(env)
+    variables["PATH"] = os.path.dirname(_shim()) + os.pathsep + env.get("PATH", "")
+    return variables
 
 
 if __name__ == "__main__":

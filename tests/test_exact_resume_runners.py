@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import forkserver
 from tests import test_loop_support as S
 from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
@@ -57,9 +58,9 @@ def _state(prefix):
 
 
 def _run(command, timeout=300):
-    """Runs a CLI to its end: (exit status, output)."""
-    done = subprocess.run(command, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    """Runs a CLI to its end, forked from one TensorFlow import (tests/forkserver.py: a
+    run nobody signals needs no fresh interpreter): (exit status, output)."""
+    done = forkserver.run(command, S.runner_env(), S.REPO_ROOT, timeout)
     return done.returncode, done.stdout + done.stderr
 
 

@@ -27,6 +27,7 @@ import time
 
 import pytest
 
+from tests import forkserver
 from tests import test_loop_support as S
 from tests.conftest import TINY_VOCAB, write_vocab
 
@@ -288,8 +289,7 @@ def test_run_classifier_survives_kills(tmp_path):
     assert sum(landed.values()) >= 3 and min(landed.values()) >= 1, (
         f"kills that landed mid-phase {landed} (phases {durations}): too few, the test "
         "checked little")
-    proc = subprocess.run(command(do_train="false"), env=S.runner_env(), cwd=S.REPO_ROOT,
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = forkserver.run(command(do_train="false"), S.runner_env(), S.REPO_ROOT)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     check_outputs()
     assert (out / "test_results.tsv").exists() and (out / "eval_results.txt").exists()
@@ -321,8 +321,7 @@ def test_extract_features_output_is_all_or_nothing(tmp_path):
            f"--init_checkpoint={ckpt_dir}", f"--bert_config_file={config_path}",
            f"--vocab_file={vocab}", "--max_seq_length=32", "--batch_size=8",
            "--layers=-1,-2"]
-    reference = subprocess.run(cmd, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
-                               text=True, timeout=300, check=False)
+    reference = forkserver.run(cmd, S.runner_env(), S.REPO_ROOT)  # nobody kills it
     assert reference.returncode == 0, reference.stderr[-3000:]
     good = output.read_bytes()
     assert len(good.splitlines()) == 3000 and json.loads(good.splitlines()[-1])
@@ -338,7 +337,6 @@ def test_extract_features_output_is_all_or_nothing(tmp_path):
         if output.exists():
             output.unlink()
     assert killed >= len(KILLS) - 1, "runs finished before their signal: the test checked little"
-    rerun = subprocess.run(cmd, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
-                           text=True, timeout=300, check=False)
+    rerun = forkserver.run(cmd, S.runner_env(), S.REPO_ROOT)
     assert rerun.returncode == 0 and output.read_bytes() == good
     assert not _hidden_temporaries(output.parent)  # the rerun cleaned up after kill -9

@@ -97,12 +97,14 @@ def run_local_workers(command, count=2, timeout=240):
         if port not in ports:
             ports.append(port)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs = [subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True,
-                              env=runner_env({"TF_CONFIG": json.dumps(
-                                  {"cluster": cluster,
-                                   "task": {"type": "worker", "index": index}})}))
-             for index in range(count)]
+    from tests import forkserver  # workers nobody kills: forked from one TensorFlow import
+
+    procs = []
+    for index in range(count):
+        routed, env = forkserver.routed(command, runner_env({"TF_CONFIG": json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}})}))
+        procs.append(subprocess.Popen(routed, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
     try:
         logs = [proc.communicate(timeout=timeout)[0] for proc in procs]
     finally:

@@ -181,12 +181,14 @@ def check_expects(block: Block, work_dir: str) -> None:
                     f"{block.name}: no key containing {key!r} in {relative}: {found}")
 
 
-def run_block(block: Block, work_dir: str, forkserver_env: dict) -> float:
-    """Runs `block` with `bash -e` in the repository's root, its scripts started by the
-    fork server (`forkserver_env`, tests/forkserver.py); returns its seconds."""
+def run_block(block: Block, work_dir: str) -> float:
+    """Runs `block` with `bash -e` in the repository's root, its scripts forked from one
+    TensorFlow import (tests/forkserver.py); returns its seconds."""
+    from tests import forkserver
+
     start = time.monotonic()
     proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.code], cwd=REPO_ROOT,
-                          env={**_env(work_dir), **forkserver_env}, capture_output=True,
+                          env=forkserver.shell_env(_env(work_dir)), capture_output=True,
                           text=True,
                           timeout=BLOCK_TIMEOUT, check=False)
     seconds = time.monotonic() - start
@@ -245,25 +247,13 @@ def test_every_flag_of_every_block_exists_in_its_script():
 # ---- slow: the scaled-down blocks, end to end ----------------------------------------------
 
 @pytest.fixture(scope="module")
-def forkserver_env(tmp_path_factory):
-    """The variables that start the blocks' scripts from one fork server (one TensorFlow
-    import for all of them instead of one per command)."""
-    from tests import forkserver
-
-    server, variables = forkserver.start(str(tmp_path_factory.mktemp("forkserver")), _env())
-    yield variables
-    server.kill()
-    server.wait()
-
-
-@pytest.fixture(scope="module")
-def paper_dir(tmp_path_factory, forkserver_env):
+def paper_dir(tmp_path_factory):
     """$W after the setup block. The block runs once per test session (`built_once`: the
     pytest-xdist workers share it); each worker runs its blocks in a copy of its own."""
     from tests.conftest import built_once
 
     def setup(work_dir):
-        run_block(SCALED[0], str(work_dir), forkserver_env)
+        run_block(SCALED[0], str(work_dir))
         check_expects(SCALED[0], str(work_dir))
 
     built = built_once(tmp_path_factory, "paper-setup", setup)
@@ -274,7 +264,7 @@ def paper_dir(tmp_path_factory, forkserver_env):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", SCALED[1:], ids=lambda b: b.name)
-def test_scaled_block_runs_and_writes_its_outputs(block, paper_dir, forkserver_env):
+def test_scaled_block_runs_and_writes_its_outputs(block, paper_dir):
     """The block exits 0 in $W after the setup block and writes its `expects:` files."""
-    run_block(block, paper_dir, forkserver_env)
+    run_block(block, paper_dir)
     check_expects(block, paper_dir)
