@@ -1,4 +1,4 @@
-"""A fork server for shell blocks that start the repository's scripts many times.
+"""A fork server for tests that start the repository's scripts as processes nobody signals.
 
 Each `python SCRIPT.py ...` / `python -m MODULE ...` a block runs otherwise starts Python
 and imports TensorFlow again (about 3 CPU-s before any work). Here one server process
@@ -136,13 +136,17 @@ def _shim() -> str:
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
                    PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         env.pop("TF_CONFIG", None)
-        server = subprocess.Popen([sys.executable, os.path.abspath(__file__), path], env=env,
-                                  stdin=subprocess.DEVNULL)
+        with open(os.path.join(directory, "server.log"), "w") as log:  # not our streams
+            server = subprocess.Popen([sys.executable, os.path.abspath(__file__), path],
+                                      env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                      stderr=log)
         atexit.register(_stop, server, directory)
         deadline = time.monotonic() + 120
         while not os.path.exists(path):
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the fork server did not start (exit {server.poll()})")
+                with open(os.path.join(directory, "server.log"), encoding="utf-8") as log:
+                    raise RuntimeError(f"the fork server did not start (exit "
+                                       f"{server.poll()}):\n{log.read()[-3000:]}")
             time.sleep(0.05)
         _SHIM = shim
     return _SHIM
