@@ -167,7 +167,6 @@ def test_classifier_results_equal_with_and_without_buckets(classifier_env):
 def test_mirrored_bucketed_predictions_equal_one_device(classifier_env):
     """The CLI (bucketing on by default) over 2 logical CPU replicas: the same predictions,
     in the same order, as one device."""
-    import subprocess
     import sys
 
     import run_classifier as rc
@@ -184,10 +183,11 @@ def test_mirrored_bucketed_predictions_equal_one_device(classifier_env):
                  text_a_column="a", text_b_column="b", label_column="label",
                  label_list="no,yes", bucket_boundaries="16", distribution_strategy="mirrored",
                  num_cpu_devices=2)
-    proc = subprocess.run([sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py")] +
-                          [f"--{k}={v}" for k, v in flags.items()], env=S.runner_env(),
-                          cwd=S.REPO_ROOT, capture_output=True, text=True, timeout=300,
-                          check=False)
+    from tests import forkserver  # a fresh TensorFlow runtime for the logical CPUs
+
+    proc = forkserver.run([sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py")] +
+                          [f"--{k}={v}" for k, v in flags.items()], S.runner_env(),
+                          S.REPO_ROOT)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "with 2 replica(s)" in proc.stdout + proc.stderr
     one, two = _results(root / "one"), _results(root / "two")

@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -98,11 +97,10 @@ def _run(args, process=True):
         result = call_main("extract_features", args, cwd=REPO_ROOT)
         assert result.code == 0, (result.stderr + result.log)[-3000:]
         return
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "extract_features.py")]
-                            + args, check=False, capture_output=True, text=True, env=env,
-                            timeout=300,
-                            cwd=REPO_ROOT)
+    from tests import forkserver  # a fresh TensorFlow runtime, not a fresh interpreter
+
+    result = forkserver.run([sys.executable, os.path.join(REPO_ROOT, "extract_features.py")]
+                            + args, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), REPO_ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
 
 

@@ -140,8 +140,9 @@ def run_runner(timeout=240, env=None, process=False, **flags):
     if not process and env is None:
         result = call_main("run_pretraining", **flags)
         return result.code, "\n".join([result.stdout, result.stderr, result.log])
-    proc = subprocess.run(runner_command(**flags), env=runner_env(env), check=False,
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+    from tests import forkserver  # a fresh TensorFlow runtime, not a fresh interpreter
+
+    proc = forkserver.run(runner_command(**flags), runner_env(env), REPO_ROOT, timeout)
     return proc.returncode, proc.stdout + proc.stderr
 
 

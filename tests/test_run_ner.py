@@ -15,7 +15,6 @@ in this process through `run_ner.run`.
 import json
 import os
 import random
-import subprocess
 import sys
 
 import numpy as np
@@ -23,6 +22,7 @@ import pytest
 import tensorflow as tf
 from seqeval import metrics as seqeval
 
+from tests import forkserver
 from tests import test_loop_support as S
 from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
@@ -177,11 +177,10 @@ def _argv(env, out, **flags):
 
 
 def run_cli(env, out, timeout=300, **flags):
-    """run_ner.py as a process: for a mirrored run over logical CPU devices, which must be
-    configured before TensorFlow starts."""
+    """run_ner.py with a TensorFlow runtime of its own: for a mirrored run over logical CPU
+    devices, which must be configured before TensorFlow starts (tests/forkserver.py)."""
     cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_ner.py"), *_argv(env, out, **flags)]
-    proc = subprocess.run(cmd, env=S.runner_env(), capture_output=True, text=True,
-                          timeout=timeout, cwd=S.REPO_ROOT, check=False)
+    proc = forkserver.run(cmd, S.runner_env(), S.REPO_ROOT, timeout)
     return proc.returncode, proc.stdout + proc.stderr
 
 

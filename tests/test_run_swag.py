@@ -7,12 +7,12 @@ checkpoint, your own JSON lines, and bad input refused before training."""
 import json
 import os
 import random
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from tests import forkserver
 from tests import test_loop_support as S
 from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
@@ -65,12 +65,11 @@ def _argv(env, out, **overrides):
 
 
 def _cli(env, out, **overrides):
-    """run_swag.py as a process: for a mirrored run over logical CPU devices, which must be
-    configured before TensorFlow starts."""
+    """run_swag.py with a TensorFlow runtime of its own: for a mirrored run over logical CPU
+    devices, which must be configured before TensorFlow starts (tests/forkserver.py)."""
     cmd = [sys.executable, os.path.join(S.REPO_ROOT, "run_swag.py"), *_argv(env, out,
                                                                             **overrides)]
-    return subprocess.run(cmd, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
-                          text=True, timeout=400, check=False)
+    return forkserver.run(cmd, S.runner_env(), S.REPO_ROOT, 400)
 
 
 def _results(path):
