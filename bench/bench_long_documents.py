@@ -21,7 +21,9 @@ none of them: bench/RESULTS.md); `--speed`: what padding windows cost a windows 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import logging as py_logging
 import os
 import random
 import sys
@@ -147,6 +149,98 @@ def keras_adam_accuracy(train, test, vocab, config, pooling, args, steps):
     return correct / len(test)
 
 
+@contextlib.contextmanager
+def loss_curve():
+    """Collects the training loop's progress lines' (step, loss) ("step N/M loss X ...")
+    while the block runs."""
+    from absl import logging
+
+    curve = []
+
+    class Losses(py_logging.Handler):
+        def emit(self, record):
+            words = record.getMessage().split()
+            if len(words) > 3 and words[0] == "step" and words[2] == "loss":
+                curve.append((int(words[1].split("/")[0]), float(words[3])))
+
+    handler, level = Losses(), logging.get_verbosity()
+    logging.get_absl_logger().addHandler(handler)
+    logging.set_verbosity(logging.INFO)
+    try:
+        yield curve
+    finally:
+        logging.get_absl_logger().removeHandler(handler)
+        logging.set_verbosity(level)
+
+
+def format_curve(curve):
+    return ", ".join(f"{step} {loss:.3f}" for step, loss in curve)
+
+
+def pretrain(lines, work, vocab, config, args):
+    """The checkpoint every mode fine-tunes (`init_checkpoint`): the bench's BERT pretrained
+    (masked LM + next sentence) by the repository's own tools, in this process, on
+    `args.pretrain_mb` of corpus text the task never reads (`lines`: what is left once
+    every document is made). Prints the training loss curve and the held-out eval."""
+    from data_prep import create_pretraining_data as cpd
+    from data_prep.pretraining_data.config import PretrainingConfig
+    from training import pretraining
+    from training.execution import RuntimeConfig
+    from training.settings import LoopConfig
+
+    text, size, target = [], 0, args.pretrain_mb * 1e6
+    while size < target:  # documents of 30 sentences, the original's input format
+        document = [lines.pop(0) for _ in range(30)]
+        text.append("\n".join(document) + "\n\n")
+        size += sum(len(s.encode("utf-8")) + 1 for s in document)
+    held_out = max(1, len(text) // 20)
+    seq = args.max_seq_length
+    predictions = -(-seq * 15 // 100)
+    records = {}
+    for split, documents_ in (("train", text[held_out:]), ("eval", text[:held_out])):
+        source = os.path.join(work, f"pretrain_{split}.txt")
+        with open(source, "w", encoding="utf-8") as f:
+            f.writelines(documents_)
+        records[split] = os.path.join(work, f"pretrain_{split}.tfrecord")
+        summary = cpd.generate(
+            PretrainingConfig(max_seq_length=seq, max_predictions_per_seq=predictions,
+                              dupe_factor=args.pretrain_dupe_factor),
+            [source], [records[split]], vocab_file=vocab, do_lower_case=True, seed=12345,
+            num_workers=1, gzip=False, chunk_bytes=0, shuffle_buffer_size=10000,
+            progress_seconds=10**6, summary_path=records[split] + ".summary.json")
+        print(f"pretraining {split} records: {summary.get('instances', summary)} instances "
+              f"from {sum(len(d) for d in documents_) / 1e6:.2f} MB", flush=True)
+
+    out = os.path.join(work, "pretrained")
+    steps, batch = args.pretrain_steps, args.pretrain_batch
+    start = time.perf_counter()
+    with loss_curve() as curve:
+        results = pretraining.run(pretraining.PretrainingRun(
+            bert_config_file=config, input_patterns=(records["train"],), output_dir=out,
+            init_checkpoint=None, max_seq_length=seq, max_predictions_per_seq=predictions,
+            do_train=True, do_eval=False, train_batch_size=batch, eval_batch_size=batch,
+            input_compression="auto", runtime=RuntimeConfig("one_device", seed=1),
+            loop=LoopConfig(output_dir=out, num_train_steps=steps,
+                            num_warmup_steps=steps // 10, train_batch_size=batch,
+                            eval_batch_size=batch, iterations_per_loop=50,
+                            save_checkpoints_steps=steps, log_steps=max(50, steps // 10),
+                            learning_rate=args.pretrain_learning_rate)))
+        results = pretraining.run(pretraining.PretrainingRun(
+            bert_config_file=config, input_patterns=(records["eval"],), output_dir=out,
+            init_checkpoint=None, max_seq_length=seq, max_predictions_per_seq=predictions,
+            do_train=False, do_eval=True, train_batch_size=batch, eval_batch_size=batch,
+            input_compression="auto", runtime=RuntimeConfig("one_device", seed=1),
+            loop=LoopConfig(output_dir=out, num_train_steps=steps, train_batch_size=batch,
+                            num_warmup_steps=0, eval_batch_size=batch, max_eval_steps=50,
+                            learning_rate=args.pretrain_learning_rate)))
+    print(f"pretraining: {steps} steps of {batch} x {seq} in {time.perf_counter() - start:.0f} s; "
+          f"training loss (MLM + NSP) by step: "
+          + format_curve(curve), flush=True)
+    print("pretraining held-out eval: " + ", ".join(
+        f"{k} {float(v):.3f}" for k, v in sorted(results.items())), flush=True)
+    return out
+
+
 def write_split(path, rows):
     with open(path, "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f)
@@ -167,8 +261,18 @@ def main():
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--epochs", type=float, default=5.0)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--learning_rate", type=float, default=1e-3)
+    parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--modes", default="")
+    parser.add_argument("--pretrain_steps", type=int, default=1000,
+                        help="pretrain the BERT this many steps on corpus text the task "
+                             "never reads, then fine-tune every mode from it (0: from "
+                             "scratch)")
+    parser.add_argument("--print_loss", action="store_true",
+                        help="print each fine-tuning run's training loss curve")
+    parser.add_argument("--pretrain_mb", type=float, default=2.0)
+    parser.add_argument("--pretrain_dupe_factor", type=int, default=2)
+    parser.add_argument("--pretrain_batch", type=int, default=32)
+    parser.add_argument("--pretrain_learning_rate", type=float, default=3e-4)
     parser.add_argument("--keras_adam_steps", type=int, default=0,
                         help="instead of run_classifier: windows poolings trained by a plain "
                              "Keras Adam loop for this many steps (keras_adam_accuracy)")
@@ -207,8 +311,7 @@ def main():
                                          delimiter="comma", labels="a,b")
     modes = [m for m in MODES if not args.modes
              or f"{m[0]}{'-' + m[1]['window_pooling'] if m[1] else ''}" in args.modes.split(",")]
-    print(f"| placement | mode | test accuracy | eval documents/s | train s |")
-    print("|---|---|---:|---:|---:|")
+    splits = {}
     for placement in args.placement.split(","):
         rng = random.Random(0)
         data = os.path.join(work, placement)
@@ -217,6 +320,13 @@ def main():
         write_split(os.path.join(data, "train.csv"), train)
         test = documents(lines, args.words, args.test, placement, 120, rng)
         write_split(os.path.join(data, "dev.csv"), test)
+        splits[placement] = data, train, test
+    init_checkpoint = (pretrain(lines, work, vocab, config, args) if args.pretrain_steps
+                       else None)
+    print(f"| placement | mode | test accuracy (n = {args.test}, ± 1 SE) | eval documents/s "
+          "| train s |")
+    print("|---|---|---:|---:|---:|")
+    for placement, (data, train, test) in splits.items():
         if args.keras_adam_steps:
             for pooling in ("mean", "max", "attention"):
                 accuracy = keras_adam_accuracy(train, test, vocab, config_dict, pooling, args,
@@ -233,20 +343,27 @@ def main():
                           train_batch_size=args.batch, eval_batch_size=args.batch,
                           learning_rate=args.learning_rate, num_train_epochs=args.epochs,
                           save_checkpoints_steps=100000, iterations_per_loop=50,
-                          log_steps=50, seeds=(1,), runtime=RuntimeConfig("one_device", seed=1),
+                          log_steps=50, seeds=(1,), init_checkpoint=init_checkpoint,
+                          runtime=RuntimeConfig("one_device", seed=1),
                           long_document=mode, **extra)
             if mode == "windows":
                 values.update(doc_stride=args.doc_stride,
                               max_windows_per_document=args.max_windows)
             start = time.perf_counter()
-            rc.run(rc.COMMAND.settings(**values))
+            with loss_curve() as curve:
+                rc.run(rc.COMMAND.settings(**values))
             train_s = time.perf_counter() - start
+            if args.print_loss:
+                print(f"{placement} {name} training loss by step: {format_curve(curve)}",
+                      flush=True)
             start = time.perf_counter()
             rc.run(rc.COMMAND.settings(**{**values, "do_train": False}))
             eval_s = time.perf_counter() - start
             with open(os.path.join(out, "eval_results.txt")) as f:
                 results = dict(line.strip().split(" = ") for line in f)
-            print(f"| {placement} | {name} | {float(results['eval_accuracy']):.3f} | "
+            accuracy = float(results["eval_accuracy"])
+            error = (accuracy * (1 - accuracy) / args.test) ** 0.5
+            print(f"| {placement} | {name} | {accuracy:.3f} ± {error:.3f} | "
                   f"{args.test / eval_s:.1f} | {train_s:.0f} |", flush=True)
 
 
