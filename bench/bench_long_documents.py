@@ -1,27 +1,32 @@
 """Long documents: test accuracy and examples/s of run_classifier.py's --long_document modes on a task only the whole text solves.
 
-    .venv/bin/python bench/bench_long_documents.py --placement=end,anywhere --hidden=128 \
-        --max_seq_length=256 --doc_stride=254 --max_windows=16
+    .venv/bin/python bench/bench_long_documents.py --placement=end,anywhere \
+        --pretrain_steps=1000 --learning_rate=3e-4 --epochs=10
 
 Documents of `--words` words of real, non-repeating text (bench/corpus.py: consecutive
-corpus sentences, each used once; train, dev and test from disjoint text). The label's
+corpus sentences, each used once; train and test from disjoint text). The label's
 evidence is one sentence naming a made-up marker word (class "a" or "b"), placed at the
 end of the document ("end") or at a random sentence boundary past the first 120 words
-("anywhere": past the first window up to --max_seq_length=128; at 256, in it for the
-few documents whose boundary falls in their first ~170 words); nothing else in the text depends on the label, so `truncate` (first
-window only) should sit at chance. A small BERT (`--layers` x `--hidden`) is trained
-from scratch (no pretrained checkpoint on this machine) by `run_classifier.run` exactly
-as the CLI runs it; accuracy is on the held-out test set (dev = test here: the run's
-eval), examples/s of the eval-only rerun (checkpoint restored, records cached) over the
-dev documents. `--keras_adam_steps`: the windows poolings trained instead by a plain
-Keras Adam loop on the same records (from scratch, the original's optimizer learns
-none of them: bench/RESULTS.md); `--speed`: what padding windows cost a windows model.
+("anywhere": past the first window up to --max_seq_length=128); nothing else in the text
+depends on the label, so `truncate` (first window only) should sit at chance.
+
+No pretrained checkpoint is on this machine, and users fine-tune a pretrained one, so the
+small BERT (`--layers` x `--hidden`) is first pretrained (`--pretrain_steps`, 0: from
+scratch) by the repository's own create_pretraining_data and run_pretraining, in this
+process, on `--pretrain_mb` of corpus text the task never reads (`pretrain`); every mode
+is then fine-tuned from that checkpoint by `run_classifier.run` exactly as the CLI runs
+it (the original's AdamWeightDecay, warmup 10 %, linear decay). Accuracy is on the
+held-out test set (dev = test here: the run's eval), examples/s of the eval-only rerun
+(checkpoint restored, records cached) over the test documents. `--print_loss`: each
+run's training loss curve; `--speed`: what padding windows cost a windows model.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import logging as py_logging
 import os
 import random
 import sys
@@ -96,55 +101,96 @@ def model_speed(max_windows=8, seq=128, hidden=128, batch=8, documents=64, seed=
     return float(counts.mean()), best
 
 
-def keras_adam_accuracy(train, test, vocab, config, pooling, args, steps):
-    """Test accuracy of a windows model (`pooling`) trained by a plain Keras Adam loop
-    (constant `args.learning_rate`, bias-corrected moments, epsilon 1e-7, no clipping or
-    weight decay) on the runner's windows records of `train`, `steps` batches of
-    `args.batch` documents: the pooling measured apart from the original's optimizer."""
-    import keras
-    import numpy as np
-    import tensorflow as tf
+@contextlib.contextmanager
+def loss_curve():
+    """Collects the training loop's progress lines' (step, loss) ("step N/M loss X ...")
+    while the block runs."""
+    from absl import logging
 
-    from data_prep import tokenization
-    from modeling.models import BertDocumentClassifier
-    from tasks.classification import data as cdata
-    from tasks.classification.examples import InputExample
+    curve = []
 
-    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
-    windows = cdata.Windows(args.doc_stride, args.max_windows)
+    class Losses(py_logging.Handler):
+        def emit(self, record):
+            words = record.getMessage().split()
+            if len(words) > 3 and words[0] == "step" and words[2] == "loss":
+                curve.append((int(words[1].split("/")[0]), float(words[3])))
 
-    def arrays(rows):
-        values = [cdata.window_record_values(
-            InputExample(str(i), text, None, label), {"a": 0, "b": 1}, args.max_seq_length,
-            tokenizer, False, windows)[0] for i, (text, label) in enumerate(rows)]
-        x = {k: tf.constant(np.array([v[k] for v in values], np.int32).reshape(
-            len(values), args.max_windows, args.max_seq_length))
-             for k in ("input_ids", "input_mask", "segment_ids")}
-        return x, tf.constant([v["label_ids"][0] for v in values])
+    handler, level = Losses(), logging.get_verbosity()
+    logging.get_absl_logger().addHandler(handler)
+    logging.set_verbosity(logging.INFO)
+    try:
+        yield curve
+    finally:
+        logging.get_absl_logger().removeHandler(handler)
+        logging.set_verbosity(level)
 
-    (x_train, y_train), (x_test, y_test) = arrays(train), arrays(test)
-    keras.utils.set_random_seed(1)
-    model = BertDocumentClassifier(config, 2, pooling=pooling)
-    optimizer = keras.optimizers.Adam(args.learning_rate)
 
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            logits = model(x, training=True)["logits"]
-            loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                      model.trainable_variables))
+def format_curve(curve):
+    return ", ".join(f"{step} {loss:.3f}" for step, loss in curve)
 
-    rng = np.random.RandomState(0)
-    for _ in range(steps):
-        index = rng.choice(len(train), args.batch, replace=False)
-        step({k: tf.gather(v, index) for k, v in x_train.items()}, tf.gather(y_train, index))
-    predict = tf.function(lambda x: model(x, training=False)["logits"])
-    correct = sum(int(np.sum(np.argmax(predict({k: v[i:i + 16] for k, v in x_test.items()}),
-                                       -1) == y_test[i:i + 16].numpy()))
-                  for i in range(0, len(test), 16))
-    return correct / len(test)
+
+def pretrain(lines, work, vocab, config, args):
+    """The checkpoint every mode fine-tunes (`init_checkpoint`): the bench's BERT pretrained
+    (masked LM + next sentence) by the repository's own tools, in this process, on
+    `args.pretrain_mb` of corpus text the task never reads (`lines`: what is left once
+    every document is made). Prints the training loss curve and the held-out eval."""
+    from data_prep import create_pretraining_data as cpd
+    from data_prep.pretraining_data.config import PretrainingConfig
+    from training import pretraining
+    from training.execution import RuntimeConfig
+    from training.settings import LoopConfig
+
+    text, size, target = [], 0, args.pretrain_mb * 1e6
+    while size < target:  # documents of 30 sentences, the original's input format
+        document = [lines.pop(0) for _ in range(30)]
+        text.append("\n".join(document) + "\n\n")
+        size += sum(len(s.encode("utf-8")) + 1 for s in document)
+    held_out = max(1, len(text) // 20)
+    seq = args.max_seq_length
+    predictions = -(-seq * 15 // 100)
+    records = {}
+    for split, documents_ in (("train", text[held_out:]), ("eval", text[:held_out])):
+        source = os.path.join(work, f"pretrain_{split}.txt")
+        with open(source, "w", encoding="utf-8") as f:
+            f.writelines(documents_)
+        records[split] = os.path.join(work, f"pretrain_{split}.tfrecord")
+        summary = cpd.generate(
+            PretrainingConfig(max_seq_length=seq, max_predictions_per_seq=predictions,
+                              dupe_factor=args.pretrain_dupe_factor),
+            [source], [records[split]], vocab_file=vocab, do_lower_case=True, seed=12345,
+            num_workers=1, gzip=False, chunk_bytes=0, shuffle_buffer_size=10000,
+            progress_seconds=10**6, summary_path=records[split] + ".summary.json")
+        print(f"pretraining {split} records: {summary.get('instances', summary)} instances "
+              f"from {sum(len(d) for d in documents_) / 1e6:.2f} MB", flush=True)
+
+    out = os.path.join(work, "pretrained")
+    steps, batch = args.pretrain_steps, args.pretrain_batch
+    start = time.perf_counter()
+    with loss_curve() as curve:
+        results = pretraining.run(pretraining.PretrainingRun(
+            bert_config_file=config, input_patterns=(records["train"],), output_dir=out,
+            init_checkpoint=None, max_seq_length=seq, max_predictions_per_seq=predictions,
+            do_train=True, do_eval=False, train_batch_size=batch, eval_batch_size=batch,
+            input_compression="auto", runtime=RuntimeConfig("one_device", seed=1),
+            loop=LoopConfig(output_dir=out, num_train_steps=steps,
+                            num_warmup_steps=steps // 10, train_batch_size=batch,
+                            eval_batch_size=batch, iterations_per_loop=50,
+                            save_checkpoints_steps=steps, log_steps=max(50, steps // 10),
+                            learning_rate=args.pretrain_learning_rate)))
+        results = pretraining.run(pretraining.PretrainingRun(
+            bert_config_file=config, input_patterns=(records["eval"],), output_dir=out,
+            init_checkpoint=None, max_seq_length=seq, max_predictions_per_seq=predictions,
+            do_train=False, do_eval=True, train_batch_size=batch, eval_batch_size=batch,
+            input_compression="auto", runtime=RuntimeConfig("one_device", seed=1),
+            loop=LoopConfig(output_dir=out, num_train_steps=steps, train_batch_size=batch,
+                            num_warmup_steps=0, eval_batch_size=batch, max_eval_steps=50,
+                            learning_rate=args.pretrain_learning_rate)))
+    print(f"pretraining: {steps} steps of {batch} x {seq} in {time.perf_counter() - start:.0f} s; "
+          f"training loss (MLM + NSP) by step: "
+          + format_curve(curve), flush=True)
+    print("pretraining held-out eval: " + ", ".join(
+        f"{k} {float(v):.3f}" for k, v in sorted(results.items())), flush=True)
+    return out
 
 
 def write_split(path, rows):
@@ -165,13 +211,23 @@ def main():
     parser.add_argument("--max_windows", type=int, default=32)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--epochs", type=float, default=5.0)
+    parser.add_argument("--epochs", type=float, default=10.0)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--learning_rate", type=float, default=1e-3)
+    parser.add_argument("--learning_rate", type=float, default=3e-4)
     parser.add_argument("--modes", default="")
-    parser.add_argument("--keras_adam_steps", type=int, default=0,
-                        help="instead of run_classifier: windows poolings trained by a plain "
-                             "Keras Adam loop for this many steps (keras_adam_accuracy)")
+    parser.add_argument("--pretrain_steps", type=int, default=1000,
+                        help="pretrain the BERT this many steps on corpus text the task "
+                             "never reads, then fine-tune every mode from it (0: from "
+                             "scratch)")
+    parser.add_argument("--print_loss", action="store_true",
+                        help="print each fine-tuning run's training loss curve")
+    parser.add_argument("--init_checkpoint", default="",
+                        help="fine-tune from this checkpoint (e.g. an earlier run's "
+                             "pretrained/ directory, same flags) instead of pretraining")
+    parser.add_argument("--pretrain_mb", type=float, default=2.0)
+    parser.add_argument("--pretrain_dupe_factor", type=int, default=2)
+    parser.add_argument("--pretrain_batch", type=int, default=32)
+    parser.add_argument("--pretrain_learning_rate", type=float, default=3e-4)
     parser.add_argument("--speed", action="store_true",
                         help="only the documents/s of a windows model on mixed lengths")
     args = parser.parse_args()
@@ -200,15 +256,12 @@ def main():
                    "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
                    "max_position_embeddings": 512, "type_vocab_size": 2,
                    "initializer_range": 0.02}, f)
-    with open(config) as f:
-        config_dict = json.load(f)
     lines = bench_corpus.corpus_lines(16.0)[::-1]   # popped from the end: corpus order
     custom = processors.CustomDataConfig(text_a_column="text", label_column="label",
                                          delimiter="comma", labels="a,b")
     modes = [m for m in MODES if not args.modes
              or f"{m[0]}{'-' + m[1]['window_pooling'] if m[1] else ''}" in args.modes.split(",")]
-    print(f"| placement | mode | test accuracy | eval documents/s | train s |")
-    print("|---|---|---:|---:|---:|")
+    splits = {}
     for placement in args.placement.split(","):
         rng = random.Random(0)
         data = os.path.join(work, placement)
@@ -217,13 +270,13 @@ def main():
         write_split(os.path.join(data, "train.csv"), train)
         test = documents(lines, args.words, args.test, placement, 120, rng)
         write_split(os.path.join(data, "dev.csv"), test)
-        if args.keras_adam_steps:
-            for pooling in ("mean", "max", "attention"):
-                accuracy = keras_adam_accuracy(train, test, vocab, config_dict, pooling, args,
-                                               args.keras_adam_steps)
-                print(f"| {placement} | windows-{pooling} (Keras Adam, "
-                      f"{args.keras_adam_steps} steps) | {accuracy:.3f} | | |", flush=True)
-            continue
+        splits[placement] = data
+    init_checkpoint = args.init_checkpoint or (
+        pretrain(lines, work, vocab, config, args) if args.pretrain_steps else None)
+    print(f"| placement | mode | test accuracy (n = {args.test}, ± 1 SE) | eval documents/s "
+          "| train s |")
+    print("|---|---|---:|---:|---:|")
+    for placement, data in splits.items():
         for mode, extra in modes:
             name = mode + ("-" + extra["window_pooling"] if extra else "")
             out = os.path.join(work, f"out_{placement}_{name}")
@@ -233,20 +286,27 @@ def main():
                           train_batch_size=args.batch, eval_batch_size=args.batch,
                           learning_rate=args.learning_rate, num_train_epochs=args.epochs,
                           save_checkpoints_steps=100000, iterations_per_loop=50,
-                          log_steps=50, seeds=(1,), runtime=RuntimeConfig("one_device", seed=1),
+                          log_steps=50, seeds=(1,), init_checkpoint=init_checkpoint,
+                          runtime=RuntimeConfig("one_device", seed=1),
                           long_document=mode, **extra)
             if mode == "windows":
                 values.update(doc_stride=args.doc_stride,
                               max_windows_per_document=args.max_windows)
             start = time.perf_counter()
-            rc.run(rc.COMMAND.settings(**values))
+            with loss_curve() as curve:
+                rc.run(rc.COMMAND.settings(**values))
             train_s = time.perf_counter() - start
+            if args.print_loss:
+                print(f"{placement} {name} training loss by step: {format_curve(curve)}",
+                      flush=True)
             start = time.perf_counter()
             rc.run(rc.COMMAND.settings(**{**values, "do_train": False}))
             eval_s = time.perf_counter() - start
             with open(os.path.join(out, "eval_results.txt")) as f:
                 results = dict(line.strip().split(" = ") for line in f)
-            print(f"| {placement} | {name} | {float(results['eval_accuracy']):.3f} | "
+            accuracy = float(results["eval_accuracy"])
+            error = (accuracy * (1 - accuracy) / args.test) ** 0.5
+            print(f"| {placement} | {name} | {accuracy:.3f} ± {error:.3f} | "
                   f"{args.test / eval_s:.1f} | {train_s:.0f} |", flush=True)
 
 
