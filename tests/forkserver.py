@@ -75,6 +75,10 @@ def _run_child(request: dict, fds: list) -> None:
     argv = request["argv"]
     import runpy
 
+    import numpy
+
+    numpy.random.seed()  # a fresh process draws its own; a fork would share the server's
+
     if argv[0] == "-m":
         sys.argv = [argv[1]] + argv[2:]
         sys.path[0] = os.getcwd()
