@@ -39,7 +39,14 @@ from data_prep import lifecycle
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 
-class FlagError(ValueError):
+class UserError(ValueError):
+    """Bad input the project detected on purpose: a flag, file, line or record that cannot
+    work, the message naming it and what is wrong. The shell prints it in one line; every
+    other error is a defect and keeps its traceback. Each module's own error kinds
+    (`ConfigError`, `DataFormatError`, ...) derive from it."""
+
+
+class FlagError(UserError):
     """A flag value that cannot work (the message names the flag and what is wrong)."""
 
 
