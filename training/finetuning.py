@@ -44,12 +44,13 @@ from typing import Any
 from absl import logging
 
 from data_prep import fileio
+from data_prep.cli import UserError
 from training import sweeps, trainer_setup
 from training.settings import PER_RUN, LoopConfig
 from training.execution import RuntimeConfig, setup_runtime
 
 
-class FinetuningError(ValueError):
+class FinetuningError(UserError):
     """Settings or data that would make a run meaningless; the message names the flag/file."""
 
 
@@ -339,7 +340,7 @@ def validate(settings: FinetuningRun) -> None:
         try:  # --learning_rate and the optimizer's flags
             dataclasses.replace(settings.loop,
                                 learning_rate=point.learning_rate).optimizer_config()
-        except ValueError as err:
+        except UserError as err:
             raise FinetuningError(str(err)) from None
 
 

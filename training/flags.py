@@ -19,6 +19,7 @@ from typing import Callable
 
 from absl import flags
 
+from data_prep.cli import UserError
 from training.execution import DTYPE_POLICIES, RuntimeConfig
 
 FLAGS = flags.FLAGS
@@ -312,7 +313,7 @@ class FinetuningCommand:
 
     Attributes:
       program: the runner's file name, for its messages.
-      own_settings: FlagValues -> its own flags, checked (ValueError naming the flag), as
+      own_settings: FlagValues -> its own flags, checked (UserError naming the flag), as
         keyword arguments of `task_settings`.
       task_settings: keyword arguments -> the family's settings.
       family: (task settings, max_seq_length) -> its `training.finetuning.TaskFamily`.
@@ -350,7 +351,7 @@ class FinetuningCommand:
         use_defaults(self.defaults, values)
         for name in self.required:
             if not values[name].value:
-                raise ValueError(f"--{name} is required")
+                raise UserError(f"--{name} is required")
         own = self.own_settings(values)
         return self.settings(**finetuning_values(values), **own)
 
@@ -378,10 +379,10 @@ class FinetuningCommand:
 
     def main(self, argv):
         """The runner's `main`: its flags run, bad input reported in one line."""
-        from training import cli
+        from data_prep import cli
 
         del argv
-        return cli.run_cli(lambda: self.run(self.settings_from_flags(FLAGS)), self.program)
+        return cli.run_main(lambda: self.run(self.settings_from_flags(FLAGS)), self.program)
 
 
 def bucket_boundaries(values, max_seq_length: int) -> tuple:

@@ -16,6 +16,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from data_prep import features, fileio
+from data_prep.cli import UserError
 from training import dynamic_masking, record_checks
 
 
@@ -91,7 +92,7 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
                                             config.read_unmasked)
     compression = {record_checks.compression_of(f, config.compression) for f in files}
     if len(compression) > 1:
-        raise ValueError(f"input files mix compressed and uncompressed records: {files[:4]}...")
+        raise UserError(f"input files mix compressed and uncompressed records: {files[:4]}...")
     compression = compression.pop()
     deterministic = config.seed is not None or not is_training
 
@@ -239,11 +240,11 @@ def bucket_batch_size(batch_size: int, length: int, max_seq_length: int) -> int:
 
 
 def check_bucket_boundaries(boundaries: Sequence[int], max_seq_length: int) -> tuple:
-    """Sorted, unique boundaries ending at max_seq_length; ValueError naming the flag."""
+    """Sorted, unique boundaries ending at max_seq_length; UserError naming the flag."""
     values = sorted({int(b) for b in boundaries})
     if not values or values[0] < 1 or values[-1] > max_seq_length:
-        raise ValueError(f"--bucket_boundaries={','.join(map(str, boundaries))}: lengths must "
-                         f"be in [1, --max_seq_length={max_seq_length}]")
+        raise UserError(f"--bucket_boundaries={','.join(map(str, boundaries))}: lengths must "
+                        f"be in [1, --max_seq_length={max_seq_length}]")
     if values[-1] != max_seq_length:
         values.append(int(max_seq_length))
     return tuple(values)

@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from data_prep.cli import UserError
 from modeling import losses
 from training import loop, trainer_setup
 from training.execution import RuntimeConfig, setup_runtime
@@ -70,7 +71,7 @@ class PretrainingRun:
 
 def run(cfg: PretrainingRun) -> dict:
     """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
-    optimizer = cfg.loop.optimizer_config()  # checks the optimizer's flags (ValueError)
+    optimizer = cfg.loop.optimizer_config()  # checks the optimizer's flags (UserError)
     strategy = setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
 
     from training import distribution, output_claim
@@ -95,19 +96,19 @@ def run(cfg: PretrainingRun) -> dict:
 
 def model_config(cfg: PretrainingRun):
     """The BertConfig the run trains: --bert_config_file's, made causal for
-    --objective=ltr; ValueError naming the flags when a sequence length does not fit its
+    --objective=ltr; UserError naming the flags when a sequence length does not fit its
     position table or a causal config is given to the masked LM."""
     bert_config = trainer_setup.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
     if cfg.phase2 is not None and (cfg.phase2.max_seq_length
                                    > bert_config.max_position_embeddings):
-        raise ValueError(
+        raise UserError(
             f"--phase2_max_seq_length={cfg.phase2.max_seq_length} is longer than "
             f"max_position_embeddings={bert_config.max_position_embeddings} of "
             f"--bert_config_file={cfg.bert_config_file}")
     if cfg.objective == "ltr":
         return dataclasses.replace(bert_config, causal_attention=True)
     if bert_config.causal_attention:
-        raise ValueError(
+        raise UserError(
             f"--bert_config_file={cfg.bert_config_file} has causal_attention: true (a "
             "left-to-right model) but --objective=mlm: the masked LM reads both sides of a "
             "masked token; use --objective=ltr, or a config without causal_attention")
@@ -143,7 +144,7 @@ class _PhaseInput:
 def _phase_inputs(cfg: PretrainingRun, bert_config):
     """([_PhaseInput] of each phase, masking without its seed): every file's first record
     checked against the flags (phase 2's: the --phase2_* ones), on the host, before any
-    work (record_checks.RecordFileError, DynamicMaskingError or ValueError naming the file
+    work (record_checks.RecordFileError, DynamicMaskingError or UserError naming the file
     and the flag), the records' summaries against the objective, and phase 2's records
     against phase 1's kind (`check_phases_alike`)."""
     from training import record_checks
@@ -180,7 +181,7 @@ def _phase_inputs(cfg: PretrainingRun, bert_config):
 
 
 def check_phases_alike(first: _PhaseInput, second: _PhaseInput) -> None:
-    """Refuses (ValueError naming a file of each) two phases of other kinds of records:
+    """Refuses (UserError naming a file of each) two phases of other kinds of records:
     masked and unmasked (--dynamic_masking), or with and without next-sentence pairs (as
     their summaries say): one run trains one objective on one kind of text, and the
     masking flags would fit only one of them."""
@@ -202,7 +203,7 @@ def check_phases_alike(first: _PhaseInput, second: _PhaseInput) -> None:
                                            != any(second.pairs.values())):
         differ = pairs
     if differ is not None:
-        raise ValueError(
+        raise UserError(
             f"{second.files[0]}: the records of {second.flag} are {differ(second)} but those "
             f"of {first.flag} ({first.files[0]}) are {differ(first)}: both phases must be "
             "the same kind of records (create_pretraining_data with the same "
@@ -225,13 +226,13 @@ def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> dict:
         config = summary.get("config") or {}
         pairs = made[path] = config.get("next_sentence_prediction", True) is not False
         if cfg.next_sentence_prediction and not pairs:
-            raise ValueError(
+            raise UserError(
                 f"{path}: the records of {flag} were made with --next_sentence_prediction="
                 "false (B always follows A, every next_sentence_labels 0): next sentence "
                 "prediction cannot be learnt from them; pass --next_sentence_prediction=false "
                 "(the masked LM alone) or records with next-sentence pairs")
         if cfg.objective == "ltr" and pairs:
-            raise ValueError(
+            raise UserError(
                 f"{path}: the records of {flag} are next-sentence pairs (B is a random "
                 "document's text half the time): --objective=ltr reads contiguous text; make "
                 "its records with create_pretraining_data --next_sentence_prediction=false "
@@ -349,10 +350,7 @@ def dynamic_masking_for(cfg: PretrainingRun, bert_config, seed):
         do_whole_word_mask=bool(cfg.do_whole_word_mask), seed=seed,
         mask_token_rate=0.8 if cfg.mask_token_rate is None else cfg.mask_token_rate,
         random_token_rate=0.1 if cfg.random_token_rate is None else cfg.random_token_rate)
-    try:
-        masking.validate()
-    except ValueError as err:
-        raise dynamic_masking.DynamicMaskingError(str(err)) from None
+    masking.validate()  # the flags' FlagError, naming each
     largest = max(masking.vocab.replacement_ids)
     if largest >= bert_config.vocab_size:
         raise dynamic_masking.DynamicMaskingError(
@@ -395,19 +393,19 @@ def _perplexity(mean_nll: float) -> float:
 
 
 def _check_evaluated(totals, count_key: str) -> None:
-    """Raises ValueError when the totals hold no eval batch or no prediction: their figures
+    """Raises UserError when the totals hold no eval batch or no prediction: their figures
     would read as a perfect score (loss 0, perplexity 1) made of nothing."""
     steps, count = float(totals.get("steps", 0.0)), float(totals[count_key])
     if steps < 1 or count <= 0:
-        raise ValueError(f"the eval read {int(steps)} batch(es) with {count:g} predictions: "
-                         "no figures to report (empty eval records, or max_eval_steps < 1)")
+        raise UserError(f"the eval read {int(steps)} batch(es) with {count:g} predictions: "
+                        "no figures to report (empty eval records, or max_eval_steps < 1)")
 
 
 def eval_metrics(totals, global_step):
     """The original's eval_results.txt figures from summed statistics, plus
     `masked_lm_perplexity` (exp of the weighted mean masked-LM loss: the paper's "LM
     (ppl)", Table 6); the next-sentence figures only when the totals have them (a run
-    without NSP reports none). ValueError for totals of no batch or no prediction."""
+    without NSP reports none). UserError for totals of no batch or no prediction."""
     _check_evaluated(totals, "mlm_weight_sum")
     steps = float(totals["steps"])
     weight = float(totals["mlm_weight_sum"])
@@ -429,7 +427,7 @@ def eval_metrics(totals, global_step):
 def next_token_eval_metrics(totals, global_step):
     """The left-to-right LM's eval_results.txt figures: mean loss over batches, and over
     every predicted token its loss, accuracy and perplexity (exp of that loss).
-    ValueError for totals of no batch or no prediction."""
+    UserError for totals of no batch or no prediction."""
     _check_evaluated(totals, "lm_count")
     steps = float(totals["steps"])
     count = float(totals["lm_count"])

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from data_prep.cli import UserError
+
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
@@ -39,7 +41,7 @@ class LoopConfig:
     ones; each run sets its own `PER_RUN` fields when it is built.
 
     Raises:
-      ValueError: a period or count below 1, naming its flag (`check_loop_settings`).
+      UserError: a period or count below 1, naming its flag (`check_loop_settings`).
     """
 
     output_dir: str
@@ -69,7 +71,7 @@ class LoopConfig:
 
     def optimizer_config(self):
         """The `modeling.optimization.OptimizerConfig` of these settings; building it
-        checks them (ValueError naming the flag: `OptimizerConfig.validate`)."""
+        checks them (UserError naming the flag: `OptimizerConfig.validate`)."""
         from modeling import optimization
 
         return optimization.OptimizerConfig(
@@ -85,11 +87,11 @@ PER_RUN = ("output_dir", "num_train_steps", "num_warmup_steps", "train_batch_siz
 
 
 def check_loop_settings(**settings: int) -> None:
-    """Raises ValueError naming the flag of a loop period or count below 1
+    """Raises UserError naming the flag of a loop period or count below 1
     (iterations_per_loop, save_checkpoints_steps, log_steps, keep_checkpoint_max,
     gradient_accumulation_steps): 0 has no meaning for them (a checkpoint every 0 steps,
     0 checkpoints kept), so it is refused rather than silently taken as 1. The one check
     of these settings (`LoopConfig`, for pretraining and fine-tuning, before any work)."""
     for name, value in settings.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"--{name}={value} must be a whole number >= 1")
+            raise UserError(f"--{name}={value} must be a whole number >= 1")

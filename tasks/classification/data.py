@@ -23,7 +23,8 @@ from absl import logging
 from data_prep import features as features_lib
 from data_prep import fileio
 from data_prep import tokenization
-from tasks.classification.examples import InputExample, PaddingInputExample
+from data_prep.cli import UserError
+from tasks.classification.examples import DataFormatError, InputExample, PaddingInputExample
 from tasks.classification.readers import TableProcessor
 from tasks.common.pairs import pack_pair
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
@@ -61,8 +62,8 @@ def _label_id(example: InputExample, label_map: Mapping[str, int] | None, is_reg
     try:
         return label_map[example.label]
     except KeyError:
-        raise ValueError(f"example {example.guid}: label {example.label!r} is not in the label "
-                         f"list {list(label_map)}") from None
+        raise DataFormatError(f"example {example.guid}: label {example.label!r} is not in "
+                              f"the label list {list(label_map)}") from None
 
 
 def default_head_tokens(max_seq_length: int) -> int:
@@ -92,11 +93,11 @@ def _convert(example, label_map, max_seq_length: int, tokenizer, is_regression: 
         tokens_a = head_tail(tokens_a, max_seq_length - 2, head_tokens)
     if tokens_b:
         if max_seq_length < 3:
-            raise ValueError(f"max_seq_length {max_seq_length} leaves no room for a pair")
+            raise UserError(f"max_seq_length {max_seq_length} leaves no room for a pair")
         full_length = len(tokens_a) + len(tokens_b) + 3
     else:
         if max_seq_length < 2:
-            raise ValueError(f"max_seq_length {max_seq_length} leaves no room for [CLS] [SEP]")
+            raise UserError(f"max_seq_length {max_seq_length} leaves no room for [CLS] [SEP]")
         full_length = len(tokens_a) + 2
     _, input_ids, input_mask, segment_ids = pack_pair(tokens_a, tokens_b, max_seq_length,
                                                       tokenizer)
@@ -145,7 +146,7 @@ def window_record_values(example, label_map, max_seq_length: int, tokenizer,
     `windows.max_windows`. An empty text has one window ([CLS] [SEP]).
 
     Raises:
-      ValueError naming the example when the text needs more windows than
+      UserError naming the example when the text needs more windows than
       `windows.max_windows` (`prepare_classifier_records` adds its file and line).
     """
     size = windows.max_windows * max_seq_length
@@ -157,7 +158,7 @@ def window_record_values(example, label_map, max_seq_length: int, tokenizer,
     spans = doc_spans_for(len(tokens), max_seq_length - 2, windows.doc_stride) or [
         DocSpan(0, 0)]
     if len(spans) > windows.max_windows:
-        raise ValueError(
+        raise UserError(
             f"example {example.guid}: its {len(tokens)} tokens need {len(spans)} windows of "
             f"max_seq_length={max_seq_length} with doc_stride={windows.doc_stride}, more "
             f"than --max_windows_per_document={windows.max_windows}")
@@ -418,9 +419,9 @@ def _write_records(examples, processor: TableProcessor, label_list, max_seq_leng
                     values, length, count = window_record_values(
                         example, label_map, max_seq_length, tokenizer, is_regression,
                         windows)
-                except ValueError as err:
+                except UserError as err:
                     line = "" if example.line is None else f":{example.line}"
-                    raise ValueError(f"{source}{line}: {err}") from None
+                    raise DataFormatError(f"{source}{line}: {err}") from None
                 real = values["is_real_example"][0]
                 stats["num_windows"] += count
                 stats["max_windows_seen"] = max(stats["max_windows_seen"], count)

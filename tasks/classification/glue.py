@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 from absl import logging
 
 from data_prep import fileio
+from data_prep.cli import UserError
 from tasks.classification import metrics, processors
 
 # The benchmark's tasks in the order they are run (AX needs MNLI's model).
@@ -34,7 +35,7 @@ SUBMISSION_ZIP = "submission.zip"
 DEV_RESULTS_FILE = "glue_dev_results.tsv"
 
 
-class GlueError(ValueError):
+class GlueError(UserError):
     """A submission that cannot be assembled or a benchmark that cannot run; names the
     file, folder or flag and what is wrong."""
 
@@ -62,7 +63,7 @@ class GlueSettings:
 
 def parse_tasks(names: Sequence[str]) -> tuple:
     """Canonical task names in run order from user spellings ("CoLA", "sts-b", "AX");
-    ValueError naming --tasks for an unknown or non-GLUE name, or AX without MNLI."""
+    GlueError naming --tasks for an unknown or non-GLUE name, or AX without MNLI."""
     tasks = set()
     for name in names:
         try:

@@ -18,6 +18,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from data_prep.cli import UserError
+
 
 # Canonical task names and the spellings accepted for them.
 _TASK_ALIASES = {
@@ -69,7 +71,7 @@ def normalize_task_name(task_name: str) -> str:
     key = str(task_name).strip().lower()
     if key not in _TASK_ALIASES:
         known = sorted(set(_TASK_ALIASES.values()))
-        raise ValueError(f"unknown task name {task_name!r}; expected one of {known}")
+        raise UserError(f"unknown task name {task_name!r}; expected one of {known}")
     return _TASK_ALIASES[key]
 
 

@@ -34,6 +34,7 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio, tokenization
+from data_prep.cli import UserError
 from tasks.common.delimited import iter_records
 from tasks.common.pairs import pack_pair
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
@@ -47,7 +48,7 @@ SPLIT_FILES = {
 }
 
 
-class MultipleChoiceFormatError(ValueError):
+class MultipleChoiceFormatError(UserError):
     """A data file that does not fit the format; names the file and line."""
 
 

@@ -27,13 +27,14 @@ from absl import logging
 from data_prep import features as features_lib
 from data_prep import fileio
 from data_prep import reference_tokenization, tokenization
+from data_prep.cli import UserError
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 from tasks.common.windows import doc_spans_for, max_context_span_index
 
 FIRST_UNIQUE_ID = 1000000000
 
 
-class SquadFormatError(ValueError):
+class SquadFormatError(UserError):
     """The SQuAD JSON is malformed, lacks a field, or disagrees with the settings used."""
 
 
@@ -275,12 +276,12 @@ class WindowConfig:
 
     def __post_init__(self):
         if self.max_query_length < 1 or self.doc_stride < 1:
-            raise ValueError(
+            raise SquadFormatError(
                 f"max_query_length ({self.max_query_length}) and doc_stride "
                 f"({self.doc_stride}) must be positive"
             )
         if self.max_seq_length <= self.max_query_length + 3:
-            raise ValueError(
+            raise SquadFormatError(
                 f"max_seq_length ({self.max_seq_length}) must be greater than "
                 f"max_query_length ({self.max_query_length}) + 3"
             )

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from data_prep.cli import UserError
 from modeling import losses
 from modeling.export.metadata import ExportMetadata
 from tasks.squad import data
@@ -179,26 +180,26 @@ class SquadFamily(finetuning.TaskFamily):
         return {"task": "squad", **({"bilstm_units": bilstm} if bilstm else {})}
 
     def validate(self, run) -> None:
-        """The original's validate_flags_or_throw for the SQuAD flags; raises ValueError."""
+        """The original's validate_flags_or_throw for the SQuAD flags; raises UserError."""
         cfg = self.settings
         if not run.do_train and not run.do_predict and not run.do_eval:
-            raise ValueError("At least one of `do_train` or `do_predict` must be True.")
+            raise UserError("At least one of `do_train` or `do_predict` must be True.")
         if run.do_train and not cfg.train_file:
-            raise ValueError("If `do_train` is True, then `train_file` must be specified.")
+            raise UserError("If `do_train` is True, then `train_file` must be specified.")
         if (run.do_predict or run.do_eval) and not cfg.predict_file:
             flag = "do_predict" if run.do_predict else "do_eval"
-            raise ValueError(f"If `{flag}` is True, then `predict_file` must be specified.")
+            raise UserError(f"If `{flag}` is True, then `predict_file` must be specified.")
         if run.max_seq_length <= cfg.max_query_length + 3:
-            raise ValueError(
+            raise UserError(
                 f"The max_seq_length ({run.max_seq_length}) must be greater than "
                 f"max_query_length ({cfg.max_query_length}) + 3")
         if cfg.doc_stride < 1:
-            raise ValueError(f"--doc_stride={cfg.doc_stride} must be at least 1")
+            raise UserError(f"--doc_stride={cfg.doc_stride} must be at least 1")
         if cfg.bilstm_units < 0:
-            raise ValueError(f"--bilstm_units={cfg.bilstm_units} must be 0 (none) or more")
+            raise UserError(f"--bilstm_units={cfg.bilstm_units} must be 0 (none) or more")
 
     def check_files(self, run) -> None:
-        """Raises ValueError naming the flag of an input file that does not exist."""
+        """Raises UserError naming the flag of an input file that does not exist."""
         from data_prep import fileio
 
         files = [("vocab_file", run.vocab_file)]
@@ -207,7 +208,7 @@ class SquadFamily(finetuning.TaskFamily):
                   if run.do_predict or run.do_eval else [])
         for name, path in files:
             if not fileio.exists(path):
-                raise ValueError(f"--{name}={path}: no such file")
+                raise UserError(f"--{name}={path}: no such file")
 
     def prepare(self, run):
         from tasks.squad import metrics
@@ -225,7 +226,7 @@ class SquadFamily(finetuning.TaskFamily):
         if run.do_train:
             train = prepare(cfg.train_file, True)
             if train.num_features == 0:
-                raise ValueError(f"{cfg.train_file}: no training examples")
+                raise data.SquadFormatError(f"{cfg.train_file}: no training examples")
             # As the original: examples (not windows) / batch * epochs.
             prepared.train = finetuning.Split("train", "", train.num_examples, train)
         if run.do_eval or run.do_predict:
@@ -234,8 +235,8 @@ class SquadFamily(finetuning.TaskFamily):
             self._dataset_json = data.load_squad_json(cfg.predict_file)
             if run.do_eval:
                 if not metrics.has_gold_answers(self._dataset_json):
-                    raise ValueError(f"--do_eval: {cfg.predict_file} has no answers to score "
-                                     "(a test file); use --do_predict alone")
+                    raise UserError(f"--do_eval: {cfg.predict_file} has no answers to score "
+                                    "(a test file); use --do_predict alone")
                 prepared.eval_splits.append(split)
                 self._batch_sizes["eval"] = run.eval_batch_size
             if run.do_predict:

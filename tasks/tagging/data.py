@@ -40,6 +40,7 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio
+from data_prep.cli import UserError
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 from tasks.common.windows import doc_spans_for, max_context_span_index
 
@@ -61,7 +62,7 @@ TRAIN_SHUFFLE_SEED = 12345
 _COLUMNS = re.compile(r"[ \t]+")
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError):
     """A tagging data file is missing or malformed; the message names file and line."""
 
 
@@ -218,15 +219,15 @@ def labels_from_sentences(conll: ConllFile) -> list[str]:
 
 
 def parse_label_list(value: str | Sequence[str]) -> tuple[str, ...]:
-    """A --label_list value (comma-separated, or a sequence) as a tuple; ValueError on
+    """A --label_list value (comma-separated, or a sequence) as a tuple; UserError on
     blanks or repeats."""
     items = value.split(",") if isinstance(value, str) else list(value)
     labels = tuple(str(item).strip() for item in items)
     if not labels or any(not label for label in labels):
-        raise ValueError(f"--label_list={value!r}: empty label names")
+        raise UserError(f"--label_list={value!r}: empty label names")
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
-        raise ValueError(f"--label_list repeats {repeated}")
+        raise UserError(f"--label_list repeats {repeated}")
     return labels
 
 
@@ -365,10 +366,10 @@ class WindowConfig:
 
     def __post_init__(self):
         if self.max_seq_length < 3:
-            raise ValueError(f"--max_seq_length={self.max_seq_length}: a window needs at "
-                             "least [CLS], one piece and [SEP] (3)")
+            raise UserError(f"--max_seq_length={self.max_seq_length}: a window needs at "
+                            "least [CLS], one piece and [SEP] (3)")
         if self.doc_stride is not None and self.doc_stride < 1:
-            raise ValueError(f"--doc_stride={self.doc_stride} must be at least 1")
+            raise UserError(f"--doc_stride={self.doc_stride} must be at least 1")
 
     @property
     def room(self) -> int:
