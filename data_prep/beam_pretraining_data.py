@@ -119,17 +119,13 @@ def record_key(seed: int, pool: int, number: int) -> bytes:
     return _digest(f"{seed}/record/{pool}/{number}")
 
 
-def file_of(key: bytes, num_files: int) -> int:
-    return (int.from_bytes(key, "big") * num_files) >> 64
-
-
 def buckets_per_file(total_records: int, num_files: int) -> int:
     return max(1, math.ceil(total_records / num_files / BUCKET_RECORDS))
 
 
 def bucket_of(key: bytes, num_files: int, per_file: int) -> int:
-    """Global bucket number; bucket // per_file == file_of(key, num_files), and buckets
-    in order are hash ranges in order."""
+    """Global bucket number; bucket // per_file is the output file (the key's hash range
+    of num_files), and buckets in order are hash ranges in order."""
     return (int.from_bytes(key, "big") * num_files * per_file) >> 64
 
 

@@ -171,7 +171,7 @@ class OutputWriteError(cli.UserError):
 class RecordWriters:
     """TFRecord files written to the temporaries of a `fileio.AtomicOutputs` set.
 
-    Records arrive already framed (`features.frame_records`, byte-identical to
+    Records arrive already framed (`features.frame_concatenated`, byte-identical to
     `tf.io.TFRecordWriter`'s output), so writing is plain file I/O: this process never
     imports TensorFlow. GZIP output is a standard gzip stream (level 6 as TensorFlow's
     default; no name or time stamp in the header), which `compression_type="GZIP"`

@@ -12,7 +12,6 @@ import dataclasses
 import math
 from typing import Callable
 
-import keras
 import tensorflow as tf
 from absl import logging
 
@@ -20,7 +19,6 @@ from data_prep.cli import UserError
 from modeling import losses
 from training import loop, trainer_setup
 from training.execution import RuntimeConfig, setup_runtime
-from training.settings import LoopConfig
 
 # The settings of on-the-fly masking (unmasked records read by the masked LM), named as
 # their run_pretraining.py flags.
@@ -71,7 +69,7 @@ class PretrainingRun:
 
 def run(cfg: PretrainingRun) -> dict:
     """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
-    optimizer = cfg.loop.optimizer_config()  # checks the optimizer's flags (UserError)
+    cfg.loop.optimizer_config()  # checks the optimizer's flags (UserError) before any work
     strategy = setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
 
     from training import distribution, output_claim
@@ -89,7 +87,7 @@ def run(cfg: PretrainingRun) -> dict:
     claimed = output_claim.claim(cfg.output_dir, run_identity(cfg, bert_config),
                             is_chief=distribution.is_chief(strategy))
     try:
-        return _train_and_evaluate(cfg, strategy, bert_config, optimizer, claimed)
+        return _train_and_evaluate(cfg, strategy, bert_config, claimed)
     finally:
         claimed.release()
 
@@ -240,32 +238,24 @@ def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> dict:
     return made
 
 
-def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, optimizer_config,
-                        claimed) -> dict:
+def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> dict:
     """The run itself, in a claimed output_dir: check the records, build, restore or init,
     commit the claim, train (phase by phase), evaluate."""
     import os
 
-    from modeling import checkpoints, optimization
     from modeling.models import BertPretrainer
     from training import distribution, input_pipeline, record_checks
 
     phases, masking = _phase_inputs(cfg, bert_config)
     objective = {"next_sentence_prediction": cfg.next_sentence_prediction,
                  "objective": cfg.objective}
-    with strategy.scope():
-        model = BertPretrainer(bert_config, **objective)
-        build_pretraining_model(model, cfg.max_seq_length, cfg.max_predictions_per_seq)
-        optimizer = optimization.create_optimizer(optimizer_config)
-    trainer = PretrainingLoop(strategy, model, optimizer, cfg.loop, **objective)
-
-    def init_from_checkpoint():
-        trainer_setup.check_attention_of(cfg.init_checkpoint, bert_config)
-        report = checkpoints.load_pretrained(cfg.init_checkpoint, model, partial=True)
-        logging.info("Initialised from %s: %s", cfg.init_checkpoint, report)
-
-    start_step = trainer.restore_or_initialize(
-        init_from_checkpoint if cfg.init_checkpoint else None)
+    model, trainer = trainer_setup.build_trainer(
+        strategy, lambda: BertPretrainer(bert_config, **objective),
+        PretrainingTask(**objective), loop_config=cfg.loop,
+        build_fn=lambda model: build_pretraining_model(model, cfg.max_seq_length,
+                                                       cfg.max_predictions_per_seq))
+    start_step = trainer_setup.restore_or_init(trainer, model, cfg.init_checkpoint,
+                                               do_train=cfg.do_train)
     claimed.commit()  # every check passed: the directory is this run's
     if cfg.objective == "ltr" and distribution.is_chief(strategy):
         # The left-to-right encoder's config beside its checkpoints: fine-tuning and export
@@ -486,19 +476,3 @@ class PretrainingTask(loop.Task):
                             totals["nsp_correct_sum"] / max(totals["nsp_count"], 1.0)))
         return figures
 
-
-class PretrainingLoop(loop.TrainingLoop):
-    """The loop with the pretraining task (masked LM + NSP by default); see
-    `training.loop.TrainingLoop`.
-
-    Args:
-      loss_fn: (outputs, features) -> (scalar loss, dict of the task's stat_keys scalars);
-        None: the objective's own.
-      next_sentence_prediction, objective: the model's objective (`PretrainingTask`).
-    """
-
-    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, optimizer,
-                 config: LoopConfig, loss_fn: Callable | None = None, *,
-                 next_sentence_prediction: bool = True, objective: str = "mlm"):
-        super().__init__(strategy, model, optimizer, config, PretrainingTask(
-            loss_fn, next_sentence_prediction=next_sentence_prediction, objective=objective))

@@ -56,14 +56,16 @@ def finetuning_steps(num_examples: int, train_batch_size: int, num_train_epochs:
     return num_train_steps, int(num_train_steps * warmup_proportion)
 
 
-def build_trainer(strategy, model_fn: Callable, task, *, loop_config, max_seq_length: int,
-                  build_fn: Callable | None = None):
+def build_trainer(strategy, model_fn: Callable, task, *, loop_config,
+                  max_seq_length: int | None = None, build_fn: Callable | None = None):
     """Builds model and optimizer under the strategy and the shared loop around them.
 
     Args:
+      task: the loop's `training.loop.Task` (the pretraining task, a family's).
       loop_config: the run's `training.settings.LoopConfig` (its optimizer's settings too).
       build_fn: model -> None, creates the model's variables (default: one call on a zero
-        batch of the encoder's inputs, `training.loop.build_encoder_model`).
+        batch of the encoder's inputs of `max_seq_length`,
+        `training.loop.build_encoder_model`).
 
     Returns:
       (model, trainer): the Keras model from `model_fn()` with its variables created, and a

@@ -231,21 +231,6 @@ def glue_submission_file_name(task_name: str, split: str | None = None) -> str:
     return GLUE_SUBMISSION_FILE_NAMES[task]
 
 
-def test_results_text(probabilities) -> str:
-    """The original's test_results.tsv: one line per example, class probabilities
-    tab-separated in input order, no header. Values are written as `str()` of their numpy
-    type (float32 probabilities print like the original's).
-
-    Args:
-      probabilities: [num_examples, num_classes] (only real examples, padding removed).
-    """
-    array = np.asarray(probabilities)
-    if array.ndim != 2:
-        raise ValueError(f"probabilities must be [num_examples, num_classes], got shape "
-                         f"{array.shape}")
-    return "".join("\t".join(str(value) for value in row) + "\n" for row in array)
-
-
 def glue_submission_text(task_name: str, predictions, label_list: Sequence[str] | None = None,
                          indices: Sequence | None = None) -> str:
     """A GLUE server submission file: header "index\\tprediction", then one line per

@@ -18,7 +18,7 @@ import tensorflow as tf
 from data_prep.cli import UserError
 from modeling.export.metadata import ExportMetadata
 from tasks.classification import data, metrics, processors
-from tasks.common.classifier_task import ClassifierTask
+from tasks.common.classifier_task import ClassifierTask, test_results_text
 from training import finetuning, input_pipeline
 
 # The serving family (tasks.classification.export) that exports a classification run.
@@ -275,7 +275,7 @@ class ClassificationFamily(finetuning.TaskFamily):
         if not write:
             return []
         texts = {os.path.join(run_dir, f"test_results{split.suffix}.tsv"):
-                 metrics.test_results_text(values)}
+                 test_results_text(values)}
         try:
             name = metrics.glue_submission_file_name(self.settings.task_name, split.name)
         except ValueError:

@@ -1,7 +1,8 @@
 """The SQuAD task as the loop and the runner see it: span loss, dataset, scoring and prediction files.
 
-`SpanTask` is the loop's task object (the original run_squad's loss), `squad_dataset`
-reads the windows' records, and `SquadFamily` is what `training.finetuning.run` needs:
+`SpanTask` is the loop's task object (the original run_squad's loss) and `SquadFamily` is
+what `training.finetuning.run` needs (the windows' records read as every family's, its
+`records`):
 `--train_file` for training, `--predict_file` for `--do_eval` (the official EM/F1, which
 needs gold answers; it picks the best seed and checkpoint) and `--do_predict` (the
 original's `predictions.json`, `nbest_predictions.json`, v2.0 `null_odds.json`, plus
@@ -11,7 +12,6 @@ original's `predictions.json`, `nbest_predictions.json`, v2.0 `null_odds.json`, 
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
 
 import tensorflow as tf
 
@@ -57,56 +57,6 @@ class SpanTask(Task):
         count = max(totals["example_count"], 1.0)
         return [("start_accuracy", "start_acc", totals["start_correct_sum"] / count),
                 ("end_accuracy", "end_acc", totals["end_correct_sum"] / count)]
-
-
-@dataclasses.dataclass(frozen=True)
-class SquadInputConfig:
-    """A SQuAD TFRecord file(s) (`prepare_squad_records(...).record_file`) and its shape.
-
-    Attributes:
-      input_patterns: file globs.
-      max_seq_length: must match the records.
-      shuffle_buffer: training shuffle buffer (the original: 100).
-      seed: shuffle seed (reproducible order).
-    """
-
-    input_patterns: Sequence[str]
-    max_seq_length: int = 384
-    shuffle_buffer: int = 100
-    seed: int | None = None
-
-
-def squad_dataset(config: SquadInputConfig, *, batch_size: int, is_training: bool,
-                  input_context: tf.distribute.InputContext | None = None
-                  ) -> tf.data.Dataset:
-    """Batched SQuAD features, like the original run_squad's input_fn_builder.
-
-    Training reads train.tf_record (with `start_positions`, `end_positions`,
-    `is_impossible`), repeats, shuffles, shards per input pipeline and drops the
-    remainder. Prediction reads eval.tf_record once, in order, and pads the last batch
-    with all-zero rows (`unique_ids` 0) so every batch has `batch_size` rows (static
-    shapes for TPU and XLA); drop rows whose unique id is unknown.
-
-    Args:
-      config: files and shape.
-      batch_size: per-replica batch for training (`input_context.get_per_replica_batch_size`);
-        for `TrainingLoop.predict` the GLOBAL batch.
-      is_training: training records, shuffled and repeated forever.
-      input_context: shards the records across input pipelines (training).
-
-    Returns:
-      Dataset of dicts of int32: [batch, 1] `unique_ids`; [batch, max_seq_length]
-      `input_ids`, `input_mask`, `segment_ids`; training also [batch, 1]
-      `start_positions`, `end_positions`, `is_impossible`.
-    """
-    spec = data.squad_schema(is_training).parse_spec(max_seq_length=config.max_seq_length)
-    records = input_pipeline.RecordsConfig(tuple(config.input_patterns), spec,
-                                           config.shuffle_buffer, config.seed)
-    return input_pipeline.finetuning_records(records, batch_size=batch_size,
-                                             is_training=is_training,
-                                             input_context=input_context,
-                                             drop_remainder=is_training,
-                                             pad_to_batch=not is_training)
 
 
 @dataclasses.dataclass(frozen=True)
