@@ -19,12 +19,16 @@ zipped into `output_dir/submission.zip`. A killed run continues where it stopped
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from absl import flags
 
 from data_prep import cli as shell
 from training import finetuning
 from training import flags as common_flags
+
+if TYPE_CHECKING:  # imported when the command runs (it loads TensorFlow)
+    from tasks.classification.glue import GlueSettings
 
 FLAGS = flags.FLAGS
 
@@ -60,7 +64,7 @@ class GlueRun:
     """Everything the benchmark run needs, read from flags once (see the flag help)."""
 
     finetuning: finetuning.FinetuningRun
-    glue: "object"  # tasks.classification.glue.GlueSettings
+    glue: GlueSettings
 
 
 # This runner's defaults of the flags runners share, shown by --helpfull and used when a

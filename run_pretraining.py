@@ -96,7 +96,7 @@ common_flags.use_defaults(DEFAULTS)
 def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     """Validates the flags and turns them into a `PretrainingRun`."""
     from training.record_checks import split_patterns
-    from training.settings import LoopConfig
+    from training.settings import settings_of
 
     common_flags.use_defaults(DEFAULTS, values)
     common_flags.refuse_grids(values, ("learning_rate", "train_batch_size"), "run_pretraining.py")
@@ -115,19 +115,17 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
                               "eval batches to read)")
     objective, next_sentence_prediction = _objective_from_flags(values)
     phase2 = _phase2_from_flags(values)
-    loop = LoopConfig(
-        output_dir=values.output_dir, num_train_steps=values.num_train_steps,
-        num_warmup_steps=values.num_warmup_steps, train_batch_size=values.train_batch_size,
-        eval_batch_size=values.eval_batch_size, max_eval_steps=values.max_eval_steps,
-        **common_flags.loop_settings(values))
-    return PretrainingRun(
+    settings, _ = settings_of(
+        PretrainingRun, **common_flags.loop_settings(values),
         bert_config_file=values.bert_config_file,
         input_patterns=split_patterns(values.input_file), output_dir=values.output_dir,
         init_checkpoint=values.init_checkpoint, max_seq_length=values.max_seq_length,
         max_predictions_per_seq=values.max_predictions_per_seq, do_train=values.do_train,
         do_eval=values.do_eval, train_batch_size=values.train_batch_size,
-        eval_batch_size=values.eval_batch_size, input_compression=values.input_compression,
-        runtime=common_flags.runtime_config(values), loop=loop,
+        eval_batch_size=values.eval_batch_size, num_train_steps=values.num_train_steps,
+        num_warmup_steps=values.num_warmup_steps, max_eval_steps=values.max_eval_steps,
+        input_compression=values.input_compression,
+        runtime=common_flags.runtime_config(values),
         vocab_file=values.vocab_file or None,
         masked_lm_prob=values.masked_lm_prob if values["masked_lm_prob"].present else None,
         do_whole_word_mask=(values.do_whole_word_mask
@@ -137,6 +135,7 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
                            if values["random_token_rate"].present else None),
         next_sentence_prediction=next_sentence_prediction, objective=objective,
         phase2=phase2)
+    return settings
 
 
 def _objective_from_flags(values) -> tuple:

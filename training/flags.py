@@ -2,10 +2,11 @@
 
 Runners call `define_common_flags()` (plus their own) and state their own defaults of the
 shared flags (`use_defaults`: what --helpfull shows is what runs), then build plain frozen
-dataclasses: `runtime_config(FLAGS)` (a `training.execution.RuntimeConfig`),
-`loop_settings(FLAGS)` (a `training.settings.LoopConfig`'s shared settings, for pretraining
-and fine-tuning alike) and, for fine-tuning, `finetuning_values(FLAGS)` through
-`training.finetuning.settings_from`. A fine-tuning runner is a `FinetuningCommand`: its
+dataclasses: `runtime_config(FLAGS)` (a `training.execution.RuntimeConfig`) and
+`loop_settings(FLAGS)` (the `training.settings.LoopSettings` flags), which pretraining
+(`run_pretraining.py`) and fine-tuning (`finetuning_values(FLAGS)` through
+`training.finetuning.settings_from`) both pass, with their other flags by name, to
+`training.settings.settings_of`. A fine-tuning runner is a `FinetuningCommand`: its
 own flags, defaults and task family; the skeleton (flags -> settings -> run -> one-line
 errors) is here once. Libraries never see FLAGS, and nothing below the runners imports
 this module. Flag names and meanings follow Google's original runners; the new ones
@@ -15,12 +16,13 @@ this module. Flag names and meanings follow Google's original runners; the new o
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Generic, TypeVar
 
 from absl import flags
 
 from data_prep.cli import UserError
 from training.execution import DTYPE_POLICIES, RuntimeConfig
+from training.finetuning import FinetuningRun
 
 FLAGS = flags.FLAGS
 
@@ -255,19 +257,17 @@ def runtime_config(values=FLAGS) -> RuntimeConfig:
         num_tpu_cores=values.num_tpu_cores,
         num_gpus=values.num_gpus,
         num_cpu_devices=values.num_cpu_devices,
-        dtype=values.dtype,
-        jit_compile=values.jit_compile,
         seed=values.seed,
     )
 
 
 def loop_settings(values=FLAGS) -> dict:
-    """The shared flags of `training.settings.LoopConfig` (the loop's and the optimizer's), by
-    name: what pretraining and fine-tuning both build their `LoopConfig` from."""
-    return {name: values[name].value for name in (
-        "learning_rate", "optimizer", "weight_decay_rate", "clip_norm", "iterations_per_loop",
-        "save_checkpoints_steps", "log_steps", "gradient_accumulation_steps",
-        "keep_checkpoint_max", "dtype", "jit_compile")}
+    """The flags of `training.settings.LoopSettings` (the loop's and the optimizer's shared
+    settings), by name: what pretraining and fine-tuning both build their `loop` from."""
+    from training.settings import LoopSettings
+
+    return {field.name: values[field.name].value
+            for field in dataclasses.fields(LoopSettings)}
 
 
 def finetuning_values(values=FLAGS) -> dict:
@@ -275,7 +275,6 @@ def finetuning_values(values=FLAGS) -> dict:
     `training.finetuning.settings_from` (a grid flag's values as a tuple)."""
     max_seq_length = values.max_seq_length
     settings = loop_settings(values)
-    del settings["dtype"], settings["jit_compile"]  # the runtime's
     settings.update(
         learning_rate=grid_values(values, "learning_rate"),
         train_batch_size=grid_values(values, "train_batch_size"),
@@ -298,12 +297,16 @@ def finetuning_run(values=FLAGS):
     return finetuning.settings_from(**finetuning_values(values))[0]
 
 
+# A task family's own settings (e.g. tasks.classification.task.ClassificationSettings).
+TaskSettings = TypeVar("TaskSettings")
+
+
 @dataclasses.dataclass(frozen=True)
-class TaskRun:
+class TaskRun(Generic[TaskSettings]):
     """A fine-tuning command's settings: the shared ones and its task family's own."""
 
-    finetuning: object  # training.finetuning.FinetuningRun
-    task: object  # the family's settings, e.g. tasks.classification.task.ClassificationSettings
+    finetuning: FinetuningRun
+    task: TaskSettings
 
 
 @dataclasses.dataclass(frozen=True)

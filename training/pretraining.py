@@ -16,9 +16,11 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep.cli import UserError
+from data_prep.features import RecordSchema
 from modeling import losses
 from training import loop, trainer_setup
 from training.execution import RuntimeConfig, setup_runtime
+from training.settings import LoopConfig, LoopSettings
 
 # The settings of on-the-fly masking (unmasked records read by the masked LM), named as
 # their run_pretraining.py flags.
@@ -40,7 +42,8 @@ class Phase2:
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingRun:
-    """Everything one pretraining run needs, read from flags once."""
+    """Everything one pretraining run needs, read from flags once
+    (`training.settings.settings_of`, as fine-tuning's settings)."""
 
     bert_config_file: str
     input_patterns: tuple
@@ -54,7 +57,11 @@ class PretrainingRun:
     eval_batch_size: int
     input_compression: str
     runtime: RuntimeConfig
-    loop: "object"  # training.settings.LoopConfig: the loop's and the optimizer's settings
+    num_train_steps: int = 100000
+    num_warmup_steps: int = 10000
+    max_eval_steps: int = 100
+    # The loop's and the optimizer's shared settings (the run's LoopConfig: `loop_config`).
+    loop: LoopSettings = LoopSettings()
     # Dynamic masking (unmasked records): None where the flag was not given.
     vocab_file: str | None = None
     masked_lm_prob: float | None = None
@@ -69,8 +76,9 @@ class PretrainingRun:
 
 def run(cfg: PretrainingRun) -> dict:
     """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
-    cfg.loop.optimizer_config()  # checks the optimizer's flags (UserError) before any work
-    strategy = setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
+    loop_config = loop_config_of(cfg)
+    loop_config.optimizer_config()  # checks the optimizer's flags (UserError) before any work
+    strategy = setup_runtime(cfg.runtime, cfg.loop.dtype)  # First: multi-worker needs it so.
 
     from training import distribution, output_claim
 
@@ -87,9 +95,17 @@ def run(cfg: PretrainingRun) -> dict:
     claimed = output_claim.claim(cfg.output_dir, run_identity(cfg, bert_config),
                             is_chief=distribution.is_chief(strategy))
     try:
-        return _train_and_evaluate(cfg, strategy, bert_config, claimed)
+        return _train_and_evaluate(cfg, loop_config, strategy, bert_config, claimed)
     finally:
         claimed.release()
+
+
+def loop_config_of(cfg: PretrainingRun) -> LoopConfig:
+    """The run's loop: its shared settings with its output_dir, steps and batch sizes."""
+    return LoopConfig.for_run(
+        cfg.loop, output_dir=cfg.output_dir, num_train_steps=cfg.num_train_steps,
+        num_warmup_steps=cfg.num_warmup_steps, train_batch_size=cfg.train_batch_size,
+        eval_batch_size=cfg.eval_batch_size, max_eval_steps=cfg.max_eval_steps)
 
 
 def model_config(cfg: PretrainingRun):
@@ -135,7 +151,7 @@ class _PhaseInput:
     files: list
     limits: tuple
     lengths: dict | None
-    schema: object  # data_prep.features' PRETRAINING or PRETRAINING_UNMASKED (None: empty)
+    schema: RecordSchema | None  # PRETRAINING or PRETRAINING_UNMASKED (None: empty)
     pairs: dict  # summary path -> made with next-sentence pairs (records with a summary)
 
 
@@ -238,7 +254,8 @@ def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> dict:
     return made
 
 
-def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> dict:
+def _train_and_evaluate(cfg: PretrainingRun, loop_config: LoopConfig, strategy, bert_config,
+                        claimed) -> dict:
     """The run itself, in a claimed output_dir: check the records, build, restore or init,
     commit the claim, train (phase by phase), evaluate."""
     import os
@@ -251,7 +268,7 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> 
                  "objective": cfg.objective}
     model, trainer = trainer_setup.build_trainer(
         strategy, lambda: BertPretrainer(bert_config, **objective),
-        PretrainingTask(**objective), loop_config=cfg.loop,
+        PretrainingTask(**objective), loop_config=loop_config,
         build_fn=lambda model: build_pretraining_model(model, cfg.max_seq_length,
                                                        cfg.max_predictions_per_seq))
     start_step = trainer_setup.restore_or_init(trainer, model, cfg.init_checkpoint,
@@ -295,7 +312,7 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, claimed) -> 
     logging.info("%d input file(s), first %s%s; training from step %d to %d%s",
                  len(phases[0].files), phases[0].files[0],
                  " (unmasked: dynamic masking)" if masking else "", start_step,
-                 cfg.loop.num_train_steps,
+                 cfg.num_train_steps,
                  f" (phase 2 from step {ends[0]} on {phases[1].files[0]} and "
                  f"{len(phases[1].files) - 1} more)" if ends else "")
     if cfg.do_train:
