@@ -18,10 +18,10 @@ Everything runs in one process, on run_squad.py's prediction path, timed phase b
    run_squad.py does) and, separately, ``convert_examples_to_features`` alone (in memory);
 2. forward passes: ``trainer_setup.build_trainer`` + ``TrainingLoop.predict`` over
    the predict records read as run_squad.py reads them (predict batch 8, last batch
-   padded), with the strategy run_squad uses by default. One batch is run first (tracing, not timed), then
-   two batches estimate the cost; if all windows do not fit ``--forward_budget_s``, only
-   the first windows that do are run and the time is EXTRAPOLATED per window to all of
-   them (printed as such);
+   padded), with the strategy run_squad uses by default. One batch is run first
+   (tracing, not timed), then two batches estimate the cost; if all windows do not fit
+   ``--forward_budget_s``, only the first windows that do are run and the time is
+   EXTRAPOLATED per window to all of them (printed as such);
 3. post-processing: ``compute_predictions`` (n_best 20, max_answer_length 30) on ALL
    windows, with the model's logits where the forward pass ran and random logits of the
    same mean and spread elsewhere (median of ``--post_rounds``), plus

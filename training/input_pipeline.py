@@ -118,7 +118,8 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
         dynamic_masking=config.masking is not None or config.read_unmasked)
     spec = schema.parse_spec(max_seq_length=config.max_seq_length,
                              max_predictions_per_seq=config.max_predictions_per_seq)
-    dataset = dataset.map(lambda s: record_checks.check_ids(features.parse_with_spec(s, spec), config),
+    parse = features.parse_with_spec
+    dataset = dataset.map(lambda s: record_checks.check_ids(parse(s, spec), config),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if config.masking is not None:  # a fresh mask per batch (training/dynamic_masking.py)
         dataset = dynamic_masking.apply(dataset, config.masking, shard_id, deterministic)
