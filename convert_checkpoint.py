@@ -41,13 +41,7 @@ def define_flags():
 def main(argv):
     """Runs `run` in the shell: bad input ends with one line naming the file or flag."""
     del argv
-    from data_prep import fileio
-    from data_prep.tokenization import VocabError
-    from modeling.checkpoints import CheckpointError
-    from modeling.config import ConfigError
-
-    return cli.run_main(run, "convert_checkpoint.py", (CheckpointError, ConfigError,
-                                                       VocabError, fileio.OutputError))
+    return cli.run_main(run, "convert_checkpoint.py")
 
 
 def run():

@@ -59,7 +59,7 @@ from data_prep import cli, fileio
 
 from demo_lib import reports
 from demo_lib.settings import FULL, QUICK, Settings
-from demo_lib.stages import Stage, StageError, run_stage
+from demo_lib.stages import Stage, run_stage
 from demo_lib.summary import print_summary, write_summary
 
 
@@ -271,7 +271,7 @@ def resolve_settings() -> Settings:
 def main(argv) -> int:
     """The command (flags parsed): `work` in the shell (`data_prep.cli`)."""
     del argv
-    return cli.run_main(_work, "demo.py", (StageError,))
+    return cli.run_main(_work, "demo.py")
 
 
 def _work() -> None:

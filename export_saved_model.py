@@ -161,10 +161,8 @@ def build_serving_config(ckpt_dir: str):
         if not tf.io.gfile.exists(FLAGS.bert_config_file):
             raise FlagError(f"--bert_config_file: {FLAGS.bert_config_file} does not exist")
         config = BertConfig.from_json_file(FLAGS.bert_config_file)
-        try:  # a left-to-right model exported with attention both ways would serve silently
-            trainer_setup.check_attention_of(FLAGS.init_checkpoint, config, FLAGS.bert_config_file)
-        except ValueError as err:
-            raise FlagError(str(err)) from None
+        # A left-to-right model exported with attention both ways would serve silently.
+        trainer_setup.check_attention_of(FLAGS.init_checkpoint, config, FLAGS.bert_config_file)
     else:
         config = checkpoints.config_for(FLAGS.init_checkpoint)
         if config is None:
@@ -248,17 +246,9 @@ def run() -> str:
 
 def main(argv):
     del argv
-    from data_prep import fileio
-    from data_prep.tokenization import VocabError
-    from modeling.checkpoints import CheckpointError
-    from modeling.config import ConfigError
-    from modeling.export.metadata import ExportError
-
     # SIGTERM/SIGHUP unwind like Ctrl-C: the temporary export is removed, the previous
     # export (if any) stays.
-    return cli.run_main(run, "export_saved_model.py", (ExportError, CheckpointError,
-                                                       ConfigError, VocabError,
-                                                       fileio.OutputError))
+    return cli.run_main(run, "export_saved_model.py")
 
 
 if __name__ == "__main__":

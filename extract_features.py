@@ -134,16 +134,14 @@ def read_examples(input_file: str) -> list:
 def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
     """Config and vocab beside the checkpoint when the flags do not name them."""
     from modeling import checkpoints
-    from modeling.config import BertConfig, ConfigError
+    from modeling.config import BertConfig
     from training import trainer_setup
 
     _, location = checkpoints.resolve(init_checkpoint)
     if bert_config_file:
         config = BertConfig.from_config_file(bert_config_file)
-        try:  # a left-to-right model's features are not those of its weights read both ways
-            trainer_setup.check_attention_of(init_checkpoint, config, bert_config_file)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
+        # A left-to-right model's features are not those of its weights read both ways.
+        trainer_setup.check_attention_of(init_checkpoint, config, bert_config_file)
     else:
         config = checkpoints.config_for(init_checkpoint)
         if config is None:
@@ -194,13 +192,10 @@ def run():
     for name in ("input_file", "output_file", "init_checkpoint"):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required")
-    try:
-        fileio.check_outputs([("--output_file", FLAGS.output_file)],
-                             [("--input_file", FLAGS.input_file),
-                              ("--vocab_file", FLAGS.vocab_file),
-                              ("--bert_config_file", FLAGS.bert_config_file)])
-    except fileio.OutputError as err:
-        raise app.UsageError(str(err)) from None
+    fileio.check_outputs([("--output_file", FLAGS.output_file)],
+                         [("--input_file", FLAGS.input_file),
+                          ("--vocab_file", FLAGS.vocab_file),
+                          ("--bert_config_file", FLAGS.bert_config_file)])
     layer_indexes = _layer_indexes(FLAGS.layers)
     if FLAGS.batch_size < 1:
         raise app.UsageError(f"--batch_size={FLAGS.batch_size}: must be at least 1")
@@ -208,10 +203,7 @@ def run():
         raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length}: must be at least 3 "
                              "([CLS], a token, [SEP])")
     windows = _windows()
-    try:
-        buckets = common_flags.bucket_boundaries(FLAGS, FLAGS.max_seq_length)
-    except flags.ValidationError as err:
-        raise app.UsageError(str(err)) from None
+    buckets = common_flags.bucket_boundaries(FLAGS, FLAGS.max_seq_length)
     examples = read_examples(FLAGS.input_file)
     # The strategy first: a mirrored CPU split must happen before TensorFlow sets up devices.
     strategy_name = "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy
@@ -260,13 +252,7 @@ def run():
 def main(argv):
     """Runs `run`; bad input ends with one line naming the file, line or flag, exit 1."""
     del argv
-    from data_prep.text_input import InputError
-    from data_prep.tokenization import VocabError
-    from modeling.checkpoints import CheckpointError
-    from modeling.config import ConfigError
-
-    return cli.run_main(run, "extract_features.py", (InputError, VocabError, ConfigError,
-                                                     CheckpointError))
+    return cli.run_main(run, "extract_features.py")
 
 
 if __name__ == "__main__":

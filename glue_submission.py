@@ -19,12 +19,16 @@ zipped into `output_dir/submission.zip`. A killed run continues where it stopped
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from absl import flags
 
 from data_prep import cli as shell
-from training import cli, finetuning
+from training import finetuning
 from training import flags as common_flags
+
+if TYPE_CHECKING:  # imported when the command runs (it loads TensorFlow)
+    from tasks.classification.glue import GlueSettings
 
 FLAGS = flags.FLAGS
 
@@ -60,7 +64,7 @@ class GlueRun:
     """Everything the benchmark run needs, read from flags once (see the flag help)."""
 
     finetuning: finetuning.FinetuningRun
-    glue: "object"  # tasks.classification.glue.GlueSettings
+    glue: GlueSettings
 
 
 # This runner's defaults of the flags runners share, shown by --helpfull and used when a
@@ -77,11 +81,11 @@ def run_config_from_flags(values=FLAGS) -> GlueRun:
     for name in ("output_dir",) + (() if values.collect_only else (
             "glue_dir", "vocab_file", "bert_config_file")):
         if not getattr(values, name):
-            raise ValueError(f"--{name} is required")
+            raise shell.FlagError(f"--{name} is required")
     given = [name for name in _FIXED_FLAGS if values[name].present]
     if given:
-        raise ValueError(f"--{given[0]}: glue_submission.py always trains, evaluates on dev "
-                         "and predicts the test sets")
+        raise shell.FlagError(f"--{given[0]}: glue_submission.py always trains, evaluates on dev "
+                              "and predicts the test sets")
     settings = common_flags.finetuning_run(values)  # default: the paper's learning rates
     settings = dataclasses.replace(settings, do_train=True, do_eval=True, do_predict=True)
     return GlueRun(settings, glue.GlueSettings(
@@ -100,7 +104,7 @@ def run(cfg: GlueRun) -> dict:
 
 def main(argv):
     del argv
-    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "glue_submission.py")
+    return shell.run_main(lambda: run(run_config_from_flags(FLAGS)), "glue_submission.py")
 
 
 if __name__ == "__main__":

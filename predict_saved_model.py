@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 
 # Input flags in the order their values are reported.
 INPUT_FLAGS = ("text", "text_pair", "question", "context", "ending")
@@ -271,6 +272,20 @@ def _refused(function, feed: dict, err) -> str:
 
 
 def main(argv=None) -> int:
+    """The command: its exit status. Bad input is one `error:` line (status 1); anything
+    else is a defect: its traceback, then a line saying so (status 1), as every command
+    of the repository (`data_prep.cli`) ends."""
+    try:
+        return _run(argv)
+    except Exception as err:  # noqa: BLE001 - not bad input: a defect to report
+        traceback.print_exc()
+        message = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        print(f"predict_saved_model.py: internal error (a bug, please report it with the "
+              f"traceback above): {type(err).__name__}: {message}", file=sys.stderr)
+        return 1
+
+
+def _run(argv) -> int:
     parser, args = _parse(argv)
     inputs = _inputs(parser, args)
     try:

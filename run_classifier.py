@@ -86,7 +86,7 @@ def _own_settings(values) -> dict:
     custom = None
     if task == "custom":
         if _column(values.text_a_column) is None or _column(values.label_column) is None:
-            raise ValueError("--task_name=custom needs --text_a_column and --label_column")
+            raise shell.FlagError("--task_name=custom needs --text_a_column and --label_column")
         custom = processors.CustomDataConfig(
             text_a_column=_column(values.text_a_column),
             label_column=_column(values.label_column),
@@ -96,7 +96,7 @@ def _own_settings(values) -> dict:
     else:
         given = [name for name in _CUSTOM_FLAGS if values[name].present]
         if given:
-            raise ValueError(f"--{given[0]} only applies to --task_name=custom")
+            raise shell.FlagError(f"--{given[0]} only applies to --task_name=custom")
     return dict(task_name=task, data_dir=values.data_dir, xnli_language=values.xnli_language,
                 custom=custom, skip_bad_rows=values.skip_bad_rows,
                 long_document=values.long_document, head_tokens=values.head_tokens,

@@ -62,10 +62,10 @@ def _own_settings(values) -> dict:
     if not values.feature_based:
         given = [name for name in _FEATURE_FLAGS if values[name].present]
         if given:
-            raise ValueError(f"--{given[0]} only applies with --feature_based")
+            raise shell.FlagError(f"--{given[0]} only applies with --feature_based")
     doc_stride = values.doc_stride  # None: half a window
     if doc_stride is not None and doc_stride < 1:
-        raise ValueError(f"--doc_stride={doc_stride} must be at least 1")
+        raise shell.FlagError(f"--doc_stride={doc_stride} must be at least 1")
     return dict(data_dir=values.data_dir, label_list=values.label_list or None,
                 document_context=values.document_context, doc_stride=doc_stride,
                 feature_based=values.feature_based, feature_layers=values.feature_layers,

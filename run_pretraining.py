@@ -19,7 +19,6 @@ from __future__ import annotations
 from absl import flags
 
 from data_prep import cli as shell
-from training import cli
 from training import flags as common_flags
 from training.pretraining import MASKING_SETTINGS, Phase2, PretrainingRun, run  # noqa: F401
 
@@ -97,38 +96,36 @@ common_flags.use_defaults(DEFAULTS)
 def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     """Validates the flags and turns them into a `PretrainingRun`."""
     from training.record_checks import split_patterns
-    from training.settings import LoopConfig
+    from training.settings import settings_of
 
     common_flags.use_defaults(DEFAULTS, values)
     common_flags.refuse_grids(values, ("learning_rate", "train_batch_size"), "run_pretraining.py")
     if not values.do_train and not values.do_eval:
-        raise ValueError("At least one of `do_train` or `do_eval` must be True.")
+        raise shell.FlagError("At least one of `do_train` or `do_eval` must be True.")
     for name in ("bert_config_file", "input_file", "output_dir"):
         if not getattr(values, name):
-            raise ValueError(f"--{name} is required")
+            raise shell.FlagError(f"--{name} is required")
     if values.do_train and values.num_train_steps < 1:
-        raise ValueError(f"--num_train_steps={values.num_train_steps}: --do_train needs at "
-                         "least one step")
+        raise shell.FlagError(f"--num_train_steps={values.num_train_steps}: --do_train needs at "
+                              "least one step")
     if values.max_eval_steps < 1:
         # The original's Estimator.evaluate refused it too ("Must specify steps > 0"): no
         # batch evaluated has no figures to report.
-        raise ValueError(f"--max_eval_steps={values.max_eval_steps} must be at least 1 (the "
-                         "eval batches to read)")
+        raise shell.FlagError(f"--max_eval_steps={values.max_eval_steps} must be at least 1 (the "
+                              "eval batches to read)")
     objective, next_sentence_prediction = _objective_from_flags(values)
     phase2 = _phase2_from_flags(values)
-    loop = LoopConfig(
-        output_dir=values.output_dir, num_train_steps=values.num_train_steps,
-        num_warmup_steps=values.num_warmup_steps, train_batch_size=values.train_batch_size,
-        eval_batch_size=values.eval_batch_size, max_eval_steps=values.max_eval_steps,
-        **common_flags.loop_settings(values))
-    return PretrainingRun(
+    settings, _ = settings_of(
+        PretrainingRun, **common_flags.loop_settings(values),
         bert_config_file=values.bert_config_file,
         input_patterns=split_patterns(values.input_file), output_dir=values.output_dir,
         init_checkpoint=values.init_checkpoint, max_seq_length=values.max_seq_length,
         max_predictions_per_seq=values.max_predictions_per_seq, do_train=values.do_train,
         do_eval=values.do_eval, train_batch_size=values.train_batch_size,
-        eval_batch_size=values.eval_batch_size, input_compression=values.input_compression,
-        runtime=common_flags.runtime_config(values), loop=loop,
+        eval_batch_size=values.eval_batch_size, num_train_steps=values.num_train_steps,
+        num_warmup_steps=values.num_warmup_steps, max_eval_steps=values.max_eval_steps,
+        input_compression=values.input_compression,
+        runtime=common_flags.runtime_config(values),
         vocab_file=values.vocab_file or None,
         masked_lm_prob=values.masked_lm_prob if values["masked_lm_prob"].present else None,
         do_whole_word_mask=(values.do_whole_word_mask
@@ -138,6 +135,7 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
                            if values["random_token_rate"].present else None),
         next_sentence_prediction=next_sentence_prediction, objective=objective,
         phase2=phase2)
+    return settings
 
 
 def _objective_from_flags(values) -> tuple:
@@ -149,13 +147,13 @@ def _objective_from_flags(values) -> tuple:
     nsp = values.next_sentence_prediction
     if objective == "ltr":
         if values["next_sentence_prediction"].present and nsp:
-            raise ValueError("--objective=ltr has no next sentence prediction (the paper's "
-                             "'LTR & No NSP'): drop --next_sentence_prediction=true")
+            raise shell.FlagError("--objective=ltr has no next sentence prediction (the paper's "
+                                  "'LTR & No NSP'): drop --next_sentence_prediction=true")
         given = [f"--{name}" for name in MASKING_SETTINGS + _PREDICTION_FLAGS
                  if values[name].present]
         if given:
-            raise ValueError(f"{', '.join(given)}: --objective=ltr masks nothing (it predicts "
-                             "every next token); these flags are for the masked LM")
+            raise shell.FlagError(f"{', '.join(given)}: --objective=ltr masks nothing (it predicts "
+                                  "every next token); these flags are for the masked LM")
         nsp = False
     check_token_rates(values.mask_token_rate, values.random_token_rate)
     return objective, bool(nsp)
@@ -169,14 +167,14 @@ def _phase2_from_flags(values) -> Phase2 | None:
     if not values.phase2_input_file:
         given = [f"--{name}" for name in _PHASE2_FLAGS if values[name].present]
         if given:
-            raise ValueError(f"{', '.join(given)}: only with --phase2_input_file (a two-phase "
-                             "run)")
+            raise shell.FlagError(f"{', '.join(given)}: only with --phase2_input_file (a two-phase "
+                                  "run)")
         return None
     start = (values.phase1_steps if values.phase1_steps is not None
              else int(0.9 * values.num_train_steps))
     if not 1 <= start < values.num_train_steps:
-        raise ValueError(f"--phase1_steps={start} must be at least 1 and below "
-                         f"--num_train_steps={values.num_train_steps} (phase 2 has the rest)")
+        raise shell.FlagError(f"--phase1_steps={start} must be at least 1 and below "
+                              f"--num_train_steps={values.num_train_steps} (phase 2 has the rest)")
     batch = (values.phase2_train_batch_size if values.phase2_train_batch_size is not None
              else values.train_batch_size)
     predictions = values.phase2_max_predictions_per_seq
@@ -187,14 +185,14 @@ def _phase2_from_flags(values) -> Phase2 | None:
                         ("phase2_max_predictions_per_seq", predictions),
                         ("phase2_train_batch_size", batch)):
         if value < 1:
-            raise ValueError(f"--{name}={value} must be positive")
+            raise shell.FlagError(f"--{name}={value} must be positive")
     return Phase2(split_patterns(values.phase2_input_file), start,
                   values.phase2_max_seq_length, predictions, batch)
 
 
 def main(argv):
     del argv
-    return cli.run_cli(lambda: run(run_config_from_flags(FLAGS)), "run_pretraining.py")
+    return shell.run_main(lambda: run(run_config_from_flags(FLAGS)), "run_pretraining.py")
 
 
 if __name__ == "__main__":

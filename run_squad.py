@@ -84,7 +84,7 @@ def _family(task, max_seq_length):
 
 
 def _check(cfg) -> None:
-    """The original's validate_flags_or_throw for the SQuAD flags (ValueError)."""
+    """The original's validate_flags_or_throw for the SQuAD flags (UserError)."""
     _family(cfg.task, cfg.finetuning.max_seq_length).validate(cfg.finetuning)
 
 

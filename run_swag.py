@@ -57,17 +57,17 @@ def _own_settings(values) -> dict:
     if task == "swag":
         given = [name for name in _CUSTOM_FLAGS if values[name].present]
         if given:
-            raise ValueError(f"--{given[0]} only applies to --task_name=custom")
+            raise shell.FlagError(f"--{given[0]} only applies to --task_name=custom")
         fmt = data.SWAG
     elif task == "custom":
         if not values.context_column or not values.ending_columns:
-            raise ValueError("--task_name=custom needs --context_column and --ending_columns")
+            raise shell.FlagError("--task_name=custom needs --context_column and --ending_columns")
         fmt = data.ChoiceFormat(
             context=values.context_column, question=values.question_column or None,
             endings=tuple(c.strip() for c in values.ending_columns if c.strip()),
             label=values.label_column or None, label_is_text=values.label_is_text)
     else:
-        raise ValueError(f"--task_name={values.task_name}: expected swag or custom")
+        raise shell.FlagError(f"--task_name={values.task_name}: expected swag or custom")
     return dict(data_dir=values.data_dir, format=fmt, task_name=task)
 
 

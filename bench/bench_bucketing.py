@@ -25,7 +25,6 @@ machine is shared, so read the ratios (bucketed / padded in the same run).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from modeling.config import BertConfig  # noqa: E402
 from tasks.classification import processors  # noqa: E402
 from tasks.classification.task import ClassificationFamily, ClassificationSettings  # noqa: E402
 from training import distribution, finetuning, input_pipeline, trainer_setup  # noqa: E402
+from training.settings import LoopConfig  # noqa: E402
 
 POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
 
@@ -124,7 +124,7 @@ def measure(task_dir, vocab, config, args, buckets, output_dir):
     keras.utils.set_random_seed(1)
     _, trainer = trainer_setup.build_trainer(
         strategy, lambda: family.build_model(config), family.loop_task(),
-        loop_config=dataclasses.replace(
+        loop_config=LoopConfig.for_run(
             settings.loop, output_dir=tempfile.mkdtemp(), num_train_steps=10**6,
             num_warmup_steps=10, train_batch_size=args.batch_size,
             eval_batch_size=args.eval_batch_size),

@@ -138,7 +138,7 @@ def pretrain(lines, work, vocab, config, args):
     from data_prep.pretraining_data.config import PretrainingConfig
     from training import pretraining
     from training.execution import RuntimeConfig
-    from training.settings import LoopConfig
+    from training.settings import settings_of
 
     text, size, target = [], 0, args.pretrain_mb * 1e6
     while size < target:  # documents of 30 sentences, the original's input format
@@ -167,24 +167,18 @@ def pretrain(lines, work, vocab, config, args):
     steps, batch = args.pretrain_steps, args.pretrain_batch
     start = time.perf_counter()
     with loss_curve() as curve:
-        results = pretraining.run(pretraining.PretrainingRun(
-            bert_config_file=config, input_patterns=(records["train"],), output_dir=out,
-            init_checkpoint=None, max_seq_length=seq, max_predictions_per_seq=predictions,
-            do_train=True, do_eval=False, train_batch_size=batch, eval_batch_size=batch,
-            input_compression="auto", runtime=RuntimeConfig("one_device", seed=1),
-            loop=LoopConfig(output_dir=out, num_train_steps=steps,
-                            num_warmup_steps=steps // 10, train_batch_size=batch,
-                            eval_batch_size=batch, iterations_per_loop=50,
-                            save_checkpoints_steps=steps, log_steps=max(50, steps // 10),
-                            learning_rate=args.pretrain_learning_rate)))
-        results = pretraining.run(pretraining.PretrainingRun(
-            bert_config_file=config, input_patterns=(records["eval"],), output_dir=out,
-            init_checkpoint=None, max_seq_length=seq, max_predictions_per_seq=predictions,
-            do_train=False, do_eval=True, train_batch_size=batch, eval_batch_size=batch,
-            input_compression="auto", runtime=RuntimeConfig("one_device", seed=1),
-            loop=LoopConfig(output_dir=out, num_train_steps=steps, train_batch_size=batch,
-                            num_warmup_steps=0, eval_batch_size=batch, max_eval_steps=50,
-                            learning_rate=args.pretrain_learning_rate)))
+        common = dict(bert_config_file=config, output_dir=out, init_checkpoint=None,
+                      max_seq_length=seq, max_predictions_per_seq=predictions,
+                      train_batch_size=batch, eval_batch_size=batch, input_compression="auto",
+                      runtime=RuntimeConfig("one_device", seed=1), num_train_steps=steps,
+                      learning_rate=args.pretrain_learning_rate)
+        results = pretraining.run(settings_of(
+            pretraining.PretrainingRun, **common, input_patterns=(records["train"],),
+            do_train=True, do_eval=False, num_warmup_steps=steps // 10, iterations_per_loop=50,
+            save_checkpoints_steps=steps, log_steps=max(50, steps // 10))[0])
+        results = pretraining.run(settings_of(
+            pretraining.PretrainingRun, **common, input_patterns=(records["eval"],),
+            do_train=False, do_eval=True, num_warmup_steps=0, max_eval_steps=50)[0])
     print(f"pretraining: {steps} steps of {batch} x {seq} in {time.perf_counter() - start:.0f} s; "
           f"training loss (MLM + NSP) by step: "
           + format_curve(curve), flush=True)

@@ -4,7 +4,7 @@ input pipeline alone and a matmul ceiling.
     .venv/bin/pip install keras-hub   # benchmark only; not a project dependency
     .venv/bin/python bench/bench_pretraining.py --sizes=small,base --dtypes=float32,bfloat16
 
-Our step is the real training loop (`training.pretraining.PretrainingLoop.run_train_steps`: one
+Our step is the real training loop (`training.loop.TrainingLoop.run_train_steps`: one
 `tf.function` running `--steps` steps of `strategy.run`, with MLM + NSP heads, the original
 AdamWeightDecay with global-norm clipping). keras-hub's step is BertMaskedLM (MLM head at
 the masked positions, no NSP head) with keras.optimizers.AdamW and global-norm clipping,
@@ -35,6 +35,7 @@ from modeling import optimization  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertPretrainer  # noqa: E402
 from training import input_pipeline, pretraining  # noqa: E402
+from training.loop import TrainingLoop  # noqa: E402
 from training.settings import LoopConfig  # noqa: E402
 
 SIZES = {
@@ -79,7 +80,7 @@ def build_ours(config, batch, steps, jit):
         learning_rate=1e-4, num_train_steps=10**6, num_warmup_steps=100))
     cfg = LoopConfig(output_dir=tempfile.mkdtemp(), train_batch_size=len(
         batch["input_ids"]), jit_compile=jit)
-    trainer = pretraining.PretrainingLoop(strategy, model, opt, cfg)
+    trainer = TrainingLoop(strategy, model, opt, cfg, pretraining.PretrainingTask())
     return train_steps_runner(strategy, trainer, batch, steps)
 
 

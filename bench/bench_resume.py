@@ -44,6 +44,7 @@ from modeling import optimization  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertPretrainer  # noqa: E402
 from training import checkpointing, dynamic_masking, input_pipeline, pretraining  # noqa: E402
+from training.loop import TrainingLoop  # noqa: E402
 from training.settings import LoopConfig  # noqa: E402
 
 
@@ -96,7 +97,8 @@ def stop_latency(pattern, seq, preds, batch, directory):
     cfg = LoopConfig(output_dir=directory, num_train_steps=10**6, train_batch_size=batch,
                           iterations_per_loop=10**6, save_checkpoints_steps=10**6,
                           log_steps=10**6)
-    trainer = pretraining.PretrainingLoop(tf.distribute.get_strategy(), model, opt, cfg)
+    trainer = TrainingLoop(tf.distribute.get_strategy(), model, opt, cfg,
+                           pretraining.PretrainingTask())
     trainer.restore_or_initialize()
     input_config = input_pipeline.PretrainingInputConfig((pattern,), seq, preds, seed=1)
     saves = []

@@ -17,11 +17,11 @@ Everything runs in one process, on run_squad.py's prediction path, timed phase b
 1. ``prepare_squad_records`` (JSON -> examples -> windows -> eval.tf_record + sidecar, as
    run_squad.py does) and, separately, ``convert_examples_to_features`` alone (in memory);
 2. forward passes: ``trainer_setup.build_trainer`` + ``TrainingLoop.predict`` over
-   ``squad_task.squad_dataset`` (predict batch 8, last batch padded), with the
-   strategy run_squad uses by default. One batch is run first (tracing, not timed), then
-   two batches estimate the cost; if all windows do not fit ``--forward_budget_s``, only
-   the first windows that do are run and the time is EXTRAPOLATED per window to all of
-   them (printed as such);
+   the predict records read as run_squad.py reads them (predict batch 8, last batch
+   padded), with the strategy run_squad uses by default. One batch is run first
+   (tracing, not timed), then two batches estimate the cost; if all windows do not fit
+   ``--forward_budget_s``, only the first windows that do are run and the time is
+   EXTRAPOLATED per window to all of them (printed as such);
 3. post-processing: ``compute_predictions`` (n_best 20, max_answer_length 30) on ALL
    windows, with the model's logits where the forward pass ran and random logits of the
    same mean and spread elsewhere (median of ``--post_rounds``), plus
@@ -58,7 +58,7 @@ from modeling.config import BertConfig  # noqa: E402
 from modeling.models import BertSpanLabeler  # noqa: E402
 from training.execution import RuntimeConfig, setup_runtime  # noqa: E402
 from tasks.squad import task as squad_task  # noqa: E402
-from training import trainer_setup  # noqa: E402
+from training import input_pipeline, trainer_setup  # noqa: E402
 from training.settings import LoopConfig  # noqa: E402
 
 SIZES = {  # layers, hidden, heads
@@ -202,9 +202,11 @@ def main():
     del in_memory
 
     # ---- 2. forward passes (run_squad's predict path)
-    def dataset():
-        config = squad_task.SquadInputConfig((prepared.record_file,), window.max_seq_length)
-        return squad_task.squad_dataset(config, batch_size=batch, is_training=False)
+    def dataset():  # as the runner reads the predict records (the last batch padded)
+        spec = squad.squad_schema(False).parse_spec(max_seq_length=window.max_seq_length)
+        return input_pipeline.finetuning_records(
+            input_pipeline.RecordsConfig((prepared.record_file,), spec), batch_size=batch,
+            is_training=False, drop_remainder=False, pad_to_batch=True)
 
     def predict(num_batches):
         return trainer.predict(dataset().take(num_batches),

@@ -13,7 +13,6 @@ types, so what is not compute (input pipeline, Python, host round trips) shows a
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from profile_train_step import profile  # noqa: E402
 from tasks.classification import processors  # noqa: E402
 from tasks.classification.task import ClassificationFamily, ClassificationSettings  # noqa: E402
 from training import distribution, finetuning, input_pipeline, trainer_setup  # noqa: E402
+from training.settings import LoopConfig  # noqa: E402
 
 
 def main():
@@ -62,7 +62,7 @@ def main():
     strategy = distribution.get_strategy("")
     _, trainer = trainer_setup.build_trainer(
         strategy, lambda: family.build_model(config), family.loop_task(),
-        loop_config=dataclasses.replace(
+        loop_config=LoopConfig.for_run(
             settings.loop, output_dir=tempfile.mkdtemp(), num_train_steps=10**6,
             num_warmup_steps=10, train_batch_size=args.batch_size,
             eval_batch_size=args.batch_size),

@@ -62,7 +62,6 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from data_prep import cli, features, fileio, pretraining_cli
-from data_prep.pretraining_cli import CliError
 from data_prep.pretraining_data.chunks import load_tokenizer
 from data_prep.pretraining_data.documents import plan_chunks, read_documents
 from data_prep.pretraining_data.instances import unit_instances
@@ -120,17 +119,13 @@ def record_key(seed: int, pool: int, number: int) -> bytes:
     return _digest(f"{seed}/record/{pool}/{number}")
 
 
-def file_of(key: bytes, num_files: int) -> int:
-    return (int.from_bytes(key, "big") * num_files) >> 64
-
-
 def buckets_per_file(total_records: int, num_files: int) -> int:
     return max(1, math.ceil(total_records / num_files / BUCKET_RECORDS))
 
 
 def bucket_of(key: bytes, num_files: int, per_file: int) -> int:
-    """Global bucket number; bucket // per_file == file_of(key, num_files), and buckets
-    in order are hash ranges in order."""
+    """Global bucket number; bucket // per_file is the output file (the key's hash range
+    of num_files), and buckets in order are hash ranges in order."""
     return (int.from_bytes(key, "big") * num_files * per_file) >> 64
 
 
@@ -272,7 +267,7 @@ def plan(job: BeamJob) -> Plan:
     """Chunks, pools and input sizes (on the driver; reads only near chunk boundaries)."""
     total_bytes = sum(fileio.getsize(f) for f in job.input_files)
     if total_bytes == 0:
-        raise CliError(f"--input_file: the input is empty ({', '.join(job.input_files)})")
+        raise cli.UserError(f"--input_file: the input is empty ({', '.join(job.input_files)})")
     chunk_bytes = job.chunk_bytes or pretraining_cli.auto_chunk_bytes(total_bytes)
     chunks, warnings = plan_chunks(list(job.input_files), chunk_bytes)
     for warning in warnings:
@@ -334,12 +329,12 @@ def run_job(job: BeamJob, options: PipelineOptions) -> dict:
             result = pipeline.run()
             state = result.wait_until_finish()
             if state not in (None, PipelineState.DONE):
-                raise CliError(f"the pipeline ended in state {state}")
+                raise cli.UserError(f"the pipeline ended in state {state}")
             with fileio.open_file(f"{work_dir}/stats.json", "r") as f:
                 stats = Stats(**json.load(f))
         stats.split_documents += the_plan.split_documents
         if stats.instances == 0:
-            raise CliError(
+            raise cli.UserError(
                 f"--input_file: no instances: the {stats.lines} line(s) of input hold no "
                 f"text that tokenizes to anything ({', '.join(job.input_files)})")
         for temp in temps:  # a hash range that got no record: an empty file
@@ -400,7 +395,7 @@ def pipeline_options(args) -> PipelineOptions:
     honours --direct_num_workers and --direct_running_mode."""
     unknown = unknown_pipeline_args(args)
     if unknown:
-        raise CliError(f"unknown flag(s) {' '.join(unknown)}: neither a flag of this "
+        raise cli.UserError(f"unknown flag(s) {' '.join(unknown)}: neither a flag of this "
                            "tool (--helpfull lists them) nor an Apache Beam pipeline option")
     args = list(args)
     runner = PipelineOptions(args).get_all_options()["runner"]
@@ -421,7 +416,7 @@ def pipeline_options(args) -> PipelineOptions:
 def job_from_flags() -> BeamJob:
     """Validates the flags (the shared rules, `pretraining_cli`) into a BeamJob."""
     if FLAGS.pool_size_mb <= 0:
-        raise CliError(f"--pool_size_mb={FLAGS.pool_size_mb} must be positive")
+        raise cli.UserError(f"--pool_size_mb={FLAGS.pool_size_mb} must be positive")
     job = pretraining_cli.job_from_flags(FLAGS)
     return BeamJob(**{field.name: getattr(job, field.name)
                       for field in dataclasses.fields(job)},
@@ -430,8 +425,7 @@ def job_from_flags() -> BeamJob:
 
 def main(argv):
     """The command (our flags parsed, Beam's options in argv): `work` in the shell."""
-    return cli.run_main(lambda: _work(argv), "beam_pretraining_data",
-                        pretraining_cli.USER_ERRORS)
+    return cli.run_main(lambda: _work(argv), "beam_pretraining_data")
 
 
 def _work(argv) -> None:

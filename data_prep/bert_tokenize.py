@@ -10,6 +10,7 @@ Each stdin line (split on "\n" only) becomes one output line, through
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from data_prep import cli, text_input, tokenization
@@ -55,8 +56,7 @@ def tokenize_stream(tokenizer, source, sink, batch_lines: int = 4096) -> int:
 
 def main(argv) -> int:
     """The command (flags parsed): `_work` in the shell (`data_prep.cli`)."""
-    return cli.run_main(lambda: _work(argv), PROG,
-                        (tokenization.VocabError, text_input.InputError, OSError))
+    return cli.run_main(lambda: _work(argv), PROG)
 
 
 def _work(argv) -> None:
@@ -76,8 +76,11 @@ def _work(argv) -> None:
         raise cli.FlagError(f"--vocab_file: {err}") from None
     try:
         tokenize_stream(tokenizer, sys.stdin.buffer, sys.stdout.buffer)
+    except BrokenPipeError:  # `| head`: the reader closed stdout, no defect of ours
+        raise cli.UserError("stdout was closed before every line was written") from None
     finally:
-        sys.stdout.flush()
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.flush()
 
 
 def run() -> None:

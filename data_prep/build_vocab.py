@@ -53,10 +53,6 @@ _SLACK_RATIO = 0.05
 _LEARNER_PATH = ("tools", "wordpiece_vocab", "wordpiece_tokenizer_learner_lib.py")
 
 
-class BuildVocabError(ValueError):
-    """Bad input or settings; the message names the file, line or flag."""
-
-
 @dataclasses.dataclass(frozen=True)
 class VocabConfig:
     """Settings of the vocabulary learner.
@@ -91,21 +87,21 @@ class VocabConfig:
 
     def validate(self) -> None:
         if self.layout not in LAYOUTS:
-            raise BuildVocabError(f"--layout must be one of {LAYOUTS}, got {self.layout!r}")
+            raise cli.UserError(f"--layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.num_unused < 0:
-            raise BuildVocabError(f"--num_unused must be >= 0, got {self.num_unused}")
+            raise cli.UserError(f"--num_unused must be >= 0, got {self.num_unused}")
         specials = len(SPECIAL_TOKENS) + self.num_unused
         if self.vocab_size <= specials:
-            raise BuildVocabError(
+            raise cli.UserError(
                 f"--vocab_size={self.vocab_size} is too small: the special tokens alone "
                 f"take {specials} entries ({len(SPECIAL_TOKENS)} + --num_unused="
                 f"{self.num_unused}); raise --vocab_size or lower --num_unused")
         for name in ("min_token_count", "max_token_length", "num_iterations",
                      "max_unique_words"):
             if getattr(self, name) < 1:
-                raise BuildVocabError(f"--{name} must be >= 1, got {getattr(self, name)}")
+                raise cli.UserError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.max_input_mb < 0:
-            raise BuildVocabError(f"--max_input_mb must be >= 0, got {self.max_input_mb}")
+            raise cli.UserError(f"--max_input_mb must be >= 0, got {self.max_input_mb}")
 
 
 @dataclasses.dataclass
@@ -129,7 +125,7 @@ def expand_input_files(input_file: str | list) -> list[str]:
     patterns = input_file.split(",") if isinstance(input_file, str) else list(input_file)
     patterns = [p.strip() for p in patterns if p.strip()]
     if not patterns:
-        raise BuildVocabError("--input_file is empty: give one or more comma-separated globs")
+        raise cli.UserError("--input_file is empty: give one or more comma-separated globs")
     files: list[str] = []
     for pattern in patterns:
         local = not fileio.is_url(pattern)
@@ -137,9 +133,9 @@ def expand_input_files(input_file: str | list) -> list[str]:
                    if fileio.isfile(m)]
         if not matches:
             if local and os.path.isdir(os.path.expanduser(pattern)):
-                raise BuildVocabError(f"--input_file {pattern!r} is a directory; give files "
-                                      f"or a glob such as {os.path.join(pattern, '*.txt')!r}")
-            raise BuildVocabError(f"--input_file pattern {pattern!r} matches no file")
+                raise cli.UserError(f"--input_file {pattern!r} is a directory; give files "
+                                    f"or a glob such as {os.path.join(pattern, '*.txt')!r}")
+            raise cli.UserError(f"--input_file pattern {pattern!r} matches no file")
         files.extend(sorted(matches))
     return list(dict.fromkeys(files))
 
@@ -219,7 +215,7 @@ def special_tokens(num_unused: int, layout: str = "bert") -> list[str]:
     if layout == "bert":
         head = unused[:_BERT_UNUSED_BEFORE_UNK]
         return ["[PAD]"] + head + list(SPECIAL_TOKENS[1:]) + unused[_BERT_UNUSED_BEFORE_UNK:]
-    raise BuildVocabError(f"--layout must be one of {LAYOUTS}, got {layout!r}")
+    raise cli.UserError(f"--layout must be one of {LAYOUTS}, got {layout!r}")
 
 
 def can_continue_word(char: str) -> bool:
@@ -304,15 +300,15 @@ def learn_vocab(word_counts: collections.Counter, config: VocabConfig) -> list[s
       The tokens in id order, at most `config.vocab_size` of them.
 
     Raises:
-      BuildVocabError: no words, or vocab_size too small for the specials and characters.
+      cli.UserError: no words, or vocab_size too small for the specials and characters.
     """
     config.validate()
     if not word_counts:
-        raise BuildVocabError("the input holds no words: nothing to learn a vocabulary from")
+        raise cli.UserError("the input holds no words: nothing to learn a vocabulary from")
     specials = special_tokens(config.num_unused, config.layout)
     required = specials + character_tokens(word_counts)
     if len(required) > config.vocab_size:
-        raise BuildVocabError(
+        raise cli.UserError(
             f"--vocab_size={config.vocab_size} is too small: {len(specials)} special tokens "
             f"plus {len(required) - len(specials)} character tokens (every character seen "
             f"and its ## form) need {len(required)}; raise --vocab_size to at least "
@@ -355,8 +351,8 @@ def check_writable(output_file: str) -> None:
     if fileio.is_url(output_file):
         return
     if os.path.isdir(output_file):
-        raise BuildVocabError(f"--output_file={output_file} is a directory; expected a file "
-                              "name such as vocab.txt")
+        raise cli.UserError(f"--output_file={output_file} is a directory; expected a file "
+                            "name such as vocab.txt")
     probe = fileio.temporary_path(output_file)
     try:
         fileio.makedirs(fileio.parent_dir(output_file))
@@ -364,8 +360,8 @@ def check_writable(output_file: str) -> None:
             pass
         fileio.remove(probe)
     except OSError as err:
-        raise BuildVocabError(f"--output_file={output_file}: cannot write there: "
-                              f"{err.strerror or err}") from err
+        raise cli.UserError(f"--output_file={output_file}: cannot write there: "
+                            f"{err.strerror or err}") from err
 
 
 def write_vocab(vocab: list[str], output_file: str) -> None:
@@ -413,7 +409,7 @@ def build_vocab(input_file, output_file: str, config: VocabConfig, log=print) ->
         log(f"input is {stats.input_bytes / 1e6:.1f} MB > --max_input_mb="
             f"{config.max_input_mb:g}: sampled {stats.lines_kept} of {stats.lines_read} lines")
     if not word_counts:
-        raise BuildVocabError(
+        raise cli.UserError(
             f"no text in the input: {len(files)} file(s) matching {input_file!r} hold "
             f"{stats.lines_read} line(s) and no words")
     read_seconds = time.time() - start
@@ -498,8 +494,7 @@ def define_flags(flag_values=None) -> None:
 
 def main(argv) -> int:
     """The command (flags parsed): `work` in the shell (`data_prep.cli`)."""
-    return cli.run_main(lambda: _work(argv), "build_vocab",
-                        (BuildVocabError, text_input.InputError, OSError))
+    return cli.run_main(lambda: _work(argv), "build_vocab")
 
 
 def _work(argv) -> None:

@@ -3,18 +3,21 @@
 A command module defines `main(argv)` whose body is one call:
 
     def main(argv):
-        return cli.run_main(lambda: work(argv), "build_vocab", (BuildVocabError, ...))
+        return cli.run_main(lambda: work(argv), "build_vocab")
 
 and its `__main__` block (or console script) is `cli.start(main, "build_vocab")`.
 What every command then shares:
 
-* **Bad input** (the `errors` the command names, `FlagError`, absl's flag and usage
-  errors, and a file-system error about a path a flag names) ends the run with one line
-  `prog: error: <message>` on stderr and exit status 1, no traceback. The line comes as
-  `SystemExit(message)`, so an in-process caller of `main()` finds it in the exception.
-  A TensorFlow or OS error whose message holds the value of a string flag (a gs:// path
-  with no network or no credentials, a directory that cannot be created) becomes
-  `--flag=value: <what failed>`; any other error is a bug and keeps its traceback.
+* **Bad input** (`UserError` and its subclasses: what the project refuses on purpose,
+  absl's flag and usage errors, and a file-system error about a path a flag names) ends
+  the run with one line `prog: error: <message>` on stderr and exit status 1, no
+  traceback. The line comes as `SystemExit(message)`, so an in-process caller of `main()`
+  finds it in the exception. A TensorFlow or OS error whose message holds the value of a
+  string flag (a gs:// path with no network or no credentials, a directory that cannot
+  be created) becomes `--flag=value: <what failed>`.
+* **Defects**: any other error (a ValueError of Keras, NumPy or our own code included)
+  prints its traceback, then `prog: internal error (a bug, please report it with the
+  traceback above): <type>: <message>`, exit status 1.
 * **Signals**: SIGTERM and SIGHUP raise SystemExit(128 + signal) in the main thread and
   Ctrl-C raises KeyboardInterrupt, so `finally` blocks and `fileio.AtomicOutputs` remove
   the command's temporaries; a Ctrl-C ends with one line and status 130, a signal with
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import traceback
 from typing import Callable, Mapping
 
 from data_prep import lifecycle
@@ -50,37 +54,38 @@ class FlagError(UserError):
     """A flag value that cannot work (the message names the flag and what is wrong)."""
 
 
-def run_main(work: Callable[[], int | None], program: str, errors: tuple = (), *,
+def run_main(work: Callable[[], int | None], program: str, *,
              flag_values: Mapping[str, object] | None = None) -> int:
     """Runs `work()` as the command `program`; returns its exit status.
 
     Args:
       work: the command's body; returns an exit status, or anything else for 0.
       program: the name the error line starts with (e.g. "run_squad.py").
-      errors: the exception types that mean bad input for this command (besides
-        `FlagError` and absl's flag errors); their message is the line.
       flag_values: name -> value of the command's flags, to name the flag of a path in a
-        file-system error (default: absl's parsed FLAGS).
+        file-system error (default: absl's parsed FLAGS); read when the error happens, so
+        an argparse command may fill it once it has parsed its arguments.
 
     Raises:
-      SystemExit: `program: error: <message>` (status 1) for bad input, 130 after Ctrl-C,
-        128 + signal after SIGTERM/SIGHUP.
+      SystemExit: `program: error: <message>` (status 1) for bad input, the traceback and
+        `program: internal error ...` (status 1) for a defect, 130 after Ctrl-C, 128 +
+        signal after SIGTERM/SIGHUP.
     """
-    reported = (FlagError, *_absl_errors(), *errors)
     lifecycle.exit_cleanly_on_signals()
     try:
         with lifecycle.signal_decides_exit_status():
             status = work()
-    except reported as err:
+    except (UserError, *_absl_errors()) as err:
         sys.exit(f"{program}: error: {_one_line(err)}")
     except KeyboardInterrupt:
         print(f"{program}: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
         sys.exit(INTERRUPTED)
-    except Exception as err:  # noqa: BLE001 - re-raised unless it is about a flag's path
+    except Exception as err:  # noqa: BLE001 - one line if about a flag's path, else a defect
         message = path_error(err, _flag_values() if flag_values is None else flag_values)
-        if message is None:
-            raise
-        sys.exit(f"{program}: error: {message}")
+        if message is not None:
+            sys.exit(f"{program}: error: {message}")
+        traceback.print_exc()
+        sys.exit(f"{program}: internal error (a bug, please report it with the traceback "
+                 f"above): {type(err).__name__}: {_one_line(err)}")
     return status if isinstance(status, int) else 0  # a result (a dict, a path): success
 
 

@@ -58,7 +58,6 @@ import numpy.random
 from absl import app, flags, logging
 
 from data_prep import cli, fileio, lifecycle, pretraining_cli
-from data_prep.pretraining_cli import CliError
 from data_prep.pretraining_data import documents
 from data_prep.pretraining_data.chunks import ChunkTask, load_tokenizer, process_chunk
 from data_prep.pretraining_data.stats import Stats
@@ -160,7 +159,7 @@ def _size_text(size: int) -> str:
     return f"{size / 1e6:.2f} MB" if size >= 10_000 else f"{size} bytes"
 
 
-class OutputWriteError(CliError):
+class OutputWriteError(cli.UserError):
     """Writing an output failed (disk full, I/O error); the message names the output."""
 
     def __init__(self, path: str, err: OSError):
@@ -172,7 +171,7 @@ class OutputWriteError(CliError):
 class RecordWriters:
     """TFRecord files written to the temporaries of a `fileio.AtomicOutputs` set.
 
-    Records arrive already framed (`features.frame_records`, byte-identical to
+    Records arrive already framed (`features.frame_concatenated`, byte-identical to
     `tf.io.TFRecordWriter`'s output), so writing is plain file I/O: this process never
     imports TensorFlow. GZIP output is a standard gzip stream (level 6 as TensorFlow's
     default; no name or time stamp in the header), which `compression_type="GZIP"`
@@ -188,8 +187,8 @@ class RecordWriters:
                 self.raw.append(atomic.open(path, "wb"))
             except OSError as err:
                 self.close_quietly()
-                raise CliError(f"--output_file: cannot write {path!r}: "
-                               f"{err.strerror or err}") from None
+                raise cli.UserError(f"--output_file: cannot write {path!r}: "
+                                    f"{err.strerror or err}") from None
         if gzip:
             import gzip as gzip_module
 
@@ -373,7 +372,7 @@ class Progress:
 def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, num_workers,
              gzip, chunk_bytes, shuffle_buffer_size, progress_seconds,
              exact_draws=False, summary_path=None, dynamic_masking=False) -> dict:
-    """Runs the whole job; returns the summary. Raises CliError / InputError.
+    """Runs the whole job; returns the summary. Raises cli.UserError / InputError.
 
     The records (and the summary, at `summary_path` unless None) are one all-or-nothing
     set: they appear under their final names only if the whole run succeeds.
@@ -381,7 +380,7 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
     start = time.monotonic()
     total_bytes = sum(fileio.getsize(f) for f in input_files)
     if total_bytes == 0:
-        raise CliError(f"--input_file: the input is empty ({', '.join(input_files)})")
+        raise cli.UserError(f"--input_file: the input is empty ({', '.join(input_files)})")
     chunk_bytes = chunk_bytes or pretraining_cli.auto_chunk_bytes(total_bytes)
     chunks, warnings = documents.plan_chunks(input_files, chunk_bytes)
     for warning in warnings:
@@ -416,7 +415,7 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
                     warn_long_lines(path, scan.finish(), config.max_seq_length)
                     for path, scan in remote_scans.items())
                 if stats.instances == 0:
-                    raise CliError(
+                    raise cli.UserError(
                         f"--input_file: no instances: the {stats.lines} line(s) of input "
                         f"hold no text that tokenizes to anything ({', '.join(input_files)})")
                 writers.close()
@@ -507,15 +506,14 @@ def write_summary(atomic: fileio.AtomicOutputs, path: str, summary: dict) -> Non
         with atomic.open(path, "w", newline="\n") as f:
             f.write(text)
     except OSError as err:
-        raise CliError(f"--output_file: cannot write the summary {path!r}: "
-                       f"{err.strerror or err}; nothing was written under the final names "
-                       "(an earlier output there is unchanged)") from None
+        raise cli.UserError(f"--output_file: cannot write the summary {path!r}: "
+                            f"{err.strerror or err}; nothing was written under the final names "
+                            "(an earlier output there is unchanged)") from None
 
 
 def main(argv):
     """The command (flags parsed): `work` in the shell (`data_prep.cli`)."""
-    return cli.run_main(lambda: _work(argv), "create_pretraining_data",
-                        pretraining_cli.USER_ERRORS)
+    return cli.run_main(lambda: _work(argv), "create_pretraining_data")
 
 
 def _work(argv) -> None:
@@ -532,8 +530,8 @@ def _work(argv) -> None:
             progress_seconds=FLAGS.progress_seconds, exact_draws=job.exact_draws,
             summary_path=job.summary_path, dynamic_masking=job.dynamic_masking)
     except BrokenProcessPool as err:
-        raise CliError(f"a worker process died ({err}); if it was killed for memory, use "
-                       "fewer --num_workers or a smaller --chunk_size_mb") from None
+        raise cli.UserError(f"a worker process died ({err}); if it was killed for memory, use "
+                            "fewer --num_workers or a smaller --chunk_size_mb") from None
     pretraining_cli.log_summary(summary)
     logging.info("Summary written to %s", job.summary_path)
 

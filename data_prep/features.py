@@ -79,7 +79,8 @@ class RecordSchema:
 
 def parse_with_spec(serialized, spec: dict) -> dict:
     """Parses one serialized record (a scalar string) or a batch (a vector) with a
-    `tf.io` parse spec; int64 features come back as int32, the in-memory dtype."""
+    `tf.io` parse spec; int64 features (on disk) come back as int32, the in-memory dtype
+    (TPUs and XLA prefer int32)."""
     import tensorflow as tf
 
     if serialized.shape.rank == 0:
@@ -261,10 +262,10 @@ class ExampleEncoder:
 # Each record on disk: uint64 length (little-endian), uint32 masked_crc32c(length bytes),
 # the data, uint32 masked_crc32c(data); masked_crc32c(x) = rotr15(crc32c(x)) + 0xa282ead8
 # (tensorflow/core/lib/hash/crc32c.h). CRC32C (Castagnoli) is not in the standard
-# library; `frame_records` computes it with google-crc32c's C extension (a runtime
+# library; `frame_concatenated` computes it with google-crc32c's C extension (a runtime
 # dependency: ~10x faster) and, where only its slow pure-Python fallback is installed,
 # with numpy over many records at once (rows of a byte matrix, four bytes per step).
-# The pure-Python `crc32c` is the reference.
+# The pure-Python reference is in tests/test_features.py.
 
 _CRC32C_POLY = 0x82F63B78  # reflected Castagnoli polynomial
 _CRC_MASK_DELTA = 0xA282EAD8
@@ -281,20 +282,6 @@ def _crc32c_table() -> list:
 
 
 _CRC32C_TABLE = _crc32c_table()
-
-
-def crc32c(data: bytes, crc: int = 0) -> int:
-    """CRC32C of `data` (continuing from `crc`), one byte at a time: slow, the reference."""
-    table = _CRC32C_TABLE
-    crc ^= 0xFFFFFFFF
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def masked_crc32c(data: bytes) -> int:
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
 
 
 class _Crc32cBatch:
@@ -398,20 +385,11 @@ def _masked(crcs):
     return ((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(_CRC_MASK_DELTA)
 
 
-def frame_records(records: Sequence[bytes]):
-    """TFRecord framing of `records`: (bytes of the whole framed sequence, exactly what
-    `tf.io.TFRecordWriter` writes for them, and the framed length of each)."""
-    if not records:
-        return b"", []
-    import numpy as np
-
-    lengths = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
-    return frame_concatenated(b"".join(records), lengths)
-
-
 def frame_concatenated(data, lengths, native: Optional[bool] = None):
-    """`frame_records` of the records laid end to end in `data` (bytes or a uint8 numpy
-    array) with the given lengths (an int64 numpy array). `native`: CRCs with
+    """TFRecord framing of the records laid end to end in `data` (bytes or a uint8 numpy
+    array) with the given lengths (an int64 numpy array): (bytes of the whole framed
+    sequence, exactly what `tf.io.TFRecordWriter` writes for them, and the framed length
+    of each). `native`: CRCs with
     google-crc32c's C extension (True), with numpy (False) or the former where installed
     (None); the bytes are the same."""
     global _CRC_BATCH

@@ -84,13 +84,15 @@ import tempfile
 import uuid
 from typing import Iterable, Mapping, Sequence
 
+from data_prep.cli import UserError
+
 TEMP_MARK = ".tmp-"
 # URL schemes of object stores: no rename (a copy and a delete), but an object appears,
 # complete, only when its upload is closed (see the module docstring).
 OBJECT_STORE_SCHEMES = frozenset({"gs", "s3", "az", "oss"})
 
 
-class OutputError(ValueError):
+class OutputError(UserError):
     """An output path that would destroy data or cannot be written; names the flag and path."""
 
 

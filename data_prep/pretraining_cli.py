@@ -24,8 +24,8 @@ import os
 from absl import flags, logging
 
 from data_prep import fileio, tokenization
-from data_prep.pretraining_data.config import ConfigError, PretrainingConfig
-from data_prep.text_input import InputError
+from data_prep.cli import UserError
+from data_prep.pretraining_data.config import PretrainingConfig
 
 FLAGS = flags.FLAGS
 
@@ -38,14 +38,6 @@ SUMMARY_SUFFIX = ".summary.json"
 # (run_pretraining.py masks, with its own flags of the first three names).
 MASKING_FLAGS = ("masked_lm_prob", "max_predictions_per_seq", "do_whole_word_mask",
                  "mask_token_rate", "random_token_rate", "exact_draws")
-
-
-class CliError(Exception):
-    """A problem with the command line or the files it names; exit status 1."""
-
-
-# Errors a driver reports as one line and exit status 1 (bad flags, files or text).
-USER_ERRORS = (CliError, ConfigError, InputError)
 
 
 def define_flags() -> None:
@@ -145,7 +137,7 @@ def job_from_flags(values=FLAGS) -> DataJob:
     """The shared flags, checked (before any work) into a DataJob.
 
     Raises:
-      CliError or ConfigError naming the flag: a bad setting, an input glob matching no
+      UserError naming the flag: a bad setting, an input glob matching no
       file, an unusable vocab, an output that would destroy data (`check_output_names`).
     """
     config = config_from_flags(values)
@@ -154,7 +146,7 @@ def job_from_flags(values=FLAGS) -> DataJob:
         tokenization.check_vocab(tokenization.load_vocab(values.vocab_file),
                                  values.vocab_file)
     except tokenization.VocabError as err:
-        raise CliError(f"--vocab_file: {err}") from None
+        raise UserError(f"--vocab_file: {err}") from None
     outputs = output_paths(values.output_file, values.num_output_shards)
     summary_path = summary_path_for(values.output_file)
     check_output_names(outputs, summary_path, input_files, values.vocab_file)
@@ -172,7 +164,7 @@ def config_from_flags(values=FLAGS) -> PretrainingConfig:
     if values.dynamic_masking:
         given = [f"--{name}" for name in MASKING_FLAGS if values[name].present]
         if given:
-            raise CliError(
+            raise UserError(
                 f"{', '.join(given)}: no effect with --dynamic_masking, which writes the "
                 "pairs unmasked; give the masking flags to run_pretraining.py, which masks "
                 "them on the fly")
@@ -220,14 +212,14 @@ def expand_inputs(patterns: str) -> list:
         if not matches:
             directories = [m.rstrip("/") for m in found if fileio.isdir(m)]
             if directories:
-                raise CliError(
+                raise UserError(
                     f"--input_file: {pattern!r} is a directory ({directories[0]}), not a "
                     "text file; to read the files in it, pass a glob such as "
                     f"--input_file='{directories[0]}/*.txt'")
-            raise CliError(f"--input_file: {pattern!r} matches no file")
+            raise UserError(f"--input_file: {pattern!r} matches no file")
         files.extend(matches)
     if not files:
-        raise CliError("--input_file names no file")
+        raise UserError("--input_file names no file")
     return files
 
 
@@ -236,7 +228,7 @@ def output_paths(output_file: str, num_shards: int) -> list:
     consecutive instances go round-robin over the given output files first."""
     names = [p.strip() for p in output_file.split(",") if p.strip()]
     if not names:
-        raise CliError("--output_file names no file")
+        raise UserError("--output_file names no file")
     if num_shards == 1:
         return names
     return [f"{name}-{shard:05d}-of-{num_shards:05d}"
@@ -271,21 +263,18 @@ def check_output_names(outputs, summary_path, input_files, vocab_file) -> None:
     for _, path in named:
         directory = os.path.dirname(path) or "."
         if not fileio.is_url(path) and not fileio.isdir(directory):
-            raise CliError(f"--output_file: cannot write {path!r}: the directory "
-                           f"{directory!r} does not exist")
-    try:
-        fileio.check_outputs(named, [("--input_file", f) for f in input_files]
-                             + [("--vocab_file", vocab_file)])
-    except fileio.OutputError as err:
-        raise CliError(str(err)) from None
+            raise UserError(f"--output_file: cannot write {path!r}: the directory "
+                            f"{directory!r} does not exist")
+    fileio.check_outputs(named, [("--input_file", f) for f in input_files]
+                         + [("--vocab_file", vocab_file)])
     summary_dir, summary_name = os.path.split(summary_path)
     for path in outputs:
         directory, name = os.path.split(path)
         if summary_name.startswith(name) and fileio.same_path(directory or ".",
                                                                 summary_dir or "."):
-            raise CliError(f"--output_file: the glob {path}* would match the summary file "
-                           f"{summary_path}; choose output names that do not start with "
-                           f"{SUMMARY_PREFIX!r}")
+            raise UserError(f"--output_file: the glob {path}* would match the summary file "
+                            f"{summary_path}; choose output names that do not start with "
+                            f"{SUMMARY_PREFIX!r}")
 
 
 def log_summary(summary: dict) -> None:

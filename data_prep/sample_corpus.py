@@ -484,9 +484,11 @@ def classification_rows(documents, *, label: str = "kind", rows_per_class: int =
     """
     _check_label(label)
     if rows_per_class < 1:
-        raise ValueError(f"rows_per_class must be >= 1, got {rows_per_class}")
+        raise cli.UserError(f"--classification_rows_per_class must be >= 1, got "
+                            f"{rows_per_class}")
     if not (0 <= dev_percent and 0 <= test_percent and dev_percent + test_percent < 100):
-        raise ValueError("dev_percent and test_percent must be >= 0 and sum to less than 100")
+        raise cli.UserError("--classification_dev_percent and --classification_test_percent "
+                            "must be >= 0 and sum to less than 100")
     pools = {split: {} for split in SPLITS}
     document_counts = dict.fromkeys(SPLITS, 0)
     seen: set[str] = set()
@@ -544,7 +546,7 @@ def write_classification_data(output_dir: str, *, max_mb: float | None = 3.0,
       documents: the documents to use instead of walking the standard library again.
 
     Raises:
-      ValueError: bad settings, or a split left without rows (too little text).
+      cli.UserError: bad settings, or a split left without rows (too little text).
     """
     start = time.time()
     if documents is None:
@@ -553,14 +555,14 @@ def write_classification_data(output_dir: str, *, max_mb: float | None = 3.0,
         documents, label=label, rows_per_class=rows_per_class, min_words=min_words,
         max_classes=max_classes, dev_percent=dev_percent, test_percent=test_percent, seed=seed)
     if len(labels) < 2:
-        raise ValueError(f"only {len(labels)} label(s) {list(labels)} in the text: a "
-                         "classifier needs at least 2 (raise --max_mb)")
+        raise cli.UserError(f"only {len(labels)} label(s) {list(labels)} in the text: a "
+                            "classifier needs at least 2 (raise --max_mb)")
     for split in SPLITS:
         if not rows[split] and (split == "train" or
                                 (dev_percent if split == "dev" else test_percent)):
-            raise ValueError(f"the {split} split has no rows: some label has no sentence "
-                             f"there ({candidates[split]}); raise --max_mb or lower "
-                             "--classification_max_classes")
+            raise cli.UserError(f"the {split} split has no rows: some label has no sentence "
+                                f"there ({candidates[split]}); raise --max_mb or lower "
+                                "--classification_max_classes")
     files = {split: os.path.join(output_dir, f"{split}.tsv") for split in SPLITS}
     with fileio.AtomicOutputs(list(files.values())) as out:
         for split, path in files.items():
@@ -597,9 +599,9 @@ def write_corpus(output_dir: str, *, max_mb: float | None = 3.0,
       A CorpusSummary (files, counts, bytes, seconds).
     """
     if num_shards < 1:
-        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+        raise cli.UserError(f"--num_shards must be >= 1, got {num_shards}")
     if max_mb is not None and max_mb <= 0:
-        raise ValueError(f"max_mb must be > 0, got {max_mb}")
+        raise cli.UserError(f"--max_mb must be > 0, got {max_mb}")
     start = time.time()
     paths = shard_paths(output_dir, num_shards, prefix)
     documents = sentences = size = 0
@@ -621,10 +623,12 @@ def write_corpus(output_dir: str, *, max_mb: float | None = 3.0,
 
 def main(argv=None) -> int:
     """CLI: the corpus shards + DIR/summary.json and/or the classification TSVs."""
-    return cli.run_main(lambda: _work(argv), "sample_corpus", (ValueError, OSError))
+    flag_values: dict = {}  # the arguments, once parsed: the shell names a path's flag
+    return cli.run_main(lambda: _work(argv, flag_values), "sample_corpus",
+                        flag_values=flag_values)
 
 
-def _work(argv) -> None:
+def _work(argv, flag_values: dict) -> None:
     parser = cli.ArgumentParser(
         prog="python -m data_prep.sample_corpus",
         description="Write a BERT pretraining corpus (one sentence per line, blank line "
@@ -662,6 +666,7 @@ def _work(argv) -> None:
     group.add_argument("--classification_seed", type=int, default=12345,
                        help="seed of the down-sampling and shuffling")
     args = parser.parse_args(argv)
+    flag_values.update(vars(args))
     if not args.output_dir and not args.classification_dir:
         parser.error("give --output_dir (corpus) and/or --classification_dir")
     if args.output_dir:

@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Callable, Union
 
 from data_prep import fileio
+from data_prep.cli import UserError
 
 
-class InputError(ValueError):
+class InputError(UserError):
     """Bad input text: the message names the file, line and byte offset."""
 
 

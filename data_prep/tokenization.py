@@ -16,6 +16,7 @@ import itertools
 import logging
 import unicodedata
 
+from data_prep.cli import UserError
 from data_prep.reference_tokenization import (
     MAX_INPUT_CHARS_PER_WORD,
     UNK_TOKEN,
@@ -31,7 +32,7 @@ from data_prep.reference_tokenization import (
 REQUIRED_SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
-class VocabError(ValueError):
+class VocabError(UserError):
     """A vocabulary file is missing, unreadable or lacks required tokens."""
 
 

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from data_prep.cli import UserError
 from demo_lib.settings import Settings
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,7 +77,7 @@ class Stage:
                 and importlib.util.find_spec(self.module) is not None)
 
 
-class StageError(RuntimeError):
+class StageError(UserError):
     """A stage failed; the message says which and why."""
 
 

@@ -30,6 +30,8 @@ import json
 import os
 from typing import Any, Mapping
 
+from data_prep.cli import UserError
+
 LAYER_NORM_EPSILON = 1e-12
 ATTENTION_MASK_VALUE = -10000.0
 
@@ -73,7 +75,7 @@ GOOGLE_KEYS = (
 OPTIONAL_KEYS = {"causal_attention": False}
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A BERT configuration that cannot describe a network (says which key and why)."""
 
 

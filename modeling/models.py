@@ -10,6 +10,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from data_prep.cli import UserError
 from modeling.config import LAYER_NORM_EPSILON, BertConfig
 from modeling.encoder import BertEncoder, as_config
 from modeling.heads import DenseLogitsHead, MaskedLMHead
@@ -492,8 +493,8 @@ class BertFeatureTagger(_TaskModel):
         needed = {"second_to_last_hidden": 2, "weighted_sum_last_four": 4,
                   "concat_last_four": 4}.get(feature_layers, 1)
         if c.num_hidden_layers < needed:
-            raise ValueError(f"feature_layers={feature_layers} needs at least {needed} hidden "
-                             f"layers; the model has {c.num_hidden_layers}")
+            raise UserError(f"--feature_layers={feature_layers} needs at least {needed} hidden "
+                            f"layers; the model has {c.num_hidden_layers}")
         if int(lstm_units) < 1 or int(lstm_layers) < 1:
             raise ValueError(f"lstm_units={lstm_units} and lstm_layers={lstm_layers} must be "
                              "at least 1")

@@ -37,6 +37,8 @@ from absl import logging
 import tensorflow as tf
 from keras import ops
 
+from data_prep.cli import UserError
+
 # Path fragments of variables that get no weight decay, as in the original (which matched
 # TF1 names such as "bert/encoder/layer_0/output/LayerNorm/gamma" and ".../dense/bias").
 DEFAULT_NO_DECAY = ("LayerNorm", "layer_norm", "bias")
@@ -322,25 +324,25 @@ class OptimizerConfig:
                 self.num_train_steps / self.num_warmup_steps)
 
     def validate(self) -> None:
-        """Raises ValueError naming the setting (its runners' flag of the same name) when a
+        """Raises UserError naming the setting (its runners' flag of the same name) when a
         value cannot train: a rate of -1 climbs the loss, NaN poisons every weight.
 
         The one check of these settings, for every runner: building the config runs it.
         """
         rate = self.learning_rate
         if not _finite_number(rate) or rate <= 0:
-            raise ValueError(f"--learning_rate={rate}: the learning rate must be a positive, "
-                             "finite number")
+            raise UserError(f"--learning_rate={rate}: the learning rate must be a positive, "
+                            "finite number")
         for name in ("num_train_steps", "num_warmup_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-                raise ValueError(f"--{name}={value} must be a whole number >= 0")
+                raise UserError(f"--{name}={value} must be a whole number >= 0")
         if not _finite_number(self.weight_decay_rate) or self.weight_decay_rate < 0:
-            raise ValueError(f"--weight_decay_rate={self.weight_decay_rate} must be a finite "
-                             "number >= 0")
+            raise UserError(f"--weight_decay_rate={self.weight_decay_rate} must be a finite "
+                            "number >= 0")
         if not _finite_number(self.clip_norm):
-            raise ValueError(f"--clip_norm={self.clip_norm} must be a finite number (<= 0 "
-                             "turns clipping off)")
+            raise UserError(f"--clip_norm={self.clip_norm} must be a finite number (<= 0 "
+                            "turns clipping off)")
 
 
 def _finite_number(value) -> bool:

@@ -19,21 +19,20 @@ from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
 
 
-def _pretraining_cfg(records, out, config, **loop_overrides):
+def _pretraining_cfg(records, out, config, **overrides):
     import run_pretraining
     from training.execution import RuntimeConfig
-    from training.settings import LoopConfig
+    from training.settings import settings_of
 
-    loop = dict(output_dir=str(out), num_train_steps=40, train_batch_size=4,
-                iterations_per_loop=2, save_checkpoints_steps=100, learning_rate=1e-3,
-                num_warmup_steps=0)
-    loop.update(loop_overrides)
-    return run_pretraining.PretrainingRun(
-        bert_config_file=config, input_patterns=tuple(records), output_dir=str(out),
-        init_checkpoint=None, max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS,
-        do_train=True, do_eval=False, train_batch_size=4, eval_batch_size=4,
-        input_compression="auto", runtime=RuntimeConfig("one_device", seed=1),
-        loop=LoopConfig(**loop))
+    values = dict(num_train_steps=40, iterations_per_loop=2, save_checkpoints_steps=100,
+                  learning_rate=1e-3, num_warmup_steps=0)
+    values.update(overrides)
+    return settings_of(
+        run_pretraining.PretrainingRun, bert_config_file=config,
+        input_patterns=tuple(records), output_dir=str(out), init_checkpoint=None,
+        max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, do_train=True, do_eval=False,
+        train_batch_size=4, eval_batch_size=4, input_compression="auto",
+        runtime=RuntimeConfig("one_device", seed=1), **values)[0]
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from data_prep import build_vocab, reference_tokenization, sample_corpus, tokenization
+from data_prep.cli import UserError
 from tests.clis import call_main
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,11 +105,11 @@ def test_learn_vocab_keeps_every_character_and_the_target_size():
 
 def test_learn_vocab_rejects_too_small_sizes():
     counts = collections.Counter({"abc": 5, "xyz": 3})
-    with pytest.raises(build_vocab.BuildVocabError, match="special tokens alone"):
+    with pytest.raises(UserError, match="special tokens alone"):
         build_vocab.learn_vocab(counts, build_vocab.VocabConfig(vocab_size=50))
-    with pytest.raises(build_vocab.BuildVocabError, match="character tokens"):
+    with pytest.raises(UserError, match="character tokens"):
         build_vocab.learn_vocab(counts, build_vocab.VocabConfig(vocab_size=110))
-    with pytest.raises(build_vocab.BuildVocabError, match="no words"):
+    with pytest.raises(UserError, match="no words"):
         build_vocab.learn_vocab(collections.Counter(), build_vocab.VocabConfig())
 
 

@@ -146,16 +146,84 @@ def test_ctrl_c_ends_with_one_line_and_130(monkeypatch):
     assert info.value.code == shell.INTERRUPTED == 130
 
 
-def test_an_error_that_is_no_bad_input_keeps_its_traceback():
-    """A bug is not turned into a line: only the errors a command names, absl's flag
-    errors and file-system errors about a flag's path are."""
-    def bug():
-        raise ZeroDivisionError("a bug")
+INTERNAL = "internal error (a bug, please report it with the traceback above): "
 
-    with pytest.raises(ZeroDivisionError):
-        shell.run_main(bug, "tool", flag_values={"output_dir": "/tmp/a"})
-    with pytest.raises(OSError):  # about no path a flag names
-        shell.run_main(lambda: open("/nonexistent/x"), "tool", flag_values={"data": "/a/b"})
+
+def test_an_error_that_is_no_bad_input_keeps_its_traceback(capsys):
+    """A bug is not turned into a line: only UserError, absl's flag errors and
+    file-system errors about a flag's path are; anything else prints its traceback and a
+    line saying it is a defect (a ValueError too: Keras, NumPy and TensorFlow raise it for
+    programming errors)."""
+    def bug():
+        raise ValueError("a bug")
+
+    for work, kind in ((bug, "ValueError: a bug"),
+                       (lambda: open("/nonexistent/x"), "FileNotFoundError: ")):  # no flag's
+        with pytest.raises(SystemExit) as info:
+            shell.run_main(work, "tool", flag_values={"output_dir": "/tmp/a", "data": "/a/b"})
+        assert info.value.code.startswith(f"tool: {INTERNAL}{kind}"), info.value.code
+        assert "Traceback (most recent call last)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        shell.run_main(lambda: (_ for _ in ()).throw(shell.UserError("bad --x")), "tool")
+    assert info.value.code == "tool: error: bad --x"
+    assert capsys.readouterr().err == ""
+
+
+DATA_FLAGS = ["--input_file=in.txt", "--output_file=o", "--vocab_file=v"]
+# A library function each command calls early (module, attribute) and the arguments that
+# get it there: an internal ValueError raised in it must keep its traceback.
+CALLED = {
+    "run_pretraining": ("training.trainer_setup", "load_bert_config", REQUIRED["run_pretraining"]),
+    "run_classifier": ("training.finetuning", "validate", REQUIRED["run_classifier"]),
+    "run_squad": ("training.finetuning", "validate", REQUIRED["run_squad"]),
+    "run_ner": ("training.finetuning", "validate", REQUIRED["run_ner"]),
+    "run_swag": ("training.finetuning", "validate", REQUIRED["run_swag"]),
+    "glue_submission": ("tasks.classification.glue", "check_data", REQUIRED["glue_submission"]),
+    "extract_features": ("data_prep.fileio", "check_outputs",
+                         ["--input_file=in.txt", "--output_file=out.jsonl",
+                          "--init_checkpoint=ckpt"]),
+    "export_saved_model": ("modeling.checkpoints", "resolve",
+                           ["--init_checkpoint=ckpt", "--export_dir=export"]),
+    "convert_checkpoint": ("modeling.checkpoints", "convert", ["--input=ckpt", "--output_dir=o"]),
+    "build_vocab": ("data_prep.build_vocab", "build_vocab",
+                    ["--input_file=in.txt", "--output_file=vocab.txt"]),
+    "create_pretraining_data": ("data_prep.pretraining_cli", "job_from_flags", DATA_FLAGS),
+    "beam_pretraining_data": ("data_prep.pretraining_cli", "job_from_flags", DATA_FLAGS),
+    "sample_corpus": ("data_prep.sample_corpus", "write_corpus", ["--output_dir=corpus"]),
+    "conlleval": ("tasks.tagging.metrics", "evaluate_lines", []),
+    "bert_tokenize": ("data_prep.tokenization", "FullTokenizer", ["--vocab_file=vocab.txt"]),
+    "predict_saved_model": ("predict_saved_model", "_check_utf8",
+                            ["--export_dir=export", "--text=a"]),
+}
+
+
+@pytest.mark.parametrize("tool", sorted(CALLED))
+def test_an_internal_value_error_keeps_its_traceback(tool, monkeypatch, tmp_path, capsys):
+    """Issue 39 #1: a ValueError nobody raised on purpose (here injected into a library
+    function the command calls) was one line blaming the user; now its traceback, then a
+    line saying it is a defect to report, status 1."""
+    import importlib
+
+    module, name, argv = CALLED[tool]
+
+    def internal(*args, **kwargs):
+        raise ValueError("injected defect")
+
+    monkeypatch.setattr(importlib.import_module(module), name, internal)
+    monkeypatch.chdir(tmp_path)
+    if tool == "predict_saved_model":  # serving with TensorFlow alone: its own shell
+        import predict_saved_model
+
+        code = predict_saved_model.main(argv)
+        result = type("Result", (), {"code": code, "stderr": capsys.readouterr().err})
+        prog = "predict_saved_model.py"
+    else:
+        result, prog = call_main(tool, argv, stdin="a O O\n"), program(tool)
+    assert result.code == 1, result.stderr[-3000:]
+    assert "Traceback (most recent call last)" in result.stderr, result.stderr[-3000:]
+    assert f"in internal\n    raise ValueError(\"injected defect\")" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"{prog}: {INTERNAL}ValueError: injected defect"), result.stderr[-3000:]
 
 
 # --------------------------------------------------------------------------- gs:// paths

@@ -377,13 +377,13 @@ def test_shuffle_buffer_mixes_whole_chunks_uniformly():
     """The cross-chunk buffer: every record written once, chunks interleaved, a block
     written as soon as `size` records are held, the rest at the end."""
     from data_prep import create_pretraining_data as cli
-    from data_prep import features
     from data_prep.pretraining_data.chunks import ChunkResult
+    from tests.test_features import frame_records
     from data_prep.pretraining_data.stats import Stats
 
     def chunk(index, n):
         records = [f"{index}:{i}".encode() for i in range(n)]
-        data, lengths = features.frame_records(records)
+        data, lengths = frame_records(records)
         return ChunkResult(index, data, lengths, Stats())
 
     buffer = cli.ShuffleBuffer(250, seed=1)

@@ -34,7 +34,7 @@ def test_count_tfrecords_reports_truncation(tmp_path):
     path = tmp_path / "x.tfrecord"
     _write_fake_tfrecords(path, [b"abc"])
     path.write_bytes(path.read_bytes() + b"\x01\x02")
-    with pytest.raises(demo.StageError, match="truncated"):
+    with pytest.raises(demo_stages.StageError, match="truncated"):
         reports.count_tfrecords(str(path))
 
 
@@ -101,13 +101,13 @@ def test_predict_cli_needs_only_tensorflow_and_tensorflow_text():
     imports = {line.split()[1].split(".")[0] for line in source.splitlines()
                if line.strip().startswith(("import ", "from "))}
     assert imports <= {"__future__", "argparse", "json", "os", "sys", "tensorflow",
-                       "tensorflow_text"}, imports
+                       "tensorflow_text", "traceback"}, imports
 
 
 def test_missing_tool_fails_with_its_hint(tmp_path, capsys):
     stage = demo.Stage("later", "a later stage", "data_prep.not_written_yet", [],
                        report=lambda: ([], {}), missing_hint="waits for issue 99")
-    with pytest.raises(demo.StageError, match="not found.*waits for issue 99"):
+    with pytest.raises(demo_stages.StageError, match="not found.*waits for issue 99"):
         demo.run_stage(stage, 4, 6, _settings(tmp_path))
 
 
@@ -125,7 +125,7 @@ def test_failing_tool_reports_exit_code_log_and_message(tmp_path, capsys):
                        [("input_file", str(tmp_path / "nothing-*.txt")),
                         ("output_file", str(tmp_path / "v.txt"))],
                        report=lambda: ([], {}))
-    with pytest.raises(demo.StageError) as error:
+    with pytest.raises(demo_stages.StageError) as error:
         demo.run_stage(stage, 2, 3, _settings(tmp_path))
     message = str(error.value)
     assert "exit code 1" in message and "matches no file" in message

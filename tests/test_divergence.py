@@ -142,9 +142,10 @@ def test_the_loss_ceiling_does_not_fire_on_a_normal_run(data, strategy, tmp_path
         pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             learning_rate=1e-2, num_train_steps=40, num_warmup_steps=0))
-    trainer = pretraining.PretrainingLoop(strategy, model, opt, LoopConfig(
+    trainer = loop.TrainingLoop(strategy, model, opt, LoopConfig(
         output_dir=str(tmp_path), num_train_steps=40, train_batch_size=8,
-        iterations_per_loop=10, save_checkpoints_steps=20, log_steps=1))
+        iterations_per_loop=10, save_checkpoints_steps=20, log_steps=1),
+        pretraining.PretrainingTask())
     trainer.restore_or_initialize()
     make, identity = _input(data, trainer)
     history = trainer.train(make, input_identity=identity)

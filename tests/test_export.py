@@ -20,8 +20,8 @@ from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier, BertSpanLabeler
 from modeling.optimization import OptimizerConfig, create_optimizer
+from tasks.classification.data import InputExample, convert_single_example
 from tasks import register_serving_families
-from tasks.classification.export import python_features
 from training import checkpointing
 from tests.clis import call_main
 
@@ -67,6 +67,28 @@ SERVE_SCRIPT = textwrap.dedent("""
     out["leaked"] = np.array(leaked, dtype=object)
     np.savez(sys.argv[2], **out)
 """)
+
+
+def python_features(tokenizer, texts, text_pairs, max_seq_length: int,
+                    head_tokens: int | None = None) -> dict:
+    """The Python path's model inputs (FullTokenizer + the original classifier rules): the
+    reference the in-graph packing is tested against (the exports' tests share it).
+
+    Args:
+      tokenizer: a ``data_prep.tokenization.FullTokenizer``.
+      texts, text_pairs: sequences of strings (text_pairs None for single texts).
+      head_tokens: head+tail truncation (``--long_document=head_tail``); None: truncate.
+    Returns:
+      dict of int32 numpy arrays [batch, max_seq_length]: input_ids, input_mask, segment_ids.
+    """
+    rows = []
+    for i, text in enumerate(texts):
+        example = InputExample(str(i), text, None if text_pairs is None else text_pairs[i],
+                               label=0.0)
+        rows.append(convert_single_example(example, None, max_seq_length, tokenizer,
+                                           is_regression=True, head_tokens=head_tokens))
+    return {name: np.asarray([getattr(r, name) for r in rows], np.int32).reshape(
+        len(rows), max_seq_length) for name in ("input_ids", "input_mask", "segment_ids")}
 
 
 def _config():

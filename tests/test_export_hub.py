@@ -22,8 +22,7 @@ from modeling.export import writer
 from modeling.export.metadata import ExportMetadata, write_export_metadata
 from modeling.config import BertConfig
 from modeling.models import BertClassifier
-from tasks.classification.export import python_features
-from test_export import LONG, PAIRS, TEXTS, VOCAB, _save_like_training
+from test_export import LONG, PAIRS, TEXTS, VOCAB, _save_like_training, python_features
 from tests.clis import call_main
 
 HIDDEN, LAYERS = 32, 2

@@ -13,9 +13,8 @@ from data_prep.tokenization import FullTokenizer
 from modeling.export import families, writer
 from modeling.export.metadata import ExportError
 from modeling.models import BertClassifier, BertMultipleChoice
-from tasks.classification.export import python_features
 from tasks.multiple_choice import data
-from test_export import LONG, PAIRS, TEXTS, VOCAB, _config
+from test_export import LONG, PAIRS, TEXTS, VOCAB, _config, python_features
 
 SEQ = 24
 # Rows of (context, question, endings): empty question (sentence B = the ending alone),

@@ -15,9 +15,8 @@ from modeling.export import families, serving
 from modeling.export import hub as hub_export
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier, BertMultipleChoice, BertSpanLabeler
-from tasks.classification.export import python_features
 from tasks.tagging.task import build_tagging_model
-from test_export import VOCAB, _config
+from test_export import VOCAB, _config, python_features
 
 SEQ = 64
 SHORT = ["The cat sat on the mat.", "", "你好", "dogs! \U0001F600 ran far away home"]

@@ -31,8 +31,8 @@ from data_prep.tokenization import FullTokenizer
 from modeling.export import writer
 from modeling.export.metadata import ExportMetadata, write_export_metadata
 from modeling.models import BertClassifier
-from tasks.classification.export import python_features
-from test_export import LABELS, SEQ, TEXTS, VOCAB, _config, _save_like_training
+from test_export import (LABELS, SEQ, TEXTS, VOCAB, _config, _save_like_training,
+                         python_features)
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,6 @@ ALLOWED = {
     ("modeling/export/families.py", "write"): "into the export's temporary directory",
     ("modeling/export/hub.py", "write"): "into the export's temporary directory",
     ("modeling/export/metadata.py", "write_marker"): "into the export's temporary directory",
-    ("tasks/squad/data.py", "__init__"): "SquadRecordWriter: into its AtomicOutputs' temp",
     ("training/checkpointing.py", "set_aside"):
         "training checkpoints: TensorFlow's files, moved aside, not an output of ours",
     ("training/output_claim.py", "_try_create_lock"): "the run lock: an exclusive create",

@@ -102,10 +102,12 @@ def test_primary_metric_names():
 def test_test_results_tsv_like_the_original():
     probabilities = np.array([[0.1, 0.9], [0.75, 0.25], [1 / 3, 2 / 3]], dtype=np.float32)
     # The original writes "\t".join(str(p) for p in row) per example, no header.
-    assert (gm.test_results_text(probabilities)
+    from tasks.common.classifier_task import test_results_text
+
+    assert (test_results_text(probabilities)
             == "0.1\t0.9\n0.75\t0.25\n0.33333334\t0.6666667\n")
     with pytest.raises(ValueError, match="num_classes"):
-        gm.test_results_text([0.1, 0.9])
+        test_results_text([0.1, 0.9])
 
 
 def test_glue_submission_files():

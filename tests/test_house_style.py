@@ -55,19 +55,17 @@ def test_libraries_do_not_read_global_flags():
 
 def test_every_command_goes_through_the_shell():
     """Every module with a `main` (runners, data tools, library commands) runs its work in
-    `data_prep.cli.run_main` (one error line, exit 1, signals cleaned up), directly or
-    through training/cli.py (the runners' errors). A command that imports nothing of the
-    project (predict_saved_model.py: serving with TensorFlow alone) keeps the convention
-    by itself (tests/test_cli.py checks it)."""
+    `data_prep.cli.run_main` (one error line, exit 1, signals cleaned up). A command that
+    imports nothing of the project (predict_saved_model.py: serving with TensorFlow alone)
+    keeps the convention by itself (tests/test_cli.py checks it)."""
     modules = _project_modules(ROOT)
     graph = _import_graph(ROOT)
     offenders = []
     for name, path in sorted(modules.items()):
-        if name in (SHELL, "training.cli") or not _command(path) or not graph[name]:
+        if name == SHELL or not _command(path) or not graph[name]:
             continue
         text = path.read_text(encoding="utf-8")
-        through = SHELL in graph[name] or "training.cli" in graph[name]
-        if not through or not re.search(r"\b(run_main|run_cli)\(", text):
+        if SHELL not in graph[name] or not re.search(r"\brun_main\(", text):
             offenders.append(name)
     assert not offenders, f"commands that bypass the shell ({SHELL}.run_main): {offenders}"
 

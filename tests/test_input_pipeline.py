@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from data_prep.cli import UserError
 from tests import test_loop_support as S
 from training import input_pipeline as ip
 from training import record_checks
@@ -113,7 +114,7 @@ def test_wrong_max_predictions_is_reported(files):
 
 
 def test_pattern_matching_nothing_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="matches no file"):
+    with pytest.raises(UserError, match="matches no file"):
         record_checks.list_files([str(tmp_path / "nothing-*.tfrecord")])
 
 
@@ -135,7 +136,7 @@ def test_summary_json_beside_the_records_is_not_read_as_a_record(tmp_path):
     (tmp_path / "out.tfrecord.summary.json").write_text("{}")
     files = record_checks.list_files([str(tmp_path / "out.tfrecord*")])
     assert files == [str(tmp_path / "out.tfrecord")]
-    with pytest.raises(FileNotFoundError, match="matches no file"):
+    with pytest.raises(UserError, match="matches no file"):
         record_checks.list_files([str(tmp_path / "*.json")])
 
 

@@ -16,6 +16,7 @@ from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
 from training import distribution, input_pipeline, pretraining
+from training.loop import TrainingLoop
 from training.settings import LoopConfig
 from tests.test_loop_support import read_eval_results
 
@@ -42,7 +43,7 @@ def _make(strategy, output_dir, *, steps=100, lr=1e-3, batch=16, accumulation=1,
                           save_checkpoints_steps=save, log_steps=log,
                           gradient_accumulation_steps=accumulation,
                           max_eval_steps=max_eval_steps)
-    return model, pretraining.PretrainingLoop(strategy, model, opt, cfg)
+    return model, TrainingLoop(strategy, model, opt, cfg, pretraining.PretrainingTask())
 
 
 def _dataset_fn(pattern, batch, is_training, seed=1):
@@ -258,7 +259,7 @@ def test_float16_trains_with_dynamic_loss_scaling(strategy, records, tmp_path):
     cfg = LoopConfig(output_dir=str(tmp_path), num_train_steps=30, train_batch_size=16,
                           iterations_per_loop=10, save_checkpoints_steps=30, log_steps=10,
                           dtype="float16")
-    trainer = pretraining.PretrainingLoop(strategy, model, opt, cfg)
+    trainer = TrainingLoop(strategy, model, opt, cfg, pretraining.PretrainingTask())
     assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)
     history = trainer.train(_dataset_fn(records, 16, True))
     assert history[-1]["loss"] < history[0]["loss"]
@@ -270,8 +271,8 @@ def test_float16_trains_with_dynamic_loss_scaling(strategy, records, tmp_path):
 def test_loop_requires_pre_reduced_optimizer(strategy, tmp_path):
     model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120)))
     with pytest.raises(ValueError, match="pre_reduced_gradients"):
-        pretraining.PretrainingLoop(strategy, model, keras.optimizers.Adam(),
-                             LoopConfig(output_dir=str(tmp_path)))
+        TrainingLoop(strategy, model, keras.optimizers.Adam(),
+                     LoopConfig(output_dir=str(tmp_path)), pretraining.PretrainingTask())
 
 
 def test_lamb_trains_in_the_loop(strategy, records, tmp_path):
@@ -283,7 +284,7 @@ def test_lamb_trains_in_the_loop(strategy, records, tmp_path):
     before = [w.numpy() for w in model.trainable_weights]
     cfg = LoopConfig(output_dir=str(tmp_path), num_train_steps=10, train_batch_size=16,
                           iterations_per_loop=5, save_checkpoints_steps=10, log_steps=5)
-    history = pretraining.PretrainingLoop(strategy, model, opt, cfg).train(
+    history = TrainingLoop(strategy, model, opt, cfg, pretraining.PretrainingTask()).train(
         _dataset_fn(records, 16, True))
     assert all(np.isfinite(h["loss"]) for h in history)
     moved = [not np.allclose(a, w.numpy()) for a, w in zip(before, model.trainable_weights)]

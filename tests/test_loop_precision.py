@@ -1,6 +1,6 @@
 """Training in bfloat16 and with XLA (`jit_compile`) through the real loop, against float32.
 
-A tiny BertPretrainer trains STEPS steps through `training.pretraining.PretrainingLoop` in four
+A tiny BertPretrainer trains STEPS steps through `training.loop.TrainingLoop` in four
 modes (float32, float32 + jit_compile, mixed_bfloat16, mixed_bfloat16 + jit_compile), each
 from the same initial weights on the same batch of real TFRecords (one batch, repeated, so
 that the loss curve measures learning and not batch-to-batch noise). Each mode takes 2-4 s.
@@ -18,6 +18,7 @@ from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
 from training import distribution, input_pipeline, pretraining
+from training.loop import TrainingLoop
 from training.settings import LoopConfig
 
 STEPS = 8
@@ -84,7 +85,7 @@ def _train(setting, mode):
                 learning_rate=5e-3, num_train_steps=100, num_warmup_steps=0))
         cfg = LoopConfig(output_dir=str(setting["dir"] / mode), num_train_steps=STEPS,
                               train_batch_size=BATCH, dtype=dtype, jit_compile=jit_compile)
-        trainer = pretraining.PretrainingLoop(strategy, model, optimizer, cfg)
+        trainer = TrainingLoop(strategy, model, optimizer, cfg, pretraining.PretrainingTask())
         batch = setting["batch"]
         iterator = iter(strategy.distribute_datasets_from_function(
             lambda ctx: tf.data.Dataset.from_tensors(batch).repeat()))

@@ -13,7 +13,8 @@ import pretraining_reference as reference_runs
 import reference_instances as per_instance
 from conftest import TINY_VOCAB, write_vocab
 from data_prep.pretraining_data.chunks import ChunkTask, load_tokenizer, process_chunk
-from data_prep.pretraining_data.config import ConfigError, PretrainingConfig
+from data_prep.cli import FlagError
+from data_prep.pretraining_data.config import PretrainingConfig
 from data_prep.pretraining_data.documents import ByteRange, plan_chunks, read_documents
 from data_prep.pretraining_data.draws import chunk_masking_rng, chunk_rng, shuffle
 from data_prep.pretraining_data.instances import create_compact_instances, unit_instances
@@ -504,7 +505,7 @@ def test_chunk_zero_uses_the_seed_and_chunks_are_reproducible(tmp_path, vocab_fi
     (dict(dupe_factor=0), "--dupe_factor"),
 ])
 def test_invalid_settings_name_the_flag(kwargs, flag):
-    with pytest.raises(ConfigError, match=flag.replace("(", r"\(")):
+    with pytest.raises(FlagError, match=flag.replace("(", r"\(")):
         PretrainingConfig(**kwargs).validate()
     PretrainingConfig(max_seq_length=5, max_predictions_per_seq=2).validate()
 

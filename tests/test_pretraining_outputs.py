@@ -152,23 +152,21 @@ def test_an_ltr_run_records_its_direction_and_refuses_the_other(ltr_run, records
     """Beside its checkpoints the LTR run writes its direction (bert_config.json, and
     run_identity.json); fine-tuning or extracting features from it with the plain config
     is refused naming both files; with its own config it passes."""
-    from data_prep.tokenization import VocabError  # noqa: F401  (extract_features' errors)
-    from modeling.config import ConfigError
-
     import extract_features
+    from data_prep.cli import UserError
 
     for name in ("bert_config.json", "run_identity.json"):
         saved = json.loads((ltr_run / name).read_text())
         assert saved.get("bert_config", saved)["causal_attention"] is True, name
     plain = BertConfig.from_json_file(records["config"])
     for checkpoint in (ltr_run, ltr_run / "ckpt-4"):
-        with pytest.raises(ValueError, match=rf"is a left-to-right .*\({ltr_run}/"
+        with pytest.raises(UserError, match=rf"is a left-to-right .*\({ltr_run}/"
                                              r"bert_config.json\) but --bert_config_file="):
             trainer_setup.check_attention_of(str(checkpoint), plain, records["config"])
     trainer_setup.check_attention_of(str(ltr_run), BertConfig.from_json_file(
         str(ltr_run / "bert_config.json")))
-    with pytest.raises(ConfigError, match=rf"--bert_config_file={records['config']} makes "
-                                          "a bidirectional encoder"):
+    with pytest.raises(UserError, match=rf"--bert_config_file={records['config']} makes "
+                                        "a bidirectional encoder"):
         extract_features._defaults_from_checkpoint(str(ltr_run), records["config"],
                                                    records["vocab"])
     config, _ = extract_features._defaults_from_checkpoint(

@@ -12,7 +12,8 @@ import pytest
 
 import reference_instances as per_instance
 from data_prep import features
-from data_prep.pretraining_data.config import ConfigError, PretrainingConfig
+from data_prep.cli import FlagError
+from data_prep.pretraining_data.config import PretrainingConfig
 from data_prep.pretraining_data.instances import create_compact_instances, unit_instances
 from data_prep.pretraining_data.masking import (
     MaskingVocab,
@@ -97,7 +98,7 @@ def test_default_rates_are_the_originals_constants():
     (dict(mask_token_rate=0.5, random_token_rate=0.5000001), "is more than 1"),
 ])
 def test_bad_rates_are_refused_naming_the_flag(kwargs, message):
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(FlagError) as err:
         PretrainingConfig(**kwargs).validate()
     assert message in str(err.value)
 

@@ -77,22 +77,20 @@ def test_run_classifier_on_ram_paths(ram_env):
 
 def test_run_pretraining_on_ram_paths(ram_env):
     import run_pretraining
-    from training.settings import LoopConfig
+    from training.settings import settings_of
 
     records = f"{ROOT}/records/part-0.tfrecord"
     tf.io.gfile.makedirs(os.path.dirname(records))
     S.write_records(records, S.synthetic_instances(16))
     config = _write(f"{ROOT}/model/pre_config.json", json.dumps(S.tiny_config_dict()))
     out = f"{ROOT}/pretraining_out"
-    cfg = run_pretraining.PretrainingRun(
-        bert_config_file=config, input_patterns=(f"{ROOT}/records/part-*",),
-        output_dir=out, init_checkpoint=None, max_seq_length=S.SEQ,
-        max_predictions_per_seq=S.PREDS, do_train=True, do_eval=True, train_batch_size=4,
-        eval_batch_size=4, input_compression="auto",
-        runtime=RuntimeConfig("one_device"),
-        loop=LoopConfig(output_dir=out, num_train_steps=4, train_batch_size=4,
-                        eval_batch_size=4, iterations_per_loop=2, save_checkpoints_steps=2,
-                        max_eval_steps=2, learning_rate=1e-3, num_warmup_steps=0))
+    cfg, _ = settings_of(
+        run_pretraining.PretrainingRun, bert_config_file=config,
+        input_patterns=(f"{ROOT}/records/part-*",), output_dir=out, init_checkpoint=None,
+        max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, do_train=True, do_eval=True,
+        train_batch_size=4, eval_batch_size=4, input_compression="auto",
+        runtime=RuntimeConfig("one_device"), num_train_steps=4, iterations_per_loop=2,
+        save_checkpoints_steps=2, max_eval_steps=2, learning_rate=1e-3, num_warmup_steps=0)
     results = run_pretraining.run(cfg)
     assert results["global_step"] == 4
     assert tf.train.latest_checkpoint(out).endswith("ckpt-4")

@@ -51,3 +51,33 @@ def test_a_rebuild_removes_the_old_metadata_before_the_records(tmp_path):
     cache.begin()
     assert not (tmp_path / "dev.tf_record.metadata.json").exists()
     assert cache.load(key) is None
+
+
+def test_records_writes_once_then_reuses_and_leaves_nothing_when_writing_fails(tmp_path):
+    """`records` is the whole protocol a family uses: the records written through a
+    TFRecordWriter, then their metadata; the same key reuses them without writing; a
+    failure while writing leaves neither records nor metadata."""
+    import pytest
+    import tensorflow as tf
+
+    cache = RecordCache.at(str(tmp_path / "out"), "train.tf_record")
+    calls = []
+
+    def write(writer):
+        calls.append(1)
+        writer.write(b"one")
+        return {"num_examples": 1}
+
+    key = cache_key(split="train")
+    metadata, reused = cache.records(key, write)
+    assert not reused and metadata["num_examples"] == 1 and metadata["cache_key"] == key
+    assert [bytes(r.numpy()) for r in tf.data.TFRecordDataset(cache.record_file)] == [b"one"]
+    assert cache.records(key, write) == (metadata, True) and len(calls) == 1
+
+    def broken(writer):
+        writer.write(b"half")
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        cache.records(cache_key(split="other"), broken)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["train.tf_record"]

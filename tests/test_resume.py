@@ -27,6 +27,7 @@ from modeling.models import BertPretrainer
 from tests import test_loop_support as S
 from tests.test_bucketing import _records as bucketing_records
 from training import checkpointing, distribution, dynamic_masking, input_pipeline, pretraining
+from training.loop import TrainingLoop
 from training.settings import LoopConfig
 
 
@@ -44,7 +45,8 @@ def strategy():
 
 def _make(strategy, output_dir, *, steps=12, batch=8, accumulation=1, save=4, ipl=1,
           model_seed=3):
-    """(model, PretrainingLoop) of a tiny BERT with dropout 0.1, seeded by `model_seed`."""
+    """(model, TrainingLoop of the pretraining task) of a tiny BERT with dropout 0.1,
+    seeded by `model_seed`."""
     keras.utils.set_random_seed(model_seed)  # the same initial weights and dropout seeds
     with strategy.scope():
         model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120, dropout=0.1)))
@@ -55,7 +57,7 @@ def _make(strategy, output_dir, *, steps=12, batch=8, accumulation=1, save=4, ip
                           train_batch_size=batch, iterations_per_loop=ipl,
                           save_checkpoints_steps=save, log_steps=1,
                           gradient_accumulation_steps=accumulation)
-    return model, pretraining.PretrainingLoop(strategy, model, opt, cfg)
+    return model, TrainingLoop(strategy, model, opt, cfg, pretraining.PretrainingTask())
 
 
 def _input(data, trainer, *, batch=8, seed=1, masking=None):
@@ -268,7 +270,7 @@ def test_float16_skips_non_finite_gradients_and_counts_them(data, strategy, tmp_
     cfg = LoopConfig(output_dir=str(tmp_path), num_train_steps=10, train_batch_size=8,
                           iterations_per_loop=5, save_checkpoints_steps=10, log_steps=5,
                           dtype="float16")
-    trainer = pretraining.PretrainingLoop(strategy, model, opt, cfg)
+    trainer = TrainingLoop(strategy, model, opt, cfg, pretraining.PretrainingTask())
     real = trainer.loss_fn
 
     def loss_fn(outputs, features):  # an infinite gradient at step 3 only

@@ -247,20 +247,19 @@ def test_run_pretraining_refuses_another_models_dir(tmp_path):
     checkpoints stay as they were."""
     import run_pretraining
     from training.execution import RuntimeConfig
-    from training.settings import LoopConfig
+    from training.settings import settings_of
 
     records = S.write_records(tmp_path / "records.tfrecord", S.synthetic_instances(16))
     out = tmp_path / "out"
 
     def cfg(config_file):
-        return run_pretraining.PretrainingRun(
-            bert_config_file=config_file, input_patterns=(records,), output_dir=str(out),
-            init_checkpoint=None, max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS,
-            do_train=True, do_eval=False, train_batch_size=4, eval_batch_size=4,
-            input_compression="auto", runtime=RuntimeConfig("one_device"),
-            loop=LoopConfig(output_dir=str(out), num_train_steps=2, train_batch_size=4,
-                            iterations_per_loop=1, save_checkpoints_steps=2,
-                            learning_rate=1e-3, num_warmup_steps=0))
+        return settings_of(
+            run_pretraining.PretrainingRun, bert_config_file=config_file,
+            input_patterns=(records,), output_dir=str(out), init_checkpoint=None,
+            max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, do_train=True,
+            do_eval=False, train_batch_size=4, eval_batch_size=4, input_compression="auto",
+            runtime=RuntimeConfig("one_device"), num_train_steps=2, iterations_per_loop=1,
+            save_checkpoints_steps=2, learning_rate=1e-3, num_warmup_steps=0)[0]
 
     run_pretraining.run(cfg(S.write_config(tmp_path / "a.json")))
     before = _snapshot(out)

@@ -461,13 +461,16 @@ def test_flags_become_the_run_config():
 
 
 @pytest.mark.slow
-def test_squad_dataset_pads_the_last_prediction_batch(v1_cli):
-    from tasks.squad import task as squad_task
+def test_the_predict_records_pad_the_last_batch(v1_cli):
+    from tasks.squad import data as squad_data
+    from training import input_pipeline
 
     meta = _load(os.path.join(v1_cli["dir"], "eval.tf_record.metadata.json"))
-    config = squad_task.SquadInputConfig(
-        (os.path.join(v1_cli["dir"], "eval.tf_record"),), SEQ)
-    batches = list(squad_task.squad_dataset(config, batch_size=5, is_training=False))
+    records = input_pipeline.RecordsConfig(
+        (os.path.join(v1_cli["dir"], "eval.tf_record"),),
+        squad_data.squad_schema(False).parse_spec(max_seq_length=SEQ))
+    batches = list(input_pipeline.finetuning_records(
+        records, batch_size=5, is_training=False, drop_remainder=False, pad_to_batch=True))
     assert all(b["input_ids"].shape == (5, SEQ) for b in batches)
     ids = np.concatenate([b["unique_ids"].numpy().reshape(-1) for b in batches])
     real = ids[ids > 0]

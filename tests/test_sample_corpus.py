@@ -111,7 +111,7 @@ def test_cli_writes_bert_format_deterministically(tmp_path):
 def test_cli_rejects_bad_settings(tmp_path):
     result = call_main("sample_corpus", output_dir=tmp_path, num_shards=0)
     assert result.code == 1
-    assert "sample_corpus: error: num_shards must be >= 1, got 0" in result.stderr
+    assert "sample_corpus: error: --num_shards must be >= 1, got 0" in result.stderr
 
 
 _FULL_RUN = r"""

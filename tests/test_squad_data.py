@@ -386,10 +386,12 @@ def test_tfrecords_round_trip_atomically(tmp_path, is_training):
 
 
 def test_record_writer_leaves_nothing_on_failure(tmp_path):
-    path = str(tmp_path / "eval.tf_record")
+    def interrupted():
+        raise RuntimeError("interrupted")
+        yield
+
     with pytest.raises(RuntimeError):
-        with squad.SquadRecordWriter(path, is_training=False):
-            raise RuntimeError("interrupted")
+        squad.write_squad_tfrecord(interrupted(), str(tmp_path / "eval.tf_record"), False)
     assert os.listdir(tmp_path) == []
 
 

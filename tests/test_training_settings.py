@@ -1,7 +1,8 @@
-"""One settings path for training: the loop's and optimizer's settings are one type
-(`training.settings.LoopConfig`) for pretraining and fine-tuning, and a fine-tuning runner's
-command line and a program's keyword arguments build them the same way
-(`training.flags.FinetuningCommand.settings`)."""
+"""One settings path for training: the loop's and optimizer's shared settings are one type
+(`training.settings.LoopSettings`) for pretraining and fine-tuning, built the same way
+(`training.settings.settings_of`), and a fine-tuning runner's command line and a program's
+keyword arguments build them the same way (`training.flags.FinetuningCommand.settings`);
+each setting has one home (issue 39 #2)."""
 
 import dataclasses
 import importlib
@@ -31,15 +32,15 @@ def _parsed(module, argv):
         flags.FLAGS.unparse_flags()
 
 
-def _shared(loop_config):
-    from training.settings import PER_RUN
+def _shared(loop):
+    from training.settings import shared_settings
 
-    return {k: v for k, v in dataclasses.asdict(loop_config).items() if k not in PER_RUN}
+    return shared_settings(loop)
 
 
 @pytest.mark.parametrize("runner", sorted(RUNNER_ARGV))
 def test_flags_and_keyword_arguments_build_the_same_settings(runner):
-    from training.settings import LoopConfig
+    from training.settings import LoopSettings
 
     module = importlib.import_module(runner)
     own_argv, own_kwargs = RUNNER_ARGV[runner]
@@ -50,7 +51,7 @@ def test_flags_and_keyword_arguments_build_the_same_settings(runner):
     from_kwargs = module.COMMAND.settings(vocab_file="v", bert_config_file="c",
                                           output_dir="o", do_train=True, do_eval=True,
                                           **own_kwargs, **SHARED)
-    assert isinstance(from_flags.finetuning.loop, LoopConfig)
+    assert type(from_flags.finetuning.loop) is LoopSettings
     assert from_flags.finetuning.loop == from_kwargs.finetuning.loop
     assert {k: v for k, v in _shared(from_flags.finetuning.loop).items()
             if k in SHARED} == SHARED
@@ -72,7 +73,9 @@ def test_pretraining_and_finetuning_take_the_same_settings_from_the_same_flags()
         "--do_train", "--task_name=mrpc", "--data_dir=d", *shared])
     assert type(pretraining.loop) is type(finetuning.finetuning.loop)
     assert _shared(pretraining.loop) == _shared(finetuning.finetuning.loop)
-    optimizer = pretraining.loop.optimizer_config()
+    from training.pretraining import loop_config_of
+
+    optimizer = loop_config_of(pretraining).optimizer_config()
     assert (optimizer.learning_rate, optimizer.num_train_steps, optimizer.num_warmup_steps,
             optimizer.optimizer) == (3e-5, 50, 5, "lamb")
 
@@ -87,3 +90,32 @@ def test_a_loop_setting_below_one_is_refused_naming_the_flag(runner):
                        match=r"--gradient_accumulation_steps=0 must be a whole number >= 1"):
         _parsed(module, [f"{runner}.py", "--bert_config_file=c", "--output_dir=o", *argv,
                          "--gradient_accumulation_steps=0"])
+
+
+def test_each_setting_has_one_home_and_one_type():
+    """No field of a run's settings is held twice (the run's own output_dir and batch
+    sizes beside a loop config holding them too; dtype and jit_compile in the runtime and
+    the loop), none is typed `object`, and the loop a run builds is its settings' values."""
+    import typing
+
+    import run_pretraining
+    from training import finetuning, pretraining
+    from training.execution import RuntimeConfig
+    from training.flags import TaskRun
+    from training.settings import LoopConfig, LoopSettings
+
+    loop = {f.name for f in dataclasses.fields(LoopSettings)}
+    for run_type in (pretraining.PretrainingRun, finetuning.FinetuningRun):
+        fields = {f.name: f.type for f in dataclasses.fields(run_type)}
+        assert fields["loop"] == "LoopSettings", run_type
+        assert not loop & set(fields), (run_type, loop & set(fields))
+        assert "object" not in map(str, fields.values()), run_type
+    assert not loop & {f.name for f in dataclasses.fields(RuntimeConfig)}
+    assert "object" not in [str(f.type) for f in dataclasses.fields(TaskRun)]
+    assert typing.get_type_hints(TaskRun)["finetuning"] is finetuning.FinetuningRun
+    cfg = _parsed(run_pretraining, [
+        "run_pretraining.py", "--bert_config_file=c", "--input_file=r", "--output_dir=o",
+        "--do_train", "--num_train_steps=50", "--train_batch_size=6", "--dtype=bfloat16"])
+    built = pretraining.loop_config_of(cfg)
+    assert isinstance(built, LoopConfig) and built.dtype == "bfloat16"
+    assert (built.output_dir, built.num_train_steps, built.train_batch_size) == ("o", 50, 6)

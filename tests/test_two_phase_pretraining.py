@@ -23,6 +23,7 @@ from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
 from training import checkpointing, distribution, input_pipeline, pretraining
+from training.loop import TrainingLoop
 from training.settings import LoopConfig
 from tests.test_loop_support import read_eval_results
 
@@ -53,7 +54,7 @@ def _trainer(out, steps=10):
     config = LoopConfig(output_dir=str(out), num_train_steps=steps,
                              train_batch_size=BATCH, iterations_per_loop=2,
                              save_checkpoints_steps=2, log_steps=2, keep_checkpoint_max=20)
-    trainer = pretraining.PretrainingLoop(strategy, model, optimizer, config)
+    trainer = TrainingLoop(strategy, model, optimizer, config, pretraining.PretrainingTask())
     trainer.restore_or_initialize()
     return model, trainer
 

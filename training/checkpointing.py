@@ -44,6 +44,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import fileio, lifecycle
+from data_prep.cli import UserError
 
 
 def make_checkpoint(model, optimizer, step, loss_scale_optimizer=None) -> tf.train.Checkpoint:
@@ -315,7 +316,7 @@ def set_aside(directory: str, from_step: int) -> list[str]:
     return moved
 
 
-class CheckpointRestoreError(ValueError):
+class CheckpointRestoreError(UserError):
     """output_dir has checkpoints but none fits the model (another run's, or all damaged)."""
 
 

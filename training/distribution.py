@@ -17,6 +17,8 @@ import os
 
 import tensorflow as tf
 
+from data_prep.cli import UserError
+
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 
 
@@ -67,7 +69,7 @@ def get_strategy(name="one_device", *, tpu=None, tpu_zone=None, gcp_project=None
     """
     name = name or default_strategy_name(num_gpus=num_gpus or None)
     if name not in STRATEGIES:
-        raise ValueError(f"distribution_strategy must be one of {STRATEGIES}, found {name!r}")
+        raise UserError(f"--distribution_strategy must be one of {STRATEGIES}, found {name!r}")
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "tpu":
@@ -85,13 +87,13 @@ def get_strategy(name="one_device", *, tpu=None, tpu_zone=None, gcp_project=None
     gpus = tf.config.list_logical_devices("GPU")
     if name == "one_device":
         if num_gpus and not gpus:
-            raise ValueError(f"num_gpus={num_gpus} but TensorFlow sees no GPU")
+            raise UserError(f"--num_gpus={num_gpus} but TensorFlow sees no GPU")
         return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
     # mirrored
     if gpus:
         devices = [d.name for d in gpus[: num_gpus or len(gpus)]]
         if num_gpus and len(devices) < num_gpus:
-            raise ValueError(f"num_gpus={num_gpus} but TensorFlow sees {len(gpus)} GPU(s)")
+            raise UserError(f"--num_gpus={num_gpus} but TensorFlow sees {len(gpus)} GPU(s)")
     else:
         devices = [d.name for d in tf.config.list_logical_devices("CPU")]
     cross_device_ops = None

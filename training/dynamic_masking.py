@@ -36,11 +36,12 @@ import dataclasses
 import tensorflow as tf
 
 from data_prep import tokenization
+from data_prep.cli import UserError
 from data_prep.pretraining_data.config import PretrainingConfig, check_token_rates
 from data_prep.pretraining_data.masking import MaskingVocab, two_draw_thresholds
 
 
-class DynamicMaskingError(ValueError):
+class DynamicMaskingError(UserError):
     """Unmasked records without what masking them needs, or masking flags without
     unmasked records; the message names the flag."""
 

@@ -1,4 +1,4 @@
-"""Owns where and how a run executes: `RuntimeConfig` (strategy, precision, XLA, seed) and `setup_runtime`.
+"""Owns where a run executes: `RuntimeConfig` (strategy, devices, seed) and `setup_runtime` (with the run's precision).
 
 Both the runners' flag conversion (`training/flags.py`) and the fine-tuning run
 (`training/finetuning.py`) use them; they live here, below both, so that neither of those
@@ -16,7 +16,8 @@ DTYPE_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16",
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
-    """Where and how to run: strategy, precision, compilation, seeding."""
+    """Where to run: strategy, devices, seeding (precision and XLA are the loop's settings,
+    `training.settings.LoopSettings`)."""
 
     distribution_strategy: str
     tpu: str | None = None
@@ -25,13 +26,12 @@ class RuntimeConfig:
     num_tpu_cores: int = 8
     num_gpus: int = 0
     num_cpu_devices: int = 0
-    dtype: str = "float32"
-    jit_compile: bool = False
     seed: int | None = None
 
 
-def setup_runtime(runtime: RuntimeConfig):
-    """Seeds, creates the strategy (first, as multi-worker requires) and sets the dtype policy.
+def setup_runtime(runtime: RuntimeConfig, dtype: str = "float32"):
+    """Seeds, creates the strategy (first, as multi-worker requires) and sets the Keras
+    dtype policy of `dtype` (the run's `LoopSettings.dtype`).
 
     Returns:
       The `tf.distribute.Strategy`.
@@ -47,7 +47,7 @@ def setup_runtime(runtime: RuntimeConfig):
         num_cpu_devices=runtime.num_cpu_devices)
     if runtime.seed is not None:
         keras.utils.set_random_seed(runtime.seed)
-    policy = DTYPE_POLICIES[runtime.dtype]
+    policy = DTYPE_POLICIES[dtype]
     keras.config.set_dtype_policy(policy)
     logging.info("Strategy %s with %d replica(s), dtype policy %s",
                  type(strategy).__name__, strategy.num_replicas_in_sync, policy)

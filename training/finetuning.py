@@ -30,7 +30,9 @@ dev predictions and how to write its output files. Everything else is here, once
 
 Runners stay thin: each is a `training.flags.FinetuningCommand` (flags -> `FinetuningRun`
 through `settings_from`, the one way its settings are built, + the family's own settings ->
-`run(settings, family)`); the loop's and optimizer's settings are the run's `LoopConfig`.
+`run(settings, family)`); the loop's and optimizer's shared settings are the run's
+`loop` (`training.settings.LoopSettings`), and each run (grid point, seed) builds its
+`LoopConfig` from them.
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ from typing import Any
 from absl import logging
 
 from data_prep import fileio
+from data_prep.cli import UserError
 from training import sweeps, trainer_setup
-from training.settings import PER_RUN, LoopConfig
+from training.settings import LoopConfig, LoopSettings, settings_of
 from training.execution import RuntimeConfig, setup_runtime
 
 
-class FinetuningError(ValueError):
+class FinetuningError(UserError):
     """Settings or data that would make a run meaningless; the message names the flag/file."""
 
 
@@ -71,9 +74,9 @@ class FinetuningRun:
     predict_batch_size: int = 8
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
-    # The loop's and optimizer's settings of every run (the shared flags); each run sets
-    # its `loop.PER_RUN` fields (output_dir, steps, batch sizes) when it is built.
-    loop: LoopConfig = LoopConfig(output_dir="", learning_rate=5e-5)
+    # The loop's and optimizer's settings of every run (the shared flags); each run builds
+    # its LoopConfig from them and its own output_dir, steps and batch sizes.
+    loop: LoopSettings = LoopSettings()
     seeds: tuple = (None,)
     keep_best_checkpoint: bool = False
     bucket_boundaries: tuple = ()
@@ -279,32 +282,21 @@ def settings_from(**kwargs) -> tuple[FinetuningRun, dict]:
     named as the flags: how every fine-tuning command builds its settings
     (`training.flags.FinetuningCommand`, from the flags or from a program).
 
-    Accepts every `FinetuningRun` field and every shared `LoopConfig` setting by name
-    (`learning_rate=`, `save_checkpoints_steps=`, ...; `dtype` and `jit_compile` come from
-    `runtime`). A tuple of learning rates, batch sizes or epochs makes a grid, as
+    Accepts every `FinetuningRun` field and every `LoopSettings` one by name
+    (`learning_rate=`, `save_checkpoints_steps=`, `dtype=`, ...: `training.settings.settings_of`,
+    as pretraining). A tuple of learning rates, batch sizes or epochs makes a grid, as
     comma-separated flag values do.
     """
-    run_fields = {f.name for f in dataclasses.fields(FinetuningRun)} - {"loop"}
-    loop_fields = {f.name for f in dataclasses.fields(LoopConfig)} - set(PER_RUN) - {
-        "dtype", "jit_compile"}
-    run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in run_fields}
-    loop_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in loop_fields}
-    runtime = run_kwargs.get("runtime", RuntimeConfig(""))
     # A sequence of learning rates, batch sizes or epochs is a grid, as on the command line.
-    values = {name: source.get(name, default) for name, source, default in (
-        ("learning_rate", loop_kwargs, 5e-5), ("train_batch_size", run_kwargs, 32),
-        ("num_train_epochs", run_kwargs, 3.0))}
+    values = {name: kwargs.get(name, default) for name, default in (
+        ("learning_rate", 5e-5), ("train_batch_size", 32), ("num_train_epochs", 3.0))}
     values = {name: tuple(v) if isinstance(v, (list, tuple)) else (v,)
               for name, v in values.items()}
-    if max(map(len, values.values())) > 1 and "grid" not in run_kwargs:
-        run_kwargs["grid"] = Grid(values["learning_rate"], values["train_batch_size"],
-                                  values["num_train_epochs"])
-    loop_kwargs["learning_rate"] = values["learning_rate"][0]
-    run_kwargs.update(train_batch_size=values["train_batch_size"][0],
-                      num_train_epochs=values["num_train_epochs"][0])
-    run_kwargs["loop"] = LoopConfig(output_dir="", dtype=runtime.dtype,
-                                    jit_compile=runtime.jit_compile, **loop_kwargs)
-    return FinetuningRun(**run_kwargs), kwargs
+    if max(map(len, values.values())) > 1 and "grid" not in kwargs:
+        kwargs["grid"] = Grid(values["learning_rate"], values["train_batch_size"],
+                              values["num_train_epochs"])
+    kwargs.update({name: value[0] for name, value in values.items()})
+    return settings_of(FinetuningRun, **kwargs)
 
 
 # --------------------------------------------------------------------------- checks
@@ -337,9 +329,9 @@ def validate(settings: FinetuningRun) -> None:
             raise FinetuningError(f"--num_train_epochs={point.num_train_epochs} must be a "
                                   "finite number > 0")
         try:  # --learning_rate and the optimizer's flags
-            dataclasses.replace(settings.loop,
-                                learning_rate=point.learning_rate).optimizer_config()
-        except ValueError as err:
+            LoopConfig.for_run(settings.loop, output_dir=settings.output_dir,
+                               learning_rate=point.learning_rate).optimizer_config()
+        except UserError as err:
             raise FinetuningError(str(err)) from None
 
 
@@ -390,7 +382,8 @@ def run(settings: FinetuningRun, family) -> dict:
     validate(settings)
     if not isinstance(family, TaskFamily):
         family = family()
-    strategy = setup_runtime(settings.runtime)  # First: multi-worker wants it.
+    # First: multi-worker wants it.
+    strategy = setup_runtime(settings.runtime, settings.loop.dtype)
 
     from training import distribution, output_claim, record_checks
 
@@ -528,7 +521,7 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
         num_train_steps, num_warmup_steps = trainer_setup.finetuning_steps(
             prepared.train.num_examples, settings.train_batch_size,
             settings.num_train_epochs, settings.warmup_proportion)
-    loop_config = dataclasses.replace(
+    loop_config = LoopConfig.for_run(
         settings.loop, output_dir=directory, num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, train_batch_size=settings.train_batch_size,
         eval_batch_size=settings.eval_batch_size)

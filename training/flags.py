@@ -2,10 +2,11 @@
 
 Runners call `define_common_flags()` (plus their own) and state their own defaults of the
 shared flags (`use_defaults`: what --helpfull shows is what runs), then build plain frozen
-dataclasses: `runtime_config(FLAGS)` (a `training.execution.RuntimeConfig`),
-`loop_settings(FLAGS)` (a `training.settings.LoopConfig`'s shared settings, for pretraining
-and fine-tuning alike) and, for fine-tuning, `finetuning_values(FLAGS)` through
-`training.finetuning.settings_from`. A fine-tuning runner is a `FinetuningCommand`: its
+dataclasses: `runtime_config(FLAGS)` (a `training.execution.RuntimeConfig`) and
+`loop_settings(FLAGS)` (the `training.settings.LoopSettings` flags), which pretraining
+(`run_pretraining.py`) and fine-tuning (`finetuning_values(FLAGS)` through
+`training.finetuning.settings_from`) both pass, with their other flags by name, to
+`training.settings.settings_of`. A fine-tuning runner is a `FinetuningCommand`: its
 own flags, defaults and task family; the skeleton (flags -> settings -> run -> one-line
 errors) is here once. Libraries never see FLAGS, and nothing below the runners imports
 this module. Flag names and meanings follow Google's original runners; the new ones
@@ -15,11 +16,13 @@ this module. Flag names and meanings follow Google's original runners; the new o
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Generic, TypeVar
 
 from absl import flags
 
+from data_prep.cli import UserError
 from training.execution import DTYPE_POLICIES, RuntimeConfig
+from training.finetuning import FinetuningRun
 
 FLAGS = flags.FLAGS
 
@@ -254,19 +257,17 @@ def runtime_config(values=FLAGS) -> RuntimeConfig:
         num_tpu_cores=values.num_tpu_cores,
         num_gpus=values.num_gpus,
         num_cpu_devices=values.num_cpu_devices,
-        dtype=values.dtype,
-        jit_compile=values.jit_compile,
         seed=values.seed,
     )
 
 
 def loop_settings(values=FLAGS) -> dict:
-    """The shared flags of `training.settings.LoopConfig` (the loop's and the optimizer's), by
-    name: what pretraining and fine-tuning both build their `LoopConfig` from."""
-    return {name: values[name].value for name in (
-        "learning_rate", "optimizer", "weight_decay_rate", "clip_norm", "iterations_per_loop",
-        "save_checkpoints_steps", "log_steps", "gradient_accumulation_steps",
-        "keep_checkpoint_max", "dtype", "jit_compile")}
+    """The flags of `training.settings.LoopSettings` (the loop's and the optimizer's shared
+    settings), by name: what pretraining and fine-tuning both build their `loop` from."""
+    from training.settings import LoopSettings
+
+    return {field.name: values[field.name].value
+            for field in dataclasses.fields(LoopSettings)}
 
 
 def finetuning_values(values=FLAGS) -> dict:
@@ -274,7 +275,6 @@ def finetuning_values(values=FLAGS) -> dict:
     `training.finetuning.settings_from` (a grid flag's values as a tuple)."""
     max_seq_length = values.max_seq_length
     settings = loop_settings(values)
-    del settings["dtype"], settings["jit_compile"]  # the runtime's
     settings.update(
         learning_rate=grid_values(values, "learning_rate"),
         train_batch_size=grid_values(values, "train_batch_size"),
@@ -297,12 +297,16 @@ def finetuning_run(values=FLAGS):
     return finetuning.settings_from(**finetuning_values(values))[0]
 
 
+# A task family's own settings (e.g. tasks.classification.task.ClassificationSettings).
+TaskSettings = TypeVar("TaskSettings")
+
+
 @dataclasses.dataclass(frozen=True)
-class TaskRun:
+class TaskRun(Generic[TaskSettings]):
     """A fine-tuning command's settings: the shared ones and its task family's own."""
 
-    finetuning: object  # training.finetuning.FinetuningRun
-    task: object  # the family's settings, e.g. tasks.classification.task.ClassificationSettings
+    finetuning: FinetuningRun
+    task: TaskSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,7 +316,7 @@ class FinetuningCommand:
 
     Attributes:
       program: the runner's file name, for its messages.
-      own_settings: FlagValues -> its own flags, checked (ValueError naming the flag), as
+      own_settings: FlagValues -> its own flags, checked (UserError naming the flag), as
         keyword arguments of `task_settings`.
       task_settings: keyword arguments -> the family's settings.
       family: (task settings, max_seq_length) -> its `training.finetuning.TaskFamily`.
@@ -350,7 +354,7 @@ class FinetuningCommand:
         use_defaults(self.defaults, values)
         for name in self.required:
             if not values[name].value:
-                raise ValueError(f"--{name} is required")
+                raise UserError(f"--{name} is required")
         own = self.own_settings(values)
         return self.settings(**finetuning_values(values), **own)
 
@@ -378,10 +382,10 @@ class FinetuningCommand:
 
     def main(self, argv):
         """The runner's `main`: its flags run, bad input reported in one line."""
-        from training import cli
+        from data_prep import cli
 
         del argv
-        return cli.run_cli(lambda: self.run(self.settings_from_flags(FLAGS)), self.program)
+        return cli.run_main(lambda: self.run(self.settings_from_flags(FLAGS)), self.program)
 
 
 def bucket_boundaries(values, max_seq_length: int) -> tuple:

@@ -16,6 +16,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from data_prep import features, fileio
+from data_prep.cli import UserError
 from training import dynamic_masking, record_checks
 
 
@@ -51,13 +52,6 @@ class PretrainingInputConfig:
     read_unmasked: bool = False
 
 
-def _parse_batch(serialized, spec):
-    parsed = tf.io.parse_example(serialized, spec)
-    # int64 on disk, int32 in memory (TPUs and XLA prefer int32).
-    return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
-            for name, t in parsed.items()}
-
-
 def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_training: bool,
                         input_context: tf.distribute.InputContext | None = None,
                         check: bool = True) -> tf.data.Dataset:
@@ -91,7 +85,7 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
                                             config.read_unmasked)
     compression = {record_checks.compression_of(f, config.compression) for f in files}
     if len(compression) > 1:
-        raise ValueError(f"input files mix compressed and uncompressed records: {files[:4]}...")
+        raise UserError(f"input files mix compressed and uncompressed records: {files[:4]}...")
     compression = compression.pop()
     deterministic = config.seed is not None or not is_training
 
@@ -124,7 +118,8 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
         dynamic_masking=config.masking is not None or config.read_unmasked)
     spec = schema.parse_spec(max_seq_length=config.max_seq_length,
                              max_predictions_per_seq=config.max_predictions_per_seq)
-    dataset = dataset.map(lambda s: record_checks.check_ids(_parse_batch(s, spec), config),
+    parse = features.parse_with_spec
+    dataset = dataset.map(lambda s: record_checks.check_ids(parse(s, spec), config),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if config.masking is not None:  # a fresh mask per batch (training/dynamic_masking.py)
         dataset = dynamic_masking.apply(dataset, config.masking, shard_id, deterministic)
@@ -239,11 +234,11 @@ def bucket_batch_size(batch_size: int, length: int, max_seq_length: int) -> int:
 
 
 def check_bucket_boundaries(boundaries: Sequence[int], max_seq_length: int) -> tuple:
-    """Sorted, unique boundaries ending at max_seq_length; ValueError naming the flag."""
+    """Sorted, unique boundaries ending at max_seq_length; UserError naming the flag."""
     values = sorted({int(b) for b in boundaries})
     if not values or values[0] < 1 or values[-1] > max_seq_length:
-        raise ValueError(f"--bucket_boundaries={','.join(map(str, boundaries))}: lengths must "
-                         f"be in [1, --max_seq_length={max_seq_length}]")
+        raise UserError(f"--bucket_boundaries={','.join(map(str, boundaries))}: lengths must "
+                        f"be in [1, --max_seq_length={max_seq_length}]")
     if values[-1] != max_seq_length:
         values.append(int(max_seq_length))
     return tuple(values)
@@ -314,16 +309,12 @@ def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: b
     return _finished(dataset, deterministic)
 
 
-def _parse_rows(rows, spec, config, is_training, single=False):
-    """(serialized,) or (index, serialized), a batch or (`single`) one record -> parsed dict
-    (+ example_index when not training), ids checked against the model's tables."""
+def _parse_rows(rows, spec, config, is_training):
+    """(serialized,) or (index, serialized) of a batch -> parsed dict (int32 in memory, as
+    `features.parse_with_spec` gives; + example_index when not training), ids checked
+    against the model's tables."""
     index, serialized = (None, rows[0]) if is_training else rows
-    if single:
-        parsed = tf.io.parse_single_example(serialized, spec)
-        out = {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
-               for name, t in parsed.items()}
-    else:
-        out = _parse_batch(serialized, spec)
+    out = features.parse_with_spec(serialized, spec)
     if index is not None:
         out[EXAMPLE_INDEX] = tf.cast(index, tf.int32)
     return record_checks.check_ids(out, config)

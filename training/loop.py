@@ -72,6 +72,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import fileio, lifecycle
+from data_prep.cli import UserError
 from training import checkpointing, distribution, output_claim, summaries
 from training.settings import LoopConfig
 
@@ -88,10 +89,10 @@ _DIVERGED = {1: "training loss is NaN or Inf",
              3: "training loss {loss:.4g} exceeds {factor:g} x the first loss of this run"}
 
 
-class TrainingDivergedError(FloatingPointError, ValueError):
+class TrainingDivergedError(FloatingPointError, UserError):
     """Training diverged at a step (the message names it, why, and the checkpoint a rerun
-    resumes from). A FloatingPointError as the loop has always raised; a ValueError too,
-    so that a runner reports it in one line."""
+    resumes from). A FloatingPointError as the loop has always raised; a UserError too,
+    so that a runner reports it in one line (the settings or data the user chose)."""
 
 
 def build_encoder_model(model, max_seq_length):

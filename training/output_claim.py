@@ -34,12 +34,13 @@ import socket
 import sys
 
 from data_prep import fileio
+from data_prep.cli import UserError
 
 LOCK_FILE = ".run.lock"
 IDENTITY_FILE = "run_identity.json"
 
 
-class RunDirError(RuntimeError):
+class RunDirError(UserError):
     """output_dir belongs to another run (alive, or of another model); the message says which."""
 
 

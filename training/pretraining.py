@@ -12,14 +12,15 @@ import dataclasses
 import math
 from typing import Callable
 
-import keras
 import tensorflow as tf
 from absl import logging
 
+from data_prep.cli import UserError
+from data_prep.features import RecordSchema
 from modeling import losses
 from training import loop, trainer_setup
 from training.execution import RuntimeConfig, setup_runtime
-from training.settings import LoopConfig
+from training.settings import LoopConfig, LoopSettings
 
 # The settings of on-the-fly masking (unmasked records read by the masked LM), named as
 # their run_pretraining.py flags.
@@ -41,7 +42,8 @@ class Phase2:
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingRun:
-    """Everything one pretraining run needs, read from flags once."""
+    """Everything one pretraining run needs, read from flags once
+    (`training.settings.settings_of`, as fine-tuning's settings)."""
 
     bert_config_file: str
     input_patterns: tuple
@@ -55,7 +57,11 @@ class PretrainingRun:
     eval_batch_size: int
     input_compression: str
     runtime: RuntimeConfig
-    loop: "object"  # training.settings.LoopConfig: the loop's and the optimizer's settings
+    num_train_steps: int = 100000
+    num_warmup_steps: int = 10000
+    max_eval_steps: int = 100
+    # The loop's and the optimizer's shared settings (the run's LoopConfig: `loop_config`).
+    loop: LoopSettings = LoopSettings()
     # Dynamic masking (unmasked records): None where the flag was not given.
     vocab_file: str | None = None
     masked_lm_prob: float | None = None
@@ -70,8 +76,9 @@ class PretrainingRun:
 
 def run(cfg: PretrainingRun) -> dict:
     """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
-    optimizer = cfg.loop.optimizer_config()  # checks the optimizer's flags (ValueError)
-    strategy = setup_runtime(cfg.runtime)  # First: multi-worker needs it so.
+    loop_config = loop_config_of(cfg)
+    loop_config.optimizer_config()  # checks the optimizer's flags (UserError) before any work
+    strategy = setup_runtime(cfg.runtime, cfg.loop.dtype)  # First: multi-worker needs it so.
 
     from training import distribution, output_claim
 
@@ -88,26 +95,34 @@ def run(cfg: PretrainingRun) -> dict:
     claimed = output_claim.claim(cfg.output_dir, run_identity(cfg, bert_config),
                             is_chief=distribution.is_chief(strategy))
     try:
-        return _train_and_evaluate(cfg, strategy, bert_config, optimizer, claimed)
+        return _train_and_evaluate(cfg, loop_config, strategy, bert_config, claimed)
     finally:
         claimed.release()
 
 
+def loop_config_of(cfg: PretrainingRun) -> LoopConfig:
+    """The run's loop: its shared settings with its output_dir, steps and batch sizes."""
+    return LoopConfig.for_run(
+        cfg.loop, output_dir=cfg.output_dir, num_train_steps=cfg.num_train_steps,
+        num_warmup_steps=cfg.num_warmup_steps, train_batch_size=cfg.train_batch_size,
+        eval_batch_size=cfg.eval_batch_size, max_eval_steps=cfg.max_eval_steps)
+
+
 def model_config(cfg: PretrainingRun):
     """The BertConfig the run trains: --bert_config_file's, made causal for
-    --objective=ltr; ValueError naming the flags when a sequence length does not fit its
+    --objective=ltr; UserError naming the flags when a sequence length does not fit its
     position table or a causal config is given to the masked LM."""
     bert_config = trainer_setup.load_bert_config(cfg.bert_config_file, cfg.max_seq_length)
     if cfg.phase2 is not None and (cfg.phase2.max_seq_length
                                    > bert_config.max_position_embeddings):
-        raise ValueError(
+        raise UserError(
             f"--phase2_max_seq_length={cfg.phase2.max_seq_length} is longer than "
             f"max_position_embeddings={bert_config.max_position_embeddings} of "
             f"--bert_config_file={cfg.bert_config_file}")
     if cfg.objective == "ltr":
         return dataclasses.replace(bert_config, causal_attention=True)
     if bert_config.causal_attention:
-        raise ValueError(
+        raise UserError(
             f"--bert_config_file={cfg.bert_config_file} has causal_attention: true (a "
             "left-to-right model) but --objective=mlm: the masked LM reads both sides of a "
             "masked token; use --objective=ltr, or a config without causal_attention")
@@ -136,14 +151,14 @@ class _PhaseInput:
     files: list
     limits: tuple
     lengths: dict | None
-    schema: object  # data_prep.features' PRETRAINING or PRETRAINING_UNMASKED (None: empty)
+    schema: RecordSchema | None  # PRETRAINING or PRETRAINING_UNMASKED (None: empty)
     pairs: dict  # summary path -> made with next-sentence pairs (records with a summary)
 
 
 def _phase_inputs(cfg: PretrainingRun, bert_config):
     """([_PhaseInput] of each phase, masking without its seed): every file's first record
     checked against the flags (phase 2's: the --phase2_* ones), on the host, before any
-    work (record_checks.RecordFileError, DynamicMaskingError or ValueError naming the file
+    work (record_checks.RecordFileError, DynamicMaskingError or UserError naming the file
     and the flag), the records' summaries against the objective, and phase 2's records
     against phase 1's kind (`check_phases_alike`)."""
     from training import record_checks
@@ -180,7 +195,7 @@ def _phase_inputs(cfg: PretrainingRun, bert_config):
 
 
 def check_phases_alike(first: _PhaseInput, second: _PhaseInput) -> None:
-    """Refuses (ValueError naming a file of each) two phases of other kinds of records:
+    """Refuses (UserError naming a file of each) two phases of other kinds of records:
     masked and unmasked (--dynamic_masking), or with and without next-sentence pairs (as
     their summaries say): one run trains one objective on one kind of text, and the
     masking flags would fit only one of them."""
@@ -202,7 +217,7 @@ def check_phases_alike(first: _PhaseInput, second: _PhaseInput) -> None:
                                            != any(second.pairs.values())):
         differ = pairs
     if differ is not None:
-        raise ValueError(
+        raise UserError(
             f"{second.files[0]}: the records of {second.flag} are {differ(second)} but those "
             f"of {first.flag} ({first.files[0]}) are {differ(first)}: both phases must be "
             "the same kind of records (create_pretraining_data with the same "
@@ -225,13 +240,13 @@ def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> dict:
         config = summary.get("config") or {}
         pairs = made[path] = config.get("next_sentence_prediction", True) is not False
         if cfg.next_sentence_prediction and not pairs:
-            raise ValueError(
+            raise UserError(
                 f"{path}: the records of {flag} were made with --next_sentence_prediction="
                 "false (B always follows A, every next_sentence_labels 0): next sentence "
                 "prediction cannot be learnt from them; pass --next_sentence_prediction=false "
                 "(the masked LM alone) or records with next-sentence pairs")
         if cfg.objective == "ltr" and pairs:
-            raise ValueError(
+            raise UserError(
                 f"{path}: the records of {flag} are next-sentence pairs (B is a random "
                 "document's text half the time): --objective=ltr reads contiguous text; make "
                 "its records with create_pretraining_data --next_sentence_prediction=false "
@@ -239,32 +254,25 @@ def check_made_for_objective(cfg: PretrainingRun, flag: str, files) -> dict:
     return made
 
 
-def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, optimizer_config,
+def _train_and_evaluate(cfg: PretrainingRun, loop_config: LoopConfig, strategy, bert_config,
                         claimed) -> dict:
     """The run itself, in a claimed output_dir: check the records, build, restore or init,
     commit the claim, train (phase by phase), evaluate."""
     import os
 
-    from modeling import checkpoints, optimization
     from modeling.models import BertPretrainer
     from training import distribution, input_pipeline, record_checks
 
     phases, masking = _phase_inputs(cfg, bert_config)
     objective = {"next_sentence_prediction": cfg.next_sentence_prediction,
                  "objective": cfg.objective}
-    with strategy.scope():
-        model = BertPretrainer(bert_config, **objective)
-        build_pretraining_model(model, cfg.max_seq_length, cfg.max_predictions_per_seq)
-        optimizer = optimization.create_optimizer(optimizer_config)
-    trainer = PretrainingLoop(strategy, model, optimizer, cfg.loop, **objective)
-
-    def init_from_checkpoint():
-        trainer_setup.check_attention_of(cfg.init_checkpoint, bert_config)
-        report = checkpoints.load_pretrained(cfg.init_checkpoint, model, partial=True)
-        logging.info("Initialised from %s: %s", cfg.init_checkpoint, report)
-
-    start_step = trainer.restore_or_initialize(
-        init_from_checkpoint if cfg.init_checkpoint else None)
+    model, trainer = trainer_setup.build_trainer(
+        strategy, lambda: BertPretrainer(bert_config, **objective),
+        PretrainingTask(**objective), loop_config=loop_config,
+        build_fn=lambda model: build_pretraining_model(model, cfg.max_seq_length,
+                                                       cfg.max_predictions_per_seq))
+    start_step = trainer_setup.restore_or_init(trainer, model, cfg.init_checkpoint,
+                                               do_train=cfg.do_train)
     claimed.commit()  # every check passed: the directory is this run's
     if cfg.objective == "ltr" and distribution.is_chief(strategy):
         # The left-to-right encoder's config beside its checkpoints: fine-tuning and export
@@ -304,7 +312,7 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, optimizer_co
     logging.info("%d input file(s), first %s%s; training from step %d to %d%s",
                  len(phases[0].files), phases[0].files[0],
                  " (unmasked: dynamic masking)" if masking else "", start_step,
-                 cfg.loop.num_train_steps,
+                 cfg.num_train_steps,
                  f" (phase 2 from step {ends[0]} on {phases[1].files[0]} and "
                  f"{len(phases[1].files) - 1} more)" if ends else "")
     if cfg.do_train:
@@ -349,10 +357,7 @@ def dynamic_masking_for(cfg: PretrainingRun, bert_config, seed):
         do_whole_word_mask=bool(cfg.do_whole_word_mask), seed=seed,
         mask_token_rate=0.8 if cfg.mask_token_rate is None else cfg.mask_token_rate,
         random_token_rate=0.1 if cfg.random_token_rate is None else cfg.random_token_rate)
-    try:
-        masking.validate()
-    except ValueError as err:
-        raise dynamic_masking.DynamicMaskingError(str(err)) from None
+    masking.validate()  # the flags' FlagError, naming each
     largest = max(masking.vocab.replacement_ids)
     if largest >= bert_config.vocab_size:
         raise dynamic_masking.DynamicMaskingError(
@@ -395,19 +400,19 @@ def _perplexity(mean_nll: float) -> float:
 
 
 def _check_evaluated(totals, count_key: str) -> None:
-    """Raises ValueError when the totals hold no eval batch or no prediction: their figures
+    """Raises UserError when the totals hold no eval batch or no prediction: their figures
     would read as a perfect score (loss 0, perplexity 1) made of nothing."""
     steps, count = float(totals.get("steps", 0.0)), float(totals[count_key])
     if steps < 1 or count <= 0:
-        raise ValueError(f"the eval read {int(steps)} batch(es) with {count:g} predictions: "
-                         "no figures to report (empty eval records, or max_eval_steps < 1)")
+        raise UserError(f"the eval read {int(steps)} batch(es) with {count:g} predictions: "
+                        "no figures to report (empty eval records, or max_eval_steps < 1)")
 
 
 def eval_metrics(totals, global_step):
     """The original's eval_results.txt figures from summed statistics, plus
     `masked_lm_perplexity` (exp of the weighted mean masked-LM loss: the paper's "LM
     (ppl)", Table 6); the next-sentence figures only when the totals have them (a run
-    without NSP reports none). ValueError for totals of no batch or no prediction."""
+    without NSP reports none). UserError for totals of no batch or no prediction."""
     _check_evaluated(totals, "mlm_weight_sum")
     steps = float(totals["steps"])
     weight = float(totals["mlm_weight_sum"])
@@ -429,7 +434,7 @@ def eval_metrics(totals, global_step):
 def next_token_eval_metrics(totals, global_step):
     """The left-to-right LM's eval_results.txt figures: mean loss over batches, and over
     every predicted token its loss, accuracy and perplexity (exp of that loss).
-    ValueError for totals of no batch or no prediction."""
+    UserError for totals of no batch or no prediction."""
     _check_evaluated(totals, "lm_count")
     steps = float(totals["steps"])
     count = float(totals["lm_count"])
@@ -488,19 +493,3 @@ class PretrainingTask(loop.Task):
                             totals["nsp_correct_sum"] / max(totals["nsp_count"], 1.0)))
         return figures
 
-
-class PretrainingLoop(loop.TrainingLoop):
-    """The loop with the pretraining task (masked LM + NSP by default); see
-    `training.loop.TrainingLoop`.
-
-    Args:
-      loss_fn: (outputs, features) -> (scalar loss, dict of the task's stat_keys scalars);
-        None: the objective's own.
-      next_sentence_prediction, objective: the model's objective (`PretrainingTask`).
-    """
-
-    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, optimizer,
-                 config: LoopConfig, loss_fn: Callable | None = None, *,
-                 next_sentence_prediction: bool = True, objective: str = "mlm"):
-        super().__init__(strategy, model, optimizer, config, PretrainingTask(
-            loss_fn, next_sentence_prediction=next_sentence_prediction, objective=objective))

@@ -21,6 +21,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import features, fileio
+from data_prep.cli import UserError
 from training import dynamic_masking
 
 
@@ -56,7 +57,7 @@ def list_files(patterns: Sequence[str], flag: str = "--input_file") -> list[str]
             logging.info("%s %r: skipping %d summary or temporary file(s), e.g. %s",
                          flag, pattern, len(skipped), skipped[0])
         if not matched:
-            raise FileNotFoundError(f"{flag} pattern {pattern!r} matches no file")
+            raise UserError(f"{flag} pattern {pattern!r} matches no file")
         files.extend(matched)
     return files
 
@@ -84,7 +85,7 @@ def record_summaries(files: Sequence[str]) -> dict:
     return found
 
 
-class RecordFileError(ValueError):
+class RecordFileError(UserError):
     """A damaged or truncated TFRecord file; the message names the file and the record."""
 
 

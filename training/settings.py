@@ -1,61 +1,53 @@
-"""Owns how to train: `LoopConfig`, the one settings type of the loop and its optimizer, for pretraining and fine-tuning alike.
+"""Owns how to train: `LoopSettings` (the loop's and optimizer's settings every run of a command shares) and `LoopConfig` (one run's: those plus its own output_dir, steps and batch sizes), for pretraining and fine-tuning alike.
 
-Runners build it from the shared flags (`training.flags.loop_settings`, named as the
-flags); building it checks the loop's periods and counts (`check_loop_settings`), and
-`optimizer_config()` checks the optimizer's (`modeling.optimization.OptimizerConfig`), each
-once. A fine-tuning run (`training.finetuning.FinetuningRun.loop`) holds the shared
-settings and sets its own `PER_RUN` fields per grid point and seed.
+A run's settings (`training.pretraining.PretrainingRun`,
+`training.finetuning.FinetuningRun`) hold a `LoopSettings` as `loop` beside their own
+fields, and both are built the same way, from keyword arguments named as the flags
+(`settings_of`; the runners pass `training.flags.loop_settings` and their other flags).
+Each run builds its `LoopConfig` from them when it starts (`LoopConfig.for_run`:
+pretraining once, fine-tuning per grid point and seed). Building `LoopSettings` checks the
+loop's periods and counts (`check_loop_settings`); `LoopConfig.optimizer_config()` checks
+the optimizer's (`modeling.optimization.OptimizerConfig`), each once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from data_prep.cli import UserError
 
-@dataclasses.dataclass(frozen=True)
-class LoopConfig:
-    """How to train: the loop's settings and its optimizer's, the one settings type of
-    pretraining and fine-tuning; runners build it from the shared flags (named as them).
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoopSettings:
+    """The loop's and its optimizer's settings that every run of a command shares (the
+    runners' shared flags, named as them).
 
     Attributes:
-      output_dir: checkpoints, TensorBoard summaries and result files.
-      num_train_steps: optimizer updates to reach (a resumed run continues to it).
-      train_batch_size: GLOBAL examples per optimizer update (all replicas, all micro-batches).
-      eval_batch_size: global examples per eval step.
       iterations_per_loop: steps run by one call of the compiled training function.
       save_checkpoints_steps: checkpoint period in steps.
       log_steps: a progress line (and summaries) at least this many steps apart, rounded
         up to the call granularity.
-      max_eval_steps: eval batches (fewer if the eval data runs out).
       gradient_accumulation_steps: micro-batches per update (divides the replica batch).
-      dtype: "float32", "bfloat16" or "float16" (float16 uses dynamic loss scaling); the
-        Keras dtype policy itself is set by the runner before the model is built.
-      jit_compile: compile the forward/backward pass with XLA.
       keep_checkpoint_max: checkpoints kept in output_dir.
-      learning_rate, num_warmup_steps, optimizer, weight_decay_rate, clip_norm: the
-        optimizer's settings (`optimizer_config`).
-
-    The fine-tuning settings (`training.finetuning.FinetuningRun.loop`) hold the shared
-    ones; each run sets its own `PER_RUN` fields when it is built.
+      dtype: "float32", "bfloat16" or "float16" (float16 uses dynamic loss scaling): the
+        Keras dtype policy `training.execution.setup_runtime` sets before the model is
+        built.
+      jit_compile: compile the forward/backward pass with XLA.
+      learning_rate, optimizer, weight_decay_rate, clip_norm: the optimizer's settings
+        (`LoopConfig.optimizer_config`; a fine-tuning grid point has its own learning rate).
 
     Raises:
-      ValueError: a period or count below 1, naming its flag (`check_loop_settings`).
+      UserError: a period or count below 1, naming its flag (`check_loop_settings`).
     """
 
-    output_dir: str
-    num_train_steps: int = 100000
-    train_batch_size: int = 32
-    eval_batch_size: int = 8
     iterations_per_loop: int = 1000
     save_checkpoints_steps: int = 1000
     log_steps: int = 100
-    max_eval_steps: int = 100
     gradient_accumulation_steps: int = 1
+    keep_checkpoint_max: int = 5
     dtype: str = "float32"
     jit_compile: bool = False
-    keep_checkpoint_max: int = 5
     learning_rate: float = 5e-5
-    num_warmup_steps: int = 10000
     optimizer: str = "adamw"
     weight_decay_rate: float = 0.01
     clip_norm: float = 1.0
@@ -67,9 +59,39 @@ class LoopConfig:
                             keep_checkpoint_max=self.keep_checkpoint_max,
                             gradient_accumulation_steps=self.gradient_accumulation_steps)
 
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoopConfig(LoopSettings):
+    """One run's loop (what `training.loop.TrainingLoop` takes): the shared
+    `LoopSettings` plus what the run itself decides.
+
+    Attributes:
+      output_dir: checkpoints, TensorBoard summaries and result files.
+      num_train_steps: optimizer updates to reach (a resumed run continues to it).
+      num_warmup_steps: the learning rate's linear warmup.
+      train_batch_size: GLOBAL examples per optimizer update (all replicas, all micro-batches).
+      eval_batch_size: global examples per eval step.
+      max_eval_steps: eval batches (fewer if the eval data runs out).
+    """
+
+    output_dir: str
+    num_train_steps: int = 100000
+    num_warmup_steps: int = 10000
+    train_batch_size: int = 32
+    eval_batch_size: int = 8
+    max_eval_steps: int = 100
+
+    @classmethod
+    def for_run(cls, settings: LoopSettings, **run) -> "LoopConfig":
+        """`settings` with the run's own fields (`run`: output_dir, steps, batch sizes; a
+        shared setting given there, such as a grid point's learning_rate, wins)."""
+        shared = {field.name: getattr(settings, field.name)
+                  for field in dataclasses.fields(LoopSettings)}
+        return cls(**{**shared, **run})
+
     def optimizer_config(self):
         """The `modeling.optimization.OptimizerConfig` of these settings; building it
-        checks them (ValueError naming the flag: `OptimizerConfig.validate`)."""
+        checks them (UserError naming the flag: `OptimizerConfig.validate`)."""
         from modeling import optimization
 
         return optimization.OptimizerConfig(
@@ -78,18 +100,29 @@ class LoopConfig:
             weight_decay_rate=self.weight_decay_rate, clip_norm=self.clip_norm)
 
 
-# The LoopConfig fields each run sets itself (a fine-tuning run from its data and grid
-# point); the others are the settings the runners' shared flags give.
-PER_RUN = ("output_dir", "num_train_steps", "num_warmup_steps", "train_batch_size",
-           "eval_batch_size", "max_eval_steps")
+def shared_settings(settings: LoopSettings) -> dict:
+    """The `LoopSettings` fields of `settings` (a `LoopConfig` too), by name."""
+    return {field.name: getattr(settings, field.name)
+            for field in dataclasses.fields(LoopSettings)}
+
+
+def settings_of(run_type, **kwargs) -> tuple:
+    """(a `run_type`, the keyword arguments it does not take) from keyword arguments named
+    as the flags: its fields, and its `loop` (`LoopSettings`) from the shared ones. How
+    pretraining and fine-tuning build their settings, from the command line or a program."""
+    loop_names = {field.name for field in dataclasses.fields(LoopSettings)}
+    run_names = {field.name for field in dataclasses.fields(run_type)} - {"loop"}
+    loop = LoopSettings(**{k: kwargs.pop(k) for k in list(kwargs) if k in loop_names})
+    run = run_type(loop=loop, **{k: kwargs.pop(k) for k in list(kwargs) if k in run_names})
+    return run, kwargs
 
 
 def check_loop_settings(**settings: int) -> None:
-    """Raises ValueError naming the flag of a loop period or count below 1
+    """Raises UserError naming the flag of a loop period or count below 1
     (iterations_per_loop, save_checkpoints_steps, log_steps, keep_checkpoint_max,
     gradient_accumulation_steps): 0 has no meaning for them (a checkpoint every 0 steps,
     0 checkpoints kept), so it is refused rather than silently taken as 1. The one check
-    of these settings (`LoopConfig`, for pretraining and fine-tuning, before any work)."""
+    of these settings (`LoopSettings`, for pretraining and fine-tuning, before any work)."""
     for name, value in settings.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"--{name}={value} must be a whole number >= 1")
+            raise UserError(f"--{name}={value} must be a whole number >= 1")

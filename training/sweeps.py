@@ -24,7 +24,6 @@ from typing import Sequence
 from absl import logging
 
 from data_prep import fileio
-from training.settings import PER_RUN
 
 RESULTS_FILE = "run_results.json"  # a sweep's run finished: its figures and outputs
 GRID_RESULTS_FILE = "grid_results.tsv"
@@ -62,8 +61,7 @@ def request(settings, family, prepared, seed) -> dict:
         "train_batch_size": settings.train_batch_size,
         "num_train_epochs": settings.num_train_epochs,
         "warmup_proportion": settings.warmup_proportion,
-        "hparams": {k: v for k, v in dataclasses.asdict(settings.loop).items()
-                    if k not in PER_RUN},
+        "hparams": dataclasses.asdict(settings.loop),  # the shared LoopSettings
         "splits": [[split.name, split.num_examples,
                     [fileio.fingerprint(path) for pattern in family.records(split).input_patterns
                      for path in sorted(fileio.glob(pattern))]] for split in splits],

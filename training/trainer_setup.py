@@ -9,11 +9,13 @@ from typing import Callable
 
 from absl import logging
 
+from data_prep.cli import UserError
+
 
 def check_batch(name: str, global_batch: int, replicas: int, accumulation: int = 1) -> None:
-    """Raises ValueError naming the flag when a global batch does not split over replicas."""
+    """Raises UserError naming the flag when a global batch does not split over replicas."""
     if global_batch < 1 or global_batch % (replicas * accumulation):
-        raise ValueError(
+        raise UserError(
             f"--{name}={global_batch} must be a positive multiple of the {replicas} replica(s)"
             + (f" x {accumulation} accumulation steps" if accumulation > 1 else ""))
 
@@ -25,23 +27,23 @@ def load_bert_config(bert_config_file: str, max_seq_length: int):
     from modeling.config import BertConfig
 
     if not tf.io.gfile.exists(bert_config_file):
-        raise ValueError(f"--bert_config_file={bert_config_file}: no such file")
+        raise UserError(f"--bert_config_file={bert_config_file}: no such file")
     bert_config = BertConfig.from_json_file(bert_config_file)
     if max_seq_length > bert_config.max_position_embeddings:
-        raise ValueError(
+        raise UserError(
             f"Cannot use sequence length {max_seq_length} because the BERT model was "
             f"only trained up to sequence length {bert_config.max_position_embeddings}")
     return bert_config
 
 
 def check_vocab_fits(vocab_file: str, bert_config, bert_config_file: str) -> None:
-    """Raises ValueError naming both flags when --vocab_file has more tokens than the
+    """Raises UserError naming both flags when --vocab_file has more tokens than the
     model's embedding table: the records made with it would hold ids the model lacks."""
     from data_prep import tokenization
 
     size = len(tokenization.load_vocab(vocab_file))
     if size > bert_config.vocab_size:
-        raise ValueError(
+        raise UserError(
             f"--vocab_file={vocab_file} has {size} tokens but --bert_config_file="
             f"{bert_config_file} has vocab_size={bert_config.vocab_size}: not this model's "
             "vocab (pass the vocab.txt the model was trained with)")
@@ -54,14 +56,16 @@ def finetuning_steps(num_examples: int, train_batch_size: int, num_train_epochs:
     return num_train_steps, int(num_train_steps * warmup_proportion)
 
 
-def build_trainer(strategy, model_fn: Callable, task, *, loop_config, max_seq_length: int,
-                  build_fn: Callable | None = None):
+def build_trainer(strategy, model_fn: Callable, task, *, loop_config,
+                  max_seq_length: int | None = None, build_fn: Callable | None = None):
     """Builds model and optimizer under the strategy and the shared loop around them.
 
     Args:
+      task: the loop's `training.loop.Task` (the pretraining task, a family's).
       loop_config: the run's `training.settings.LoopConfig` (its optimizer's settings too).
       build_fn: model -> None, creates the model's variables (default: one call on a zero
-        batch of the encoder's inputs, `training.loop.build_encoder_model`).
+        batch of the encoder's inputs of `max_seq_length`,
+        `training.loop.build_encoder_model`).
 
     Returns:
       (model, trainer): the Keras model from `model_fn()` with its variables created, and a
@@ -82,7 +86,7 @@ def build_trainer(strategy, model_fn: Callable, task, *, loop_config, max_seq_le
 
 def check_attention_of(init_checkpoint: str, bert_config,
                        bert_config_file: str | None = None) -> None:
-    """Raises ValueError when `init_checkpoint` was trained with the other attention
+    """Raises UserError when `init_checkpoint` was trained with the other attention
     direction than `bert_config` (read from `bert_config_file`, named when given): a
     left-to-right (`causal_attention`) model fine-tuned with its context opened both ways,
     or the reverse, would run silently on weights that never saw such attention. Read from
@@ -119,7 +123,7 @@ def check_attention_of(init_checkpoint: str, bert_config,
     theirs = "left-to-right (causal_attention: true)" if saved else "bidirectional"
     flag = f"--bert_config_file={bert_config_file}" if bert_config_file \
         else "--bert_config_file"
-    raise ValueError(
+    raise UserError(
         f"--init_checkpoint={init_checkpoint} is a {theirs} model ({source}) but {flag} "
         f"makes a {ours} encoder: use the config the model was trained with ({source})")
 
@@ -138,7 +142,7 @@ def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bo
     start_step = trainer.restore_or_initialize(
         init_from_checkpoint if init_checkpoint else None)
     if start_step == 0 and not init_checkpoint and not do_train:
-        raise ValueError(
+        raise UserError(
             f"nothing to evaluate or predict with: no checkpoint in {trainer.config.output_dir} "
             "and no --init_checkpoint (without --do_train the weights would be random)")
     return start_step

@@ -42,7 +42,7 @@ class ChunkResult:
 
     index: int
     # The chunk's records in its shuffled order, already TFRecord-framed
-    # (`features.frame_records`), as one string: one object to pass between processes.
+    # (`features.frame_concatenated`), as one string: one object to pass between processes.
     data: bytes
     lengths: list  # framed length of each record, in order
     stats: Stats

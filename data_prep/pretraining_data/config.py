@@ -6,11 +6,9 @@ import dataclasses
 import math
 from fractions import Fraction
 
+from data_prep.cli import FlagError
+
 MIN_MAX_SEQ_LENGTH = 5  # [CLS] A [SEP] B [SEP] with A and B of at least one token each.
-
-
-class ConfigError(ValueError):
-    """An invalid generation setting: the message names the flag."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,26 +31,26 @@ class PretrainingConfig:
     next_sentence_prediction: bool = True
 
     def validate(self) -> None:
-        """Raises ConfigError naming the offending flag and the accepted range."""
+        """Raises FlagError naming the offending flag and the accepted range."""
         if self.max_seq_length < MIN_MAX_SEQ_LENGTH:
-            raise ConfigError(
+            raise FlagError(
                 f"--max_seq_length={self.max_seq_length} is too small: it must be at least "
                 f"{MIN_MAX_SEQ_LENGTH} to hold [CLS] A [SEP] B [SEP] with one token in each "
                 f"of A and B")
         if self.max_predictions_per_seq < 1:
-            raise ConfigError(
+            raise FlagError(
                 f"--max_predictions_per_seq={self.max_predictions_per_seq} must be at least 1")
         if self.max_predictions_per_seq > self.max_seq_length:
-            raise ConfigError(
+            raise FlagError(
                 f"--max_predictions_per_seq={self.max_predictions_per_seq} is larger than "
                 f"--max_seq_length={self.max_seq_length}: at most "
                 f"{self.max_seq_length - 3} tokens of a sequence can be masked")
         if not 0.0 < self.masked_lm_prob <= 1.0:
-            raise ConfigError(f"--masked_lm_prob={self.masked_lm_prob} must be in (0, 1]")
+            raise FlagError(f"--masked_lm_prob={self.masked_lm_prob} must be in (0, 1]")
         if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ConfigError(f"--short_seq_prob={self.short_seq_prob} must be in [0, 1]")
+            raise FlagError(f"--short_seq_prob={self.short_seq_prob} must be in [0, 1]")
         if self.dupe_factor < 1:
-            raise ConfigError(f"--dupe_factor={self.dupe_factor} must be at least 1")
+            raise FlagError(f"--dupe_factor={self.dupe_factor} must be at least 1")
         check_token_rates(self.mask_token_rate, self.random_token_rate)
 
 
@@ -64,15 +62,15 @@ def exact_rate(rate: float) -> Fraction:
 
 
 def check_token_rates(mask_token_rate: float, random_token_rate: float) -> None:
-    """Raises ConfigError naming the flag unless both rates are in [0, 1] and their sum
+    """Raises FlagError naming the flag unless both rates are in [0, 1] and their sum
     (decimal, exact) is at most 1; NaN and infinities are refused."""
     for name, rate in (("mask_token_rate", mask_token_rate),
                        ("random_token_rate", random_token_rate)):
         if not (isinstance(rate, (int, float)) and math.isfinite(rate)
                 and 0.0 <= rate <= 1.0):
-            raise ConfigError(f"--{name}={rate} must be a number in [0, 1]")
+            raise FlagError(f"--{name}={rate} must be a number in [0, 1]")
     if exact_rate(mask_token_rate) + exact_rate(random_token_rate) > 1:
-        raise ConfigError(
+        raise FlagError(
             f"--mask_token_rate={mask_token_rate} plus --random_token_rate="
             f"{random_token_rate} is more than 1: they are shares of the masked positions "
             "(the rest keep their token)")

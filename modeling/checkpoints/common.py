@@ -14,13 +14,15 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
+from data_prep.cli import UserError
+
 TF1, HF, OURS = "tf1", "hf", "ours"
 KINDS = (TF1, HF, OURS)
 # Hugging Face's index of a sharded checkpoint: {"weight_map": {tensor name: shard file}}.
 HF_INDEX = "model.safetensors.index.json"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint that does not fit the model (lists what is missing, unexpected, mismatched)."""
 
 

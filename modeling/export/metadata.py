@@ -15,13 +15,14 @@ import json
 import os
 
 from data_prep import fileio
+from data_prep.cli import UserError
 
 METADATA_FILE = "export_metadata.json"
 # assets.extra/ is where SavedModel tooling keeps files that are not part of the graph.
 MARKER_PATH = ("assets.extra", METADATA_FILE)
 
 
-class ExportError(ValueError):
+class ExportError(UserError):
     """Export settings that do not fit together (says which setting and what was expected)."""
 
 

@@ -23,7 +23,8 @@ from absl import logging
 from data_prep import features as features_lib
 from data_prep import fileio
 from data_prep import tokenization
-from tasks.classification.examples import InputExample, PaddingInputExample
+from data_prep.cli import UserError
+from tasks.classification.examples import DataFormatError, InputExample, PaddingInputExample
 from tasks.classification.readers import TableProcessor
 from tasks.common.pairs import pack_pair
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
@@ -61,8 +62,8 @@ def _label_id(example: InputExample, label_map: Mapping[str, int] | None, is_reg
     try:
         return label_map[example.label]
     except KeyError:
-        raise ValueError(f"example {example.guid}: label {example.label!r} is not in the label "
-                         f"list {list(label_map)}") from None
+        raise DataFormatError(f"example {example.guid}: label {example.label!r} is not in "
+                              f"the label list {list(label_map)}") from None
 
 
 def default_head_tokens(max_seq_length: int) -> int:
@@ -92,11 +93,11 @@ def _convert(example, label_map, max_seq_length: int, tokenizer, is_regression: 
         tokens_a = head_tail(tokens_a, max_seq_length - 2, head_tokens)
     if tokens_b:
         if max_seq_length < 3:
-            raise ValueError(f"max_seq_length {max_seq_length} leaves no room for a pair")
+            raise UserError(f"max_seq_length {max_seq_length} leaves no room for a pair")
         full_length = len(tokens_a) + len(tokens_b) + 3
     else:
         if max_seq_length < 2:
-            raise ValueError(f"max_seq_length {max_seq_length} leaves no room for [CLS] [SEP]")
+            raise UserError(f"max_seq_length {max_seq_length} leaves no room for [CLS] [SEP]")
         full_length = len(tokens_a) + 2
     _, input_ids, input_mask, segment_ids = pack_pair(tokens_a, tokens_b, max_seq_length,
                                                       tokenizer)
@@ -145,7 +146,7 @@ def window_record_values(example, label_map, max_seq_length: int, tokenizer,
     `windows.max_windows`. An empty text has one window ([CLS] [SEP]).
 
     Raises:
-      ValueError naming the example when the text needs more windows than
+      UserError naming the example when the text needs more windows than
       `windows.max_windows` (`prepare_classifier_records` adds its file and line).
     """
     size = windows.max_windows * max_seq_length
@@ -157,7 +158,7 @@ def window_record_values(example, label_map, max_seq_length: int, tokenizer,
     spans = doc_spans_for(len(tokens), max_seq_length - 2, windows.doc_stride) or [
         DocSpan(0, 0)]
     if len(spans) > windows.max_windows:
-        raise ValueError(
+        raise UserError(
             f"example {example.guid}: its {len(tokens)} tokens need {len(spans)} windows of "
             f"max_seq_length={max_seq_length} with doc_stride={windows.doc_stride}, more "
             f"than --max_windows_per_document={windows.max_windows}")
@@ -358,44 +359,35 @@ def prepare_classifier_records(processor: TableProcessor, data_dir: str, split: 
                      pad_to_multiple=pad_to_multiple, head_tokens=head_tokens,
                      windows=windows)
     cache = RecordCache.at(output_dir, f"{layout_split}.tf_record")
-    record_file, metadata_file = cache.record_file, cache.metadata_file
-    cached = cache.load(key)
-    if cached is not None:
-        logging.info("Reusing cached %s records in %s", layout_split, record_file)
-        return CachedSplit(record_file, metadata_file, cached, reused=True)
 
-    read = processor.read_split(data_dir, split, skip_bad_rows=skip_bad_rows)
-    if tokenizer is None:
-        tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
-    examples = pad_examples(read.examples, pad_to_multiple) if pad_to_multiple else read.examples
-    cache.begin()
-    stats = _write_records(examples, processor, label_list, max_seq_length, tokenizer,
-                           record_file, head_tokens, windows, source)
-    metadata = cache.commit(key, {
-        "task": processor.name,
-        "split": layout_split,
-        "source_file": source,
-        "label_list": label_list,
-        "is_regression": processor.is_regression,
-        "max_seq_length": int(max_seq_length),
-        "num_examples": len(read.examples),
-        "num_padding": len(examples) - len(read.examples),
-        "num_records": len(examples),
-        "num_bad_rows": len(read.bad_rows),
-        "bad_rows": [str(row) for row in read.bad_rows[:MAX_LISTED_BAD_ROWS]],
-        **stats,
-    })
-    logging.info("Wrote %d %s records (%d real, %d truncated) to %s", len(examples),
-                 layout_split, len(read.examples), stats["num_truncated"], record_file)
-    return CachedSplit(record_file, metadata_file, metadata, reused=False)
+    def write(writer) -> dict:
+        read = processor.read_split(data_dir, split, skip_bad_rows=skip_bad_rows)
+        examples = (pad_examples(read.examples, pad_to_multiple) if pad_to_multiple
+                    else read.examples)
+        stats = _write_records(writer, examples, processor, label_list, max_seq_length,
+                               tokenizer or tokenization.FullTokenizer(
+                                   vocab_file, do_lower_case=do_lower_case),
+                               head_tokens, windows, source)
+        logging.info("Wrote %d %s records (%d real, %d truncated) to %s", len(examples),
+                     layout_split, len(read.examples), stats["num_truncated"],
+                     cache.record_file)
+        return {"task": processor.name, "split": layout_split, "source_file": source,
+                "label_list": label_list, "is_regression": processor.is_regression,
+                "max_seq_length": int(max_seq_length), "num_examples": len(read.examples),
+                "num_padding": len(examples) - len(read.examples),
+                "num_records": len(examples), "num_bad_rows": len(read.bad_rows),
+                "bad_rows": [str(row) for row in read.bad_rows[:MAX_LISTED_BAD_ROWS]],
+                **stats}
+
+    metadata, reused = cache.records(key, write)
+    return CachedSplit(cache.record_file, cache.metadata_file, metadata, reused)
 
 
-def _write_records(examples, processor: TableProcessor, label_list, max_seq_length, tokenizer,
-                   record_file: str, head_tokens: int | None = None,
-                   windows: Windows | None = None, source: str = "") -> dict:
-    """Writes the features of `examples` to record_file; returns length and label stats."""
-    import tensorflow as tf
-
+def _write_records(writer, examples, processor: TableProcessor, label_list, max_seq_length,
+                   tokenizer, head_tokens: int | None = None, windows: Windows | None = None,
+                   source: str = "") -> dict:
+    """Writes the features of `examples` with `writer` (a TFRecordWriter); returns length
+    and label stats."""
     is_regression = processor.is_regression
     schema = (classifier_schema(is_regression) if windows is None
               else windows_schema(windows.max_windows, max_seq_length, is_regression))
@@ -406,30 +398,28 @@ def _write_records(examples, processor: TableProcessor, label_list, max_seq_leng
         stats.update(num_windows=0, max_windows_seen=0)
     label_counts = {label: 0 for label in label_list}
 
-    with fileio.AtomicOutputs([record_file]) as out, \
-            tf.io.TFRecordWriter(out.temp(record_file)) as writer:
-        for example in examples:
-            if windows is None:
-                features, length = _convert(example, label_map, max_seq_length, tokenizer,
-                                            is_regression, head_tokens)
-                real, values = features.is_real_example, classifier_record_values(features)
-            else:
-                try:
-                    values, length, count = window_record_values(
-                        example, label_map, max_seq_length, tokenizer, is_regression,
-                        windows)
-                except ValueError as err:
-                    line = "" if example.line is None else f":{example.line}"
-                    raise ValueError(f"{source}{line}: {err}") from None
-                real = values["is_real_example"][0]
-                stats["num_windows"] += count
-                stats["max_windows_seen"] = max(stats["max_windows_seen"], count)
-            if real:
-                stats["max_tokens_seen"] = max(stats["max_tokens_seen"], length)
-                stats["num_truncated"] += int(length > max_seq_length and windows is None)
-                if not is_regression:
-                    label_counts[example.label] += 1
-            writer.write(encoder.encode(values))
+    for example in examples:
+        if windows is None:
+            features, length = _convert(example, label_map, max_seq_length, tokenizer,
+                                        is_regression, head_tokens)
+            real, values = features.is_real_example, classifier_record_values(features)
+        else:
+            try:
+                values, length, count = window_record_values(
+                    example, label_map, max_seq_length, tokenizer, is_regression,
+                    windows)
+            except UserError as err:
+                line = "" if example.line is None else f":{example.line}"
+                raise DataFormatError(f"{source}{line}: {err}") from None
+            real = values["is_real_example"][0]
+            stats["num_windows"] += count
+            stats["max_windows_seen"] = max(stats["max_windows_seen"], count)
+        if real:
+            stats["max_tokens_seen"] = max(stats["max_tokens_seen"], length)
+            stats["num_truncated"] += int(length > max_seq_length and windows is None)
+            if not is_regression:
+                label_counts[example.label] += 1
+        writer.write(encoder.encode(values))
     if not is_regression:
         stats["label_counts"] = label_counts
     return stats

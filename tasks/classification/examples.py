@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from data_prep.cli import UserError
+
 
 @dataclasses.dataclass(frozen=True)
 class InputExample:
@@ -49,7 +51,7 @@ class BadRow:
         return f"{self.path}:{self.line}: {self.reason}"
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError):
     """A data file is missing, malformed, or does not match its task's layout."""
 
 

@@ -22,9 +22,8 @@ naming the ``text`` input and the limit (``serving.TOO_MANY_WINDOWS``).
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Optional, Sequence
+from typing import ClassVar
 
-import numpy as np
 import tensorflow as tf
 
 from modeling.export import families, registry, serving
@@ -245,27 +244,3 @@ def pack_windows(module, text):
 
 
 FAMILY = registry.register(ClassifierServing())
-
-
-def python_features(tokenizer, texts: Sequence[str], text_pairs: Optional[Sequence[str]],
-                    max_seq_length: int, head_tokens: Optional[int] = None) -> dict:
-    """The Python path's model inputs (FullTokenizer + the original classifier rules): the
-    reference the in-graph packing is tested and benchmarked against.
-
-    Args:
-      tokenizer: a ``data_prep.tokenization.FullTokenizer``.
-      texts, text_pairs: strings (text_pairs None for single-text).
-      head_tokens: head+tail truncation (``--long_document=head_tail``); None: truncate.
-    Returns:
-      dict of int32 numpy arrays [batch, max_seq_length]: input_ids, input_mask, segment_ids.
-    """
-    from tasks.classification.data import InputExample, convert_single_example
-
-    rows = []
-    for i, text in enumerate(texts):
-        example = InputExample(str(i), text, None if text_pairs is None else text_pairs[i],
-                               label=0.0)
-        rows.append(convert_single_example(example, None, max_seq_length, tokenizer,
-                                           is_regression=True, head_tokens=head_tokens))
-    return {name: np.asarray([getattr(r, name) for r in rows], np.int32).reshape(
-        len(rows), max_seq_length) for name in ("input_ids", "input_mask", "segment_ids")}

@@ -20,7 +20,9 @@ from typing import Mapping, Sequence
 from absl import logging
 
 from data_prep import fileio
+from data_prep.cli import UserError
 from tasks.classification import metrics, processors
+from tasks.common.classifier_task import test_results_text
 
 # The benchmark's tasks in the order they are run (AX needs MNLI's model).
 TASKS = ("cola", "sst-2", "mrpc", "sts-b", "qqp", "mnli", "qnli", "rte", "wnli", "ax")
@@ -34,7 +36,7 @@ SUBMISSION_ZIP = "submission.zip"
 DEV_RESULTS_FILE = "glue_dev_results.tsv"
 
 
-class GlueError(ValueError):
+class GlueError(UserError):
     """A submission that cannot be assembled or a benchmark that cannot run; names the
     file, folder or flag and what is wrong."""
 
@@ -62,7 +64,7 @@ class GlueSettings:
 
 def parse_tasks(names: Sequence[str]) -> tuple:
     """Canonical task names in run order from user spellings ("CoLA", "sts-b", "AX");
-    ValueError naming --tasks for an unknown or non-GLUE name, or AX without MNLI."""
+    GlueError naming --tasks for an unknown or non-GLUE name, or AX without MNLI."""
     tasks = set()
     for name in names:
         try:
@@ -226,7 +228,7 @@ def majority_baseline(task_data_dir: str, output_dir: str,
     fileio.write_texts({
         os.path.join(output_dir, "WNLI.tsv"): metrics.glue_submission_text(
             "wnli", [label_id] * len(test), labels),
-        os.path.join(output_dir, "test_results.tsv"): metrics.test_results_text(one_hot),
+        os.path.join(output_dir, "test_results.tsv"): test_results_text(one_hot),
         os.path.join(output_dir, "eval_results.txt"): metrics.format_metrics(figures),
     })
     logging.info("WNLI: the majority class %r of train + dev (%s) for its %d test examples; "

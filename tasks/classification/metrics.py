@@ -18,6 +18,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from data_prep.cli import UserError
+
 
 # Canonical task names and the spellings accepted for them.
 _TASK_ALIASES = {
@@ -69,7 +71,7 @@ def normalize_task_name(task_name: str) -> str:
     key = str(task_name).strip().lower()
     if key not in _TASK_ALIASES:
         known = sorted(set(_TASK_ALIASES.values()))
-        raise ValueError(f"unknown task name {task_name!r}; expected one of {known}")
+        raise UserError(f"unknown task name {task_name!r}; expected one of {known}")
     return _TASK_ALIASES[key]
 
 
@@ -227,21 +229,6 @@ def glue_submission_file_name(task_name: str, split: str | None = None) -> str:
         raise ValueError(f"task {task_name!r} has no GLUE submission file; GLUE tasks are "
                          f"{sorted(GLUE_SUBMISSION_FILE_NAMES)}")
     return GLUE_SUBMISSION_FILE_NAMES[task]
-
-
-def test_results_text(probabilities) -> str:
-    """The original's test_results.tsv: one line per example, class probabilities
-    tab-separated in input order, no header. Values are written as `str()` of their numpy
-    type (float32 probabilities print like the original's).
-
-    Args:
-      probabilities: [num_examples, num_classes] (only real examples, padding removed).
-    """
-    array = np.asarray(probabilities)
-    if array.ndim != 2:
-        raise ValueError(f"probabilities must be [num_examples, num_classes], got shape "
-                         f"{array.shape}")
-    return "".join("\t".join(str(value) for value in row) + "\n" for row in array)
 
 
 def glue_submission_text(task_name: str, predictions, label_list: Sequence[str] | None = None,

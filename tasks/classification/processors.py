@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
+from data_prep.cli import UserError
 from tasks.classification.metrics import normalize_task_name
 from tasks.classification.readers import Column, TableLayout, TableProcessor
 
@@ -152,7 +153,7 @@ class CustomDataConfig:
     def __post_init__(self):
         delimiter = _DELIMITER_NAMES.get(self.delimiter.lower(), self.delimiter)
         if len(delimiter) != 1:
-            raise ValueError(f"delimiter must be one character, got {self.delimiter!r}")
+            raise UserError(f"--delimiter must be one character, got {self.delimiter!r}")
         object.__setattr__(self, "delimiter", delimiter)
         quotechar = self.quotechar
         if quotechar == "auto":

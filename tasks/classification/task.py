@@ -15,9 +15,10 @@ import functools
 
 import tensorflow as tf
 
+from data_prep.cli import UserError
 from modeling.export.metadata import ExportMetadata
 from tasks.classification import data, metrics, processors
-from tasks.common.classifier_task import ClassifierTask
+from tasks.common.classifier_task import ClassifierTask, test_results_text
 from training import finetuning, input_pipeline
 
 # The serving family (tasks.classification.export) that exports a classification run.
@@ -129,24 +130,24 @@ class ClassificationFamily(finetuning.TaskFamily):
         """head_tail's head (None for truncate), checked against the task and the window."""
         cfg = self.settings
         if cfg.long_document not in LONG_DOCUMENT_MODES:
-            raise ValueError(f"--long_document={cfg.long_document}: expected one of "
-                             f"{', '.join(LONG_DOCUMENT_MODES)}")
+            raise UserError(f"--long_document={cfg.long_document}: expected one of "
+                            f"{', '.join(LONG_DOCUMENT_MODES)}")
         if cfg.long_document != "head_tail" and cfg.head_tokens is not None:
-            raise ValueError("--head_tokens only applies to --long_document=head_tail")
+            raise UserError("--head_tokens only applies to --long_document=head_tail")
         if cfg.long_document == "truncate":
             return None
         if self._text_pair():
             # Which side's head and tail to keep has no single good answer: refuse.
-            raise ValueError(f"--long_document={cfg.long_document} reads single texts; task "
-                             f"{cfg.task_name} has text pairs (text_b)")
+            raise UserError(f"--long_document={cfg.long_document} reads single texts; task "
+                            f"{cfg.task_name} has text pairs (text_b)")
         if cfg.long_document != "head_tail":
             return None
         budget = self.max_seq_length - 2
         head = (data.default_head_tokens(self.max_seq_length) if cfg.head_tokens is None
                 else cfg.head_tokens)
         if not 0 <= head <= budget:
-            raise ValueError(f"--head_tokens={head} must be between 0 and max_seq_length - 2 "
-                             f"= {budget}")
+            raise UserError(f"--head_tokens={head} must be between 0 and max_seq_length - 2 "
+                            f"= {budget}")
         return head
 
     def _windows(self):
@@ -159,14 +160,14 @@ class ClassificationFamily(finetuning.TaskFamily):
         budget = self.max_seq_length - 2
         stride = max(budget // 2, 1) if cfg.doc_stride is None else cfg.doc_stride
         if not 1 <= stride <= budget:
-            raise ValueError(f"--doc_stride={stride} must be between 1 and max_seq_length - 2 "
-                             f"= {budget} (windows start doc_stride tokens apart)")
+            raise UserError(f"--doc_stride={stride} must be between 1 and max_seq_length - 2 "
+                            f"= {budget} (windows start doc_stride tokens apart)")
         if cfg.max_windows_per_document < 1:
-            raise ValueError(f"--max_windows_per_document={cfg.max_windows_per_document} "
-                             "must be at least 1")
+            raise UserError(f"--max_windows_per_document={cfg.max_windows_per_document} "
+                            "must be at least 1")
         if cfg.window_pooling not in WINDOW_POOLINGS:
-            raise ValueError(f"--window_pooling={cfg.window_pooling}: expected one of "
-                             f"{', '.join(WINDOW_POOLINGS)}")
+            raise UserError(f"--window_pooling={cfg.window_pooling}: expected one of "
+                            f"{', '.join(WINDOW_POOLINGS)}")
         return data.Windows(stride, cfg.max_windows_per_document)
 
     def identity(self) -> dict:
@@ -274,7 +275,7 @@ class ClassificationFamily(finetuning.TaskFamily):
         if not write:
             return []
         texts = {os.path.join(run_dir, f"test_results{split.suffix}.tsv"):
-                 metrics.test_results_text(values)}
+                 test_results_text(values)}
         try:
             name = metrics.glue_submission_file_name(self.settings.task_name, split.name)
         except ValueError:

@@ -1,4 +1,4 @@
-"""Owns the loop's task for one label per example: the original run_classifier's loss, its statistics and dev figures.
+"""Owns the loop's task for one label per example: the original run_classifier's loss, its statistics, dev figures and test_results.tsv.
 
 Sentence classification (`tasks.classification`, with the official GLUE metrics) and
 multiple choice (`tasks.multiple_choice`, the choices as classes) both train and evaluate
@@ -13,6 +13,21 @@ import numpy as np
 
 from modeling import losses
 from training.loop import Task
+
+
+def test_results_text(probabilities) -> str:
+    """The original's test_results.tsv: one line per example, class probabilities
+    tab-separated in input order, no header. Values are written as `str()` of their numpy
+    type (float32 probabilities print like the original's).
+
+    Args:
+      probabilities: [num_examples, num_classes] (only real examples, padding removed).
+    """
+    array = np.asarray(probabilities)
+    if array.ndim != 2:
+        raise ValueError(f"probabilities must be [num_examples, num_classes], got shape "
+                         f"{array.shape}")
+    return "".join("\t".join(str(value) for value in row) + "\n" for row in array)
 
 
 def accuracy_only(labels, predictions) -> dict:

@@ -10,6 +10,8 @@ size.
 A rebuild first removes the old metadata (it must never describe other records), writes
 the records (each file all-or-nothing, `data_prep.fileio`), then the metadata, last: an
 interrupted rebuild leaves records without metadata, which the next run rebuilds.
+`RecordCache.records` is that whole sequence; a family gives only the key and what
+writes its records.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Callable
+
+from absl import logging
 
 from data_prep import fileio
 
@@ -86,6 +91,23 @@ class RecordCache:
         if not metadata.get("record_file_sha256"):
             return None
         return metadata
+
+    def records(self, key: dict, write: Callable) -> tuple[dict, bool]:
+        """(metadata, reused): the stored metadata while it was written for `key` (`load`);
+        else the records made anew: `write(writer)` writes them with a
+        `tf.io.TFRecordWriter` on the record file's temporary (renamed into place once it
+        returns) and returns the family's metadata, committed last (`commit`)."""
+        metadata = self.load(key)
+        if metadata is not None:
+            logging.info("Reusing cached records %s", self.record_file)
+            return metadata, True
+        import tensorflow as tf
+
+        self.begin()
+        with fileio.AtomicOutputs([self.record_file]) as out, \
+                tf.io.TFRecordWriter(out.temp(self.record_file)) as writer:
+            metadata = write(writer)
+        return self.commit(key, metadata), False
 
     def begin(self) -> None:
         """Before writing new records: the directory exists, no metadata describes the old."""

@@ -28,12 +28,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Sequence
 
 from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio, tokenization
+from data_prep.cli import UserError
 from tasks.common.delimited import iter_records
 from tasks.common.pairs import pack_pair
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
@@ -47,7 +47,7 @@ SPLIT_FILES = {
 }
 
 
-class MultipleChoiceFormatError(ValueError):
+class MultipleChoiceFormatError(UserError):
     """A data file that does not fit the format; names the file and line."""
 
 
@@ -301,40 +301,31 @@ def prepare_records(data_dir: str, split: str, output_dir: str, *, fmt: ChoiceFo
     examples = read_examples(source, fmt, split=split, num_choices=num_choices)
     num_choices = len(examples[0].endings)
     cache = RecordCache.at(output_dir, f"{split}.mc.tf_record")
-    record_file = cache.record_file
     key = cache_key(
         format_version=CACHE_FORMAT_VERSION, format=dataclasses.asdict(fmt),
         source=fileio.fingerprint(source), vocab_sha256=fileio.sha256(vocab_file),
         do_lower_case=bool(do_lower_case), max_seq_length=int(max_seq_length),
         num_choices=num_choices, pad_to_multiple=int(pad_to_multiple or 1))
-    cached = cache.load(key)
-    if cached is not None:
-        return CachedChoices(record_file, cache.metadata_file, cached, True, examples)
-    if tokenizer is None:
-        tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
-    rows = list(examples)
-    if pad_to_multiple:
-        rows += [None] * (-len(rows) % pad_to_multiple)
-    encoder = record_schema(num_choices, max_seq_length).encoder()
-    longest, truncated = 0, 0
-    import tensorflow as tf
 
-    cache.begin()
-    with fileio.AtomicOutputs([record_file]) as out, \
-            tf.io.TFRecordWriter(out.temp(record_file)) as writer:
+    def write(writer) -> dict:
+        tokens = tokenizer or tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+        rows = list(examples)
+        if pad_to_multiple:
+            rows += [None] * (-len(rows) % pad_to_multiple)
+        encoder = record_schema(num_choices, max_seq_length).encoder()
+        longest, truncated = 0, 0
         for example in rows:
-            values, length = convert_example(example, num_choices, max_seq_length, tokenizer)
+            values, length = convert_example(example, num_choices, max_seq_length, tokens)
             longest = max(longest, length)
             truncated += int(length > max_seq_length)
             writer.write(encoder.encode(values))
-    metadata = cache.commit(key, {
-        "source_file": source, "num_examples": len(examples), "num_records": len(rows),
-        "num_choices": num_choices, "max_tokens_seen": longest, "num_truncated": truncated})
-    logging.info("Wrote %d %s examples (%d choices, %d truncated) to %s", len(examples), split,
-                 num_choices, truncated, record_file)
-    return CachedChoices(record_file, cache.metadata_file, metadata, False, examples)
+        logging.info("Wrote %d %s examples (%d choices, %d truncated) to %s", len(examples),
+                     split, num_choices, truncated, cache.record_file)
+        return {"source_file": source, "num_examples": len(examples), "num_records": len(rows),
+                "num_choices": num_choices, "max_tokens_seen": longest,
+                "num_truncated": truncated}
+
+    metadata, reused = cache.records(key, write)
+    return CachedChoices(cache.record_file, cache.metadata_file, metadata, reused, examples)
 
 
-def probabilities_text(probabilities: Sequence) -> str:
-    """test_results.tsv: one line per example, its choices' probabilities tab-separated."""
-    return "".join("\t".join(str(value) for value in row) + "\n" for row in probabilities)

@@ -19,7 +19,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import fileio
-from tasks.common.classifier_task import ClassifierTask
+from tasks.common.classifier_task import ClassifierTask, test_results_text
 from tasks.multiple_choice import data
 from training import finetuning, input_pipeline
 
@@ -116,7 +116,7 @@ class MultipleChoiceFamily(finetuning.TaskFamily):
         if not write:
             return []
         path = os.path.join(run_dir, "test_results.tsv")
-        fileio.write_text(path, data.probabilities_text(probabilities))
+        fileio.write_text(path, test_results_text(probabilities))
         labels = [e.label for e in split.data.examples]
         if all(label is not None for label in labels):
             accuracy = float(np.mean(probabilities.argmax(-1) == np.array(labels)))

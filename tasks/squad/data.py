@@ -27,13 +27,14 @@ from absl import logging
 from data_prep import features as features_lib
 from data_prep import fileio
 from data_prep import reference_tokenization, tokenization
+from data_prep.cli import UserError
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 from tasks.common.windows import doc_spans_for, max_context_span_index
 
 FIRST_UNIQUE_ID = 1000000000
 
 
-class SquadFormatError(ValueError):
+class SquadFormatError(UserError):
     """The SQuAD JSON is malformed, lacks a field, or disagrees with the settings used."""
 
 
@@ -275,12 +276,12 @@ class WindowConfig:
 
     def __post_init__(self):
         if self.max_query_length < 1 or self.doc_stride < 1:
-            raise ValueError(
+            raise SquadFormatError(
                 f"max_query_length ({self.max_query_length}) and doc_stride "
                 f"({self.doc_stride}) must be positive"
             )
         if self.max_seq_length <= self.max_query_length + 3:
-            raise ValueError(
+            raise SquadFormatError(
                 f"max_seq_length ({self.max_seq_length}) must be greater than "
                 f"max_query_length ({self.max_query_length}) + 3"
             )
@@ -483,52 +484,31 @@ def squad_record_values(feature: SquadFeature, is_training: bool) -> dict[str, l
 
 
 class SquadRecordWriter:
-    """Writes features to a TFRecord file that appears only when complete (`fileio.AtomicOutputs`).
+    """The original's FeatureWriter: `process_feature` (it fits
+    `convert_examples_to_features(output_fn=...)`) encodes a feature as a record into
+    `writer` (a `tf.io.TFRecordWriter`) and counts it."""
 
-    Use as a context manager; on an exception the partial file is removed. `process_feature`
-    fits `convert_examples_to_features(output_fn=...)`.
-    """
-
-    def __init__(self, filename: str, is_training: bool):
-        import tensorflow as tf
-
-        self.filename = filename
+    def __init__(self, writer, is_training: bool):
+        self.writer = writer
         self.is_training = is_training
         self.num_features = 0
         self._encoder = None
-        self._out = fileio.AtomicOutputs([filename]).__enter__()
-        self._tmp = self._out.temp(filename)
-        self._writer = tf.io.TFRecordWriter(self._tmp)
 
     def process_feature(self, feature: SquadFeature) -> None:
         if self._encoder is None:
             self._encoder = squad_schema(self.is_training).encoder(
                 max_seq_length=len(feature.input_ids))
-        self._writer.write(self._encoder.encode(squad_record_values(feature, self.is_training)))
+        self.writer.write(self._encoder.encode(squad_record_values(feature, self.is_training)))
         self.num_features += 1
-
-    def close(self) -> None:
-        self._writer.close()
-        self._out.__exit__(None, None, None)  # commits (synced); on a failure, removes
-
-    def abort(self) -> None:
-        self._writer.close()
-        self._out.abort()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-        return False
 
 
 def write_squad_tfrecord(features: Iterable[SquadFeature], filename: str, is_training: bool) -> int:
-    """Writes features atomically; returns how many were written."""
-    with SquadRecordWriter(filename, is_training) as writer:
+    """Writes features to `filename`, all-or-nothing; returns how many were written."""
+    import tensorflow as tf
+
+    with fileio.AtomicOutputs([filename]) as out, \
+            tf.io.TFRecordWriter(out.temp(filename)) as records:
+        writer = SquadRecordWriter(records, is_training)
         for feature in features:
             writer.process_feature(feature)
     return writer.num_features
@@ -638,46 +618,41 @@ def prepare_squad_records(
     sidecar_file = os.path.join(output_dir, f"{name}_features.json")
     cache = RecordCache(os.path.join(output_dir, f"{name}.tf_record"),
                         () if is_training else (sidecar_file,))
-    record_file, metadata_file = cache.record_file, cache.metadata_file
     key = cache_key(
         format=_CACHE_FORMAT, source=fileio.fingerprint(input_file),
         vocab_sha256=fileio.sha256(vocab_file), do_lower_case=do_lower_case,
         window=dataclasses.asdict(config), is_training=is_training,
         version_2_with_negative=version_2_with_negative,
         shuffle_seed=shuffle_seed if is_training else None)
-    metadata = cache.load(key)
-    if metadata is not None:
-        logging.info("Reusing cached SQuAD features %s", record_file)
-        examples = features = None
-        if not is_training:
-            examples, _ = read_squad_examples(
-                input_file, is_training=False, version_2_with_negative=version_2_with_negative)
-            features, _ = load_prediction_features(sidecar_file)
-        return PreparedSquad(record_file, metadata_file, metadata, True, examples, features)
+    examples, kept = None, []
 
-    examples, skipped = read_squad_examples(
-        input_file, is_training=is_training, version_2_with_negative=version_2_with_negative)
-    cache.begin()
-    if is_training and shuffle_seed is not None:
-        random.Random(shuffle_seed).shuffle(examples)
-    if tokenizer is None:
-        tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
-    kept = []
-    with SquadRecordWriter(record_file, is_training) as writer:
-        for feature in iter_features(examples, tokenizer, config, is_training=is_training):
-            writer.process_feature(feature)
+    def write(writer) -> dict:
+        nonlocal examples
+        examples, skipped = read_squad_examples(
+            input_file, is_training=is_training,
+            version_2_with_negative=version_2_with_negative)
+        if is_training and shuffle_seed is not None:
+            random.Random(shuffle_seed).shuffle(examples)
+        tokens = tokenizer or tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+        records = SquadRecordWriter(writer, is_training)
+        for feature in iter_features(examples, tokens, config, is_training=is_training):
+            records.process_feature(feature)
             if not is_training:
                 feature.input_ids = feature.input_mask = feature.segment_ids = []
                 kept.append(feature)
-    if not is_training:
-        save_prediction_features(kept, sidecar_file)
-    metadata = cache.commit(key, {
-        "num_examples": len(examples),
-        "num_features": writer.num_features,
-        "num_skipped": len(skipped),
-        "skipped": [list(s) for s in skipped[:100]],
-    })
-    logging.info("%s: %d examples -> %d features in %s (%d skipped)", input_file,
-                 len(examples), writer.num_features, record_file, len(skipped))
-    return PreparedSquad(record_file, metadata_file, metadata, False,
-                         None if is_training else examples, None if is_training else kept)
+        if not is_training:
+            save_prediction_features(kept, sidecar_file)
+        logging.info("%s: %d examples -> %d features in %s (%d skipped)", input_file,
+                     len(examples), records.num_features, cache.record_file, len(skipped))
+        return {"num_examples": len(examples), "num_features": records.num_features,
+                "num_skipped": len(skipped), "skipped": [list(s) for s in skipped[:100]]}
+
+    metadata, reused = cache.records(key, write)
+    if is_training:
+        return PreparedSquad(cache.record_file, cache.metadata_file, metadata, reused)
+    if reused:
+        examples, _ = read_squad_examples(
+            input_file, is_training=False, version_2_with_negative=version_2_with_negative)
+        kept, _ = load_prediction_features(sidecar_file)
+    return PreparedSquad(cache.record_file, cache.metadata_file, metadata, reused, examples,
+                         kept)

@@ -31,6 +31,7 @@ from typing import Mapping
 from absl import logging
 
 from data_prep import fileio
+from data_prep.cli import UserError
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -97,7 +98,7 @@ def _articles(dataset_json):
     """Accepts the whole JSON object ({"version", "data"}) or its `data` list."""
     if isinstance(dataset_json, Mapping):
         if "data" not in dataset_json:
-            raise ValueError("SQuAD dataset has no 'data' field")
+            raise UserError("SQuAD dataset has no 'data' field")
         return dataset_json["data"]
     return dataset_json
 
@@ -158,7 +159,7 @@ def evaluate_v1(dataset_json, predictions: Mapping[str, str]) -> dict:
             "v1.1 metrics, which score answerable questions only: %s%s; %d scored",
             len(no_answers), shown, " ..." if len(no_answers) > 10 else "", total)
     if total == 0:
-        raise ValueError("SQuAD dataset has no questions with gold answers to score")
+        raise UserError("SQuAD dataset has no questions with gold answers to score")
     scores = {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
     if no_answers:
         scores.update(total=total, skipped_without_answers=len(no_answers))
@@ -243,7 +244,7 @@ def evaluate_v2(dataset_json, predictions: Mapping[str, str], na_probs=None,
     """Official v2.0 scores; with `na_probs` also the best-threshold entries."""
     qid_to_has_ans = {qa["id"]: bool(qa["answers"]) for qa in _questions(dataset_json)}
     if not qid_to_has_ans:
-        raise ValueError("SQuAD dataset has no questions")
+        raise UserError("SQuAD dataset has no questions")
     has_ans_qids = [k for k, v in qid_to_has_ans.items() if v]
     no_ans_qids = [k for k, v in qid_to_has_ans.items() if not v]
     given_na_probs = na_probs is not None

@@ -21,6 +21,7 @@ import numpy as np
 from absl import logging
 
 from data_prep import fileio, tokenization
+from data_prep.cli import UserError
 from tasks.squad.data import SquadExample, SquadFeature
 
 # The original's initial "minimum null score": large and positive.
@@ -39,7 +40,7 @@ class PostprocessConfig:
 
     def __post_init__(self):
         if self.n_best_size < 1 or self.max_answer_length < 1:
-            raise ValueError(
+            raise UserError(
                 f"n_best_size ({self.n_best_size}) and max_answer_length "
                 f"({self.max_answer_length}) must be positive"
             )

@@ -1,7 +1,8 @@
 """The SQuAD task as the loop and the runner see it: span loss, dataset, scoring and prediction files.
 
-`SpanTask` is the loop's task object (the original run_squad's loss), `squad_dataset`
-reads the windows' records, and `SquadFamily` is what `training.finetuning.run` needs:
+`SpanTask` is the loop's task object (the original run_squad's loss) and `SquadFamily` is
+what `training.finetuning.run` needs (the windows' records read as every family's, its
+`records`):
 `--train_file` for training, `--predict_file` for `--do_eval` (the official EM/F1, which
 needs gold answers; it picks the best seed and checkpoint) and `--do_predict` (the
 original's `predictions.json`, `nbest_predictions.json`, v2.0 `null_odds.json`, plus
@@ -11,10 +12,10 @@ original's `predictions.json`, `nbest_predictions.json`, v2.0 `null_odds.json`, 
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
 
 import tensorflow as tf
 
+from data_prep.cli import UserError
 from modeling import losses
 from modeling.export.metadata import ExportMetadata
 from tasks.squad import data
@@ -56,56 +57,6 @@ class SpanTask(Task):
         count = max(totals["example_count"], 1.0)
         return [("start_accuracy", "start_acc", totals["start_correct_sum"] / count),
                 ("end_accuracy", "end_acc", totals["end_correct_sum"] / count)]
-
-
-@dataclasses.dataclass(frozen=True)
-class SquadInputConfig:
-    """A SQuAD TFRecord file(s) (`prepare_squad_records(...).record_file`) and its shape.
-
-    Attributes:
-      input_patterns: file globs.
-      max_seq_length: must match the records.
-      shuffle_buffer: training shuffle buffer (the original: 100).
-      seed: shuffle seed (reproducible order).
-    """
-
-    input_patterns: Sequence[str]
-    max_seq_length: int = 384
-    shuffle_buffer: int = 100
-    seed: int | None = None
-
-
-def squad_dataset(config: SquadInputConfig, *, batch_size: int, is_training: bool,
-                  input_context: tf.distribute.InputContext | None = None
-                  ) -> tf.data.Dataset:
-    """Batched SQuAD features, like the original run_squad's input_fn_builder.
-
-    Training reads train.tf_record (with `start_positions`, `end_positions`,
-    `is_impossible`), repeats, shuffles, shards per input pipeline and drops the
-    remainder. Prediction reads eval.tf_record once, in order, and pads the last batch
-    with all-zero rows (`unique_ids` 0) so every batch has `batch_size` rows (static
-    shapes for TPU and XLA); drop rows whose unique id is unknown.
-
-    Args:
-      config: files and shape.
-      batch_size: per-replica batch for training (`input_context.get_per_replica_batch_size`);
-        for `TrainingLoop.predict` the GLOBAL batch.
-      is_training: training records, shuffled and repeated forever.
-      input_context: shards the records across input pipelines (training).
-
-    Returns:
-      Dataset of dicts of int32: [batch, 1] `unique_ids`; [batch, max_seq_length]
-      `input_ids`, `input_mask`, `segment_ids`; training also [batch, 1]
-      `start_positions`, `end_positions`, `is_impossible`.
-    """
-    spec = data.squad_schema(is_training).parse_spec(max_seq_length=config.max_seq_length)
-    records = input_pipeline.RecordsConfig(tuple(config.input_patterns), spec,
-                                           config.shuffle_buffer, config.seed)
-    return input_pipeline.finetuning_records(records, batch_size=batch_size,
-                                             is_training=is_training,
-                                             input_context=input_context,
-                                             drop_remainder=is_training,
-                                             pad_to_batch=not is_training)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,26 +130,26 @@ class SquadFamily(finetuning.TaskFamily):
         return {"task": "squad", **({"bilstm_units": bilstm} if bilstm else {})}
 
     def validate(self, run) -> None:
-        """The original's validate_flags_or_throw for the SQuAD flags; raises ValueError."""
+        """The original's validate_flags_or_throw for the SQuAD flags; raises UserError."""
         cfg = self.settings
         if not run.do_train and not run.do_predict and not run.do_eval:
-            raise ValueError("At least one of `do_train` or `do_predict` must be True.")
+            raise UserError("At least one of `do_train` or `do_predict` must be True.")
         if run.do_train and not cfg.train_file:
-            raise ValueError("If `do_train` is True, then `train_file` must be specified.")
+            raise UserError("If `do_train` is True, then `train_file` must be specified.")
         if (run.do_predict or run.do_eval) and not cfg.predict_file:
             flag = "do_predict" if run.do_predict else "do_eval"
-            raise ValueError(f"If `{flag}` is True, then `predict_file` must be specified.")
+            raise UserError(f"If `{flag}` is True, then `predict_file` must be specified.")
         if run.max_seq_length <= cfg.max_query_length + 3:
-            raise ValueError(
+            raise UserError(
                 f"The max_seq_length ({run.max_seq_length}) must be greater than "
                 f"max_query_length ({cfg.max_query_length}) + 3")
         if cfg.doc_stride < 1:
-            raise ValueError(f"--doc_stride={cfg.doc_stride} must be at least 1")
+            raise UserError(f"--doc_stride={cfg.doc_stride} must be at least 1")
         if cfg.bilstm_units < 0:
-            raise ValueError(f"--bilstm_units={cfg.bilstm_units} must be 0 (none) or more")
+            raise UserError(f"--bilstm_units={cfg.bilstm_units} must be 0 (none) or more")
 
     def check_files(self, run) -> None:
-        """Raises ValueError naming the flag of an input file that does not exist."""
+        """Raises UserError naming the flag of an input file that does not exist."""
         from data_prep import fileio
 
         files = [("vocab_file", run.vocab_file)]
@@ -207,7 +158,7 @@ class SquadFamily(finetuning.TaskFamily):
                   if run.do_predict or run.do_eval else [])
         for name, path in files:
             if not fileio.exists(path):
-                raise ValueError(f"--{name}={path}: no such file")
+                raise UserError(f"--{name}={path}: no such file")
 
     def prepare(self, run):
         from tasks.squad import metrics
@@ -225,7 +176,7 @@ class SquadFamily(finetuning.TaskFamily):
         if run.do_train:
             train = prepare(cfg.train_file, True)
             if train.num_features == 0:
-                raise ValueError(f"{cfg.train_file}: no training examples")
+                raise data.SquadFormatError(f"{cfg.train_file}: no training examples")
             # As the original: examples (not windows) / batch * epochs.
             prepared.train = finetuning.Split("train", "", train.num_examples, train)
         if run.do_eval or run.do_predict:
@@ -234,8 +185,8 @@ class SquadFamily(finetuning.TaskFamily):
             self._dataset_json = data.load_squad_json(cfg.predict_file)
             if run.do_eval:
                 if not metrics.has_gold_answers(self._dataset_json):
-                    raise ValueError(f"--do_eval: {cfg.predict_file} has no answers to score "
-                                     "(a test file); use --do_predict alone")
+                    raise UserError(f"--do_eval: {cfg.predict_file} has no answers to score "
+                                    "(a test file); use --do_predict alone")
                 prepared.eval_splits.append(split)
                 self._batch_sizes["eval"] = run.eval_batch_size
             if run.do_predict:

@@ -17,7 +17,7 @@ from tasks.tagging import metrics
 
 def main(argv=None) -> int:
     """The command: the report on stdout; a malformed line is one error line, status 1."""
-    return cli.run_main(lambda: _work(argv), "conlleval", (ValueError,))
+    return cli.run_main(lambda: _work(argv), "conlleval")
 
 
 def _work(argv) -> None:

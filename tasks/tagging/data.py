@@ -40,6 +40,7 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio
+from data_prep.cli import UserError
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 from tasks.common.windows import doc_spans_for, max_context_span_index
 
@@ -61,7 +62,7 @@ TRAIN_SHUFFLE_SEED = 12345
 _COLUMNS = re.compile(r"[ \t]+")
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError):
     """A tagging data file is missing or malformed; the message names file and line."""
 
 
@@ -218,15 +219,15 @@ def labels_from_sentences(conll: ConllFile) -> list[str]:
 
 
 def parse_label_list(value: str | Sequence[str]) -> tuple[str, ...]:
-    """A --label_list value (comma-separated, or a sequence) as a tuple; ValueError on
+    """A --label_list value (comma-separated, or a sequence) as a tuple; UserError on
     blanks or repeats."""
     items = value.split(",") if isinstance(value, str) else list(value)
     labels = tuple(str(item).strip() for item in items)
     if not labels or any(not label for label in labels):
-        raise ValueError(f"--label_list={value!r}: empty label names")
+        raise UserError(f"--label_list={value!r}: empty label names")
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
-        raise ValueError(f"--label_list repeats {repeated}")
+        raise UserError(f"--label_list repeats {repeated}")
     return labels
 
 
@@ -365,10 +366,10 @@ class WindowConfig:
 
     def __post_init__(self):
         if self.max_seq_length < 3:
-            raise ValueError(f"--max_seq_length={self.max_seq_length}: a window needs at "
-                             "least [CLS], one piece and [SEP] (3)")
+            raise UserError(f"--max_seq_length={self.max_seq_length}: a window needs at "
+                            "least [CLS], one piece and [SEP] (3)")
         if self.doc_stride is not None and self.doc_stride < 1:
-            raise ValueError(f"--doc_stride={self.doc_stride} must be at least 1")
+            raise UserError(f"--doc_stride={self.doc_stride} must be at least 1")
 
     @property
     def room(self) -> int:
@@ -585,45 +586,35 @@ def prepare_tagging_records(conll: ConllFile, split: str, output_dir: str, *,
       split: "train", "dev" or "test" (the file names).
       tokenizer: an already built FullTokenizer for vocab_file/do_lower_case (optional).
     """
-    import tensorflow as tf
-
     from data_prep import tokenization
 
     cache = RecordCache.at(output_dir, f"{split}.tf_record")
-    record_file, metadata_file = cache.record_file, cache.metadata_file
     key = _cache_key(conll, split, vocab_file=vocab_file, do_lower_case=do_lower_case,
                      config=config, label_list=label_list, is_training=is_training)
-    cached = cache.load(key)
-    if cached is not None:
-        logging.info("Reusing cached %s records in %s", split, record_file)
-        return PreparedTagging(record_file, metadata_file, cached, True, conll)
-    if tokenizer is None:
-        tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
-    stats: dict = {}
-    windows = sentence_windows(conll, tokenizer, label_list, config,
-                               is_training=is_training, stats=stats)
-    if is_training:
-        windows = list(windows)
-        random.Random(TRAIN_SHUFFLE_SEED).shuffle(windows)
-    encoder = TAGGING_SCHEMA.encoder(max_seq_length=config.max_seq_length)
-    cache.begin()
-    with fileio.AtomicOutputs([record_file]) as out, \
-            tf.io.TFRecordWriter(out.temp(record_file)) as writer:
+
+    def write(writer) -> dict:
+        stats: dict = {}
+        windows = sentence_windows(conll, tokenizer or tokenization.FullTokenizer(
+            vocab_file, do_lower_case=do_lower_case), label_list, config,
+            is_training=is_training, stats=stats)
+        if is_training:
+            windows = list(windows)
+            random.Random(TRAIN_SHUFFLE_SEED).shuffle(windows)
+        encoder = TAGGING_SCHEMA.encoder(max_seq_length=config.max_seq_length)
         for feature in windows:
             writer.write(encoder.encode(record_values(feature)))
-    sentences = conll.sentences
-    metadata = cache.commit(key, {
-        "split": split, "source_file": conll.path,
-        "label_list": list(label_list), "has_tags": conll.has_tags,
-        "num_sentences": len(sentences),
-        "num_documents": sum(isinstance(i, DocumentStart) for i in conll.items),
-        **stats,
-    })
-    logging.info("%s: %d sentences, %d words -> %d windows (%d sentences longer than one "
-                 "window, %d words as [UNK]) in %s", conll.path, len(sentences),
-                 stats["num_words"], stats["num_windows"], stats["num_long_sentences"],
-                 stats["num_unknown_words"], record_file)
-    return PreparedTagging(record_file, metadata_file, metadata, False, conll)
+        sentences = conll.sentences
+        logging.info("%s: %d sentences, %d words -> %d windows (%d sentences longer than "
+                     "one window, %d words as [UNK]) in %s", conll.path, len(sentences),
+                     stats["num_words"], stats["num_windows"], stats["num_long_sentences"],
+                     stats["num_unknown_words"], cache.record_file)
+        return {"split": split, "source_file": conll.path, "label_list": list(label_list),
+                "has_tags": conll.has_tags, "num_sentences": len(sentences),
+                "num_documents": sum(isinstance(i, DocumentStart) for i in conll.items),
+                **stats}
+
+    metadata, reused = cache.records(key, write)
+    return PreparedTagging(cache.record_file, cache.metadata_file, metadata, reused, conll)
 
 
 # --- prediction files -------------------------------------------------------------------------

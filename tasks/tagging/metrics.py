@@ -34,6 +34,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
+from data_prep.cli import UserError
+
 # conlleval's sentence-boundary word and outside tag.
 BOUNDARY = "-X-"
 OUTSIDE = "O"
@@ -204,7 +206,7 @@ def evaluate_lines(lines: Iterable[str], delimiter: str = " ") -> ChunkCounts:
 
     An empty line or one whose first field is `-X-` is a sentence boundary; fields are
     split on `delimiter` (the perl's default: one space). Lines with a different number of
-    fields than the first raise ValueError naming the line (the perl exits).
+    fields than the first raise UserError naming the line (the perl exits).
     """
     counter = _Counter()
     num_fields = None
@@ -217,13 +219,13 @@ def evaluate_lines(lines: Iterable[str], delimiter: str = " ") -> ChunkCounts:
         if num_fields is None:
             num_fields = len(fields) or None
         elif fields and len(fields) != num_fields:
-            raise ValueError(f"line {number}: unexpected number of features: {len(fields)} "
-                             f"({num_fields})")
+            raise UserError(f"line {number}: unexpected number of features: {len(fields)} "
+                            f"({num_fields})")
         if not fields or fields[0] == BOUNDARY:
             counter.token(OUTSIDE, OUTSIDE, boundary=True)
             continue
         if len(fields) < 2:
-            raise ValueError(f"line {number}: unexpected number of features in line {line!r}")
+            raise UserError(f"line {number}: unexpected number of features in line {line!r}")
         counter.token(fields[-2], fields[-1])
     return counter.finish()
 

@@ -27,6 +27,7 @@ import os
 import numpy as np
 
 from data_prep import fileio
+from data_prep.cli import UserError
 from modeling import losses
 from modeling.export.metadata import METADATA_FILE, ExportMetadata
 from tasks.tagging import data, metrics
@@ -150,10 +151,10 @@ class TaggingFamily(finetuning.TaskFamily):
                                         doc_stride=settings.doc_stride,
                                         document_context=settings.document_context)
         if settings.feature_layers not in FEATURE_LAYERS:
-            raise ValueError(f"--feature_layers={settings.feature_layers}; expected one of "
-                             f"{', '.join(FEATURE_LAYERS)}")
+            raise UserError(f"--feature_layers={settings.feature_layers}; expected one of "
+                            f"{', '.join(FEATURE_LAYERS)}")
         if settings.lstm_units < 1:
-            raise ValueError(f"--lstm_units={settings.lstm_units} must be at least 1")
+            raise UserError(f"--lstm_units={settings.lstm_units} must be at least 1")
         self._train_file = None
         if settings.label_list:
             self.label_list = list(data.parse_label_list(settings.label_list))
@@ -255,7 +256,7 @@ class TaggingFamily(finetuning.TaskFamily):
                   if found.get(key) != dataclasses.asdict(mine)[key]
                   and not (key == "labels" and tuple(found.get(key, ())) == mine.labels)]
         if differ:
-            raise ValueError(
+            raise UserError(
                 f"--init_checkpoint={path} is a tagging run whose "
                 + ", ".join(f"{key}={found.get(key)!r}" for key in differ)
                 + " differ from this run's ("
