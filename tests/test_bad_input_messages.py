@@ -425,3 +425,97 @@ def test_convert_checkpoint_says_what_is_wrong_in_one_line(our_checkpoint, tmp_p
     assert f"convert_checkpoint.py: error: {expected}" in result.stderr, result.stderr[-2000:]
     assert not os.path.isdir(tmp_path / "out")
     assert {path.name: path.read_bytes() for path in our_checkpoint.iterdir()} == before
+
+
+# --------------------------------------------------------------------------- issue 38
+
+
+@pytest.mark.parametrize("case", ["0 bytes", "a glob of empty files", "gzip of no record"])
+def test_pretraining_input_without_records_is_refused_in_one_line(tmp_path, case):
+    """Issue 38 #5: an empty input file passed every check and the run then spun at 100%
+    CPU inside the compiled training call, deaf to SIGTERM and Ctrl-C."""
+    import gzip
+
+    if case == "gzip of no record":
+        with gzip.open(tmp_path / "none.tfrecord.gz", "wb"):
+            pass
+        pattern = str(tmp_path / "none.tfrecord.gz")
+    else:
+        for name in ("a", "b")[:1 if case == "0 bytes" else 2]:
+            (tmp_path / f"{name}.tfrecord").write_bytes(b"")
+        pattern = str(tmp_path / ("a.tfrecord" if case == "0 bytes" else "*.tfrecord"))
+    result = call_main(
+        "run_pretraining", input_file=pattern, output_dir=tmp_path / "out",
+        bert_config_file=S.write_config(tmp_path / "bert_config.json"), do_train="true",
+        train_batch_size=4, num_train_steps=4, max_seq_length=S.SEQ,
+        max_predictions_per_seq=S.PREDS, distribution_strategy="one_device")
+    assert result.code == 1, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("run_pretraining.py: error: --input_file: no record to "
+                                "read: "), lines
+    assert "Traceback" not in result.stderr and "training from step" not in result.log
+    assert not os.path.exists(tmp_path / "out" / ".run.lock")
+
+
+def test_a_training_input_whose_files_hold_no_record_fails_instead_of_spinning(tmp_path):
+    """Issue 38 #5, below the checks: files emptied after them. The training input repeats
+    its file list forever; files that yield nothing made that a search without end inside
+    one TensorFlow op. It now fails (an empty file among full ones is read past)."""
+    import threading
+
+    import tensorflow as tf
+
+    from training import input_pipeline, record_checks
+
+    good = S.write_records(tmp_path / "good.tfrecord", S.synthetic_instances(8))
+    (tmp_path / "empty.tfrecord").write_bytes(b"")
+
+    def first_batches(pattern):
+        config = input_pipeline.PretrainingInputConfig((pattern,), S.SEQ, S.PREDS, seed=1)
+        dataset = input_pipeline.pretraining_dataset(config, batch_size=4, is_training=True,
+                                                     check=False)
+        outcome = []
+
+        def read():
+            try:
+                with record_checks.naming_bad_records((pattern,)):
+                    iterator = iter(dataset)
+                    outcome.append([next(iterator) for _ in range(20)])
+            except Exception as err:  # noqa: BLE001 - the outcome under test
+                outcome.append(err)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(120)
+        assert outcome, f"{pattern}: still reading after 120 s (spinning)"
+        return outcome[0]
+
+    assert len(first_batches(str(tmp_path / "*.tfrecord"))) == 20  # good + empty
+    os.remove(good)
+    error = first_batches(str(tmp_path / "*.tfrecord"))
+    assert isinstance(error, record_checks.RecordFileError), repr(error)
+    assert f"no record to read: {tmp_path / 'empty.tfrecord'} holds no TFRecord" in str(error)
+    assert isinstance(error.__context__, tf.errors.InvalidArgumentError)
+
+
+def test_records_that_read_from_the_start_but_not_from_the_resumed_position(tmp_path):
+    """Issue 38: a pretraining file replaced by other records of the same size (its size is
+    what the saved input position is checked against) failed the resumed run with
+    "damaged TFRecord data in [...]: Graph execution error:". Every record still reads from
+    the start: the message now says the file changed since the checkpoint, naming it."""
+    import tensorflow as tf
+
+    from training import record_checks
+
+    records = S.write_records(tmp_path / "data.tfrecord", S.synthetic_instances(8))
+    # What the resumed reader raised (TensorFlow's text, its position in the old records).
+    error = tf.errors.DataLossError(
+        None, None, "Graph execution error:\n\n{{function_node __wrapped__IteratorGetNext"
+                    "_device_/job:localhost}} corrupted record at 1234\n\t [[{{node x}}]]")
+    with pytest.raises(record_checks.RecordFileError) as info:
+        with record_checks.naming_bad_records((records,)):
+            raise error
+    message = str(info.value)
+    assert message.startswith(f"{records}: every record reads from the start, but reading "
+                              "on from where the run was failed (corrupted record at 1234): "
+                              "the file changed since the checkpoint"), message

@@ -106,15 +106,17 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
     if is_training:
         dataset = dataset.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
         dataset = dataset.repeat()
-    read = lambda f: tf.data.TFRecordDataset(  # noqa: E731
-        f, compression_type=compression, buffer_size=8 * 1024 * 1024)
-    if is_training:
+        # The file names repeat forever: a file that holds no record checks that the others
+        # hold one, or the interleave would look for a record forever (`records_guard`).
+        read = record_checks.records_guard(files[shard_id::shards] if shard_files else files,
+                                           compression)
         dataset = dataset.interleave(read, cycle_length=max(1, min(config.cycle_length,
                                                                    len(files))),
                                      num_parallel_calls=tf.data.AUTOTUNE,
                                      deterministic=deterministic)
     else:  # Evaluation reads the files once, in order.
-        dataset = dataset.flat_map(read)
+        dataset = dataset.flat_map(lambda f: tf.data.TFRecordDataset(
+            f, compression_type=compression, buffer_size=8 * 1024 * 1024))
     if shards > 1 and not shard_files:
         dataset = dataset.shard(shards, shard_id)
     if is_training:
@@ -128,6 +130,16 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if config.masking is not None:  # a fresh mask per batch (training/dynamic_masking.py)
         dataset = dynamic_masking.apply(dataset, config.masking, shard_id, deterministic)
+    if is_training:
+        # The guard's first-record read is a stateful op to tf.data (a dataset reduced
+        # inside a function) whose state the saved position need not hold: it is read
+        # again whenever a file is opened. Nothing else here has state outside the
+        # iterator (randomness is stateless): a resumed input gives the batches of the
+        # run it continues (tests/test_resume.py, dynamic masking included).
+        options = tf.data.Options()
+        options.experimental_external_state_policy = (
+            tf.data.experimental.ExternalStatePolicy.IGNORE)
+        dataset = dataset.with_options(options)
     return _finished(dataset, deterministic)
 
 

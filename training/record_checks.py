@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -185,14 +186,27 @@ def naming_bad_records(patterns: Sequence[str], compression: str = "auto", *,
         logging.error("Damaged TFRecord data; scanning %d file(s) to find it", len(files))
         found = find_damaged_record(files, compression)
         if found is None:
-            raise RecordFileError(f"damaged TFRecord data in {list(patterns)}: "
-                                  f"{str(err).strip().splitlines()[0]}") from err
+            # Every record reads from its file's start: the reader was somewhere else, at
+            # the position a resumed run restored (or in a file being rewritten).
+            listed = ", ".join(files[:3]) + (f" and {len(files) - 3} more"
+                                              if len(files) > 3 else "")
+            raise RecordFileError(
+                f"{listed}: every record reads from the start, but reading on from where "
+                f"the run was failed ({_reason(err)}): "
+                f"{'the file' if len(files) == 1 else 'a file'} changed since the "
+                "checkpoint whose input position this run resumed from (other records "
+                "under the same name and size), or while it was read; put back the "
+                "records the run was trained on, or start a new --output_dir with "
+                "--init_checkpoint=<that checkpoint>") from err
         path, index, message = found
         raise RecordFileError(
             f"{path}: TFRecord data is damaged or truncated at record {index} ({message}); "
             "regenerate or remove this file") from err
     except tf.errors.InvalidArgumentError as err:
         text = str(err)
+        if _NO_RECORD_MARK in text:
+            raise RecordFileError(f"{list(patterns)}: {_no_record(list_files(patterns))}; "
+                                  "they held records when the run started") from None
         if _ID_CHECK_MARK not in text and not any(m in text for m in _PARSE_ERRORS):
             raise
         files = list_files(patterns)
@@ -203,6 +217,15 @@ def naming_bad_records(patterns: Sequence[str], compression: str = "auto", *,
             raise
         path, index, message = found
         raise RecordFileError(f"{path}: record {index} {message}") from None
+
+
+def _reason(err: tf.errors.OpError) -> str:
+    """The line of a TensorFlow error that says what failed (not "Graph execution error:",
+    nor the function node it failed in)."""
+    lines = [re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line).strip()
+             for line in str(err.message).splitlines()]
+    lines = [line for line in lines if line and line != "Graph execution error:"]
+    return lines[0] if lines else type(err).__name__
 
 
 def find_bad_record(files: Sequence[str], compression: str = "auto", *,
@@ -347,12 +370,15 @@ def _first_of(compression: str):
 def check_pretraining_files(files: Sequence[str], max_seq_length: int,
                             max_predictions_per_seq: int, compression: str = "auto",
                             limits: Sequence[IdLimit] = (), flag_prefix: str = ""):
-    """The record kind of every file, from its first record (None: all empty); raises
-    RecordFileError naming a file whose first record does not fit the flags (lengths, ids
-    beyond `limits`), or one file of each kind when masked and unmasked records are mixed
-    (the masked ones would be masked again, silently). `flag_prefix`: the flags named are
-    `--{flag_prefix}input_file` and the like (phase 2's: "phase2_")."""
+    """The record kind of every file, from its first record; raises RecordFileError when
+    no file holds a record (nothing to train or evaluate on), naming a file whose first
+    record does not fit the flags (lengths, ids beyond `limits`), or one file of each kind
+    when masked and unmasked records are mixed (the masked ones would be masked again,
+    silently). `flag_prefix`: the flags named are `--{flag_prefix}input_file` and the like
+    (phase 2's: "phase2_")."""
     records = _first_records(files, compression)
+    if not records:
+        raise RecordFileError(f"--{flag_prefix}input_file: {_no_record(files)}")
     kinds = {}
     for path in files:
         if path in records:
@@ -371,6 +397,42 @@ def check_pretraining_files(files: Sequence[str], max_seq_length: int,
         _check_example(path, tf.train.Example.FromString(records[path]), schema,
                        max_seq_length, max_predictions_per_seq, limits, flag_prefix)
     return next(iter(kinds.values()), None)
+
+
+def _no_record(files: Sequence[str]) -> str:
+    """What to say of input files none of which holds a record."""
+    listed = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return (f"no record to read: {listed} {'holds' if len(files) == 1 else 'hold'} no "
+            "TFRecord (empty)")
+
+
+# The message of `records_guard`'s check, which `naming_bad_records` turns into a line.
+_NO_RECORD_MARK = "none of the input files holds a record"
+
+
+def records_guard(files: Sequence[str], compression: str):
+    """A file name -> its records, for a training input that repeats its file list forever
+    and interleaves what the files yield: if none of `files` holds a record any more
+    (emptied or replaced after `check_pretraining_files`), that interleave would look for a
+    record forever inside the compiled training call, where no signal reaches it (SIGTERM,
+    Ctrl-C). Opening a file that holds none checks the others, and fails (naming the files)
+    when they hold none either. A file that holds records costs one read of its first."""
+    names = tf.constant(list(files))
+
+    def has_record(path):
+        return tf.data.TFRecordDataset(path, compression_type=compression).take(1).reduce(
+            tf.constant(False), lambda found, _: tf.constant(True))
+
+    def read(path):
+        found = tf.cond(has_record(path), lambda: tf.constant(True),
+                        lambda: has_record(names))
+        check = tf.debugging.Assert(found, [f"{_NO_RECORD_MARK}: {list(files)[:4]}"])
+        with tf.control_dependencies([check]):
+            path = tf.identity(path)
+        return tf.data.TFRecordDataset(path, compression_type=compression,
+                                       buffer_size=8 * 1024 * 1024)
+
+    return read
 
 
 def check_record_kind(schema, masking, path: str, read_unmasked: bool = False) -> None:
