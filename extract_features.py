@@ -185,7 +185,7 @@ def _windows():
 def run():
     """Checks the flags and inputs (before loading any model), then writes the JSON lines."""
     from data_prep import fileio
-    from data_prep.tokenization import FullTokenizer, VocabError
+    from data_prep.tokenization import ENCODING_TOKENS, FullTokenizer, VocabError, check_vocab
     from training import flags as common_flags
     from modeling import checkpoints
     from modeling.encoder import BertEncoder
@@ -228,6 +228,7 @@ def run():
                              f"max_position_embeddings {config.max_position_embeddings}")
     try:
         tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=FLAGS.do_lower_case)
+        check_vocab(tokenizer.vocab, vocab_file, required=ENCODING_TOKENS)
     except VocabError as err:
         raise VocabError(f"--vocab_file: {err}") from None
     features = convert_examples(examples, FLAGS.max_seq_length, tokenizer, windows,

@@ -519,3 +519,33 @@ def test_records_that_read_from_the_start_but_not_from_the_resumed_position(tmp_
     assert message.startswith(f"{records}: every record reads from the start, but reading "
                               "on from where the run was failed (corrupted record at 1234): "
                               "the file changed since the checkpoint"), message
+
+
+@pytest.mark.parametrize("runner", ["run_classifier", "run_squad", "run_ner", "run_swag",
+                                    "glue_submission", "extract_features"])
+def test_a_vocab_without_the_special_tokens_is_refused_in_one_line(runner, tmp_path):
+    """Issue 38 #9: run_classifier ended in a traceback (KeyError: '[CLS]') where the data
+    tools refuse the same vocab in one line; every runner now refuses it, before reading
+    any data, with the data tools' check (`tokenization.check_vocab`)."""
+    from tests.test_flags_used import RUNNERS
+
+    vocab = write_vocab(tmp_path / "vocab.txt", [t for t in TINY_VOCAB if t != "[CLS]"])
+    argv = [arg for arg in RUNNERS.get(runner, []) if not arg.startswith("--vocab_file")]
+    if runner == "extract_features":  # its checkpoint is checked first: a real one
+        from modeling import checkpoints
+        from modeling.config import BertConfig
+        from modeling.encoder import BertEncoder
+
+        config = S.write_config(tmp_path / "bert_config.json")
+        checkpoints.save_ours(BertEncoder(BertConfig.from_json_file(config)),
+                              str(tmp_path / "ckpt"), BertConfig.from_json_file(config))
+        argv = [f"--input_file={vocab}", f"--output_file={tmp_path / 'features.jsonl'}",
+                f"--init_checkpoint={tmp_path / 'ckpt'}", f"--bert_config_file={config}",
+                "--layers=-1"]
+    result = call_main(runner, [*argv, f"--vocab_file={vocab}"], cwd=tmp_path)
+    assert result.code == 1, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.endswith(f": error: --vocab_file: vocab file {vocab!r} lacks required "
+                         f"token(s) [CLS] ({len(TINY_VOCAB) - 1} tokens read); is it a BERT "
+                         "vocab.txt?"), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

@@ -34,6 +34,18 @@ def load_bert_config(bert_config_file: str, max_seq_length: int):
     return bert_config
 
 
+def check_vocab_tokens(vocab_file: str) -> None:
+    """Raises VocabError naming --vocab_file when it cannot be read or lacks a token every
+    encoded input needs (`tokenization.ENCODING_TOKENS`), as the data tools refuse it."""
+    from data_prep import tokenization
+
+    try:
+        tokenization.check_vocab(tokenization.load_vocab(vocab_file), vocab_file,
+                                 required=tokenization.ENCODING_TOKENS)
+    except tokenization.VocabError as err:
+        raise tokenization.VocabError(f"--vocab_file: {err}") from None
+
+
 def check_vocab_fits(vocab_file: str, bert_config, bert_config_file: str) -> None:
     """Raises ValueError naming both flags when --vocab_file has more tokens than the
     model's embedding table: the records made with it would hold ids the model lacks."""

@@ -280,10 +280,6 @@ class ClassificationFamily(finetuning.TaskFamily):
         except ValueError:
             name = None  # XNLI and custom data have no GLUE server file.
         if name is not None:
-            if split.data.metadata.get("num_bad_rows"):
-                logging.warning("%d bad test rows were skipped: %s indices are 0..n-1 and "
-                                "no longer match the GLUE test set",
-                                split.data.metadata["num_bad_rows"], name)
             texts[os.path.join(run_dir, name)] = metrics.glue_submission_text(
                 self.settings.task_name, submission,
                 None if self.is_regression else self.label_list)
