@@ -167,12 +167,9 @@ def _layer_indexes(text: str) -> list:
 
 
 def _windows():
-    """--long_text and its flags as `Windows` (None: truncate); UsageError naming a flag."""
+    """--long_text and its flags as `Windows` (None: truncate); UsageError naming a flag
+    (its flags with truncate: `MODES`)."""
     if FLAGS.long_text == "truncate":
-        given = [name for name in ("doc_stride", "max_windows_per_text")
-                 if FLAGS[name].present]
-        if given:
-            raise app.UsageError(f"--{given[0]} only applies with --long_text=windows")
         return None
     if FLAGS.doc_stride is not None and FLAGS.doc_stride < 1:
         raise app.UsageError(f"--doc_stride={FLAGS.doc_stride}: must be at least 1")
@@ -207,6 +204,9 @@ def run():
     if FLAGS.max_seq_length < 3:
         raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length}: must be at least 3 "
                              "([CLS], a token, [SEP])")
+    common_flags.check_modes(FLAGS, (common_flags.OnlyWith(
+        ("doc_stride", "max_windows_per_text"), "--long_text=windows",
+        common_flags.flag_is("long_text", "windows")),))
     windows = _windows()
     try:
         buckets = common_flags.bucket_boundaries(FLAGS, FLAGS.max_seq_length)

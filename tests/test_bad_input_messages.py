@@ -549,3 +549,48 @@ def test_a_vocab_without_the_special_tokens_is_refused_in_one_line(runner, tmp_p
                          f"token(s) [CLS] ({len(TINY_VOCAB) - 1} tokens read); is it a BERT "
                          "vocab.txt?"), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+def test_eval_from_a_checkpoint_without_the_task_head_is_refused(tmp_path):
+    """Issue 38: --do_eval without training from a pretraining checkpoint evaluated a
+    random classifier head; without --do_train every weight must come from a checkpoint
+    (eval without weights is an error), so the missing head is named instead."""
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.models import BertPretrainer
+
+    config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    bert_config = BertConfig.from_json_file(config)
+    prefix = checkpoints.export_tf1_checkpoint(BertPretrainer(bert_config), bert_config,
+                                               str(tmp_path / "pretrained"))
+    data = _pair_data(tmp_path / "data")
+    out = tmp_path / "out"
+    result = call_main(
+        "run_classifier", task_name="custom", data_dir=data, text_a_column="text",
+        text_b_column="text2", label_column="label", vocab_file=write_vocab(
+            tmp_path / "vocab.txt"), bert_config_file=config, init_checkpoint=prefix,
+        output_dir=out, do_eval="true", max_seq_length=16,
+        distribution_strategy="one_device")
+    assert result.code == 1, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"run_classifier.py: error: --init_checkpoint={prefix} has no "
+                           "weights for "), line
+    assert "classifier" in line and "add --do_train" in line, line
+    assert not (out / "eval_results.txt").exists()
+
+
+def test_a_max_seq_length_without_room_for_text_is_warned_about(tmp_path, caplog):
+    """Issue 38: --max_seq_length=2 trained and evaluated on [CLS] [SEP] alone, silently."""
+    from training import finetuning
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    for length, warned in ((2, True), (3, False)):
+        settings, _ = finetuning.settings_from(
+            vocab_file=vocab, bert_config_file="c.json", output_dir=str(tmp_path / "out"),
+            do_train=True, max_seq_length=length)
+        caplog.clear()
+        finetuning.validate(settings)
+        found = [r.getMessage() for r in caplog.records if "leaves no room for text" in
+                 r.getMessage()]
+        assert [m.startswith("--max_seq_length=2 leaves no room") for m in found] == (
+            [True] if warned else []), caplog.text

@@ -343,6 +343,10 @@ def validate(settings: FinetuningRun) -> None:
         except ValueError as err:
             raise FinetuningError(str(err)) from None
     trainer_setup.check_vocab_tokens(settings.vocab_file)  # before any data is read
+    if settings.max_seq_length < 3:
+        logging.warning("--max_seq_length=%d leaves no room for text ([CLS] and [SEP] take "
+                        "2 positions): every example is read as [CLS] [SEP] alone",
+                        settings.max_seq_length)
 
 
 def check_prepared(settings: FinetuningRun, prepared: PreparedData) -> None:

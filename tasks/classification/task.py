@@ -131,8 +131,6 @@ class ClassificationFamily(finetuning.TaskFamily):
         if cfg.long_document not in LONG_DOCUMENT_MODES:
             raise ValueError(f"--long_document={cfg.long_document}: expected one of "
                              f"{', '.join(LONG_DOCUMENT_MODES)}")
-        if cfg.long_document != "head_tail" and cfg.head_tokens is not None:
-            raise ValueError("--head_tokens only applies to --long_document=head_tail")
         if cfg.long_document == "truncate":
             return None
         if self._text_pair():
