@@ -117,6 +117,22 @@ def test_pattern_matching_nothing_is_an_error(tmp_path):
         record_checks.list_files([str(tmp_path / "nothing-*.tfrecord")])
 
 
+def test_an_input_that_is_a_directory_names_the_flag(tmp_path):
+    """Issue 38: --input_file=DIR printed TensorFlow's op text ("Is a directory"); it is
+    refused naming the flag and the glob to pass. A wider glob skips the folders it
+    matches."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "sub").mkdir()
+    (tmp_path / "data" / "a.tfrecord").write_bytes(b"")
+    data = str(tmp_path / "data")
+    for given in (data, data + "/"):
+        with pytest.raises(record_checks.RecordFileError) as err:
+            record_checks.list_files([given], "--phase2_input_file")
+        assert str(err.value) == (f"--phase2_input_file={given} is a directory; pass its "
+                                  f"record files, e.g. --phase2_input_file='{data}/*.tfrecord'")
+    assert record_checks.list_files([data + "/*"]) == [data + "/a.tfrecord"]
+
+
 def test_split_patterns():
     assert record_checks.split_patterns("a/*.tfrecord, gs://b/c*,") == ("a/*.tfrecord", "gs://b/c*")
 

@@ -44,17 +44,22 @@ def list_files(patterns: Sequence[str], flag: str = "--input_file") -> list[str]
     """Expands globs with tf.io.gfile (works on gs://); errors naming `flag` when nothing
     matches.
 
-    Summary JSON files that create_pretraining_data writes beside its output and the
-    temporaries of a writer (running, or killed) are skipped (with a log line), so
-    `--input_file=out.tfrecord*` or `DIR/*` reads just the records.
+    Summary JSON files that create_pretraining_data writes beside its output, the
+    temporaries of a writer (running, or killed) and folders are skipped (with a log
+    line), so `--input_file=out.tfrecord*` or `DIR/*` reads just the records; a pattern
+    that names a directory itself is refused (RecordFileError naming `flag`).
     """
     files = []
     for pattern in patterns:
+        if not any(char in pattern for char in "*?[") and tf.io.gfile.isdir(pattern):
+            raise RecordFileError(f"{flag}={pattern} is a directory; pass its record files, "
+                                  f"e.g. {flag}='{pattern.rstrip('/')}/*.tfrecord'")
         matched = sorted(tf.io.gfile.glob(pattern))
-        skipped = [path for path in matched if _not_records(path)]
-        matched = [path for path in matched if not _not_records(path)]
+        # A wider glob (DIR/*) may match folders too: they hold no records of their own.
+        skipped = [path for path in matched if _not_records(path) or tf.io.gfile.isdir(path)]
+        matched = [path for path in matched if path not in skipped]
         if skipped:
-            logging.info("%s %r: skipping %d summary or temporary file(s), e.g. %s",
+            logging.info("%s %r: skipping %d summary, temporary or folder path(s), e.g. %s",
                          flag, pattern, len(skipped), skipped[0])
         if not matched:
             raise FileNotFoundError(f"{flag} pattern {pattern!r} matches no file")
