@@ -223,8 +223,7 @@ class TableProcessor:
         if layout_split.startswith("test"):
             examples, bad_rows = reader.read(False, hint=(
                 "--skip_bad_rows skips train and dev rows, never a test row: "
-                "test_results.tsv has a line per test row; fix or remove it"
-                if skip_bad_rows else None))
+                "test_results.tsv has a line per test row; fix or remove it"))
         else:
             examples, bad_rows = reader.read(skip_bad_rows)
         if bad_rows:
