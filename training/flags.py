@@ -7,9 +7,12 @@ dataclasses: `runtime_config(FLAGS)` (a `training.execution.RuntimeConfig`),
 and fine-tuning alike) and, for fine-tuning, `finetuning_values(FLAGS)` through
 `training.finetuning.settings_from`. A fine-tuning runner is a `FinetuningCommand`: its
 own flags, defaults and task family; the skeleton (flags -> settings -> run -> one-line
-errors) is here once. Libraries never see FLAGS, and nothing below the runners imports
-this module. Flag names and meanings follow Google's original runners; the new ones
-(distribution_strategy, dtype, ...) are documented inline.
+errors) is here once. Which flag applies to which mode is one rule for every runner
+(`check_modes` over `SHARED_MODES` and each runner's `OnlyWith` table, `MODES`): a flag
+given in another mode is refused, never parsed and ignored. Libraries never see FLAGS,
+and nothing below the runners imports this module. Flag names and meanings follow
+Google's original runners; the new ones (distribution_strategy, dtype, ...) are
+documented inline.
 """
 
 from __future__ import annotations
