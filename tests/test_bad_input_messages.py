@@ -502,23 +502,31 @@ def test_records_that_read_from_the_start_but_not_from_the_resumed_position(tmp_
     """Issue 38: a pretraining file replaced by other records of the same size (its size is
     what the saved input position is checked against) failed the resumed run with
     "damaged TFRecord data in [...]: Graph execution error:". Every record still reads from
-    the start: the message now says the file changed since the checkpoint, naming it."""
+    the start: the message now says the file changed since the checkpoint, naming it (the
+    one in which the position fails inside a record)."""
+    import numpy as np
     import tensorflow as tf
 
     from training import record_checks
 
-    records = S.write_records(tmp_path / "data.tfrecord", S.synthetic_instances(8))
+    same = S.write_records(tmp_path / "a.tfrecord", S.synthetic_instances(8))
+    changed = S.write_records(tmp_path / "b.tfrecord", S.synthetic_instances(8, vocab=300))
+    sizes = [len(r.numpy()) + 16 for r in tf.data.TFRecordDataset(same)]
+    offset = sum(sizes[:3])  # a record's start in a.tfrecord, inside one of b.tfrecord's
+    assert offset not in np.cumsum([len(r.numpy()) + 16
+                                    for r in tf.data.TFRecordDataset(changed)])
     # What the resumed reader raised (TensorFlow's text, its position in the old records).
     error = tf.errors.DataLossError(
         None, None, "Graph execution error:\n\n{{function_node __wrapped__IteratorGetNext"
-                    "_device_/job:localhost}} corrupted record at 1234\n\t [[{{node x}}]]")
+                    f"_device_/job:localhost}}}} corrupted record at {offset}\n\t [[{{{{node "
+                    "x}}}}]]")
     with pytest.raises(record_checks.RecordFileError) as info:
-        with record_checks.naming_bad_records((records,)):
+        with record_checks.naming_bad_records((str(tmp_path / "*.tfrecord"),)):
             raise error
     message = str(info.value)
-    assert message.startswith(f"{records}: every record reads from the start, but reading "
-                              "on from where the run was failed (corrupted record at 1234): "
-                              "the file changed since the checkpoint"), message
+    assert message.startswith(f"{changed}: every record reads from the start, but reading "
+                              "on from where the run was failed (corrupted record at "
+                              f"{offset}): the file changed since the checkpoint"), message
 
 
 @pytest.mark.parametrize("runner", ["run_classifier", "run_squad", "run_ner", "run_swag",

@@ -193,12 +193,16 @@ def naming_bad_records(patterns: Sequence[str], compression: str = "auto", *,
         if found is None:
             # Every record reads from its file's start: the reader was somewhere else, at
             # the position a resumed run restored (or in a file being rewritten).
-            listed = ", ".join(files[:3]) + (f" and {len(files) - 3} more"
-                                              if len(files) > 3 else "")
+            at = re.search(r"corrupted record at (\d+)", str(err))
+            changed = _split_inside_a_record(files, int(at.group(1)), compression) if at \
+                else []
+            named = changed or files
+            listed = ", ".join(named[:3]) + (f" and {len(named) - 3} more"
+                                              if len(named) > 3 else "")
             raise RecordFileError(
                 f"{listed}: every record reads from the start, but reading on from where "
                 f"the run was failed ({_reason(err)}): "
-                f"{'the file' if len(files) == 1 else 'a file'} changed since the "
+                f"{'the file' if len(named) == 1 else 'a file'} changed since the "
                 "checkpoint whose input position this run resumed from (other records "
                 "under the same name and size), or while it was read; put back the "
                 "records the run was trained on, or start a new --output_dir with "
@@ -222,6 +226,26 @@ def naming_bad_records(patterns: Sequence[str], compression: str = "auto", *,
             raise
         path, index, message = found
         raise RecordFileError(f"{path}: record {index} {message}") from None
+
+
+def _split_inside_a_record(files: Sequence[str], offset: int, compression: str) -> list:
+    """The uncompressed files in which byte `offset` falls inside a record: where a reader
+    that went on from `offset` (a saved position) met other records than it read there."""
+    out = []
+    for path in files:
+        if compression_of(path, compression) or offset >= fileio.getsize(path):
+            continue
+        start, boundary = 0, offset == 0
+        for batch in tf.data.TFRecordDataset(path).batch(4096):
+            # A record's frame: its length (8 bytes) and CRC (4), the data, its CRC (4).
+            ends = start + np.cumsum(tf.strings.length(batch).numpy().astype(np.int64) + 16)
+            boundary = boundary or offset in ends
+            start = int(ends[-1])
+            if start >= offset:
+                break
+        if not boundary:
+            out.append(path)
+    return out
 
 
 def _reason(err: tf.errors.OpError) -> str:
