@@ -36,6 +36,10 @@ class PretrainingInputConfig:
         mask them on the fly (training/dynamic_masking.py); None for masked records.
       read_unmasked: the records are unmasked and read as they are, with no masking (the
         left-to-right LM predicts every token of them).
+      repeat_file_names: training repeats the file names under the interleave instead of
+        whole passes over the files: the input of checkpoints saved before passes (their
+        saved positions fit only it; `pretraining_input_identity` tells them apart). It
+        cannot end, so files emptied during a run would stall it.
     """
 
     input_patterns: Sequence[str]
@@ -49,6 +53,7 @@ class PretrainingInputConfig:
     type_vocab_size: int | None = None
     masking: dynamic_masking.DynamicMasking | None = None
     read_unmasked: bool = False
+    repeat_file_names: bool = False
 
 
 def _parse_batch(serialized, spec):
@@ -103,20 +108,24 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
     dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files))
     if shard_files:
         dataset = dataset.shard(shards, shard_id)
+    read = lambda f: tf.data.TFRecordDataset(  # noqa: E731
+        f, compression_type=compression, buffer_size=8 * 1024 * 1024)
     if is_training:
         dataset = dataset.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
-        dataset = dataset.repeat()
-        # The file names repeat forever: a file that holds no record checks that the others
-        # hold one, or the interleave would look for a record forever (`records_guard`).
-        read = record_checks.records_guard(files[shard_id::shards] if shard_files else files,
-                                           compression)
+        if config.repeat_file_names:  # the layout of older checkpoints' input positions
+            dataset = dataset.repeat()
         dataset = dataset.interleave(read, cycle_length=max(1, min(config.cycle_length,
                                                                    len(files))),
                                      num_parallel_calls=tf.data.AUTOTUNE,
                                      deterministic=deterministic)
+        if not config.repeat_file_names:
+            # Whole passes over the files, repeated: a pass without a record (files emptied
+            # during a run) ends the input (tf.data's repeat stops on an empty pass), where
+            # file names repeated under the interleave made it look for a record forever,
+            # inside the compiled training call, deaf to SIGTERM and Ctrl-C.
+            dataset = dataset.repeat()
     else:  # Evaluation reads the files once, in order.
-        dataset = dataset.flat_map(lambda f: tf.data.TFRecordDataset(
-            f, compression_type=compression, buffer_size=8 * 1024 * 1024))
+        dataset = dataset.flat_map(read)
     if shards > 1 and not shard_files:
         dataset = dataset.shard(shards, shard_id)
     if is_training:
@@ -130,16 +139,6 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if config.masking is not None:  # a fresh mask per batch (training/dynamic_masking.py)
         dataset = dynamic_masking.apply(dataset, config.masking, shard_id, deterministic)
-    if is_training:
-        # The guard's first-record read is a stateful op to tf.data (a dataset reduced
-        # inside a function) whose state the saved position need not hold: it is read
-        # again whenever a file is opened. Nothing else here has state outside the
-        # iterator (randomness is stateless): a resumed input gives the batches of the
-        # run it continues (tests/test_resume.py, dynamic masking included).
-        options = tf.data.Options()
-        options.experimental_external_state_policy = (
-            tf.data.experimental.ExternalStatePolicy.IGNORE)
-        dataset = dataset.with_options(options)
     return _finished(dataset, deterministic)
 
 
@@ -171,7 +170,24 @@ def pretraining_input_identity(config: PretrainingInputConfig, batch_size: int) 
     }
     if config.read_unmasked:
         identity["read_unmasked"] = True
+    if not config.repeat_file_names:
+        identity["file_passes"] = True  # what the saved position's layout is
     return identity
+
+
+def resumable_config(config: PretrainingInputConfig, batch_size: int,
+                     saved: dict | None) -> PretrainingInputConfig:
+    """`config`, or its `repeat_file_names` layout when `saved` (the input identity of the
+    checkpoint a run resumes) is this input's as saved before whole file passes: such a
+    checkpoint resumes its input exactly, in the layout its position was saved in."""
+    import json
+
+    if saved is None or "file_passes" in saved:
+        return config
+    legacy = dataclasses.replace(config, repeat_file_names=True)
+    identity = json.loads(json.dumps(pretraining_input_identity(legacy, batch_size),
+                                     sort_keys=True))
+    return legacy if identity == saved else config
 
 
 # --- Fine-tuning records (each task family's schema lives in its tasks/ package) --------------

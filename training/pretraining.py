@@ -309,8 +309,11 @@ def _train_and_evaluate(cfg: PretrainingRun, strategy, bert_config, optimizer_co
                  f"{len(phases[1].files) - 1} more)" if ends else "")
     if cfg.do_train:
         previous = None
+        saved = trainer.saved_input_identity()
         for phase, end in zip(phases, ends + [None]):
-            config = input_config(phase)
+            # A checkpoint saved before whole file passes resumes in its input's layout.
+            config = input_pipeline.resumable_config(input_config(phase),
+                                                     phase.train_batch_size, saved)
             identity = input_pipeline.pretraining_input_identity(config,
                                                                  phase.train_batch_size)
             with naming_bad_records(phase):
@@ -504,3 +507,11 @@ class PretrainingLoop(loop.TrainingLoop):
                  next_sentence_prediction: bool = True, objective: str = "mlm"):
         super().__init__(strategy, model, optimizer, config, PretrainingTask(
             loss_fn, next_sentence_prediction=next_sentence_prediction, objective=objective))
+
+    def saved_input_identity(self) -> dict | None:
+        """The input identity saved in the checkpoint this run resumed (None: it resumed
+        none, or one without an input position). Call after `restore_or_initialize`."""
+        from training import checkpointing
+
+        path = self._restored_path
+        return checkpointing.saved_input_identity(path) if path else None

@@ -186,6 +186,11 @@ def naming_bad_records(patterns: Sequence[str], compression: str = "auto", *,
     """
     try:
         yield
+    except tf.errors.OutOfRangeError as err:
+        # A training input read a whole pass of its files without a record (emptied
+        # since the run checked them): it ends rather than look for one forever.
+        raise RecordFileError(f"{_no_record(list_files(patterns))}; they held records when "
+                              "the run started") from err
     except tf.errors.DataLossError as err:
         files = list_files(patterns)
         logging.error("Damaged TFRecord data; scanning %d file(s) to find it", len(files))
@@ -213,9 +218,6 @@ def naming_bad_records(patterns: Sequence[str], compression: str = "auto", *,
             "regenerate or remove this file") from err
     except tf.errors.InvalidArgumentError as err:
         text = str(err)
-        if _NO_RECORD_MARK in text:
-            raise RecordFileError(f"{list(patterns)}: {_no_record(list_files(patterns))}; "
-                                  "they held records when the run started") from None
         if _ID_CHECK_MARK not in text and not any(m in text for m in _PARSE_ERRORS):
             raise
         files = list_files(patterns)
@@ -433,35 +435,6 @@ def _no_record(files: Sequence[str]) -> str:
     listed = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
     return (f"no record to read: {listed} {'holds' if len(files) == 1 else 'hold'} no "
             "TFRecord (empty)")
-
-
-# The message of `records_guard`'s check, which `naming_bad_records` turns into a line.
-_NO_RECORD_MARK = "none of the input files holds a record"
-
-
-def records_guard(files: Sequence[str], compression: str):
-    """A file name -> its records, for a training input that repeats its file list forever
-    and interleaves what the files yield: if none of `files` holds a record any more
-    (emptied or replaced after `check_pretraining_files`), that interleave would look for a
-    record forever inside the compiled training call, where no signal reaches it (SIGTERM,
-    Ctrl-C). Opening a file that holds none checks the others, and fails (naming the files)
-    when they hold none either. A file that holds records costs one read of its first."""
-    names = tf.constant(list(files))
-
-    def has_record(path):
-        return tf.data.TFRecordDataset(path, compression_type=compression).take(1).reduce(
-            tf.constant(False), lambda found, _: tf.constant(True))
-
-    def read(path):
-        found = tf.cond(has_record(path), lambda: tf.constant(True),
-                        lambda: has_record(names))
-        check = tf.debugging.Assert(found, [f"{_NO_RECORD_MARK}: {list(files)[:4]}"])
-        with tf.control_dependencies([check]):
-            path = tf.identity(path)
-        return tf.data.TFRecordDataset(path, compression_type=compression,
-                                       buffer_size=8 * 1024 * 1024)
-
-    return read
 
 
 def check_record_kind(schema, masking, path: str, read_unmasked: bool = False) -> None:
