@@ -202,10 +202,8 @@ def naming_bad_records(patterns: Sequence[str], compression: str = "auto", *,
             changed = _split_inside_a_record(files, int(at.group(1)), compression) if at \
                 else []
             named = changed or files
-            listed = ", ".join(named[:3]) + (f" and {len(named) - 3} more"
-                                              if len(named) > 3 else "")
             raise RecordFileError(
-                f"{listed}: every record reads from the start, but reading on from where "
+                f"{_listed(named)}: every record reads from the start, but reading on from where "
                 f"the run was failed ({_reason(err)}): "
                 f"{'the file' if len(named) == 1 else 'a file'} changed since the "
                 "checkpoint whose input position this run resumed from (other records "
@@ -430,11 +428,15 @@ def check_pretraining_files(files: Sequence[str], max_seq_length: int,
     return next(iter(kinds.values()), None)
 
 
+def _listed(files: Sequence[str]) -> str:
+    """Files for a message: the first three, and how many more."""
+    return ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+
+
 def _no_record(files: Sequence[str]) -> str:
     """What to say of input files none of which holds a record."""
-    listed = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-    return (f"no record to read: {listed} {'holds' if len(files) == 1 else 'hold'} no "
-            "TFRecord (empty)")
+    return (f"no record to read: {_listed(files)} {'holds' if len(files) == 1 else 'hold'} "
+            "no TFRecord (empty)")
 
 
 def check_record_kind(schema, masking, path: str, read_unmasked: bool = False) -> None:
