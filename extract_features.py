@@ -168,7 +168,7 @@ def _layer_indexes(text: str) -> list:
 
 def _windows():
     """--long_text and its flags as `Windows` (None: truncate); UsageError naming a flag
-    (its flags with truncate: `MODES`)."""
+    (its flags given with truncate are refused before: `run`'s `check_modes`)."""
     if FLAGS.long_text == "truncate":
         return None
     if FLAGS.doc_stride is not None and FLAGS.doc_stride < 1:
