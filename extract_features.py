@@ -165,12 +165,9 @@ def _layer_indexes(text: str) -> list:
 
 
 def _windows():
-    """--long_text and its flags as `Windows` (None: truncate); UsageError naming a flag."""
+    """--long_text and its flags as `Windows` (None: truncate); UsageError naming a flag
+    (its flags given with truncate are refused before: `run`'s `check_modes`)."""
     if FLAGS.long_text == "truncate":
-        given = [name for name in ("doc_stride", "max_windows_per_text")
-                 if FLAGS[name].present]
-        if given:
-            raise app.UsageError(f"--{given[0]} only applies with --long_text=windows")
         return None
     if FLAGS.doc_stride is not None and FLAGS.doc_stride < 1:
         raise app.UsageError(f"--doc_stride={FLAGS.doc_stride}: must be at least 1")
@@ -183,7 +180,7 @@ def _windows():
 def run():
     """Checks the flags and inputs (before loading any model), then writes the JSON lines."""
     from data_prep import fileio
-    from data_prep.tokenization import FullTokenizer, VocabError
+    from data_prep.tokenization import ENCODING_TOKENS, FullTokenizer, VocabError, check_vocab
     from training import flags as common_flags
     from modeling import checkpoints
     from modeling.encoder import BertEncoder
@@ -202,6 +199,9 @@ def run():
     if FLAGS.max_seq_length < 3:
         raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length}: must be at least 3 "
                              "([CLS], a token, [SEP])")
+    common_flags.check_modes(FLAGS, (common_flags.OnlyWith(
+        ("doc_stride", "max_windows_per_text"), "--long_text=windows",
+        common_flags.flag_is("long_text", "windows")),))
     windows = _windows()
     buckets = common_flags.bucket_boundaries(FLAGS, FLAGS.max_seq_length)
     examples = read_examples(FLAGS.input_file)
@@ -220,6 +220,7 @@ def run():
                              f"max_position_embeddings {config.max_position_embeddings}")
     try:
         tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=FLAGS.do_lower_case)
+        check_vocab(tokenizer.vocab, vocab_file, required=ENCODING_TOKENS)
     except VocabError as err:
         raise VocabError(f"--vocab_file: {err}") from None
     features = convert_examples(examples, FLAGS.max_seq_length, tokenizer, windows,

@@ -59,6 +59,17 @@ PAPER_LEARNING_RATES = (5e-5, 4e-5, 3e-5, 2e-5)
 _FIXED_FLAGS = ("do_train", "do_eval", "do_predict")
 
 
+def _modes(values) -> tuple:
+    """This command's `OnlyWith` table (training/flags.py `check_modes`): --collect_only
+    trains nothing and reads no data, so only --output_dir applies with it."""
+    ours = {flag.name for module, module_flags in values.flags_by_module_dict().items()
+            if module in ("glue_submission", __name__) or module.startswith("training.")
+            for flag in module_flags}
+    return (common_flags.OnlyWith(tuple(sorted(ours - {"output_dir", "collect_only"})),
+                                  "a run that trains, not with --collect_only",
+                                  lambda flag_values: not flag_values.collect_only),)
+
+
 @dataclasses.dataclass(frozen=True)
 class GlueRun:
     """Everything the benchmark run needs, read from flags once (see the flag help)."""
@@ -78,6 +89,7 @@ def run_config_from_flags(values=FLAGS) -> GlueRun:
     from tasks.classification import glue
 
     common_flags.use_defaults(DEFAULTS, values)
+    common_flags.check_modes(values, _modes(values))
     for name in ("output_dir",) + (() if values.collect_only else (
             "glue_dir", "vocab_file", "bert_config_file")):
         if not getattr(values, name):

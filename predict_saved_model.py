@@ -11,6 +11,14 @@
     python predict_saved_model.py --export_dir=export/swag \
         --context="Someone opens the door." --question="He" \
         --ending="walks in." --ending="eats the door." --ending="is a door." --ending="sings."
+    python predict_saved_model.py --export_dir=export/classifier --input_file=docs.txt
+    python predict_saved_model.py --export_dir=export/squad --input_file=- < qa.jsonl
+
+`--input_file` (`-`: stdin) takes the inputs from a file instead, for inputs too long or
+too many for a command line: one text per line for a model of single texts; for pairs,
+SQuAD and multiple choice one JSON object per line, keyed by the input flags' names
+(`{"text": ..., "text_pair": ...}`, `{"question": ..., "context": ...}`,
+`{"context": ..., "question": ..., "ending": [...]}`). Blank lines are skipped.
 
 It imports only `tensorflow` and `tensorflow_text` (no code of this repository), so it is
 also a check that an export (`export_saved_model.py`, docs/export.md) serves on its own:
@@ -29,7 +37,9 @@ convention, kept here so serving needs nothing but TensorFlow): an input string 
 valid UTF-8 (bytes the shell passed that are not UTF-8, or a lone surrogate), an input
 the export refuses (e.g. a context needing more windows than the export's
 max_context_windows: the message names the input), an --output_json that is a directory
-or cannot be written.
+or cannot be written, an --input_file line that is not what the model takes (file and
+line named). Ctrl-C ends it with one line and status 130, SIGTERM with status 143, as
+every command (the --output_json temporary removed).
 """
 
 from __future__ import annotations
@@ -37,7 +47,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
 
 # Input flags in the order their values are reported.
@@ -71,6 +83,10 @@ def _parse(argv):
     parser.add_argument("--ending", action="append", default=[],
                         help="multiple choice: an ending; the endings of all --context "
                         "values in order, the same number for each (--question optional)")
+    parser.add_argument("--input_file", default="",
+                        help="the inputs, one per line, instead of the input flags: a text "
+                        "per line for a model of single texts, else a JSON object per line "
+                        "keyed by the input flags' names; - reads stdin")
     parser.add_argument("--signature", default="serving_default",
                         help="signature to call (default: serving_default)")
     parser.add_argument("--output_json", default="",
@@ -146,11 +162,91 @@ def _write_atomically(path: str, text: str) -> None:
         raise
 
 
+def _read_lines(path: str) -> list:
+    """(line number, text) of the non-blank lines of --input_file (`-`: stdin), UTF-8;
+    UsageError naming the file (and line) when it cannot be read."""
+    name = "stdin" if path == "-" else path
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read()
+        elif "://" in path:
+            import tensorflow as tf
+
+            with tf.io.gfile.GFile(path, "rb") as reader:
+                raw = reader.read()
+        else:
+            with open(path, "rb") as reader:
+                raw = reader.read()
+    except IsADirectoryError:
+        raise UsageError(f"--input_file={path} is a directory; give a file") from None
+    except Exception as err:  # noqa: BLE001 - OSError locally, tf.errors for URLs
+        if not isinstance(err, OSError) and type(err).__module__.split(".")[0] != "tensorflow":
+            raise
+        raise UsageError(f"--input_file={path}: cannot read it ({err})") from None
+    lines = []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        try:
+            text = line.rstrip(b"\r").decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UsageError(f"{name}:{number}: byte 0x{line[err.start]:02x} is not valid "
+                             f"UTF-8 (at byte {err.start}); inputs must be UTF-8 text") from None
+        if text.strip():
+            lines.append((number, text))
+    if not lines:
+        raise UsageError(f"--input_file={path}: no input (the file is empty or blank)")
+    return lines
+
+
+def _file_inputs(path: str, lines: list, expected: set) -> dict:
+    """The signature's inputs from --input_file's lines: each line a text when the model
+    takes single texts ({"text"}), else a JSON object keyed by the input flags' names
+    (--ending: a list). UsageError naming the file and line."""
+    name = "stdin" if path == "-" else path
+    if expected == {"text"}:
+        return {"text": [text for _, text in lines]}
+    keys = {"endings": "ending"}  # signature input -> its flag (and JSON key)
+    wanted = sorted(keys.get(key, key) for key in expected)
+    given = {key: [] for key in expected}
+    for number, text in lines:
+        try:
+            row = json.loads(text)
+        except ValueError as err:
+            raise UsageError(f"{name}:{number}: not a JSON object ({err}); this model takes "
+                             f"one per line, with the keys {wanted}") from None
+        if not isinstance(row, dict):
+            raise UsageError(f"{name}:{number}: not a JSON object; this model takes one per "
+                             f"line, with the keys {wanted}")
+        if "ending" in row and "question" in expected:
+            row.setdefault("question", "")
+        if set(row) != set(wanted):
+            raise UsageError(f"{name}:{number}: keys {sorted(row)}; this model takes "
+                             f"{wanted}")
+        for key in expected:
+            value = row[keys.get(key, key)]
+            if key == "endings":
+                if not (isinstance(value, list) and value and
+                        all(isinstance(v, str) for v in value)):
+                    raise UsageError(f"{name}:{number}: \"ending\" must be a list of texts")
+                if given[key] and len(value) != len(given[key][0]):
+                    raise UsageError(f"{name}:{number}: {len(value)} endings, the lines above "
+                                     f"{len(given[key][0])}: every input needs as many")
+            elif not isinstance(value, str):
+                raise UsageError(f"{name}:{number}: {keys.get(key, key)!r} must be a text")
+            given[key].append(value)
+    return given
+
+
 def _inputs(parser, args) -> dict:
     given = {name: getattr(args, name) for name in ("text", "text_pair", "question", "context")
              if getattr(args, name)}
+    if args.input_file:
+        if given or args.ending:
+            parser.error("--input_file replaces the input flags (--text, --text_pair, "
+                         "--question, --context, --ending): give one or the other")
+        return {}
     if not given:
-        parser.error("give at least one --text (or --question and --context)")
+        parser.error("give at least one --text (or --question and --context), or "
+                     "--input_file")
     if args.ending:
         contexts = given.get("context", [])
         if not contexts or len(args.ending) % len(contexts):
@@ -165,6 +261,13 @@ def _inputs(parser, args) -> dict:
                      "same number of times: " + ", ".join(
                          f"{name} x{len(values)}" for name, values in given.items()))
     return given
+
+
+def _shown(value) -> str:
+    """An input as its line shows it: a long text by its start and its length."""
+    if isinstance(value, str) and len(value) > 100:
+        return f"{value[:60]!r}... ({len(value)} characters)"
+    return repr(value)
 
 
 def _to_python(value):
@@ -271,18 +374,36 @@ def _refused(function, feed: dict, err) -> str:
     return f"{where} refused by the export: {_reason(err.message)}"
 
 
+def _terminated(signum, frame):
+    """SIGTERM (and SIGHUP) end the run as every command's do: status 128 + signal, through
+    the `finally` blocks (--output_json's temporary goes)."""
+    del frame
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None) -> int:
-    """The command: its exit status. Bad input is one `error:` line (status 1); anything
-    else is a defect: its traceback, then a line saying so (status 1), as every command
-    of the repository (`data_prep.cli`) ends."""
+    """The command: its exit status. Bad input is one `error:` line (status 1); Ctrl-C one
+    line and status 130, SIGTERM 143 (the signal handlers are the caller's again
+    afterwards); anything else is a defect: its traceback, then a line saying so (status
+    1), as every command of the repository (`data_prep.cli`) ends."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, _terminated)
+                    for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return _run(argv)
+    except KeyboardInterrupt:
+        print("predict_saved_model.py: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        return 130
     except Exception as err:  # noqa: BLE001 - not bad input: a defect to report
         traceback.print_exc()
         message = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
         print(f"predict_saved_model.py: internal error (a bug, please report it with the "
               f"traceback above): {type(err).__name__}: {message}", file=sys.stderr)
         return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run(argv) -> int:
@@ -290,6 +411,7 @@ def _run(argv) -> int:
     inputs = _inputs(parser, args)
     try:
         _check_utf8(args)
+        lines = _read_lines(args.input_file) if args.input_file else None
     except UsageError as err:
         return _error(str(err))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -309,6 +431,11 @@ def _run(argv) -> int:
                       f"{', '.join(sorted(model.signatures))})")
     function = model.signatures[args.signature]
     expected = set(function.structured_input_signature[1])
+    if lines is not None:
+        try:
+            inputs = _file_inputs(args.input_file, lines, expected)
+        except UsageError as err:
+            return _error(str(err))
     if set(inputs) != expected:
         return _error(f"signature {args.signature!r} takes {sorted(expected)}, got "
                       f"{sorted(inputs)}")
@@ -322,7 +449,7 @@ def _run(argv) -> int:
     rows = _rows(outputs, count)
     labels = _labels(args.export_dir)
     for i, row in enumerate(rows):
-        shown = " | ".join(repr(values[i]) for values in inputs.values())
+        shown = " | ".join(_shown(values[i]) for values in inputs.values())
         print(f"{shown} -> {_describe(row, labels)}")
     if args.output_json:
         document = {"export_dir": args.export_dir, "signature": args.signature,

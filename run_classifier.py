@@ -93,10 +93,6 @@ def _own_settings(values) -> dict:
             text_b_column=_column(values.text_b_column), delimiter=values.delimiter,
             has_header=values.has_header, labels=values.label_list or None,
             is_regression=values.is_regression, quotechar=values.quotechar)
-    else:
-        given = [name for name in _CUSTOM_FLAGS if values[name].present]
-        if given:
-            raise shell.FlagError(f"--{given[0]} only applies to --task_name=custom")
     return dict(task_name=task, data_dir=values.data_dir, xnli_language=values.xnli_language,
                 custom=custom, skip_bad_rows=values.skip_bad_rows,
                 long_document=values.long_document, head_tokens=values.head_tokens,
@@ -105,8 +101,19 @@ def _own_settings(values) -> dict:
                 window_pooling=values.window_pooling)
 
 
-_CUSTOM_FLAGS = ("text_a_column", "text_b_column", "label_column", "delimiter", "has_header",
-                 "label_list", "is_regression", "quotechar")
+# Which of this runner's flags apply to which mode (training/flags.py `check_modes`).
+MODES = (
+    common_flags.OnlyWith(("text_a_column", "text_b_column", "label_column", "delimiter",
+                           "has_header", "label_list", "is_regression", "quotechar"),
+                          "--task_name=custom", common_flags.flag_is("task_name", "custom")),
+    common_flags.OnlyWith(("xnli_language",), "--task_name=xnli",
+                          common_flags.flag_is("task_name", "xnli")),
+    common_flags.OnlyWith(("head_tokens",), "--long_document=head_tail",
+                          common_flags.flag_is("long_document", "head_tail")),
+    common_flags.OnlyWith(("doc_stride", "max_windows_per_document", "window_pooling"),
+                          "--long_document=windows",
+                          common_flags.flag_is("long_document", "windows")),
+)
 
 
 def _task_settings(**values):
@@ -126,7 +133,8 @@ def _family(task, max_seq_length):
 DEFAULTS = {"task_name": None, "doc_stride": None}
 COMMAND = common_flags.FinetuningCommand(
     "run_classifier.py", _own_settings, _task_settings, _family, DEFAULTS,
-    required=("task_name", "data_dir", "vocab_file", "bert_config_file", "output_dir"))
+    required=("task_name", "data_dir", "vocab_file", "bert_config_file", "output_dir"),
+    modes=MODES)
 run, run_config_from_flags, main = COMMAND.run, COMMAND.settings_from_flags, COMMAND.main
 
 

@@ -52,17 +52,14 @@ _define(flags.DEFINE_enum, "feature_layers", "concat_last_four",
 _define(flags.DEFINE_integer, "lstm_units", 768,
         "With --feature_based: units per direction of each of the two BiLSTM layers.")
 
-# Flags that only mean something with --feature_based.
-_FEATURE_FLAGS = ("feature_layers", "lstm_units")
+# Which of this runner's flags apply to which mode (training/flags.py `check_modes`).
+MODES = (common_flags.OnlyWith(("feature_layers", "lstm_units"), "--feature_based",
+                               common_flags.flag_given("feature_based")),)
 
 
 def _own_settings(values) -> dict:
     """This runner's flags, checked, as `TaggingSettings` keyword arguments (reads no
     file)."""
-    if not values.feature_based:
-        given = [name for name in _FEATURE_FLAGS if values[name].present]
-        if given:
-            raise shell.FlagError(f"--{given[0]} only applies with --feature_based")
     doc_stride = values.doc_stride  # None: half a window
     if doc_stride is not None and doc_stride < 1:
         raise shell.FlagError(f"--doc_stride={doc_stride} must be at least 1")
@@ -91,7 +88,7 @@ def _family(task, max_seq_length):
 # flag is not given (training/flags.py `use_defaults`).
 DEFAULTS = {"doc_stride": None}
 COMMAND = common_flags.FinetuningCommand("run_ner.py", _own_settings, _task_settings,
-                                         _family, DEFAULTS)
+                                         _family, DEFAULTS, modes=MODES)
 run, run_config_from_flags, main = COMMAND.run, COMMAND.settings_from_flags, COMMAND.main
 
 

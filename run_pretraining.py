@@ -79,12 +79,19 @@ _define(flags.DEFINE_integer, "phase2_max_predictions_per_seq", None,
 _define(flags.DEFINE_integer, "phase2_train_batch_size", None,
         "With --phase2_input_file: the global batch of phase 2 (default: --train_batch_size).")
 
-# The masked LM's prediction counts: --objective=ltr predicts every token, and refuses them.
-_PREDICTION_FLAGS = ("max_predictions_per_seq", "phase2_max_predictions_per_seq")
-
-# The flags that only mean something with --phase2_input_file.
-_PHASE2_FLAGS = ("phase1_steps", "phase2_max_seq_length", "phase2_max_predictions_per_seq",
-                 "phase2_train_batch_size")
+# Which of this runner's flags apply to which mode (training/flags.py `check_modes`): the
+# masking flags and the masked LM's prediction counts are the masked LM's (--objective=ltr
+# predicts every next token); the --phase2_* flags a two-phase run's.
+MODES = (
+    common_flags.OnlyWith(
+        MASKING_SETTINGS + ("max_predictions_per_seq", "phase2_max_predictions_per_seq"),
+        "--objective=mlm (--objective=ltr masks nothing: it predicts every next token)",
+        common_flags.flag_is("objective", "mlm")),
+    common_flags.OnlyWith(("phase1_steps", "phase2_max_seq_length",
+                           "phase2_max_predictions_per_seq", "phase2_train_batch_size"),
+                          "--phase2_input_file (a two-phase run)",
+                          common_flags.flag_given("phase2_input_file")),
+)
 
 
 # This runner's defaults of the flags runners share, shown by --helpfull and used when a
@@ -100,6 +107,7 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
 
     common_flags.use_defaults(DEFAULTS, values)
     common_flags.refuse_grids(values, ("learning_rate", "train_batch_size"), "run_pretraining.py")
+    common_flags.check_modes(values, MODES)
     if not values.do_train and not values.do_eval:
         raise shell.FlagError("At least one of `do_train` or `do_eval` must be True.")
     for name in ("bert_config_file", "input_file", "output_dir"):
@@ -140,7 +148,7 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
 
 def _objective_from_flags(values) -> tuple:
     """(objective, next_sentence_prediction), refusing combinations that cannot be meant:
-    NSP with the left-to-right LM, masking flags with it (it masks nothing), bad rates."""
+    NSP with the left-to-right LM, bad rates (its masking flags: `MODES`)."""
     from data_prep.pretraining_data.config import check_token_rates
 
     objective = values.objective
@@ -149,11 +157,6 @@ def _objective_from_flags(values) -> tuple:
         if values["next_sentence_prediction"].present and nsp:
             raise shell.FlagError("--objective=ltr has no next sentence prediction (the paper's "
                                   "'LTR & No NSP'): drop --next_sentence_prediction=true")
-        given = [f"--{name}" for name in MASKING_SETTINGS + _PREDICTION_FLAGS
-                 if values[name].present]
-        if given:
-            raise shell.FlagError(f"{', '.join(given)}: --objective=ltr masks nothing (it predicts "
-                                  "every next token); these flags are for the masked LM")
         nsp = False
     check_token_rates(values.mask_token_rate, values.random_token_rate)
     return objective, bool(nsp)
@@ -161,14 +164,11 @@ def _objective_from_flags(values) -> tuple:
 
 def _phase2_from_flags(values) -> Phase2 | None:
     """The second phase from the --phase2_* flags (None without --phase2_input_file, whose
-    companions are then refused): phase 1 is 90% of the steps unless --phase1_steps."""
+    companions are then refused: `MODES`): phase 1 is 90% of the steps unless
+    --phase1_steps."""
     from training.record_checks import split_patterns
 
     if not values.phase2_input_file:
-        given = [f"--{name}" for name in _PHASE2_FLAGS if values[name].present]
-        if given:
-            raise shell.FlagError(f"{', '.join(given)}: only with --phase2_input_file (a two-phase "
-                                  "run)")
         return None
     start = (values.phase1_steps if values.phase1_steps is not None
              else int(0.9 * values.num_train_steps))

@@ -120,12 +120,16 @@ def _results_of_files(outputs) -> dict:
     return {"predictions": None, "files": files, "eval": scores}
 
 
+# Which of this runner's flags apply to which mode (training/flags.py `check_modes`).
+MODES = (common_flags.OnlyWith(("null_score_diff_threshold",), "--version_2_with_negative",
+                               common_flags.flag_given("version_2_with_negative")),)
+
 # This runner's defaults of the flags runners share, shown by --helpfull and used when a
 # flag is not given (training/flags.py `use_defaults`).
 DEFAULTS = {"max_seq_length": SQUAD_MAX_SEQ_LENGTH, "doc_stride": SQUAD_DOC_STRIDE}
 COMMAND = common_flags.FinetuningCommand("run_squad.py", _own_settings, _task_settings,
                                          _family, DEFAULTS, required=(), check=_check,
-                                         finish=_finish)
+                                         finish=_finish, modes=MODES)
 run, run_config_from_flags, main = COMMAND.run, COMMAND.settings_from_flags, COMMAND.main
 
 

@@ -44,8 +44,14 @@ _define(flags.DEFINE_string, "label_column", None,
 _define(flags.DEFINE_bool, "label_is_text", False,
         "custom: the label is the text of the right ending, not its index.")
 
-_CUSTOM_FLAGS = ("context_column", "question_column", "ending_columns", "label_column",
-                 "label_is_text")
+# Which of this runner's flags apply to which mode (training/flags.py `check_modes`).
+MODES = (
+    common_flags.OnlyWith(("context_column", "question_column", "ending_columns",
+                           "label_column", "label_is_text"), "--task_name=custom",
+                          common_flags.flag_is("task_name", "custom")),
+    common_flags.OnlyWith(("label_is_text",), "--label_column (a labelled file)",
+                          common_flags.flag_given("label_column")),
+)
 
 
 def _own_settings(values) -> dict:
@@ -55,9 +61,6 @@ def _own_settings(values) -> dict:
 
     task = (values.task_name or "swag").strip().lower()
     if task == "swag":
-        given = [name for name in _CUSTOM_FLAGS if values[name].present]
-        if given:
-            raise shell.FlagError(f"--{given[0]} only applies to --task_name=custom")
         fmt = data.SWAG
     elif task == "custom":
         if not values.context_column or not values.ending_columns:
@@ -87,7 +90,7 @@ def _family(task, max_seq_length):
 # flag is not given (training/flags.py `use_defaults`).
 DEFAULTS = {"task_name": "swag"}
 COMMAND = common_flags.FinetuningCommand("run_swag.py", _own_settings, _task_settings,
-                                         _family, DEFAULTS)
+                                         _family, DEFAULTS, modes=MODES)
 run, run_config_from_flags, main = COMMAND.run, COMMAND.settings_from_flags, COMMAND.main
 
 

@@ -125,13 +125,16 @@ class ArgumentParser(argparse.ArgumentParser):
 def path_error(err: BaseException, flag_values: Mapping[str, object]) -> str | None:
     """`--flag=value: <reason>` when `err` (a TensorFlow or OS error of a file system) is
     about a path a string flag names: the flag's value (or one of its comma-separated
-    parts, up to a glob's pattern) appears in the error, or a path in the error leads to
-    it (a folder above it, as creating or listing one reports); None otherwise."""
+    parts, up to a glob's pattern) appears in the error as a path (not inside another
+    path), or a path in the error leads to it (a folder above it, as creating or listing
+    one reports); failing that, a path derived from it: a file beside it (a checkpoint's
+    `bert_config.json` or `vocab.txt`, looked up in the checkpoint's folder). None
+    otherwise."""
     text = _error_text(err)
     if text is None:
         return None
     named = [p.rstrip("/") for p in re.findall(r"(?:\w+://|/)[^\s'\",;]+", text)]
-    best = None
+    best = {}  # tier (0: the flag's path, 1: one beside it) -> (name, part)
     for name, value in flag_values.items():
         if not isinstance(value, str) or not value:
             continue
@@ -139,13 +142,20 @@ def path_error(err: BaseException, flag_values: Mapping[str, object]) -> str | N
             part = re.split(r"[*?\[]", part.strip())[0].rstrip("/")  # a glob: up to its pattern
             if len(part) < 2:
                 continue
-            if part in text or any(len(p) > 6 and (part + "/").startswith(p + "/") for p in named):
-                if best is None or len(part) > len(best[1]):
-                    best = (name, part, value)
-    if best is None:
+            folder = part.rpartition("/")[0]
+            if (re.search(r"(?<![\w.~/:-])" + re.escape(part), text)
+                    or any(len(p) > 6 and (part + "/").startswith(p + "/") for p in named)):
+                tier = 0
+            elif len(folder) > 6 and any(p.rpartition("/")[0] == folder for p in named):
+                tier = 1
+            else:
+                continue
+            if tier not in best or len(part) > len(best[tier][1]):
+                best[tier] = (name, part)
+    if not best:
         return None
-    name, _, value = best
-    return f"--{name}={value}: {text}"
+    name = best[min(best)][0]
+    return f"--{name}={flag_values[name]}: {text}"
 
 
 # TensorFlow's errors of a file system (tf.io.gfile, a checkpoint or record reader): what an

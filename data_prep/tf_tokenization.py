@@ -107,7 +107,7 @@ class BertInGraphTokenizer(tf.Module):
                  name: str | None = None):
         super().__init__(name=name)
         vocab = tokenization.load_vocab(vocab_file)
-        tokenization.check_vocab(vocab, vocab_file, required=("[UNK]", "[CLS]", "[SEP]"))
+        tokenization.check_vocab(vocab, vocab_file, required=tokenization.ENCODING_TOKENS)
         self.vocab_file = vocab_file
         self.do_lower_case = do_lower_case
         self.max_chars_per_word = max_chars_per_word

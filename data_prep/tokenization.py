@@ -30,6 +30,9 @@ from data_prep.reference_tokenization import (
 )
 
 REQUIRED_SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# What every encoded input needs (fine-tuning, features, serving): [CLS] and [SEP] frame
+# it, [UNK] stands for a word the vocab cannot spell. [MASK] is pretraining's.
+ENCODING_TOKENS = ("[UNK]", "[CLS]", "[SEP]")
 
 
 class VocabError(UserError):
@@ -205,6 +208,12 @@ class _FastBasic:
 @functools.lru_cache(maxsize=1)
 def _fast_basic() -> _FastBasic:
     return _FastBasic()
+
+
+def is_blank(text: str) -> bool:
+    """True when `text` has nothing the tokenizer keeps: only whitespace and characters it
+    deletes (control and format characters, NUL, U+FFFD), so it tokenizes to no token."""
+    return not _fast_basic().clean(text).split()
 
 
 def basic_tokenize(text, do_lower_case: bool) -> list[str]:

@@ -424,3 +424,184 @@ def test_convert_checkpoint_says_what_is_wrong_in_one_line(our_checkpoint, tmp_p
     assert f"convert_checkpoint.py: error: {expected}" in result.stderr, result.stderr[-2000:]
     assert not os.path.isdir(tmp_path / "out")
     assert {path.name: path.read_bytes() for path in our_checkpoint.iterdir()} == before
+
+
+# --------------------------------------------------------------------------- issue 38
+
+
+@pytest.mark.parametrize("case", ["0 bytes", "a glob of empty files", "gzip of no record"])
+def test_pretraining_input_without_records_is_refused_in_one_line(tmp_path, case):
+    """Issue 38 #5: an empty input file passed every check and the run then spun at 100%
+    CPU inside the compiled training call, deaf to SIGTERM and Ctrl-C."""
+    import gzip
+
+    if case == "gzip of no record":
+        with gzip.open(tmp_path / "none.tfrecord.gz", "wb"):
+            pass
+        pattern = str(tmp_path / "none.tfrecord.gz")
+    else:
+        for name in ("a", "b")[:1 if case == "0 bytes" else 2]:
+            (tmp_path / f"{name}.tfrecord").write_bytes(b"")
+        pattern = str(tmp_path / ("a.tfrecord" if case == "0 bytes" else "*.tfrecord"))
+    result = call_main(
+        "run_pretraining", input_file=pattern, output_dir=tmp_path / "out",
+        bert_config_file=S.write_config(tmp_path / "bert_config.json"), do_train="true",
+        train_batch_size=4, num_train_steps=4, max_seq_length=S.SEQ,
+        max_predictions_per_seq=S.PREDS, distribution_strategy="one_device")
+    assert result.code == 1, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("run_pretraining.py: error: --input_file: no record to "
+                                "read: "), lines
+    assert "Traceback" not in result.stderr and "training from step" not in result.log
+    assert not os.path.exists(tmp_path / "out" / ".run.lock")
+
+
+def test_a_training_input_whose_files_hold_no_record_fails_instead_of_spinning(tmp_path):
+    """Issue 38 #5, below the checks: files emptied after them. The training input repeated
+    its file names forever under the interleave; files that yield nothing made that a
+    search without end inside one TensorFlow op, deaf to signals. It reads whole passes
+    now, and a pass without a record ends it: the compiled step fails (an empty file among
+    full ones is read past)."""
+    import threading
+
+    import tensorflow as tf
+
+    from training import input_pipeline, record_checks
+
+    good = S.write_records(tmp_path / "good.tfrecord", S.synthetic_instances(8))
+    (tmp_path / "empty.tfrecord").write_bytes(b"")
+    pattern = str(tmp_path / "*.tfrecord")
+
+    def twenty_steps():
+        """20 batches through a compiled call, as the training loop reads them."""
+        config = input_pipeline.PretrainingInputConfig((pattern,), S.SEQ, S.PREDS, seed=1)
+        iterator = iter(input_pipeline.pretraining_dataset(config, batch_size=4,
+                                                           is_training=True, check=False))
+        step = tf.function(lambda: next(iterator)["input_ids"])
+        outcome = []
+
+        def read():
+            try:
+                with record_checks.naming_bad_records((pattern,)):
+                    outcome.append([step() for _ in range(20)])
+            except Exception as err:  # noqa: BLE001 - the outcome under test
+                outcome.append(err)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(120)
+        assert outcome, f"{pattern}: still reading after 120 s (spinning)"
+        return outcome[0]
+
+    assert len(twenty_steps()) == 20  # good + empty
+    os.remove(good)
+    error = twenty_steps()
+    assert isinstance(error, record_checks.RecordFileError), repr(error)
+    assert str(error) == (f"no record to read: {tmp_path / 'empty.tfrecord'} holds no "
+                          "TFRecord (empty); they held records when the run started")
+
+
+def test_records_that_read_from_the_start_but_not_from_the_resumed_position(tmp_path):
+    """Issue 38: a pretraining file replaced by other records of the same size (its size is
+    what the saved input position is checked against) failed the resumed run with
+    "damaged TFRecord data in [...]: Graph execution error:". Every record still reads from
+    the start: the message now says the file changed since the checkpoint, naming it (the
+    one in which the position fails inside a record)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from training import record_checks
+
+    same = S.write_records(tmp_path / "a.tfrecord", S.synthetic_instances(8))
+    changed = S.write_records(tmp_path / "b.tfrecord", S.synthetic_instances(8, vocab=300))
+    sizes = [len(r.numpy()) + 16 for r in tf.data.TFRecordDataset(same)]
+    offset = sum(sizes[:3])  # a record's start in a.tfrecord, inside one of b.tfrecord's
+    assert offset not in np.cumsum([len(r.numpy()) + 16
+                                    for r in tf.data.TFRecordDataset(changed)])
+    # What the resumed reader raised (TensorFlow's text, its position in the old records).
+    error = tf.errors.DataLossError(
+        None, None, "Graph execution error:\n\n{{function_node __wrapped__IteratorGetNext"
+                    f"_device_/job:localhost}}}} corrupted record at {offset}\n\t [[{{{{node "
+                    "x}}}}]]")
+    with pytest.raises(record_checks.RecordFileError) as info:
+        with record_checks.naming_bad_records((str(tmp_path / "*.tfrecord"),)):
+            raise error
+    message = str(info.value)
+    assert message.startswith(f"{changed}: every record reads from the start, but reading "
+                              "on from where the run was failed (corrupted record at "
+                              f"{offset}): the file changed since the checkpoint"), message
+
+
+@pytest.mark.parametrize("runner", ["run_classifier", "run_squad", "run_ner", "run_swag",
+                                    "glue_submission", "extract_features"])
+def test_a_vocab_without_the_special_tokens_is_refused_in_one_line(runner, tmp_path):
+    """Issue 38 #9: run_classifier ended in a traceback (KeyError: '[CLS]') where the data
+    tools refuse the same vocab in one line; every runner now refuses it, before reading
+    any data, with the data tools' check (`tokenization.check_vocab`)."""
+    from tests.test_flags_used import RUNNERS
+
+    vocab = write_vocab(tmp_path / "vocab.txt", [t for t in TINY_VOCAB if t != "[CLS]"])
+    argv = [arg for arg in RUNNERS.get(runner, []) if not arg.startswith("--vocab_file")]
+    if runner == "extract_features":  # its checkpoint is checked first: a real one
+        from modeling import checkpoints
+        from modeling.config import BertConfig
+        from modeling.encoder import BertEncoder
+
+        config = S.write_config(tmp_path / "bert_config.json")
+        checkpoints.save_ours(BertEncoder(BertConfig.from_json_file(config)),
+                              str(tmp_path / "ckpt"), BertConfig.from_json_file(config))
+        argv = [f"--input_file={vocab}", f"--output_file={tmp_path / 'features.jsonl'}",
+                f"--init_checkpoint={tmp_path / 'ckpt'}", f"--bert_config_file={config}",
+                "--layers=-1"]
+    result = call_main(runner, [*argv, f"--vocab_file={vocab}"], cwd=tmp_path)
+    assert result.code == 1, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.endswith(f": error: --vocab_file: vocab file {vocab!r} lacks required "
+                         f"token(s) [CLS] ({len(TINY_VOCAB) - 1} tokens read); is it a BERT "
+                         "vocab.txt?"), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+
+
+def test_eval_from_a_checkpoint_without_the_task_head_is_refused(tmp_path):
+    """Issue 38: --do_eval without training from a pretraining checkpoint evaluated a
+    random classifier head; without --do_train every weight must come from a checkpoint
+    (eval without weights is an error), so the missing head is named instead."""
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.models import BertPretrainer
+
+    config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    bert_config = BertConfig.from_json_file(config)
+    prefix = checkpoints.export_tf1_checkpoint(BertPretrainer(bert_config), bert_config,
+                                               str(tmp_path / "pretrained"))
+    data = _pair_data(tmp_path / "data")
+    out = tmp_path / "out"
+    result = call_main(
+        "run_classifier", task_name="custom", data_dir=data, text_a_column="text",
+        text_b_column="text2", label_column="label", vocab_file=write_vocab(
+            tmp_path / "vocab.txt"), bert_config_file=config, init_checkpoint=prefix,
+        output_dir=out, do_eval="true", max_seq_length=16,
+        distribution_strategy="one_device")
+    assert result.code == 1, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"run_classifier.py: error: --init_checkpoint={prefix} has no "
+                           "weights for "), line
+    assert "classifier" in line and "add --do_train" in line, line
+    assert not (out / "eval_results.txt").exists()
+
+
+def test_a_max_seq_length_without_room_for_text_is_warned_about(tmp_path, caplog):
+    """Issue 38: --max_seq_length=2 trained and evaluated on [CLS] [SEP] alone, silently."""
+    from training import finetuning
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    for length, warned in ((2, True), (3, False)):
+        settings, _ = finetuning.settings_from(
+            vocab_file=vocab, bert_config_file="c.json", output_dir=str(tmp_path / "out"),
+            do_train=True, max_seq_length=length)
+        caplog.clear()
+        finetuning.validate(settings)
+        found = [r.getMessage() for r in caplog.records if "leaves no room for text" in
+                 r.getMessage()]
+        assert [m.startswith("--max_seq_length=2 leaves no room") for m in found] == (
+            [True] if warned else []), caplog.text

@@ -257,6 +257,21 @@ def test_pytorch_pickles_are_refused_and_never_unpickled(tmp_path):
     assert not marker.exists()
 
 
+def test_random_bytes_named_like_a_pickle_are_not_called_one(tmp_path):
+    """Issue 38: random bytes in garbage.bin were "a PyTorch pickle" from the name alone;
+    the bytes decide (a zip archive or a pickle stream), alone or in a directory."""
+    config = BertConfig.from_dict(tiny_config_dict())
+    garbage = tmp_path / "dir" / "garbage.bin"
+    garbage.parent.mkdir()
+    garbage.write_bytes(bytes(range(7, 256)) * 4)
+    for path, expected in ((garbage, "(nor a PyTorch pickle: its bytes are neither a zip "
+                                     "archive nor a pickle)"),
+                           (garbage.parent, ": no checkpoint found")):
+        with pytest.raises(CheckpointError) as err:
+            load_pretrained(str(path), BertPretrainer(config))
+        assert "pickle file" not in str(err.value) and expected in str(err.value), err.value
+
+
 # ------------------------------------------------------------------------- damage
 
 

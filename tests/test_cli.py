@@ -51,7 +51,8 @@ BAD_INPUT = {
     "run_pretraining": ([], "At least one of `do_train` or `do_eval` must be True"),
     "run_classifier": ([], "--task_name is required"),
     "run_squad": (["--vocab_file=v", "--bert_config_file=nowhere.json", "--output_dir=o",
-                   "--do_train", "--train_file=t.json"], "nowhere.json: no such file"),
+                   "--do_train", "--train_file=t.json"],
+                  "--vocab_file: cannot read vocab file 'v'"),
     "run_ner": ([], "--data_dir is required"),
     "run_swag": ([], "--data_dir is required"),
     "glue_submission": ([], "--output_dir is required"),
@@ -242,6 +243,19 @@ def _gs_cases(f):
                                         *common, local_out]),
         "init_checkpoint": ("export_saved_model", [f"--init_checkpoint={GS}/ckpt",
                                                    f"--export_dir={f['dir'] / 'export'}"]),
+        # Issue 38 #13: the path that fails is derived from the flag's (the config looked
+        # up beside the checkpoint).
+        "run_classifier --init_checkpoint": (
+            "run_classifier", ["--task_name=cola", f"--data_dir={f['cola']}", *common,
+                               local_out, f"--init_checkpoint={GS}/model.ckpt"]),
+        "run_pretraining --init_checkpoint": (
+            "run_pretraining", [f"--input_file={f['records']}", f"--init_checkpoint={GS}/m.ckpt",
+                                f"--bert_config_file={f['config']}", local_out, "--do_train",
+                                f"--max_seq_length={S.SEQ}",
+                                f"--max_predictions_per_seq={S.PREDS}"]),
+        "extract_features --init_checkpoint": (
+            "extract_features", [f"--input_file={f['vocab']}", f"--init_checkpoint={GS}/m.ckpt",
+                                 f"--output_file={f['dir'] / 'features.jsonl'}"]),
         "export_dir": ("export_saved_model", ["--model_type=encoder",
                                               f"--init_checkpoint={f['ckpt']}",
                                               f"--vocab_file={f['vocab']}",
@@ -267,12 +281,20 @@ def with_checkpoint(files):
     config = BertConfig.from_json_file(files["config"])
     checkpoints.save_ours(BertEncoder(config), str(files["dir"] / "ckpt"), config)
     (files["dir"] / "train.tsv").write_text("a\tb\n", encoding="utf-8")
-    return dict(files, ckpt=str(files["dir"] / "ckpt"))
+    records = S.write_records(files["dir"] / "data.tfrecord", S.synthetic_instances(4))
+    (files["dir"] / "cola").mkdir()
+    (files["dir"] / "cola" / "train.tsv").write_text("".join(
+        f"gj04\t{i % 2}\t\tthe cat sat .\n" for i in range(32)), encoding="utf-8")
+    return dict(files, ckpt=str(files["dir"] / "ckpt"), records=records,
+                cola=str(files["dir"] / "cola"))
 
 
 @pytest.mark.parametrize("case", ["input_file", "output_dir", "data_dir", "init_checkpoint",
                                   "export_dir", "create_pretraining_data --input_file",
-                                  "create_pretraining_data --output_file"])
+                                  "create_pretraining_data --output_file",
+                                  "run_classifier --init_checkpoint",
+                                  "run_pretraining --init_checkpoint",
+                                  "extract_features --init_checkpoint"])
 def test_an_unreachable_gs_path_names_its_flag_in_one_line(case, with_checkpoint):
     """Issue 30 #7: these printed a FailedPreconditionError traceback ("Could not resolve
     host ... when reading gs://..."); now one line naming the flag and the path, status 1."""
@@ -299,6 +321,25 @@ def test_a_path_error_names_the_flag_whose_path_it_is():
     assert shell.path_error(tf.errors.InvalidArgumentError(None, None, "float32 gs://b/out"),
                             values) is None  # not a file-system error
     assert shell.path_error(PermissionError(13, "Permission denied", "/x/y"), values) is None
+
+
+def test_a_path_derived_from_a_flag_names_that_flag():
+    """Issue 38 #13: the config looked up beside --init_checkpoint failed with no flag named
+    (run_pretraining: a traceback), or run_classifier named --bert_config_file, whose
+    relative value bert_config.json is only the end of the failing path."""
+    import tensorflow as tf
+
+    values = {"init_checkpoint": "gs://b/run/model.ckpt", "bert_config_file": "bert_config.json",
+              "vocab_file": "/data/vocab.txt", "data_dir": "/data", "output_dir": "out"}
+    err = tf.errors.FailedPreconditionError(
+        None, None, "Could not resolve host\n\t when reading gs://b/run/bert_config.json")
+    assert shell.path_error(err, values).startswith("--init_checkpoint=gs://b/run/model.ckpt: ")
+    # The flag's own path beats one beside another flag's: data_dir's train.tsv, not the
+    # vocab beside it.
+    err = PermissionError(13, "Permission denied", "/data/train.tsv")
+    assert shell.path_error(err, values).startswith("--data_dir=/data: ")
+    err = PermissionError(13, "Permission denied", "/elsewhere/bert_config.json")
+    assert shell.path_error(err, values) is None
 
 
 # --------------------------------------------------------------------------- help

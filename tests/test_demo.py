@@ -100,8 +100,8 @@ def test_predict_cli_needs_only_tensorflow_and_tensorflow_text():
     source = open(os.path.join(REPO_ROOT, "predict_saved_model.py"), encoding="utf-8").read()
     imports = {line.split()[1].split(".")[0] for line in source.splitlines()
                if line.strip().startswith(("import ", "from "))}
-    assert imports <= {"__future__", "argparse", "json", "os", "sys", "tensorflow",
-                       "tensorflow_text", "traceback"}, imports
+    assert imports <= {"__future__", "argparse", "json", "os", "signal", "sys", "threading",
+                       "tensorflow", "tensorflow_text", "traceback"}, imports
 
 
 def test_missing_tool_fails_with_its_hint(tmp_path, capsys):

@@ -257,8 +257,10 @@ def test_glue_submission_runs_the_papers_grid_unless_told_otherwise():
 
 
 def test_a_bad_row_of_the_last_task_is_refused_before_any_task_trains(tmp_path):
-    """RTE's test set (the eighth task) has a malformed row: refused naming the file, the
-    line and the flag that skips it, before the first task (CoLA) writes anything."""
+    """RTE's test set (the eighth task) has a malformed row: refused naming the file and
+    the line, before the first task (CoLA) writes anything, --skip_bad_rows or not (a
+    test row is never skipped: each has its line in the submission file); a bad dev row
+    is skipped with it."""
     from tasks.classification import examples, glue
     from training import finetuning
 
@@ -270,10 +272,18 @@ def test_a_bad_row_of_the_last_task_is_refused_before_any_task_trains(tmp_path):
     out = tmp_path / "out"
     run = finetuning.FinetuningRun(vocab_file="v", bert_config_file="c", output_dir=str(out),
                                    do_train=True, do_eval=True, do_predict=True)
-    with pytest.raises(examples.DataFormatError,
-                       match=rf"RTE/test.tsv:{lines + 1}: .*\(--skip_bad_rows skips such rows\)"):
-        glue.run_benchmark(run, glue.GlueSettings(glue_dir=str(glue_dir)))
-    assert not out.exists()
+    for skip in (False, True):
+        with pytest.raises(examples.DataFormatError,
+                           match=rf"RTE/test.tsv:{lines + 1}: .*never a test row"):
+            glue.run_benchmark(run, glue.GlueSettings(glue_dir=str(glue_dir),
+                                                      skip_bad_rows=skip))
+        assert not out.exists()
+    test_file.write_text(test_file.read_text().replace("99\tonly one sentence\n", ""))
+    with open(glue_dir / "RTE" / "dev.tsv", "a") as f:
+        f.write("99\tonly one sentence\n")
+    with pytest.raises(examples.DataFormatError, match=r"RTE/dev.tsv:.*\(--skip_bad_rows "
+                                                       r"skips such rows\)"):
+        glue.check_data(str(glue_dir), glue.TASKS)
     glue.check_data(str(glue_dir), glue.TASKS, skip_bad_rows=True)  # skipped: no error
 
 

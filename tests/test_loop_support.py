@@ -246,3 +246,60 @@ def read_eval_results(path):
                 key, value = line.strip().split(" = ", 1)
                 out[key] = float(value)
     return out
+
+
+def accumulated_and_whole_gradients(command, k=2, **settings):
+    """(gradients of one training batch, the same batch's gradients accumulated over `k`
+    micro-batches), as numpy arrays, and the batch's features: a fine-tuning runner's
+    family (its `FinetuningCommand` and settings as keyword arguments) prepares its train
+    split, and the loop's two gradient paths are traced for the dataset's own element
+    spec (with length buckets the length is unknown until run time, as in the loop)."""
+    import dataclasses
+
+    import tensorflow as tf
+
+    from training import distribution, finetuning, trainer_setup
+
+    cfg = command.settings(**settings)
+    run = cfg.finetuning
+    family = command.family(cfg.task, run.max_seq_length)
+    bert_config = trainer_setup.load_bert_config(run.bert_config_file, run.max_seq_length)
+    family.input_options = finetuning.InputOptions(
+        max_seq_length=run.max_seq_length, bucket_boundaries=run.bucket_boundaries,
+        vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size)
+    train = family.prepare(run).train
+    dataset = family.dataset(train, batch_size=run.train_batch_size, is_training=True, seed=1)
+    assert dataset.element_spec["input_ids"].shape[-1] is None  # cut to a length bucket
+    loop_config = dataclasses.replace(run.loop, output_dir=run.output_dir, num_train_steps=1,
+                                      train_batch_size=run.train_batch_size,
+                                      gradient_accumulation_steps=k)
+    _, trainer = trainer_setup.build_trainer(
+        distribution.get_strategy("one_device"), lambda: family.build_model(bert_config),
+        family.loop_task(), loop_config=loop_config, max_seq_length=run.max_seq_length,
+        build_fn=lambda model: family.build_variables(model, run.max_seq_length))
+    spec = [dataset.element_spec]
+    whole = tf.function(lambda batch: trainer._grad_fn(batch, tf.constant(1.0))[0],
+                        input_signature=spec)
+    accumulated = tf.function(
+        lambda batch: trainer._accumulate(batch, k, tf.constant(1.0 / k))[0],
+        input_signature=spec)
+    batch = next(iter(dataset))
+    return ([g.numpy() for g in whole(batch)], [g.numpy() for g in accumulated(batch)],
+            {name: t.numpy() for name, t in batch.items()})
+
+
+def assert_same_gradients(whole, accumulated):
+    """The two gradient lists of `accumulated_and_whole_gradients` agree to float32
+    rounding, and the batch moves the model: over all gradients, and per tensor for every
+    tensor that is not ~0 (a bias the loss cannot see, such as the shared score bias of
+    multiple choice's softmax over its choices, is 0 up to rounding). A wrong scale or
+    micro-batch is off by its whole size."""
+    norms = [float(np.linalg.norm(g)) for g in whole]
+    total = float(np.sqrt(sum(n * n for n in norms)))
+    assert len(whole) == len(accumulated) and total > 0
+    error = float(np.sqrt(sum(float(np.sum((a - b) ** 2))
+                              for a, b in zip(whole, accumulated))))
+    assert error <= 1e-4 * total, (error, total)
+    for index, (a, b) in enumerate(zip(whole, accumulated)):
+        if norms[index] > 1e-3 * max(norms):
+            assert np.linalg.norm(a - b) <= 1e-3 * norms[index], (index, norms[index])

@@ -1,12 +1,17 @@
 """predict_saved_model.py on hostile input (issue 22): an input the export refuses (a
 context needing more windows than it allows), strings that are not UTF-8, and an
 --output_json that cannot be written give a clear error (exit status 1, naming the
-argument) and no traceback; --output_json is written all-or-nothing."""
+argument) and no traceback; --output_json is written all-or-nothing. Issue 38: inputs from
+--input_file (a file or stdin) as from the flags, its bad lines named; Ctrl-C is one line
+and status 130."""
 
+import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import keras
 import pytest
@@ -142,3 +147,121 @@ def test_output_json_is_written_all_or_nothing(exports, tmp_path, capsys, monkey
     document = json.loads(out.read_text())
     assert document["inputs"] == {"text": ["hi", "the cat sat"]}
     assert len(document["predictions"]) == 2 and os.listdir(tmp_path) == ["served.json"]
+
+
+def _served_lines(argv, capsys, stdin=None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = predict_saved_model.main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return [line.split(" -> ", 1)[1] for line in out.splitlines()]
+
+
+def test_input_file_serves_as_the_flags_do(exports, tmp_path, capsys, monkeypatch):
+    """Issue 38: inputs only as arguments could not pass a long document ("Argument list
+    too long"). --input_file: one text per line for a model of single texts (blank lines
+    skipped), JSON lines keyed by the flags' names otherwise; `-` reads stdin."""
+    texts = ["the cat sat .", "a dog ran far away", " ".join(["the red mat"] * 3000)]
+    (tmp_path / "texts.txt").write_text(f"{texts[0]}\n\n{texts[1]}\r\n{texts[2]}\n",
+                                        encoding="utf-8")
+    classifier = f"--export_dir={exports['classifier']}"
+    by_flags = _served_lines([classifier, *(f"--text={t}" for t in texts)], capsys)
+    assert _served_lines([classifier, f"--input_file={tmp_path / 'texts.txt'}"],
+                         capsys) == by_flags
+    squad = f"--export_dir={exports['squad']}"
+    pairs = [("who sat?", "the cat sat on the mat ."), ("who ran?", "a dog ran far away .")]
+    by_flags = _served_lines([squad, *(f"--{k}={v}" for q, c in pairs
+                                       for k, v in (("question", q), ("context", c)))], capsys)
+    lines = "".join(json.dumps({"question": q, "context": c}) + "\n" for q, c in pairs)
+    assert _served_lines([squad, "--input_file=-"], capsys, lines.encode(),
+                         monkeypatch) == by_flags
+
+
+@pytest.mark.parametrize("content,message", [
+    (b'{"question": "who?", "context": "a cat."}\n["who?"]\n', "FILE:2: not a JSON object;"),
+    (b'{"question": "who?"}\n', "FILE:1: keys ['question']; this model takes ['context', "
+                                 "'question']"),
+    (b'{"question": "who?", "context": 3}\n', "FILE:1: 'context' must be a text"),
+    (b"who sat?\n", "FILE:1: not a JSON object (Expecting value"),
+    (b'{"question": "caf\xff", "context": "x"}\n', "FILE:1: byte 0xff is not valid UTF-8"),
+    (b"\n  \n", "--input_file=FILE: no input (the file is empty or blank)"),
+])
+def test_a_bad_input_file_line_is_named(tmp_path, content, message):
+    """What a SQuAD export's --input_file may not hold, each named (file and line)."""
+    path = tmp_path / "inputs.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(predict_saved_model.UsageError) as err:
+        lines = predict_saved_model._read_lines(str(path))
+        predict_saved_model._file_inputs(str(path), lines, {"question", "context"})
+    assert message.replace("FILE", str(path)) in str(err.value), err.value
+
+
+def test_a_bad_input_file_line_is_one_error_line(exports, tmp_path, capsys):
+    path = tmp_path / "inputs.jsonl"
+    path.write_bytes(b"who sat?\n")
+    code = predict_saved_model.main([f"--export_dir={exports['squad']}",
+                                     f"--input_file={path}"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith(f"predict_saved_model.py: error: {path}:1: not a "
+                                        "JSON object"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_an_input_file_that_is_a_directory_or_mixed_with_flags_is_refused(exports, tmp_path,
+                                                                         capsys):
+    for argv, message in (([f"--input_file={tmp_path}"],
+                           f"--input_file={tmp_path} is a directory; give a file"),
+                          ([f"--input_file={tmp_path}", "--text=a"],
+                           "--input_file replaces the input flags")):
+        with pytest.raises(SystemExit) if "--text=a" in argv else _no_exit():
+            code = predict_saved_model.main([f"--export_dir={exports['classifier']}", *argv])
+            assert code == 1
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+
+class _no_exit:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}.get(os.uname().machine)
+
+
+def _reading_stdin(pid) -> bool:
+    """True once process `pid` waits in read(0, ...) (Linux: /proc/PID/syscall)."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            fields = f.read().split()
+    except OSError:
+        return False
+    return fields[:2] == [_READ_SYSCALL, "0x0"]
+
+
+@pytest.mark.skipif(_READ_SYSCALL is None, reason="reads /proc/PID/syscall (Linux x86_64 "
+                                                 "or aarch64)")
+def test_ctrl_c_is_one_line_and_status_130(tmp_path):
+    """Issue 38: Ctrl-C printed a KeyboardInterrupt traceback. The process, interrupted
+    while it waits for its --input_file on stdin: one line, status 130."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    script = os.path.join(REPO_ROOT, "predict_saved_model.py")
+    process = subprocess.Popen([sys.executable, "-I", script, f"--export_dir={tmp_path}",
+                                "--input_file=-"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not _reading_stdin(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _reading_stdin(process.pid), "never waited for stdin"
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert stderr.decode() == "predict_saved_model.py: interrupted (Ctrl-C)\n"

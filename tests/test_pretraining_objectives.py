@@ -285,11 +285,12 @@ def _config_from(*argv):
 
 @pytest.mark.parametrize("argv, message", [
     (["--objective=ltr", "--next_sentence_prediction=true"], "--next_sentence_prediction"),
-    (["--objective=ltr", "--vocab_file=v"], "--vocab_file: --objective=ltr masks nothing"),
+    (["--objective=ltr", "--vocab_file=v"], "--vocab_file only applies with --objective=mlm "
+                                            "(--objective=ltr masks nothing"),
     (["--objective=ltr", "--mask_token_rate=0.5"], "--mask_token_rate"),
     (["--mask_token_rate=0.9", "--random_token_rate=0.2"], "is more than 1"),
     (["--random_token_rate=-0.1"], "--random_token_rate=-0.1 must be a number in"),
-    (["--phase2_max_seq_length=256"], "only with --phase2_input_file"),
+    (["--phase2_max_seq_length=256"], "only applies with --phase2_input_file"),
     (["--phase2_input_file=y", "--num_train_steps=10", "--phase1_steps=10"],
      "--phase1_steps=10 must be"),
 ], ids=["ltr_nsp", "ltr_vocab", "ltr_rate", "rates_sum", "rate_range", "phase2_alone",

@@ -228,8 +228,9 @@ def test_ltr_refuses_the_prediction_counts_it_would_ignore(flag, records, tmp_pa
     if "phase2" in flag:
         values.update(phase2_input_file=records["unmasked"], num_train_steps=10)
     name, value = flag[2:].split("=")
-    with pytest.raises(SystemExit, match=rf"run_pretraining.py: error: --{name}: "
-                                         "--objective=ltr masks nothing"):
+    with pytest.raises(SystemExit, match=rf"run_pretraining.py: error: --{name} only "
+                                         r"applies with --objective=mlm \(--objective=ltr "
+                                         "masks nothing"):
         pretrain(**dict(values, **{name: value}))
     assert not (tmp_path / "out").exists()
 

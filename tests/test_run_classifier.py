@@ -166,6 +166,12 @@ def env(tmp_path_factory):
 
 def _run_config(env, task, out, **overrides):
     import run_classifier as rc
+
+    return rc.COMMAND.settings(**_run_values(env, task, out, **overrides))
+
+
+def _run_values(env, task, out, **overrides):
+    """`_run_config`'s settings as keyword arguments named as the flags."""
     from training.execution import RuntimeConfig
 
     values = dict(task_name=task, data_dir=str(env[task]), vocab_file=env["vocab"],
@@ -176,7 +182,7 @@ def _run_config(env, task, out, **overrides):
                   log_steps=3, seeds=(1,),
                   runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
-    return rc.COMMAND.settings(**values)
+    return values
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +209,8 @@ def runs(env):
 @pytest.fixture(scope="module")
 def mrpc_cli(env):
     """MRPC through the real command line (in this process), initialised from a TF1-layout
-    checkpoint."""
+    checkpoint, with the command line's length buckets and gradient accumulation (issue 38
+    #11: together they crashed)."""
     from modeling import checkpoints
     from modeling.config import BertConfig
     from modeling.models import BertPretrainer
@@ -218,7 +225,8 @@ def mrpc_cli(env):
                  max_seq_length=SEQ, do_train="true", do_eval="true", do_predict="true",
                  train_batch_size=4, eval_batch_size=4, predict_batch_size=4,
                  learning_rate=2e-3, num_train_epochs=3.0, save_checkpoints_steps=100,
-                 iterations_per_loop=6, log_steps=6, seed=3, distribution_strategy="one_device")
+                 iterations_per_loop=6, log_steps=6, seed=3, distribution_strategy="one_device",
+                 gradient_accumulation_steps=2)
     result = call_main("run_classifier", cwd=S.REPO_ROOT, **flags)
     log = result.stdout + result.stderr + result.log
     assert result.code == 0, log[-4000:]
@@ -781,3 +789,25 @@ def test_windows_learn_what_truncation_cannot_read(env, tmp_path):
         accuracy[mode] = _read_results(os.path.join(cfg.finetuning.output_dir,
                                                     "eval_results.txt"))["eval_accuracy"]
     assert accuracy["truncate"] <= 0.8 and accuracy["windows"] >= 0.95, accuracy
+
+
+
+
+@pytest.mark.parametrize("mode", ["truncate", "head_tail", "windows"])
+def test_gradient_accumulation_with_length_buckets_equals_the_whole_batch(env, tmp_path, mode):
+    """Issue 38 #11: with length buckets (batches cut to a length known only at run time)
+    --gradient_accumulation_steps=2 crashed in every mode ("Failed to convert elements of
+    [2, -1, None] to Tensor"). Two micro-batches of 2 now give the gradients of the batch
+    of 4 (the loss is a mean over examples)."""
+    import run_classifier as rc
+
+    task = {}  # CoLA's short sentences: the batches are cut to the bucket of 16
+    if mode == "windows":  # long texts: documents of 2 windows
+        data = write_long_custom(tmp_path / "long", random.Random(3), n_train=8)
+        task = dict(task_name="custom", data_dir=str(data), custom=processors.CustomDataConfig(
+            text_a_column="review", label_column="sentiment", delimiter="comma"))
+    whole, accumulated, batch = S.accumulated_and_whole_gradients(
+        rc.COMMAND, **_run_values(env, "cola", tmp_path, long_document=mode,
+                                  bucket_boundaries=(16, SEQ), **task))
+    assert batch["input_ids"].shape[-1] == (SEQ if mode == "windows" else 16)
+    S.assert_same_gradients(whole, accumulated)

@@ -316,6 +316,12 @@ def test_cli_feature_based_trains_only_the_bilstm(env, feature_based):
 
 def make(env, out, **overrides):
     import run_ner
+
+    return run_ner.COMMAND.settings(**make_values(env, out, **overrides))
+
+
+def make_values(env, out, **overrides):
+    """`make`'s settings as keyword arguments named as the flags."""
     from training.execution import RuntimeConfig
 
     values = dict(data_dir=env["data"], vocab_file=env["vocab"],
@@ -325,7 +331,7 @@ def make(env, out, **overrides):
                   num_train_epochs=2.0, save_checkpoints_steps=15, iterations_per_loop=5,
                   log_steps=5, runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
-    return run_ner.COMMAND.settings(**values)
+    return values
 
 
 @pytest.mark.slow
@@ -562,3 +568,23 @@ def test_exported_run_serves_the_runners_tags_from_raw_text(env, finetuned, tmp_
                                              row["entity_word_end"], strict=True)] == [
             (kind, first, last + 1) for kind, first, last in chunks]  # end exclusive
     assert any(row["entity_type"] for row in served)  # the trained model finds names
+
+
+def test_gradient_accumulation_with_length_buckets_equals_the_whole_batch(env, tmp_path):
+    """Issue 38 #11: --gradient_accumulation_steps=2 with length buckets crashed (the
+    batch's length is known only at run time). The loss is a mean over the tagged words
+    of the batch, so micro-batches average to it when each tags as many words: sentences
+    of 5 words here; two micro-batches of 2 then give the gradients of the batch of 4."""
+    import run_ner
+
+    rng = random.Random(4)
+    data = tmp_path / "data"
+    data.mkdir()
+    with open(data / "train.txt", "w", encoding="utf-8") as f:
+        for _ in range(8):
+            f.write("".join(f"{word} {tag}\n" for word, tag in _sentence(rng, 5)) + "\n")
+    whole, accumulated, batch = S.accumulated_and_whole_gradients(
+        run_ner.COMMAND, **make_values(env, tmp_path / "out", data_dir=str(data),
+                                       do_eval=False, bucket_boundaries=(8, SEQ)))
+    assert batch["label_weights"].sum(axis=1).tolist() == [5] * 4
+    S.assert_same_gradients(whole, accumulated)

@@ -107,6 +107,12 @@ def env(tmp_path_factory):
 
 def _run_config(env, out, **overrides):
     import run_squad
+
+    return run_squad.COMMAND.settings(**_run_values(env, out, **overrides))
+
+
+def _run_values(env, out, **overrides):
+    """`_run_config`'s settings as keyword arguments named as the flags."""
     from training.execution import RuntimeConfig
 
     values = dict(vocab_file=env["vocab"], bert_config_file=env["config"], output_dir=str(out),
@@ -115,7 +121,7 @@ def _run_config(env, out, **overrides):
                   num_train_epochs=8.0, save_checkpoints_steps=12, iterations_per_loop=6,
                   log_steps=6, runtime=RuntimeConfig("one_device", seed=1))
     values.update(overrides)
-    return run_squad.COMMAND.settings(**values)
+    return values
 
 
 @pytest.fixture(scope="module")
@@ -522,3 +528,15 @@ def test_bucketed_predictions_equal_padded_ones(v2_run, env, tmp_path):
         np.testing.assert_allclose([e["start_logit"] for e in bucketed["nbest"][qid]],
                                    [e["start_logit"] for e in entries], atol=1e-5)
     assert bucketed["eval"] == pytest.approx(padded["eval"])
+
+
+def test_gradient_accumulation_with_length_buckets_equals_the_whole_batch(env, tmp_path):
+    """Issue 38 #11: --gradient_accumulation_steps=2 with length buckets crashed (the
+    batch's length is known only at run time); two micro-batches of 2 now give the
+    gradients of the batch of 4 (the loss is a mean over windows)."""
+    import run_squad
+
+    whole, accumulated, _ = S.accumulated_and_whole_gradients(
+        run_squad.COMMAND, **_run_values(env, tmp_path, train_file=env["train_v1"],
+                                         do_train=True, bucket_boundaries=(32, SEQ)))
+    S.assert_same_gradients(whole, accumulated)

@@ -177,3 +177,20 @@ def test_bad_input_is_refused_before_training(env, tmp_path):
     assert result.code == 1
     assert "train.csv:1: no column 'ending2'" in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "out").exists()  # a refused run leaves no directory it made
+
+
+def test_gradient_accumulation_with_length_buckets_equals_the_whole_batch(env, tmp_path):
+    """Issue 38 #11: --gradient_accumulation_steps=2 with length buckets crashed (the
+    batch's length is known only at run time); two micro-batches of 4 examples ([4
+    choices, length] each) now give the gradients of the batch of 8 (the loss is a mean
+    over examples)."""
+    import run_swag
+    from training.execution import RuntimeConfig
+
+    whole, accumulated, batch = S.accumulated_and_whole_gradients(
+        run_swag.COMMAND, data_dir=env["data"], vocab_file=env["vocab"],
+        bert_config_file=env["config"], output_dir=str(tmp_path), do_train=True,
+        max_seq_length=16, train_batch_size=8, learning_rate=2e-3,
+        bucket_boundaries=(8, 16), runtime=RuntimeConfig("one_device", seed=1))
+    assert batch["input_ids"].shape[:2] == (8, 4)
+    S.assert_same_gradients(whole, accumulated)

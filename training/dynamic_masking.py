@@ -72,9 +72,10 @@ class DynamicMasking:
     @classmethod
     def from_vocab_file(cls, vocab_file: str, **settings) -> "DynamicMasking":
         vocab = tokenization.load_vocab(vocab_file)
-        for token in ("[CLS]", "[SEP]", "[MASK]"):
-            if token not in vocab:
-                raise DynamicMaskingError(f"--vocab_file={vocab_file} has no {token} token")
+        try:
+            tokenization.check_vocab(vocab, vocab_file, required=("[CLS]", "[SEP]", "[MASK]"))
+        except tokenization.VocabError as err:
+            raise DynamicMaskingError(f"--vocab_file: {err}") from None
         return cls(vocab=MaskingVocab.from_vocab(vocab), vocab_file=vocab_file, **settings)
 
     def validate(self) -> None:

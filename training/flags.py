@@ -8,9 +8,12 @@ dataclasses: `runtime_config(FLAGS)` (a `training.execution.RuntimeConfig`) and
 `training.finetuning.settings_from`) both pass, with their other flags by name, to
 `training.settings.settings_of`. A fine-tuning runner is a `FinetuningCommand`: its
 own flags, defaults and task family; the skeleton (flags -> settings -> run -> one-line
-errors) is here once. Libraries never see FLAGS, and nothing below the runners imports
-this module. Flag names and meanings follow Google's original runners; the new ones
-(distribution_strategy, dtype, ...) are documented inline.
+errors) is here once. Which flag applies to which mode is one rule for every runner
+(`check_modes` over `SHARED_MODES` and each runner's `OnlyWith` table, `MODES`): a flag
+given in another mode is refused, never parsed and ignored. Libraries never see FLAGS,
+and nothing below the runners imports this module. Flag names and meanings follow
+Google's original runners; the new ones (distribution_strategy, dtype, ...) are
+documented inline.
 """
 
 from __future__ import annotations
@@ -112,6 +115,69 @@ def refuse_grids(values, names, program) -> None:
             raise flags.ValidationError(
                 f"--{name}={','.join(map(str, value))}: {program} takes one value (a grid "
                 "of comma-separated values is for the fine-tuning runners)")
+
+
+@dataclasses.dataclass(frozen=True)
+class OnlyWith:
+    """Flags that mean something in one mode of a command only: given in another, they
+    would be parsed and then ignored, so they are refused (`check_modes`).
+
+    Attributes:
+      flags: the flags of the mode.
+      mode: the mode as the message names it ("--long_document=windows").
+      applies: FlagValues -> whether the command runs in that mode.
+    """
+
+    flags: tuple
+    mode: str
+    applies: Callable
+
+
+def flag_is(name: str, *values) -> Callable:
+    """`OnlyWith.applies` for "--name is one of `values`" (strings compared lower-cased,
+    as the runners read task names)."""
+    def applies(flag_values) -> bool:
+        value = flag_values[name].value
+        return (value.strip().lower() if isinstance(value, str) else value) in values
+    return applies
+
+
+def flag_given(name: str) -> Callable:
+    """`OnlyWith.applies` for "--name is set" (not empty, not false)."""
+    return lambda flag_values: bool(flag_values[name].value)
+
+
+def _on_tpu(values) -> bool:
+    return "use_tpu" in values and (values.use_tpu or values.distribution_strategy == "tpu")
+
+
+def _bucketing(values) -> bool:
+    """--bucket_by_length as the run takes it: off under TPU unless given."""
+    if _on_tpu(values) and not values["bucket_by_length"].present:
+        return False
+    return values.bucket_by_length
+
+
+# Which shared flags apply to which mode, for every runner (a runner adds its own table).
+SHARED_MODES = (
+    OnlyWith(("tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores"),
+             "--distribution_strategy=tpu (or --use_tpu)", _on_tpu),
+    OnlyWith(("bucket_boundaries",), "--bucket_by_length", _bucketing),
+    OnlyWith(("seed",), "one run, not with --seeds (each of its runs has its seed)",
+             lambda values: "seeds" not in values or not values.seeds),
+)
+
+
+def check_modes(values, *tables) -> None:
+    """Refuses (FlagError, one line naming the flag and its mode) a flag given on the
+    command line in a mode it does not apply to: the rule of every runner, `SHARED_MODES`
+    and the runner's own `OnlyWith` table. A flag the runner does not define is skipped."""
+    from data_prep.cli import FlagError
+
+    for rule in (*SHARED_MODES, *(rule for table in tables for rule in table)):
+        given = [name for name in rule.flags if name in values and values[name].present]
+        if given and not rule.applies(values):
+            raise FlagError(f"--{given[0]} only applies with {rule.mode}")
 
 
 def define_common_flags():
@@ -326,6 +392,7 @@ class FinetuningCommand:
       check: TaskRun -> None, the runner's own checks, before the shared ones
         (`training.finetuning.validate`; run_squad: the original's validate_flags_or_throw).
       finish: (the run's result, the family) -> the command's result (default: as is).
+      modes: the `OnlyWith` table of its own flags (`check_modes`).
     """
 
     program: str
@@ -336,6 +403,7 @@ class FinetuningCommand:
     required: tuple = ("data_dir", "vocab_file", "bert_config_file", "output_dir")
     check: Callable | None = None
     finish: Callable | None = None
+    modes: tuple = ()
 
     def __post_init__(self):
         use_defaults(self.defaults)
@@ -355,6 +423,7 @@ class FinetuningCommand:
         for name in self.required:
             if not values[name].value:
                 raise UserError(f"--{name} is required")
+        check_modes(values, self.modes)
         own = self.own_settings(values)
         return self.settings(**finetuning_values(values), **own)
 
@@ -392,14 +461,8 @@ def bucket_boundaries(values, max_seq_length: int) -> tuple:
     """--bucket_by_length / --bucket_boundaries as the run's buckets (() = off)."""
     from training import input_pipeline
 
-    on_tpu = values.use_tpu or values.distribution_strategy == "tpu"
-    on = values.bucket_by_length
-    if on_tpu and not values["bucket_by_length"].present:
-        on = False  # TPUs want one static shape unless asked otherwise.
-    if not on:
-        if values.bucket_boundaries:
-            raise flags.ValidationError("--bucket_boundaries needs --bucket_by_length")
-        return ()
+    if not _bucketing(values):  # TPUs want one static shape unless asked otherwise.
+        return ()  # --bucket_boundaries is refused then (`SHARED_MODES`)
     if values.bucket_boundaries:
         try:
             given = [int(v) for v in values.bucket_boundaries]

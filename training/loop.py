@@ -304,9 +304,16 @@ class TrainingLoop:
         return stats
 
     def _accumulate(self, features, k, grad_scale):
-        # [k, micro, ...] so each micro-batch keeps a static shape (TPU, XLA).
-        split = {name: tf.reshape(t, [k, -1] + t.shape.as_list()[1:])
-                 for name, t in features.items()}
+        def micro_batches(t):
+            # [batch, ...] -> [k, batch / k, ...]: a dimension the batch has statically
+            # stays static (TPU, XLA); one it has not (a length bucket's length) is read at
+            # run time.
+            dims = [k, -1 if t.shape[0] is None else t.shape[0] // k]
+            dims += [tf.shape(t)[axis] if size is None else size
+                     for axis, size in enumerate(t.shape.as_list()[1:], start=1)]
+            return tf.reshape(t, tf.stack(dims))
+
+        split = {name: micro_batches(t) for name, t in features.items()}
         grads = [tf.zeros_like(v) for v in self.model.trainable_variables]
         stats = {key: tf.constant(0.0) for key in self.stat_keys}
         for i in tf.range(k):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -44,17 +45,22 @@ def list_files(patterns: Sequence[str], flag: str = "--input_file") -> list[str]
     """Expands globs with tf.io.gfile (works on gs://); errors naming `flag` when nothing
     matches.
 
-    Summary JSON files that create_pretraining_data writes beside its output and the
-    temporaries of a writer (running, or killed) are skipped (with a log line), so
-    `--input_file=out.tfrecord*` or `DIR/*` reads just the records.
+    Summary JSON files that create_pretraining_data writes beside its output, the
+    temporaries of a writer (running, or killed) and folders are skipped (with a log
+    line), so `--input_file=out.tfrecord*` or `DIR/*` reads just the records; a pattern
+    that names a directory itself is refused (RecordFileError naming `flag`).
     """
     files = []
     for pattern in patterns:
+        if not any(char in pattern for char in "*?[") and tf.io.gfile.isdir(pattern):
+            raise RecordFileError(f"{flag}={pattern} is a directory; pass its record files, "
+                                  f"e.g. {flag}='{pattern.rstrip('/')}/*.tfrecord'")
         matched = sorted(tf.io.gfile.glob(pattern))
-        skipped = [path for path in matched if _not_records(path)]
-        matched = [path for path in matched if not _not_records(path)]
+        # A wider glob (DIR/*) may match folders too: they hold no records of their own.
+        skipped = [path for path in matched if _not_records(path) or tf.io.gfile.isdir(path)]
+        matched = [path for path in matched if path not in skipped]
         if skipped:
-            logging.info("%s %r: skipping %d summary or temporary file(s), e.g. %s",
+            logging.info("%s %r: skipping %d summary, temporary or folder path(s), e.g. %s",
                          flag, pattern, len(skipped), skipped[0])
         if not matched:
             raise UserError(f"{flag} pattern {pattern!r} matches no file")
@@ -181,13 +187,30 @@ def naming_bad_records(patterns: Sequence[str], compression: str = "auto", *,
     """
     try:
         yield
+    except tf.errors.OutOfRangeError as err:
+        # A training input read a whole pass of its files without a record (emptied
+        # since the run checked them): it ends rather than look for one forever.
+        raise RecordFileError(f"{_no_record(list_files(patterns))}; they held records when "
+                              "the run started") from err
     except tf.errors.DataLossError as err:
         files = list_files(patterns)
         logging.error("Damaged TFRecord data; scanning %d file(s) to find it", len(files))
         found = find_damaged_record(files, compression)
         if found is None:
-            raise RecordFileError(f"damaged TFRecord data in {list(patterns)}: "
-                                  f"{str(err).strip().splitlines()[0]}") from err
+            # Every record reads from its file's start: the reader was somewhere else, at
+            # the position a resumed run restored (or in a file being rewritten).
+            at = re.search(r"corrupted record at (\d+)", str(err))
+            changed = _split_inside_a_record(files, int(at.group(1)), compression) if at \
+                else []
+            named = changed or files
+            raise RecordFileError(
+                f"{_listed(named)}: every record reads from the start, but reading on from where "
+                f"the run was failed ({_reason(err)}): "
+                f"{'the file' if len(named) == 1 else 'a file'} changed since the "
+                "checkpoint whose input position this run resumed from (other records "
+                "under the same name and size), or while it was read; put back the "
+                "records the run was trained on, or start a new --output_dir with "
+                "--init_checkpoint=<that checkpoint>") from err
         path, index, message = found
         raise RecordFileError(
             f"{path}: TFRecord data is damaged or truncated at record {index} ({message}); "
@@ -204,6 +227,35 @@ def naming_bad_records(patterns: Sequence[str], compression: str = "auto", *,
             raise
         path, index, message = found
         raise RecordFileError(f"{path}: record {index} {message}") from None
+
+
+def _split_inside_a_record(files: Sequence[str], offset: int, compression: str) -> list:
+    """The uncompressed files in which byte `offset` falls inside a record: where a reader
+    that went on from `offset` (a saved position) met other records than it read there."""
+    out = []
+    for path in files:
+        if compression_of(path, compression) or offset >= fileio.getsize(path):
+            continue
+        start, boundary = 0, offset == 0
+        for batch in tf.data.TFRecordDataset(path).batch(4096):
+            # A record's frame: its length (8 bytes) and CRC (4), the data, its CRC (4).
+            ends = start + np.cumsum(tf.strings.length(batch).numpy().astype(np.int64) + 16)
+            boundary = boundary or offset in ends
+            start = int(ends[-1])
+            if start >= offset:
+                break
+        if not boundary:
+            out.append(path)
+    return out
+
+
+def _reason(err: tf.errors.OpError) -> str:
+    """The line of a TensorFlow error that says what failed (not "Graph execution error:",
+    nor the function node it failed in)."""
+    lines = [re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line).strip()
+             for line in str(err.message).splitlines()]
+    lines = [line for line in lines if line and line != "Graph execution error:"]
+    return lines[0] if lines else type(err).__name__
 
 
 def find_bad_record(files: Sequence[str], compression: str = "auto", *,
@@ -348,12 +400,15 @@ def _first_of(compression: str):
 def check_pretraining_files(files: Sequence[str], max_seq_length: int,
                             max_predictions_per_seq: int, compression: str = "auto",
                             limits: Sequence[IdLimit] = (), flag_prefix: str = ""):
-    """The record kind of every file, from its first record (None: all empty); raises
-    RecordFileError naming a file whose first record does not fit the flags (lengths, ids
-    beyond `limits`), or one file of each kind when masked and unmasked records are mixed
-    (the masked ones would be masked again, silently). `flag_prefix`: the flags named are
-    `--{flag_prefix}input_file` and the like (phase 2's: "phase2_")."""
+    """The record kind of every file, from its first record; raises RecordFileError when
+    no file holds a record (nothing to train or evaluate on), naming a file whose first
+    record does not fit the flags (lengths, ids beyond `limits`), or one file of each kind
+    when masked and unmasked records are mixed (the masked ones would be masked again,
+    silently). `flag_prefix`: the flags named are `--{flag_prefix}input_file` and the like
+    (phase 2's: "phase2_")."""
     records = _first_records(files, compression)
+    if not records:
+        raise RecordFileError(f"--{flag_prefix}input_file: {_no_record(files)}")
     kinds = {}
     for path in files:
         if path in records:
@@ -372,6 +427,17 @@ def check_pretraining_files(files: Sequence[str], max_seq_length: int,
         _check_example(path, tf.train.Example.FromString(records[path]), schema,
                        max_seq_length, max_predictions_per_seq, limits, flag_prefix)
     return next(iter(kinds.values()), None)
+
+
+def _listed(files: Sequence[str]) -> str:
+    """Files for a message: the first three, and how many more."""
+    return ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+
+
+def _no_record(files: Sequence[str]) -> str:
+    """What to say of input files none of which holds a record."""
+    return (f"no record to read: {_listed(files)} {'holds' if len(files) == 1 else 'hold'} "
+            "no TFRecord (empty)")
 
 
 def check_record_kind(schema, masking, path: str, read_unmasked: bool = False) -> None:

@@ -36,6 +36,18 @@ def load_bert_config(bert_config_file: str, max_seq_length: int):
     return bert_config
 
 
+def check_vocab_tokens(vocab_file: str) -> None:
+    """Raises VocabError naming --vocab_file when it cannot be read or lacks a token every
+    encoded input needs (`tokenization.ENCODING_TOKENS`), as the data tools refuse it."""
+    from data_prep import tokenization
+
+    try:
+        tokenization.check_vocab(tokenization.load_vocab(vocab_file), vocab_file,
+                                 required=tokenization.ENCODING_TOKENS)
+    except tokenization.VocabError as err:
+        raise tokenization.VocabError(f"--vocab_file: {err}") from None
+
+
 def check_vocab_fits(vocab_file: str, bert_config, bert_config_file: str) -> None:
     """Raises UserError naming both flags when --vocab_file has more tokens than the
     model's embedding table: the records made with it would hold ids the model lacks."""
@@ -130,14 +142,22 @@ def check_attention_of(init_checkpoint: str, bert_config,
 
 def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bool) -> int:
     """Resumes from the run's own checkpoint, else loads `init_checkpoint` (encoder-only
-    allowed; refused when its attention direction differs: `check_attention_of`); returns
-    the step training starts from."""
+    allowed when training; refused when its attention direction differs:
+    `check_attention_of`); returns the step training starts from.
+
+    Without `do_train` every weight must come from a checkpoint: evaluating or predicting
+    with weights at their random start (no checkpoint at all, or a pretraining checkpoint
+    without the task's head) is refused, naming what is missing."""
+    from data_prep.cli import UserError
     from modeling import checkpoints
+
+    missing = []
 
     def init_from_checkpoint():
         check_attention_of(init_checkpoint, model.config)
         report = checkpoints.load_pretrained(init_checkpoint, model, partial=True)
         logging.info("Initialised from %s: %s", init_checkpoint, report)
+        missing.extend(report.missing)
 
     start_step = trainer.restore_or_initialize(
         init_from_checkpoint if init_checkpoint else None)
@@ -145,6 +165,14 @@ def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bo
         raise UserError(
             f"nothing to evaluate or predict with: no checkpoint in {trainer.config.output_dir} "
             "and no --init_checkpoint (without --do_train the weights would be random)")
+    if missing and not do_train:
+        listed = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more"
+                                           if len(missing) > 3 else "")
+        raise UserError(
+            f"--init_checkpoint={init_checkpoint} has no weights for {listed} (e.g. a "
+            "pretraining checkpoint, without the task's head): without --do_train they "
+            "would be evaluated at their random start; pass a fine-tuned checkpoint (or "
+            "its output_dir), or add --do_train")
     return start_step
 
 

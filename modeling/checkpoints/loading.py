@@ -38,11 +38,12 @@ def resolve(path: str) -> tuple:
         return _resolve_directory(path)
     if is_prefix(path):
         return prefix_kind(path), path
-    if tf.io.gfile.exists(path) and (path.endswith(PICKLE_SUFFIXES)
-                                     or looks_like_pickle(path)):
+    if tf.io.gfile.exists(path) and looks_like_pickle(path):  # by its bytes, not its name
         raise pickle_refusal(path)
     raise CheckpointError(f"{path}: not a checkpoint prefix (no {path}.index), "
-                          "directory or .safetensors file")
+                          "directory or .safetensors file"
+                          + (" (nor a PyTorch pickle: its bytes are neither a zip archive "
+                             "nor a pickle)" if tf.io.gfile.exists(path) else ""))
 
 
 def _resolve_directory(path: str) -> tuple:
@@ -56,7 +57,8 @@ def _resolve_directory(path: str) -> tuple:
     if latest:
         return prefix_kind(latest), latest
     names = sorted(tf.io.gfile.listdir(path))
-    pickles = [n for n in names if n.endswith(PICKLE_SUFFIXES) or n.endswith(".bin.index.json")]
+    pickles = [n for n in names if n.endswith(".bin.index.json") or (
+        n.endswith(PICKLE_SUFFIXES) and looks_like_pickle(os.path.join(path, n)))]
     if pickles:
         raise pickle_refusal(os.path.join(path, pickles[0]))
     others = [n for n in names if n.endswith(".safetensors")]

@@ -15,11 +15,15 @@ from typing import Mapping, Sequence, Union
 
 from absl import logging
 
-from data_prep import fileio
+from data_prep import fileio, tokenization
 from tasks.classification.examples import BadRow, DataFormatError, InputExample, SplitExamples
 from tasks.common.delimited import Record, iter_records
 
 Column = Union[int, str]
+
+# The largest regression score whose square (the squared-error loss) is finite in float32:
+# a label of 1e20 made the loss Inf at the first step.
+MAX_REGRESSION_LABEL = math.sqrt(3.4028234663852886e38)  # float32's largest finite value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +203,9 @@ class TableProcessor:
           data_dir: the task's directory (e.g. glue_data/MRPC).
           split: "train", "dev", "test", or a task's own split ("dev_mismatched", ...).
           skip_bad_rows: skip malformed rows (counted in the result and logged) instead of
-            raising DataFormatError at the first one.
+            raising DataFormatError at the first one. Never in a test split: each of its
+            rows is predicted on its own line (test_results.tsv, the GLUE files), and a
+            skipped row would move every later prediction onto another row's line.
 
         Returns:
           SplitExamples with the examples in file order.
@@ -214,7 +220,12 @@ class TableProcessor:
         elif not self.is_regression and not _infer:
             labels = set(self.get_labels(data_dir))
         reader = _RowReader(self, layout, path, guid_prefix, labels, placeholder)
-        examples, bad_rows = reader.read(skip_bad_rows)
+        if layout_split.startswith("test"):
+            examples, bad_rows = reader.read(False, hint=(
+                "--skip_bad_rows skips train and dev rows, never a test row: "
+                "test_results.tsv has a line per test row; fix or remove it"))
+        else:
+            examples, bad_rows = reader.read(skip_bad_rows)
         if bad_rows:
             logging.warning("%s: skipped %d malformed rows, first: %s", path, len(bad_rows),
                             "; ".join(str(row) for row in bad_rows[:5]))
@@ -236,7 +247,8 @@ class _RowReader:
         self.columns: _Columns | None = None
         self.num_columns = layout.num_columns
 
-    def read(self, skip_bad_rows: bool) -> tuple[list[InputExample], list[BadRow]]:
+    def read(self, skip_bad_rows: bool, hint: str | None = None
+             ) -> tuple[list[InputExample], list[BadRow]]:
         examples: list[InputExample] = []
         bad_rows: list[BadRow] = []
         header_pending = self.layout.has_header
@@ -256,7 +268,7 @@ class _RowReader:
                 bad = BadRow(self.path, record.line, str(err))
                 if not skip_bad_rows:
                     raise DataFormatError(
-                        f"{bad} (--skip_bad_rows skips such rows)") from None
+                        f"{bad} ({hint or '--skip_bad_rows skips such rows'})") from None
                 bad_rows.append(bad)
                 continue
             if example is not None:
@@ -296,7 +308,7 @@ class _RowReader:
 
     def _text(self, fields: list[str], column: int, role: str) -> str:
         text = fields[column]
-        if not text.strip():
+        if tokenization.is_blank(text):  # whitespace, or characters the tokenizer drops
             raise _BadRowError(f"empty {role} (column {column})")
         return text
 
@@ -315,6 +327,11 @@ class _RowReader:
                 value = math.nan
             if not math.isfinite(value):
                 raise _BadRowError(f"label {raw!r} (column {column}) is not a finite number")
+            if abs(value) > MAX_REGRESSION_LABEL:
+                raise _BadRowError(
+                    f"label {raw!r} (column {column}) is too large: its square (the "
+                    "squared-error loss) overflows float32; scores must lie within "
+                    f"+-{MAX_REGRESSION_LABEL:.3g}")
             return value
         if self.labels is not None and raw not in self.labels:
             raise _BadRowError(f"unknown label {raw!r} (column {column}); expected one of "

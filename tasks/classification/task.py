@@ -132,8 +132,6 @@ class ClassificationFamily(finetuning.TaskFamily):
         if cfg.long_document not in LONG_DOCUMENT_MODES:
             raise UserError(f"--long_document={cfg.long_document}: expected one of "
                             f"{', '.join(LONG_DOCUMENT_MODES)}")
-        if cfg.long_document != "head_tail" and cfg.head_tokens is not None:
-            raise UserError("--head_tokens only applies to --long_document=head_tail")
         if cfg.long_document == "truncate":
             return None
         if self._text_pair():
@@ -281,10 +279,6 @@ class ClassificationFamily(finetuning.TaskFamily):
         except ValueError:
             name = None  # XNLI and custom data have no GLUE server file.
         if name is not None:
-            if split.data.metadata.get("num_bad_rows"):
-                logging.warning("%d bad test rows were skipped: %s indices are 0..n-1 and "
-                                "no longer match the GLUE test set",
-                                split.data.metadata["num_bad_rows"], name)
             texts[os.path.join(run_dir, name)] = metrics.glue_submission_text(
                 self.settings.task_name, submission,
                 None if self.is_regression else self.label_list)

@@ -28,9 +28,14 @@ def iter_records(path: str, delimiter: str, quotechar: str | None) -> Iterator[R
     """Yields the records of a delimited UTF-8 file with their line numbers.
 
     Lines end at "\\n" only (a stray "\\r" inside a line is data, as in the original's
-    reader); a leading byte-order mark is dropped. Undecodable lines and csv errors become
-    records with `error` set instead of stopping the read.
+    reader); a leading byte-order mark is dropped; a field may be of any size (memory
+    bounds it). Undecodable lines and csv errors become records with `error` set instead
+    of stopping the read.
     """
+    # csv refuses a field over 131,072 characters by default; here memory bounds a text, as
+    # it bounds a line (--long_document=windows reads whole documents). 2**31 - 1: the
+    # largest limit csv takes on every platform (a C long).
+    csv.field_size_limit(2 ** 31 - 1)
     undecodable: set[int] = set()
 
     def lines() -> Iterator[str]:
