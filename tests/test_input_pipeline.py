@@ -1,8 +1,5 @@
 """The pretraining tf.data pipeline: shapes, dtypes, gzip, sharding, first-record check."""
 
-import dataclasses
-import json
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -135,29 +132,6 @@ def test_an_input_that_is_a_directory_names_the_flag(tmp_path):
         assert str(err.value) == (f"--phase2_input_file={given} is a directory; pass its "
                                   f"record files, e.g. --phase2_input_file='{data}/*.tfrecord'")
     assert record_checks.list_files([data + "/*"]) == [data + "/a.tfrecord"]
-
-
-def test_a_position_saved_before_file_passes_resumes_in_its_layout(files, tmp_path):
-    """Checkpoints saved before the training input read whole passes of its files (issue
-    38 #5) hold positions of an input that repeated the file names under the interleave:
-    their identity (without "file_passes") selects that layout, in which their position
-    restores exactly; any other identity gets the passes."""
-    config = _config(files["plain"], seed=3)
-    legacy = dataclasses.replace(config, repeat_file_names=True)
-    saved = json.loads(json.dumps(ip.pretraining_input_identity(legacy, 8), sort_keys=True))
-    assert "file_passes" not in saved
-    assert ip.pretraining_input_identity(config, 8)["file_passes"] is True
-    assert ip.resumable_config(config, 8, saved) == legacy
-    assert ip.resumable_config(config, 8, None) == config
-    assert ip.resumable_config(config, 16, saved) == config  # other input: refused later
-    first = iter(ip.pretraining_dataset(legacy, batch_size=8, is_training=True, check=False))
-    for _ in range(3):
-        next(first)
-    tf.train.Checkpoint(iterator=first).write(str(tmp_path / "position"))
-    expected = next(first)["input_ids"].numpy()
-    again = iter(ip.pretraining_dataset(legacy, batch_size=8, is_training=True, check=False))
-    tf.train.Checkpoint(iterator=again).read(str(tmp_path / "position")).assert_consumed()
-    np.testing.assert_array_equal(next(again)["input_ids"].numpy(), expected)
 
 
 def test_split_patterns():

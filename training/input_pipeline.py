@@ -37,10 +37,6 @@ class PretrainingInputConfig:
         mask them on the fly (training/dynamic_masking.py); None for masked records.
       read_unmasked: the records are unmasked and read as they are, with no masking (the
         left-to-right LM predicts every token of them).
-      repeat_file_names: training repeats the file names under the interleave instead of
-        whole passes over the files: the input of checkpoints saved before passes (their
-        saved positions fit only it; `pretraining_input_identity` tells them apart). It
-        cannot end, so files emptied during a run would stall it.
     """
 
     input_patterns: Sequence[str]
@@ -54,7 +50,6 @@ class PretrainingInputConfig:
     type_vocab_size: int | None = None
     masking: dynamic_masking.DynamicMasking | None = None
     read_unmasked: bool = False
-    repeat_file_names: bool = False
 
 
 def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_training: bool,
@@ -106,18 +101,15 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
         f, compression_type=compression, buffer_size=8 * 1024 * 1024)
     if is_training:
         dataset = dataset.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
-        if config.repeat_file_names:  # the layout of older checkpoints' input positions
-            dataset = dataset.repeat()
         dataset = dataset.interleave(read, cycle_length=max(1, min(config.cycle_length,
                                                                    len(files))),
                                      num_parallel_calls=tf.data.AUTOTUNE,
                                      deterministic=deterministic)
-        if not config.repeat_file_names:
-            # Whole passes over the files, repeated: a pass without a record (files emptied
-            # during a run) ends the input (tf.data's repeat stops on an empty pass), where
-            # file names repeated under the interleave made it look for a record forever,
-            # inside the compiled training call, deaf to SIGTERM and Ctrl-C.
-            dataset = dataset.repeat()
+        # Whole passes over the files, repeated: a pass without a record (files emptied
+        # during a run) ends the input (tf.data's repeat stops on an empty pass), where
+        # file names repeated under the interleave made it look for a record forever,
+        # inside the compiled training call, deaf to SIGTERM and Ctrl-C.
+        dataset = dataset.repeat()
     else:  # Evaluation reads the files once, in order.
         dataset = dataset.flat_map(read)
     if shards > 1 and not shard_files:
@@ -165,24 +157,7 @@ def pretraining_input_identity(config: PretrainingInputConfig, batch_size: int) 
     }
     if config.read_unmasked:
         identity["read_unmasked"] = True
-    if not config.repeat_file_names:
-        identity["file_passes"] = True  # what the saved position's layout is
     return identity
-
-
-def resumable_config(config: PretrainingInputConfig, batch_size: int,
-                     saved: dict | None) -> PretrainingInputConfig:
-    """`config`, or its `repeat_file_names` layout when `saved` (the input identity of the
-    checkpoint a run resumes) is this input's as saved before whole file passes: such a
-    checkpoint resumes its input exactly, in the layout its position was saved in."""
-    import json
-
-    if saved is None or "file_passes" in saved:
-        return config
-    legacy = dataclasses.replace(config, repeat_file_names=True)
-    identity = json.loads(json.dumps(pretraining_input_identity(legacy, batch_size),
-                                     sort_keys=True))
-    return legacy if identity == saved else config
 
 
 # --- Fine-tuning records (each task family's schema lives in its tasks/ package) --------------

@@ -317,11 +317,8 @@ def _train_and_evaluate(cfg: PretrainingRun, loop_config: LoopConfig, strategy, 
                  f"{len(phases[1].files) - 1} more)" if ends else "")
     if cfg.do_train:
         previous = None
-        saved = trainer.saved_input_identity()
         for phase, end in zip(phases, ends + [None]):
-            # A checkpoint saved before whole file passes resumes in its input's layout.
-            config = input_pipeline.resumable_config(input_config(phase),
-                                                     phase.train_batch_size, saved)
+            config = input_config(phase)
             identity = input_pipeline.pretraining_input_identity(config,
                                                                  phase.train_batch_size)
             with naming_bad_records(phase):
