@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from modeling import checkpoints
 from modeling.config import BertConfig
-from modeling.models import BertDocumentClassifier
-from test_modeling_reference import tiny_config_dict
+from modeling.models import BertDocumentClassifier, BertPretrainer
+from test_modeling_reference import (random_hf_weights, run_original_graph, tiny_config_dict,
+                                     tiny_inputs, write_hf_dir)
 
 
 def _documents(rng, vocab_size, windows_per_document, max_windows=5, seq=8):
@@ -53,6 +55,76 @@ def test_document_classifier_encodes_only_present_windows():
     compiled = tf.function(lambda x: model(x, training=False)["logits"], jit_compile=True)
     np.testing.assert_allclose(compiled({k: tf.constant(v) for k, v in inputs.items()}),
                                logits, atol=1e-5)
+
+
+def _source_arrays(kind, location):
+    """name -> array of a TF1 prefix or a Hugging Face safetensors file."""
+    if kind == "tf1":
+        reader = tf.train.load_checkpoint(location)
+        return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
+    from safetensors.numpy import load_file
+
+    return load_file(location)
+
+
+def test_document_classifier_loads_its_encoder_from_every_format(tmp_path):
+    """--init_checkpoint for a windows run: Google's TF1 checkpoint (written by the
+    original's own graph and Saver), a Hugging Face directory and one of ours all load
+    into the document model (every pooling), encoder only: each encoder weight equals the
+    source's tensor, the per-window pooled output equals the original graph's, and only
+    the head (and attention pooling's window scorer) is missing. A document model's own
+    TF1 export loads back strictly, logits equal."""
+    config_dict = tiny_config_dict()
+    inputs = tiny_inputs(config_dict)
+    google = tmp_path / "google"
+    google.mkdir()
+    original = run_original_graph(config_dict, inputs, save_to=str(google / "bert_model.ckpt"),
+                                  seed=3, optimizer_slots=True)
+    hf = write_hf_dir(tmp_path / "hf", random_hf_weights(config_dict, seed=4), config_dict,
+                      "gelu")
+    config = BertConfig.from_dict(config_dict)
+    ours = checkpoints.save_ours(BertPretrainer(config), str(tmp_path / "ours"), config)
+    flat = {k: inputs[k] for k in ("input_ids", "input_mask", "segment_ids")}
+    for source, kind in ((str(google), "tf1"), (str(hf), "hf"), (ours, "ours")):
+        for pooling in ("max", "mean", "attention"):
+            model = BertDocumentClassifier(config, 3, pooling=pooling)
+            report = checkpoints.load_pretrained(source, model, partial=True)
+            head = {"tf1": ["output_weights", "output_bias"],
+                    "hf": ["classifier.weight", "classifier.bias"],
+                    "ours": ["model/classifier/dense/_kernel",
+                             "model/classifier/dense/bias"]}[kind]
+            if pooling == "attention":
+                head = head + {"tf1": ["window_attention/kernel", "window_attention/bias"],
+                               "hf": ["window_attention.kernel", "window_attention.bias"],
+                               "ours": ["model/window_attention/_kernel",
+                                        "model/window_attention/bias"]}[kind]
+            assert report.kind == kind
+            assert sorted(report.missing) == sorted(head), (kind, pooling, report.missing)
+            if kind == "ours":
+                reference = BertPretrainer(config)
+                checkpoints.load_pretrained(source, reference)
+                for got, want in zip(model.encoder.weights, reference.encoder.weights):
+                    np.testing.assert_array_equal(got.numpy(), want.numpy())
+                continue
+            arrays = _source_arrays(*checkpoints.resolve(source))
+            entries = checkpoints.weight_table(model.encoder)
+            for entry in entries:
+                want = entry.to_keras(arrays[entry.name(kind)], kind)
+                got = entry.variable.numpy()
+                if entry.columns is not None:
+                    got = got[..., entry.columns[0]:entry.columns[1]]
+                np.testing.assert_array_equal(got, want, err_msg=entry.name(kind))
+            assert len(entries) == len(report.loaded)
+        if kind == "tf1":  # the windows' pooled outputs are the original graph's
+            pooled = model.encoder(flat)["pooled_output"]
+            np.testing.assert_allclose(pooled, original["pooled"], atol=1e-5)
+    # A document model round-trips through Google's layout with its head and scorer.
+    exported = checkpoints.export_tf1_checkpoint(model, config, str(tmp_path / "export"))
+    again = BertDocumentClassifier(config, 3, pooling="attention")
+    assert checkpoints.load_pretrained(exported, again).ok
+    documents = {k: v[None] for k, v in flat.items()}   # one document of 3 windows
+    np.testing.assert_allclose(again(documents)["logits"], model(documents)["logits"],
+                               atol=1e-6)
 
 
 def test_window_pooling_default_is_the_measured_best():

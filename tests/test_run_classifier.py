@@ -761,6 +761,52 @@ def test_windows_with_seeds_and_best_checkpoint(windows_run, env, tmp_path):
         np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
 
 
+@pytest.mark.parametrize("source", ["tf1", "hf"])
+def test_windows_run_starts_from_googles_and_hugging_faces_checkpoints(windows_run, env,
+                                                                      tmp_path, source):
+    """--long_document=windows from Google's TF1 checkpoint (written by the original's own
+    graph and Saver, --init_checkpoint=.../bert_model.ckpt) or a Hugging Face directory
+    (--bert_config_file=its config.json, whose "gelu" is the exact form): the run loads the
+    encoder from it (the head alone starts fresh) and trains, evaluates, predicts."""
+    import json
+    import re
+
+    import tensorflow as tf
+
+    import run_classifier as rc
+    from modeling.config import BertConfig
+    from tests.clis import _absl_log
+    from test_modeling_reference import (random_hf_weights, run_original_graph,
+                                         tiny_inputs, write_hf_dir)
+
+    config_dict = json.loads(open(env["config"]).read())
+    if source == "tf1":
+        (tmp_path / "google").mkdir()
+        init = str(tmp_path / "google" / "bert_model.ckpt")
+        run_original_graph(config_dict, tiny_inputs(config_dict), save_to=init)
+        config_file, act = env["config"], "gelu_tanh"
+    else:
+        init = str(write_hf_dir(tmp_path / "hf", random_hf_weights(config_dict), config_dict,
+                                "gelu"))
+        config_file, act = str(tmp_path / "hf" / "config.json"), "gelu_exact"
+    cfg = _run_config({**env, "long": windows_run["data"]}, "long", tmp_path / "out",
+                      task_name="custom", custom=windows_run["custom"],
+                      long_document="windows", window_pooling="max", num_train_epochs=1.0,
+                      init_checkpoint=init, bert_config_file=config_file, do_eval=False)
+    with _absl_log() as log:
+        rc.run(cfg)
+    report = next(line for line in log if line.startswith("Initialised from"))
+    head = {"tf1": "output_weights, output_bias", "hf": "classifier.weight, classifier.bias"}
+    assert f": {source} checkpoint " in report, report
+    assert re.search(r"\d+ tensors loaded\n  2 missing from the checkpoint: "
+                     + head[source] + r"\n", report), report
+    out = cfg.finetuning.output_dir
+    assert BertConfig.from_json_file(os.path.join(out, "bert_config.json")).hidden_act == act
+    assert tf.train.latest_checkpoint(out)
+    probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
+    assert probs.shape == (8, 2)
+
+
 def test_windows_learn_what_truncation_cannot_read(env, tmp_path):
     """The label is named only past the first window: truncate gets no further than the
     majority class (3 of 4 dev texts are "neg"), windows (max pooling, trained on the
