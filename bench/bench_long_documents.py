@@ -101,6 +101,114 @@ def model_speed(max_windows=8, seq=128, hidden=128, batch=8, documents=64, seed=
     return float(counts.mean()), best
 
 
+def window_batch(tokenizer, texts, seq, stride):
+    """[documents, windows, seq] int32 inputs of `texts`' real windows (run_classifier's
+    records: each window `[CLS] window [SEP]`, all-zero windows after a document's last)."""
+    import numpy as np
+
+    from tasks.classification import data as cd
+    from tasks.classification import examples as ce
+
+    rows = [cd.window_record_values(ce.InputExample(str(i), text, None, "a"), {"a": 0},
+                                    seq, tokenizer, False, cd.Windows(stride, 1000))
+            for i, text in enumerate(texts)]
+    most = max(count for _, _, count in rows)
+    return {k: np.stack([np.asarray(v[k][:most * seq], np.int32).reshape(most, seq)
+                         for v, _, _ in rows])
+            for k in ("input_ids", "input_mask", "segment_ids")}
+
+
+def memory_child(args):
+    """One training step's peak RSS and time, in this (fresh) process: `--docs` documents
+    of `--words` words of corpus text, their real windows, `--chunk` windows per chunk (0:
+    every window at once), the project's optimizer; prints one JSON line."""
+    import json
+    import resource
+
+    import numpy as np
+    import tensorflow as tf
+
+    from data_prep import tokenization
+    from modeling import optimization
+    from modeling.config import BertConfig
+    from modeling.models import BertDocumentClassifier
+
+    directory = args.init_checkpoint
+    if directory:
+        config = BertConfig.from_config_file(os.path.join(directory, "config.json"))
+        vocab = os.path.join(directory, "vocab.txt")
+    else:  # the tiny config of the tests
+        config = BertConfig.from_dict({
+            "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "intermediate_size": 64, "hidden_act": "gelu",
+            "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+            "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02})
+        vocab = None
+    if vocab is None:
+        vocab = os.path.join(tempfile.mkdtemp(prefix="bench_long_"), "vocab.txt")
+        bench_corpus.write_vocab(vocab)
+    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    lines = bench_corpus.corpus_lines(1.0)[::-1]
+    texts = [t for t, _ in documents(lines, args.words, args.docs, "end", 120,
+                                     random.Random(0))]
+    batch = window_batch(tokenizer, texts, args.max_seq_length, args.doc_stride)
+    windows = int(batch["input_mask"].any(-1).sum())
+    model = BertDocumentClassifier(config, 2, pooling="max", windows_per_chunk=args.chunk)
+    optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
+        learning_rate=1e-4, num_train_steps=100, num_warmup_steps=0))
+    labels = tf.constant(np.arange(args.docs) % 2)
+
+    @tf.function
+    def step(inputs):
+        with tf.GradientTape() as tape:
+            logits = model(inputs, training=True)["logits"]
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels,
+                                                                                 logits))
+        variables = model.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    model(batch, training=False)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    times, cpu = [], []
+    for _ in range(3):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        step(batch).numpy()
+        times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    print(json.dumps({"docs": args.docs, "windows": windows, "chunk": args.chunk,
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "rss_before_mb": before / 1024, "step_s": min(times[1:]),
+                      "step_cpu_s": min(cpu[1:])}), flush=True)
+
+
+def memory(args):
+    """Peak RSS and step time of a windows training step, each configuration in a fresh
+    process (`memory_child`): every window at once against `--chunk` at a time."""
+    import json
+    import subprocess
+
+    rows = []
+    for spec in args.memory.split(","):
+        docs, chunk = (int(x) for x in spec.split("x"))
+        command = [sys.executable, os.path.abspath(__file__), "--memory_child",
+                   f"--docs={docs}", f"--chunk={chunk}", f"--words={args.words}",
+                   f"--max_seq_length={args.max_seq_length}",
+                   f"--doc_stride={args.doc_stride}",
+                   f"--init_checkpoint={args.init_checkpoint}"]
+        out = subprocess.run(command, capture_output=True, text=True)
+        if out.returncode:
+            print(f"{spec}: exit {out.returncode}\n{out.stderr[-2000:]}", flush=True)
+            continue
+        row = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(f"| {row['docs']} | {row['windows']} | {row['chunk'] or 'all'} | "
+              f"{row['peak_rss_mb']:.0f} | {row['rss_before_mb']:.0f} | {row['step_s']:.2f} | "
+              f"{row['step_cpu_s']:.2f} |",
+              flush=True)
+    return rows
+
+
 @contextlib.contextmanager
 def loss_curve():
     """Collects the training loop's progress lines' (step, loss) ("step N/M loss X ...")
@@ -230,7 +338,22 @@ def main():
     parser.add_argument("--pretrain_learning_rate", type=float, default=3e-4)
     parser.add_argument("--speed", action="store_true",
                         help="only the documents/s of a windows model on mixed lengths")
+    parser.add_argument("--memory", default="",
+                        help="only the peak RSS and time of one training step, for each "
+                             "DOCSxCHUNK (e.g. 2x0,2x16: 2 documents, every window at "
+                             "once / 16 at a time), each in a fresh process")
+    parser.add_argument("--memory_child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--docs", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--chunk", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_child:
+        memory_child(args)
+        return
+    if args.memory:
+        print("| documents | windows | windows at once | peak RSS MB | RSS before the "
+              "step MB | step s | step CPU s |\n|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+        memory(args)
+        return
     if args.speed:
         windows, speed = model_speed()
         print(f"windows model predict, documents of 1-8 windows (mean {windows:.2f}) in "

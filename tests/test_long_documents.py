@@ -127,6 +127,94 @@ def test_document_classifier_loads_its_encoder_from_every_format(tmp_path):
                                atol=1e-6)
 
 
+def test_recomputed_chunks_have_the_values_and_gradients_of_plain_backprop():
+    """modeling.recompute: 11 sequences, 4 at a time, dropout on: the pooled outputs and
+    every weight's gradient equal ordinary backpropagation through the same chunks and
+    dropout seeds (chunk i: each generator's state before the step plus i), in a
+    tf.function as the loop runs it; the generators then stand past the last chunk, so
+    the next step draws new masks."""
+    import keras
+
+    from modeling.encoder import BertEncoder
+    from modeling.recompute import _seed_generators, pooled_output_recomputed
+
+    keras.utils.set_random_seed(3)
+    encoder = BertEncoder(BertConfig.from_dict(tiny_config_dict(hidden_dropout_prob=0.3,
+                                                                attention_probs_dropout_prob=0.3)))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 99, size=(11, 16)).astype(np.int32)
+    mask = (np.arange(16) < rng.integers(3, 17, size=(11, 1))).astype(np.int32)
+    inputs = {"input_ids": ids * mask, "input_mask": mask, "segment_ids": np.zeros_like(ids)}
+    encoder(inputs)
+    weights = encoder.trainable_variables
+    generators = _seed_generators(encoder)
+    assert len(generators) == 7   # embeddings, and 3 per layer
+    start = [g.state.numpy() for g in generators]
+
+    def loss_of(pooled):  # any function of every pooled value
+        return tf.reduce_sum(tf.sin(pooled) * tf.range(1.0, pooled.shape[-1] + 1.0))
+
+    @tf.function
+    def recomputed():
+        with tf.GradientTape() as tape:
+            pooled = pooled_output_recomputed(encoder, inputs, 4)
+            loss = loss_of(pooled)
+        return pooled, tape.gradient(loss, weights)
+
+    pooled, grads = recomputed()
+    assert [g.state.numpy().tolist() for g in generators] == [
+        (s + [0, 3]).tolist() for s in start]
+    for g, s in zip(generators, start):
+        g.state.assign(s)
+    with tf.GradientTape() as tape:
+        parts = []
+        for i in range(3):
+            with keras.StatelessScope(state_mapping=[
+                    (g.state, s + np.array([0, i])) for g, s in zip(generators, start)]):
+                parts.append(encoder({k: v[4 * i:4 * i + 4] for k, v in inputs.items()},
+                                     training=True)["pooled_output"])
+        expected = tf.concat(parts, 0)
+        loss = loss_of(expected)
+    np.testing.assert_allclose(pooled, expected, atol=1e-6)
+    for got, want, weight in zip(grads, tape.gradient(loss, weights), weights):
+        want = tf.convert_to_tensor(want)
+        np.testing.assert_allclose(got, want, atol=1e-5 * float(tf.reduce_max(tf.abs(want))),
+                                   err_msg=weight.path)
+    # The masks differ from chunk to chunk (no two chunks share a seed).
+    with keras.StatelessScope(state_mapping=[(g.state, s) for g, s in zip(generators, start)]):
+        again = encoder({k: v[4:8] for k, v in inputs.items()}, training=True)["pooled_output"]
+    assert not np.allclose(again, parts[1], atol=1e-3)
+
+
+def test_document_classifier_trains_chunk_by_chunk_as_at_once():
+    """Training (no dropout: same values whatever the masks): documents of 3, 1, 0 and 5
+    windows encoded 2 at a time give the logits and gradients of encoding all at once."""
+    config = BertConfig.from_dict(tiny_config_dict(hidden_dropout_prob=0.0,
+                                                   attention_probs_dropout_prob=0.0))
+    inputs = _documents(np.random.default_rng(1), config.vocab_size, [3, 1, 0, 5])
+    results = []
+    for chunk in (0, 2):
+        keras_seed(5)
+        model = BertDocumentClassifier(config, 2, pooling="attention", dropout_rate=0.0,
+                                       windows_per_chunk=chunk)
+        with tf.GradientTape() as tape:
+            logits = model(inputs, training=True)["logits"]
+            loss = tf.reduce_sum(logits * [[1.0, -2.0]])
+        results.append((logits, tape.gradient(loss, model.trainable_variables)))
+    (plain, plain_grads), (chunked, chunked_grads) = results
+    np.testing.assert_allclose(chunked, plain, atol=1e-5)
+    for got, want in zip(chunked_grads, plain_grads):
+        want = tf.convert_to_tensor(want)
+        np.testing.assert_allclose(tf.convert_to_tensor(got), want,
+                                   atol=1e-5 * (1 + float(tf.reduce_max(tf.abs(want)))))
+
+
+def keras_seed(seed):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+
+
 def test_window_pooling_default_is_the_measured_best():
     """--window_pooling's default is max: tied with attention, far above mean, on the
     long-documents bench (bench/RESULTS.md, Long documents); flag and settings agree."""
