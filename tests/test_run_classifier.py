@@ -629,7 +629,7 @@ def test_long_document_flags_become_the_settings():
             task.window_pooling) == ("windows", 7, 3, "max")
 
 
-def _document_probabilities(run_dir, texts, vocab, pooling):
+def _document_probabilities(run_dir, texts, vocab, pooling, max_windows=8):
     """Softmax of a fresh BertDocumentClassifier loaded from run_dir's newest checkpoint,
     one document at a time on its real windows only (no padding windows, no runner code)."""
     import tensorflow as tf
@@ -647,7 +647,7 @@ def _document_probabilities(run_dir, texts, vocab, pooling):
     for text in texts:
         values, _, count = cd.window_record_values(
             ce.InputExample("t", text, None, "neg"), {"neg": 0, "pos": 1}, SEQ, tokenizer,
-            False, cd.Windows(doc_stride=15, max_windows=8))
+            False, cd.Windows(doc_stride=15, max_windows=max_windows))
         inputs = {k: np.asarray(values[k][:count * SEQ], np.int32).reshape(1, count, SEQ)
                   for k in ("input_ids", "input_mask", "segment_ids")}
         rows.append(tf.nn.softmax(model(inputs, training=False)["logits"])[0].numpy())
@@ -742,6 +742,42 @@ def test_windows_export_serves_whole_documents_as_the_run(windows_run, tmp_path)
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=f"a `text` input {TOO_MANY_WINDOWS}=8"):
         loaded.signatures["serving_default"](text=tf.constant([texts[0], too_long]))
+
+
+def test_windows_export_raises_the_serving_limit(windows_run, env, tmp_path):
+    """--max_context_windows raises a windows run's serving limit (trained with
+    --max_windows_per_document=8): a text of 11 windows is served, equal to the run's
+    model on its 11 windows; the texts within the training limit equal test_results.tsv
+    in the same request. A run that does not read windows refuses the flag."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
+
+    from modeling.export.metadata import ExportError
+    from tasks.classification.export import FAMILY
+    from tasks.classification.task import ClassificationExportMetadata
+
+    out = windows_run["dir"]
+    export_dir = tmp_path / "export"
+    result = call_main("export_saved_model", init_checkpoint=out, export_dir=export_dir,
+                       max_context_windows=12)
+    assert result.code == 0, result.stderr
+    processor = processors.get_processor("custom", custom=windows_run["custom"])
+    texts = [e.text_a for e in processor.read_split(str(windows_run["data"]), "test").examples]
+    too_long = " ".join(["the cat sat"] * 60)   # 180 tokens: 11 windows > 8
+    loaded = tf.saved_model.load(str(export_dir))
+    served = loaded.signatures["serving_default"](text=tf.constant(texts + [too_long]))
+    probabilities = served["probabilities"].numpy()
+    np.testing.assert_allclose(probabilities[:-1], _read_probabilities(
+        os.path.join(out, "test_results.tsv")), atol=1e-3)
+    np.testing.assert_allclose(probabilities[-1:], _document_probabilities(
+        out, [too_long], env["vocab"], "attention", max_windows=12), atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="max_context_windows=12"):
+        loaded.signatures["serving_default"](text=tf.constant([too_long + " " + too_long]))
+    metadata = ClassificationExportMetadata(task="cola", labels=("0", "1"),
+                                            max_seq_length=SEQ, model_type="classifier")
+    with pytest.raises(ExportError, match="--max_context_windows=12 applies to the export "
+                       "of a --long_document=windows run .* reads truncate texts"):
+        FAMILY.settings({"max_context_windows": 12}, metadata, SEQ)
 
 
 def test_windows_with_seeds_and_best_checkpoint(windows_run, env, tmp_path):
