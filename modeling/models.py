@@ -280,7 +280,10 @@ class BertDocumentClassifier(_LabelsModel):
         index = ops.nonzero(present)[0]                                   # [present]
         windows = {k: ops.take(v, index, axis=0) for k, v in flat.items()}
         if training and self.windows_per_chunk:
-            encoded = pooled_output_recomputed(self.encoder, windows, self.windows_per_chunk)
+            static = inputs["input_ids"].shape   # XLA needs a static bound on the chunks
+            bound = static[0] * static[1] if static[0] and static[1] else None
+            encoded = pooled_output_recomputed(self.encoder, windows, self.windows_per_chunk,
+                                               max_rows=bound)
         else:
             encoded = self.encoder(windows, training=training)["pooled_output"]
         pooled = ops.scatter(ops.expand_dims(index, -1), encoded,

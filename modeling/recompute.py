@@ -30,7 +30,8 @@ def _seed_generators(encoder) -> list:
             if isinstance(layer, keras.layers.Dropout) and hasattr(layer, "seed_generator")]
 
 
-def pooled_output_recomputed(encoder, inputs: dict, chunk: int, training=True):
+def pooled_output_recomputed(encoder, inputs: dict, chunk: int, training=True,
+                             max_rows=None):
     """The encoder's ``pooled_output`` of ``inputs``, ``chunk`` sequences at a time, with
     activations recomputed in the backward pass (module docstring).
 
@@ -43,6 +44,8 @@ def pooled_output_recomputed(encoder, inputs: dict, chunk: int, training=True):
       inputs: int ``input_ids``, ``input_mask``, ``segment_ids`` [rows, seq].
       chunk: sequences encoded at once (the last chunk is filled with all-padding rows).
       training: the encoder's training flag (dropout).
+      max_rows: a static bound on ``rows``, if known: the chunks then have static shapes
+        (XLA, ``--jit_compile``, needs them).
 
     Returns:
       [rows, hidden] in the encoder's compute dtype.
@@ -50,8 +53,13 @@ def pooled_output_recomputed(encoder, inputs: dict, chunk: int, training=True):
     rows = tf.shape(inputs["input_ids"])[0]
     seq = tf.shape(inputs["input_ids"])[1]
     chunks = (rows + chunk - 1) // chunk
-    padded = {k: tf.reshape(tf.pad(tf.cast(inputs[k], tf.int32),
-                                   [[0, chunks * chunk - rows], [0, 0]]), [chunks, chunk, seq])
+    # Room for every chunk: static when max_rows is; rows past `rows` are all-zero padding.
+    slots = -(-max_rows // chunk) if max_rows else chunks
+    row = tf.range(slots * chunk)
+    keep = tf.cast(row < rows, tf.int32)[:, None]
+    padded = {k: tf.reshape(tf.gather(tf.cast(inputs[k], tf.int32),
+                                      tf.minimum(row, tf.maximum(rows - 1, 0))) * keep,
+                            [slots, chunk, seq])
               for k in INPUT_NAMES}
     hidden = encoder.bert_config.hidden_size
     weights = encoder.trainable_variables
@@ -77,7 +85,7 @@ def pooled_output_recomputed(encoder, inputs: dict, chunk: int, training=True):
         # their activations side by side.
         _, out = tf.while_loop(lambda i, _: i < chunks, forward,
                                (tf.constant(0), tf.TensorArray(
-                                   encoder.compute_dtype, size=chunks,
+                                   encoder.compute_dtype, size=slots,
                                    element_shape=(chunk, hidden))), parallel_iterations=1)
 
         def backward(upstream):
@@ -102,4 +110,4 @@ def pooled_output_recomputed(encoder, inputs: dict, chunk: int, training=True):
         step = tf.stack([tf.constant(0, tf.int64), tf.cast(chunks, tf.int64)])
         for g, state in zip(generators, start):
             g.state.assign(state + tf.cast(step, state.dtype))
-    return tf.reshape(result, [chunks * chunk, hidden])[:rows]
+    return tf.reshape(result, [slots * chunk, hidden])[:rows]

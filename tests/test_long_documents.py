@@ -188,25 +188,32 @@ def test_recomputed_chunks_have_the_values_and_gradients_of_plain_backprop():
 
 def test_document_classifier_trains_chunk_by_chunk_as_at_once():
     """Training (no dropout: same values whatever the masks): documents of 3, 1, 0 and 5
-    windows encoded 2 at a time give the logits and gradients of encoding all at once."""
+    windows encoded 2 at a time give the logits and gradients of encoding all at once,
+    eagerly and under XLA (--jit_compile)."""
     config = BertConfig.from_dict(tiny_config_dict(hidden_dropout_prob=0.0,
                                                    attention_probs_dropout_prob=0.0))
     inputs = _documents(np.random.default_rng(1), config.vocab_size, [3, 1, 0, 5])
     results = []
-    for chunk in (0, 2):
+    for chunk, jit in ((0, False), (2, False), (2, True)):
         keras_seed(5)
         model = BertDocumentClassifier(config, 2, pooling="attention", dropout_rate=0.0,
                                        windows_per_chunk=chunk)
-        with tf.GradientTape() as tape:
-            logits = model(inputs, training=True)["logits"]
-            loss = tf.reduce_sum(logits * [[1.0, -2.0]])
-        results.append((logits, tape.gradient(loss, model.trainable_variables)))
-    (plain, plain_grads), (chunked, chunked_grads) = results
-    np.testing.assert_allclose(chunked, plain, atol=1e-5)
-    for got, want in zip(chunked_grads, plain_grads):
-        want = tf.convert_to_tensor(want)
-        np.testing.assert_allclose(tf.convert_to_tensor(got), want,
-                                   atol=1e-5 * (1 + float(tf.reduce_max(tf.abs(want)))))
+
+        def step(x):
+            with tf.GradientTape() as tape:
+                logits = model(x, training=True)["logits"]
+                loss = tf.reduce_sum(logits * [[1.0, -2.0]])
+            return logits, tape.gradient(loss, model.trainable_variables)
+
+        step = tf.function(step, jit_compile=True) if jit else step
+        results.append(step({k: tf.constant(v) for k, v in inputs.items()}))
+    (plain, plain_grads), *chunked_results = results
+    for chunked, chunked_grads in chunked_results:
+        np.testing.assert_allclose(chunked, plain, atol=1e-5)
+        for got, want in zip(chunked_grads, plain_grads):
+            want = tf.convert_to_tensor(want)
+            np.testing.assert_allclose(tf.convert_to_tensor(got), want,
+                                       atol=1e-5 * (1 + float(tf.reduce_max(tf.abs(want)))))
 
 
 def keras_seed(seed):
