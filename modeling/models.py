@@ -14,6 +14,7 @@ from data_prep.cli import UserError
 from modeling.config import LAYER_NORM_EPSILON, BertConfig
 from modeling.encoder import BertEncoder, as_config
 from modeling.heads import DenseLogitsHead, MaskedLMHead
+from modeling.recompute import pooled_output_recomputed
 from modeling.transformer import Dropout
 
 
@@ -209,6 +210,9 @@ class BertClassifier(_LabelsModel):
 
 # How BertDocumentClassifier pools a document's windows into one vector.
 WINDOW_POOLINGS = ("mean", "max", "attention")
+# Windows BertDocumentClassifier encodes at once in training (docs/run_classifier.md,
+# memory per window).
+DEFAULT_WINDOWS_PER_CHUNK = 16
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -221,13 +225,18 @@ class BertDocumentClassifier(_LabelsModel):
     document's windows, the weighted mean): one set of logits per document, so the
     document's label trains every window through the pooling (end to end). A window whose
     ``input_mask`` is all zero is padding: it is not encoded (a short document costs its
-    own windows' passes, not ``windows``) and no pooling sees it.
+    own windows' passes, not ``windows``) and no pooling sees it. In training the windows
+    are encoded ``windows_per_chunk`` at a time with their activations recomputed in the
+    backward pass (``modeling.recompute``): a step's activation memory is one chunk's,
+    whatever the batch's documents and windows, for one more forward pass.
 
     Args:
       config: ``BertConfig``.
       num_labels: number of logits (1 for regression).
       pooling: one of ``WINDOW_POOLINGS``.
       dropout_rate: dropout before the dense layer; None means ``hidden_dropout_prob``.
+      windows_per_chunk: windows encoded at once in training (0: all of a batch's at
+        once, every activation kept for the backward pass).
 
     Call inputs: int32 ``input_ids``, ``input_mask``, ``segment_ids`` [batch, windows, seq].
 
@@ -235,12 +244,17 @@ class BertDocumentClassifier(_LabelsModel):
     """
 
     head_name = "classifier"
-    config_fields = ("num_labels", "dropout_rate", "pooling")
+    config_fields = ("num_labels", "dropout_rate", "pooling", "windows_per_chunk")
+    omitted_at_default = {"windows_per_chunk": DEFAULT_WINDOWS_PER_CHUNK}
 
-    def __init__(self, config, num_labels, pooling="max", dropout_rate=None, **kwargs):
+    def __init__(self, config, num_labels, pooling="max", dropout_rate=None,
+                 windows_per_chunk=DEFAULT_WINDOWS_PER_CHUNK, **kwargs):
         if pooling not in WINDOW_POOLINGS:
             raise ValueError(f"pooling={pooling!r}: expected one of {WINDOW_POOLINGS}")
+        if int(windows_per_chunk) < 0:
+            raise ValueError(f"windows_per_chunk={windows_per_chunk} must not be negative")
         self._window_pooling = pooling  # read by _add_head, before the model is built
+        self.windows_per_chunk = int(windows_per_chunk)
         super().__init__(config, num_labels, dropout_rate=dropout_rate, **kwargs)
 
     @property
@@ -265,8 +279,14 @@ class BertDocumentClassifier(_LabelsModel):
         # Only present windows are encoded: a record holds max_windows windows, mostly
         # all-zero padding for short documents, which would cost a full encoder pass each.
         index = ops.nonzero(present)[0]                                   # [present]
-        encoded = self.encoder({k: ops.take(v, index, axis=0) for k, v in flat.items()},
-                               training=training)["pooled_output"]        # [present, hidden]
+        windows = {k: ops.take(v, index, axis=0) for k, v in flat.items()}
+        if training and self.windows_per_chunk:
+            static = inputs["input_ids"].shape   # XLA needs a static bound on the chunks
+            bound = static[0] * static[1] if static[0] and static[1] else None
+            encoded = pooled_output_recomputed(self.encoder, windows, self.windows_per_chunk,
+                                               max_rows=bound)
+        else:
+            encoded = self.encoder(windows, training=training)["pooled_output"]
         pooled = ops.scatter(ops.expand_dims(index, -1), encoded,
                              (shape[0] * shape[1], self.bert_config.hidden_size))
         pooled = ops.reshape(pooled, (shape[0], shape[1], -1))   # [batch, windows, hidden]

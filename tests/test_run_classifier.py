@@ -638,7 +638,7 @@ def test_long_document_flags_become_the_settings():
             task.window_pooling) == ("windows", 7, 3, "max")
 
 
-def _document_probabilities(run_dir, texts, vocab, pooling):
+def _document_probabilities(run_dir, texts, vocab, pooling, max_windows=8):
     """Softmax of a fresh BertDocumentClassifier loaded from run_dir's newest checkpoint,
     one document at a time on its real windows only (no padding windows, no runner code)."""
     import tensorflow as tf
@@ -656,7 +656,7 @@ def _document_probabilities(run_dir, texts, vocab, pooling):
     for text in texts:
         values, _, count = cd.window_record_values(
             ce.InputExample("t", text, None, "neg"), {"neg": 0, "pos": 1}, SEQ, tokenizer,
-            False, cd.Windows(doc_stride=15, max_windows=8))
+            False, cd.Windows(doc_stride=15, max_windows=max_windows))
         inputs = {k: np.asarray(values[k][:count * SEQ], np.int32).reshape(1, count, SEQ)
                   for k in ("input_ids", "input_mask", "segment_ids")}
         rows.append(tf.nn.softmax(model(inputs, training=False)["logits"])[0].numpy())
@@ -753,6 +753,42 @@ def test_windows_export_serves_whole_documents_as_the_run(windows_run, tmp_path)
         loaded.signatures["serving_default"](text=tf.constant([texts[0], too_long]))
 
 
+def test_windows_export_raises_the_serving_limit(windows_run, env, tmp_path):
+    """--max_context_windows raises a windows run's serving limit (trained with
+    --max_windows_per_document=8): a text of 11 windows is served, equal to the run's
+    model on its 11 windows; the texts within the training limit equal test_results.tsv
+    in the same request. A run that does not read windows refuses the flag."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
+
+    from modeling.export.metadata import ExportError
+    from tasks.classification.export import FAMILY
+    from tasks.classification.task import ClassificationExportMetadata
+
+    out = windows_run["dir"]
+    export_dir = tmp_path / "export"
+    result = call_main("export_saved_model", init_checkpoint=out, export_dir=export_dir,
+                       max_context_windows=12)
+    assert result.code == 0, result.stderr
+    processor = processors.get_processor("custom", custom=windows_run["custom"])
+    texts = [e.text_a for e in processor.read_split(str(windows_run["data"]), "test").examples]
+    too_long = " ".join(["the cat sat"] * 60)   # 180 tokens: 11 windows > 8
+    loaded = tf.saved_model.load(str(export_dir))
+    served = loaded.signatures["serving_default"](text=tf.constant(texts + [too_long]))
+    probabilities = served["probabilities"].numpy()
+    np.testing.assert_allclose(probabilities[:-1], _read_probabilities(
+        os.path.join(out, "test_results.tsv")), atol=1e-3)
+    np.testing.assert_allclose(probabilities[-1:], _document_probabilities(
+        out, [too_long], env["vocab"], "attention", max_windows=12), atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="max_context_windows=12"):
+        loaded.signatures["serving_default"](text=tf.constant([too_long + " " + too_long]))
+    metadata = ClassificationExportMetadata(task="cola", labels=("0", "1"),
+                                            max_seq_length=SEQ, model_type="classifier")
+    with pytest.raises(ExportError, match="--max_context_windows=12 applies to the export "
+                       "of a --long_document=windows run .* reads truncate texts"):
+        FAMILY.settings({"max_context_windows": 12}, metadata, SEQ)
+
+
 def test_windows_with_seeds_and_best_checkpoint(windows_run, env, tmp_path):
     """The shared driver's seeds and --keep_best_checkpoint work for a windows run (max
     pooling): per-seed runs, the best seed's predictions one row per document."""
@@ -768,6 +804,52 @@ def test_windows_with_seeds_and_best_checkpoint(windows_run, env, tmp_path):
         probs = _read_probabilities(os.path.join(r["dir"], "test_results.tsv"))
         assert probs.shape == (8, 2)
         np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("source", ["tf1", "hf"])
+def test_windows_run_starts_from_googles_and_hugging_faces_checkpoints(windows_run, env,
+                                                                      tmp_path, source):
+    """--long_document=windows from Google's TF1 checkpoint (written by the original's own
+    graph and Saver, --init_checkpoint=.../bert_model.ckpt) or a Hugging Face directory
+    (--bert_config_file=its config.json, whose "gelu" is the exact form): the run loads the
+    encoder from it (the head alone starts fresh) and trains, evaluates, predicts."""
+    import json
+    import re
+
+    import tensorflow as tf
+
+    import run_classifier as rc
+    from modeling.config import BertConfig
+    from tests.clis import _absl_log
+    from test_modeling_reference import (random_hf_weights, run_original_graph,
+                                         tiny_inputs, write_hf_dir)
+
+    config_dict = json.loads(open(env["config"]).read())
+    if source == "tf1":
+        (tmp_path / "google").mkdir()
+        init = str(tmp_path / "google" / "bert_model.ckpt")
+        run_original_graph(config_dict, tiny_inputs(config_dict), save_to=init)
+        config_file, act = env["config"], "gelu_tanh"
+    else:
+        init = str(write_hf_dir(tmp_path / "hf", random_hf_weights(config_dict), config_dict,
+                                "gelu"))
+        config_file, act = str(tmp_path / "hf" / "config.json"), "gelu_exact"
+    cfg = _run_config({**env, "long": windows_run["data"]}, "long", tmp_path / "out",
+                      task_name="custom", custom=windows_run["custom"],
+                      long_document="windows", window_pooling="max", num_train_epochs=1.0,
+                      init_checkpoint=init, bert_config_file=config_file, do_eval=False)
+    with _absl_log() as log:
+        rc.run(cfg)
+    report = next(line for line in log if line.startswith("Initialised from"))
+    head = {"tf1": "output_weights, output_bias", "hf": "classifier.weight, classifier.bias"}
+    assert f": {source} checkpoint " in report, report
+    assert re.search(r"\d+ tensors loaded\n  2 missing from the checkpoint: "
+                     + head[source] + r"\n", report), report
+    out = cfg.finetuning.output_dir
+    assert BertConfig.from_json_file(os.path.join(out, "bert_config.json")).hidden_act == act
+    assert tf.train.latest_checkpoint(out)
+    probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
+    assert probs.shape == (8, 2)
 
 
 def test_windows_learn_what_truncation_cannot_read(env, tmp_path):

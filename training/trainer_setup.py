@@ -21,14 +21,15 @@ def check_batch(name: str, global_batch: int, replicas: int, accumulation: int =
 
 
 def load_bert_config(bert_config_file: str, max_seq_length: int):
-    """Reads bert_config.json and checks that `max_seq_length` fits its position table."""
+    """Reads bert_config.json (or a Hugging Face config.json, "gelu" then meaning its exact
+    form) and checks that `max_seq_length` fits its position table."""
     import tensorflow as tf
 
     from modeling.config import BertConfig
 
     if not tf.io.gfile.exists(bert_config_file):
         raise UserError(f"--bert_config_file={bert_config_file}: no such file")
-    bert_config = BertConfig.from_json_file(bert_config_file)
+    bert_config = BertConfig.from_config_file(bert_config_file)
     if max_seq_length > bert_config.max_position_embeddings:
         raise UserError(
             f"Cannot use sequence length {max_seq_length} because the BERT model was "

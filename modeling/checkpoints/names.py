@@ -163,7 +163,8 @@ def weight_table(model) -> list:
     token tagging), ``cls/squad/*`` (run_squad); Hugging Face: ``cls.*``, ``classifier.*``,
     ``qa_outputs.*``. The feature-based tagger's BiLSTM head has no original: it is
     ``feature_tagger/*`` (``feature_tagger.*``); nor has SQuAD's "+ BiLSTM":
-    ``squad_bilstm/*`` (``squad_bilstm.*``).
+    ``squad_bilstm/*`` (``squad_bilstm.*``), nor the document classifier's attention over
+    windows: ``window_attention/*`` (``window_attention.*``).
     """
     from modeling import models
 
@@ -182,6 +183,14 @@ def weight_table(model) -> list:
             table += _logits_head(model.next_sentence, "cls/seq_relationship",
                                   "cls.seq_relationship")
     elif isinstance(model, (models.BertClassifier, models.BertMultipleChoice)):
+        table += _logits_head(model.classifier, "", "classifier")
+    elif isinstance(model, models.BertDocumentClassifier):
+        # The classifier's head as run_classifier names it; attention pooling's window
+        # scorer has no original: window_attention/* (window_attention.*).
+        if model.pooling == "attention":
+            layer = model.window_attention
+            table += _own_entries([("kernel", layer.kernel), ("bias", layer.bias)],
+                                  "window_attention")
         table += _logits_head(model.classifier, "", "classifier")
     elif isinstance(model, models.BertSpanLabeler):
         if model.bilstm is not None:  # "+ BiLSTM" (no original): squad_bilstm/...

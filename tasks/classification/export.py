@@ -15,8 +15,10 @@ A ``--long_document=windows`` run serves every token: each text is cut in-graph 
 run's ``doc_stride`` windows (``serving.token_windows``, the windows of
 ``tasks.common.windows``), the inputs of ``preprocess`` / ``serving_tokenized`` are
 [batch, windows, seq] (windows: the request's most; all-zero windows pad the others), and
-a text needing more than ``max_windows`` windows is refused with InvalidArgumentError
-naming the ``text`` input and the limit (``serving.TOO_MANY_WINDOWS``).
+a text needing more than ``max_windows`` windows (the run's
+``--max_windows_per_document``, or the export's ``--max_context_windows``: the model pools
+any number of windows) is refused with InvalidArgumentError naming the ``text`` input and
+the limit (``serving.TOO_MANY_WINDOWS``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class ClassifierServingConfig(families.ServingConfig):
         (run_classifier.py's ``--long_document``).
       head_tokens: head_tail's head tokens.
       doc_stride, max_windows, window_pooling: windows' stride, most windows per text
-        (``--max_windows_per_document``) and the model's pooling.
+        (the run's ``--max_windows_per_document``, or ``--max_context_windows``) and the
+        model's pooling.
     """
 
     labels: tuple = ()
@@ -78,11 +81,26 @@ class ClassifierServing(families.ServingFamily):
         families.FamilyFlag("is_regression", "bool", None, "one float output (score); "
                             "default: the run's metadata, else false."),
         families.TEXT_PAIR_FLAG,
+        families.FamilyFlag("max_context_windows", "integer", 64, "a --long_document="
+                            "windows run: most windows one text may need (a longer one is "
+                            "refused with an error); default: the run's "
+                            "--max_windows_per_document."),
     )
 
     def settings(self, given, metadata, max_seq_length):
-        return {**self._long_document_settings(metadata),
-                **self._label_settings(given, metadata)}
+        long_document = self._long_document_settings(metadata)
+        limit = given.get("max_context_windows")
+        if limit is not None:
+            if long_document.get("long_document") != "windows":
+                raise ExportError(
+                    f"--max_context_windows={limit} applies to the export of a "
+                    "--long_document=windows run (read from its export_metadata.json); "
+                    "this one reads "
+                    f"{long_document.get('long_document', 'truncate')} texts")
+            if limit < 1:
+                raise ExportError(f"--max_context_windows={limit} must be at least 1")
+            long_document["max_windows"] = limit
+        return {**long_document, **self._label_settings(given, metadata)}
 
     @staticmethod
     def _long_document_settings(metadata):
@@ -234,7 +252,7 @@ def pack_windows(module, text):
     tokens, windows = serving.token_windows(
         ids, span, stride, config.max_windows, what="a `text` input",
         settings=f"max_seq_length={config.max_seq_length}, doc_stride={config.doc_stride}",
-        advice="split the text, or fine-tune with a larger --max_windows_per_document")
+        advice="split the text, or export with a larger --max_context_windows")
     packed = tok.pack_inputs(tokens, None, max_seq_length=config.max_seq_length)
     most = tf.maximum(tf.reduce_max(windows["num_windows"]), 1)
     shape = tf.stack([rows, most, tf.constant(config.max_seq_length, tf.int64)])
