@@ -154,6 +154,9 @@ def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
         if vocab_file is None:
             raise app.UsageError(f"--vocab_file is required: no vocab.txt in "
                                  f"{os.path.dirname(location)}")
+    trainer_setup.check_vocab_fits(vocab_file, config,
+                                   f"--bert_config_file={bert_config_file}" if bert_config_file
+                                   else f"the config beside {location}")
     return config, vocab_file
 
 
