@@ -124,12 +124,13 @@ class TextStats:
 # Input.
 
 
-def expand_input_files(input_file: str | list) -> list[str]:
-    """Comma-separated globs (or a list of them) -> sorted unique files; every glob must match."""
+def expand_input_files(input_file: str | list, flag: str = "--input_file") -> list[str]:
+    """Comma-separated globs (or a list of them) -> sorted unique files; every glob must
+    match (errors name `flag`)."""
     patterns = input_file.split(",") if isinstance(input_file, str) else list(input_file)
     patterns = [p.strip() for p in patterns if p.strip()]
     if not patterns:
-        raise BuildVocabError("--input_file is empty: give one or more comma-separated globs")
+        raise BuildVocabError(f"{flag} is empty: give one or more comma-separated globs")
     files: list[str] = []
     for pattern in patterns:
         local = not fileio.is_url(pattern)
@@ -137,9 +138,9 @@ def expand_input_files(input_file: str | list) -> list[str]:
                    if fileio.isfile(m)]
         if not matches:
             if local and os.path.isdir(os.path.expanduser(pattern)):
-                raise BuildVocabError(f"--input_file {pattern!r} is a directory; give files "
+                raise BuildVocabError(f"{flag} {pattern!r} is a directory; give files "
                                       f"or a glob such as {os.path.join(pattern, '*.txt')!r}")
-            raise BuildVocabError(f"--input_file pattern {pattern!r} matches no file")
+            raise BuildVocabError(f"{flag} pattern {pattern!r} matches no file")
         files.extend(sorted(matches))
     return list(dict.fromkeys(files))
 
