@@ -511,6 +511,28 @@ def test_unused_placement_keeps_vocab_size_and_a_pretraining_run_is_an_input(bas
     assert not (tmp_path / "refused").exists()
 
 
+def test_a_table_padded_past_its_vocab_gets_the_words_after_its_rows(tmp_path):
+    """NVIDIA's layout (more rows than vocab lines, up to the next multiple of 8): the
+    rows past the last line are named [unusedN] in the grown vocab, the words follow."""
+    from tests.conftest import TINY_VOCAB, write_vocab
+    from tests.test_modeling_reference import run_original_graph, tiny_config_dict, tiny_inputs
+
+    config = tiny_config_dict(vocab_size=112)
+    assert len(TINY_VOCAB) == 109
+    google = tmp_path / "google"
+    google.mkdir()
+    run_original_graph(config, tiny_inputs(config), save_to=str(google / "bert_model.ckpt"))
+    (google / "bert_config.json").write_text(json.dumps(config))
+    write_vocab(google / "vocab.txt")
+    words = tmp_path / "words.txt"
+    words.write_text("catnip\n", encoding="utf-8")
+    _ok(call_main("extend_vocab", input=google, new_words_file=words, placement="append",
+                  output_dir=tmp_path / "out"))
+    lines = _vocab_lines(tmp_path / "out" / "vocab.txt")
+    assert lines == TINY_VOCAB + ["[unused2]", "[unused3]", "[unused4]", "catnip"]
+    assert json.loads((tmp_path / "out" / "bert_config.json").read_text())["vocab_size"] == 113
+
+
 def test_a_failure_while_writing_leaves_no_output(base, tmp_path, monkeypatch):
     """The vocab, config and checkpoint are one set: a write that fails when the set is
     committed (here: the disk refuses to sync) leaves none of them."""
