@@ -102,16 +102,43 @@ def run():
 
     from data_prep import fileio, new_words, tokenization
     from modeling import checkpoints, vocab_growth
-    from modeling.config import BertConfig
 
     _check_flags()
-    kind, _ = checkpoints.resolve(FLAGS.input)
-    if FLAGS.input_format != "auto":
-        kind = FLAGS.input_format
-    output_kind = FLAGS.output_format or kind
+    input_kind = None if FLAGS.input_format == "auto" else FLAGS.input_format
+    output_kind = FLAGS.output_format or input_kind or checkpoints.resolve(FLAGS.input)[0]
     checkpoints.check_output_dir(FLAGS.input, FLAGS.output_dir, output_kind)
     if fileio.exists(FLAGS.output_dir) and not fileio.isdir(FLAGS.output_dir):
         raise cli.FlagError(f"--output_dir={FLAGS.output_dir} is a file; expected a directory")
+    config, tokenizer = _model_files()
+    chosen, counts = _choose_words(tokenizer)
+    old_tokens = list(tokenizer.vocab) + _table_rows_past_vocab(tokenizer.vocab, config)
+    plan = new_words.place_words(old_tokens, chosen.words, FLAGS.placement,
+                                 FLAGS.pad_vocab_to_multiple_of)
+    network, config = checkpoints.read_network(FLAGS.input, config=config,
+                                               input_kind=input_kind)
+    grown, grown_config = vocab_growth.grow_network(
+        network, config, len(plan.tokens), new_words.row_sources(plan, tokenizer),
+        init=FLAGS.init, seed=FLAGS.seed)
+    # The new vocab.txt is written in a scratch folder, then copied into the output set
+    # with the checkpoint and config (one all-or-nothing set).
+    with fileio.work_directory(fileio.staging_name()) as scratch:
+        vocab = os.path.join(scratch, "vocab.txt")
+        fileio.write_text(vocab, "".join(token + "\n" for token in plan.tokens))
+        saved = None
+        if counts is not None:
+            grown_tokenizer = tokenization.FullTokenizer(vocab, FLAGS.do_lower_case)
+            saved = (new_words.corpus_tokens(counts, tokenizer),
+                     new_words.corpus_tokens(counts, grown_tokenizer))
+        written = checkpoints.write_network(grown, grown_config, FLAGS.output_dir,
+                                            output_kind, vocab)
+    _report(chosen, plan, config, grown_config, saved, written, output_kind)
+
+
+def _model_files():
+    """(config, the old vocab's tokenizer) from the flags or the files beside --input."""
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+
     config = (BertConfig.from_config_file(FLAGS.bert_config_file) if FLAGS.bert_config_file
               else checkpoints.config_for(FLAGS.input))
     if config is None:
@@ -121,7 +148,12 @@ def run():
     if vocab_file is None:
         raise cli.FlagError(f"--vocab_file is required: no vocab.txt beside "
                             f"--input={FLAGS.input}")
-    tokenizer = _tokenizer(vocab_file, config)
+    return config, _tokenizer(vocab_file, config)
+
+
+def _choose_words(tokenizer):
+    """(the words to add, the corpus's word counts or None)."""
+    from data_prep import new_words
 
     counts = (new_words.count_corpus_words(FLAGS.corpus, FLAGS.do_lower_case)
               if FLAGS.corpus else None)
@@ -134,26 +166,7 @@ def run():
             "no word to add: " + (f"every word of --new_words_file={FLAGS.new_words_file} "
                                   "is in the vocab" if FLAGS.new_words_file else
                                   f"no word of --corpus={FLAGS.corpus} splits into pieces"))
-    old_tokens = list(tokenizer.vocab) + _table_rows_past_vocab(tokenizer.vocab, config)
-    plan = new_words.place_words(old_tokens, chosen.words, FLAGS.placement,
-                                 FLAGS.pad_vocab_to_multiple_of)
-    network, config = checkpoints.read_network(
-        FLAGS.input, config=config, input_kind=None if FLAGS.input_format == "auto"
-        else FLAGS.input_format)
-    grown, grown_config = vocab_growth.grow_network(
-        network, config, len(plan.tokens), new_words.row_sources(plan, tokenizer),
-        init=FLAGS.init, seed=FLAGS.seed)
-    with fileio.work_directory(fileio.staging_name()) as scratch:
-        vocab = os.path.join(scratch, "vocab.txt")
-        fileio.write_text(vocab, "".join(token + "\n" for token in plan.tokens))
-        saved = None
-        if counts is not None:
-            grown_tokenizer = tokenization.FullTokenizer(vocab, FLAGS.do_lower_case)
-            saved = (new_words.corpus_tokens(counts, tokenizer),
-                     new_words.corpus_tokens(counts, grown_tokenizer))
-        written = checkpoints.write_network(grown, grown_config, FLAGS.output_dir,
-                                            output_kind, vocab)
-    _report(chosen, plan, config, grown_config, saved, written, output_kind)
+    return chosen, counts
 
 
 def _tokenizer(vocab_file: str, config):

@@ -414,11 +414,11 @@ def test_step_0_loss_on_held_out_domain_text(base, grown):
 # ------------------------------------------------------------------------ other ecosystems
 
 
-def test_hf_output_is_transformers_bert_for_masked_lm(base, grown, tmp_path):
+def test_hf_output_is_transformers_bert_for_masked_lm(base, grown, tmp_path, monkeypatch):
     """A Hugging Face directory written by transformers itself, grown (--output_format
     defaults to the input's: hf), loads in BertForMaskedLM with the new vocab_size and
     gives our grown model's masked-LM logits."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing downloaded, read at import
     import torch
     import transformers
 
