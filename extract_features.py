@@ -154,9 +154,6 @@ def _defaults_from_checkpoint(init_checkpoint, bert_config_file, vocab_file):
         if vocab_file is None:
             raise app.UsageError(f"--vocab_file is required: no vocab.txt in "
                                  f"{os.path.dirname(location)}")
-    trainer_setup.check_vocab_fits(vocab_file, config,
-                                   f"--bert_config_file={bert_config_file}" if bert_config_file
-                                   else f"the config beside {location}")
     return config, vocab_file
 
 
@@ -190,6 +187,7 @@ def run():
     from data_prep import fileio
     from data_prep.tokenization import FullTokenizer, VocabError
     from training import flags as common_flags
+    from training import trainer_setup
     from modeling import checkpoints
     from modeling.encoder import BertEncoder
     from training.distribution import get_strategy
@@ -233,6 +231,9 @@ def run():
         tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=FLAGS.do_lower_case)
     except VocabError as err:
         raise VocabError(f"--vocab_file: {err}") from None
+    trainer_setup.check_vocab_fits(  # a grown model read with its old vocab, or the reverse
+        vocab_file, config, f"--bert_config_file={FLAGS.bert_config_file}"
+        if FLAGS.bert_config_file else f"the config beside {FLAGS.init_checkpoint}")
     features = convert_examples(examples, FLAGS.max_seq_length, tokenizer, windows,
                                 FLAGS.input_file)
 

@@ -690,12 +690,12 @@ def test_the_whole_workflow_of_the_guide(base, grown, tmp_path):
                   max_predictions_per_seq=10, dupe_factor=1, num_workers=1))
     _ok(call_main("run_pretraining", input_file=W / "domain.tfrecord", bert_config_file=config,
                   init_checkpoint=g, output_dir=W / "continued", do_train="true",
-                  train_batch_size=16, max_seq_length=SEQ, max_predictions_per_seq=10,
+                  train_batch_size=32, max_seq_length=SEQ, max_predictions_per_seq=10,
                   num_train_steps=10, num_warmup_steps=1, learning_rate="1e-4",
                   iterations_per_loop=10, save_checkpoints_steps=10))
+    # The runners' default batch sizes; epochs enough for a step on the smallest data.
     common = dict(vocab_file=vocab, bert_config_file=config, init_checkpoint=W / "continued",
-                  do_train="true", train_batch_size=8, num_train_epochs=1.0,
-                  max_seq_length=SEQ, seed=1)
+                  do_train="true", num_train_epochs=4.0, max_seq_length=SEQ, seed=1)
     _ok(call_main("run_classifier", task_name="custom",
                   data_dir=_classifier_data(base, W / "classify"), text_a_column="sentence",
                   label_column="label", do_eval="true", output_dir=W / "classifier", **common))
