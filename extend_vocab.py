@@ -66,15 +66,14 @@ def define_flags():
 def main(argv):
     """Runs `run` in the shell: bad input ends with one line naming the file or flag."""
     del argv
-    from data_prep import build_vocab, fileio, text_input
+    from data_prep import fileio, text_input
     from data_prep.tokenization import VocabError
     from modeling.checkpoints import CheckpointError
     from modeling.config import ConfigError
 
     return cli.run_main(run, "extend_vocab.py",
                         (cli.UserError, CheckpointError, ConfigError, VocabError,
-                         fileio.OutputError, build_vocab.BuildVocabError,
-                         text_input.InputError))
+                         fileio.OutputError, text_input.InputError))
 
 
 def _check_flags():

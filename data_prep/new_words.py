@@ -23,7 +23,7 @@ import collections
 import dataclasses
 import re
 
-from data_prep import build_vocab, cli, fileio, text_input, tokenization
+from data_prep import cli, fileio, text_input, tokenization
 from data_prep.reference_tokenization import MAX_INPUT_CHARS_PER_WORD, UNK_TOKEN
 
 PLACEMENTS = ("unused", "append")
@@ -101,14 +101,14 @@ def count_corpus_words(patterns: str, do_lower_case: bool,
     """Counts the basic tokenizer's words in the files of comma-separated globs.
 
     Raises:
-      build_vocab.BuildVocabError: a glob that matches no file (names `flag`).
-      text_input.InputError: a file that is not UTF-8 (file, line, byte offset).
+      text_input.InputError: a glob that matches no file (names `flag`), a file that is
+        not UTF-8 (file, line, byte offset).
     """
     counts: collections.Counter = collections.Counter()
-    for path in build_vocab.expand_input_files(patterns, flag):
+    for path in text_input.expand_input_files(patterns, flag):
         with fileio.open_file(path, "rb") as f:
             text = text_input.decode_utf8(f.read(), path)
-        counts.update(build_vocab.count_words(text.split("\n"), do_lower_case))
+        counts.update(tokenization.count_words(text.split("\n"), do_lower_case))
     return counts
 
 

@@ -230,6 +230,26 @@ def _fast_basic() -> _FastBasic:
     return _FastBasic()
 
 
+def count_words(lines, do_lower_case: bool) -> collections.Counter:
+    """Counts the words `BasicTokenizer` produces on `lines`.
+
+    Exactly `Counter(w for line in lines for w in BasicTokenizer(...).tokenize(line))`,
+    but each distinct space-separated chunk is tokenized once: the basic tokenizer treats
+    an ASCII space as a plain word boundary (cleaning, CJK spacing, lower-casing and
+    punctuation splitting all act within a chunk), so tokenizing chunks and concatenating
+    gives the same words as tokenizing the line.
+    """
+    chunks: collections.Counter = collections.Counter()
+    for line in lines:
+        chunks.update(line.split(" "))
+    basic = BasicTokenizer(do_lower_case=do_lower_case)
+    words: collections.Counter = collections.Counter()
+    for chunk, count in chunks.items():
+        for word in basic.tokenize(chunk):
+            words[word] += count
+    return words
+
+
 def basic_tokenize(text, do_lower_case: bool) -> list[str]:
     """BasicTokenizer's exact output for `text`, through the fast whole-line path."""
     return _fast_basic().tokenize(convert_to_unicode(text), do_lower_case)

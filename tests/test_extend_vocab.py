@@ -660,7 +660,7 @@ def test_the_runners_refuse_a_vocab_that_does_not_fit_naming_both_sizes(base, gr
                        train_batch_size=16)
     assert result.code == 1 and expected in result.stderr, (result.stderr + result.log)[-3000:]
     assert "Traceback" not in result.stderr
-    for tool, flags in (("extract_features", dict(input_file=f"{data}/dev.tsv",
+    for tool, flags in (("extract_features", dict(input_file=f"{data}/dev.tsv", layers=-1,
                                                   output_file=tmp_path / "f.jsonl")),
                         ("export_saved_model", dict(export_dir=tmp_path / "export",
                                                     model_type="encoder"))):
