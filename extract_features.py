@@ -182,6 +182,7 @@ def run():
     from data_prep import fileio
     from data_prep.tokenization import ENCODING_TOKENS, FullTokenizer, VocabError, check_vocab
     from training import flags as common_flags
+    from training import trainer_setup
     from modeling import checkpoints
     from modeling.encoder import BertEncoder
     from training.distribution import get_strategy
@@ -223,6 +224,9 @@ def run():
         check_vocab(tokenizer.vocab, vocab_file, required=ENCODING_TOKENS)
     except VocabError as err:
         raise VocabError(f"--vocab_file: {err}") from None
+    trainer_setup.check_vocab_fits(  # a grown model read with its old vocab, or the reverse
+        vocab_file, config, f"--bert_config_file={FLAGS.bert_config_file}"
+        if FLAGS.bert_config_file else f"the config beside {FLAGS.init_checkpoint}")
     features = convert_examples(examples, FLAGS.max_seq_length, tokenizer, windows,
                                 FLAGS.input_file)
 

@@ -42,6 +42,7 @@ import random
 import time
 
 from data_prep import cli, fileio, reference_tokenization, text_input, tokenization
+from data_prep.tokenization import count_words  # noqa: F401 - build_vocab.count_words
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 LAYOUTS = ("bert", "compact")
@@ -120,26 +121,6 @@ class TextStats:
 # Input.
 
 
-def expand_input_files(input_file: str | list) -> list[str]:
-    """Comma-separated globs (or a list of them) -> sorted unique files; every glob must match."""
-    patterns = input_file.split(",") if isinstance(input_file, str) else list(input_file)
-    patterns = [p.strip() for p in patterns if p.strip()]
-    if not patterns:
-        raise cli.UserError("--input_file is empty: give one or more comma-separated globs")
-    files: list[str] = []
-    for pattern in patterns:
-        local = not fileio.is_url(pattern)
-        matches = [m for m in fileio.glob(os.path.expanduser(pattern) if local else pattern)
-                   if fileio.isfile(m)]
-        if not matches:
-            if local and os.path.isdir(os.path.expanduser(pattern)):
-                raise cli.UserError(f"--input_file {pattern!r} is a directory; give files "
-                                    f"or a glob such as {os.path.join(pattern, '*.txt')!r}")
-            raise cli.UserError(f"--input_file pattern {pattern!r} matches no file")
-        files.extend(sorted(matches))
-    return list(dict.fromkeys(files))
-
-
 def iter_text_lines(files: list[str], stats: TextStats, config: VocabConfig):
     """Yields decoded lines (without `\\n`), sampled when the input exceeds max_input_mb.
 
@@ -181,26 +162,6 @@ def _reservoir_add(sample: list, item, seen: int, size: int, rng: random.Random)
         slot = rng.randrange(seen)
         if slot < size:
             sample[slot] = item
-
-
-def count_words(lines, do_lower_case: bool) -> collections.Counter:
-    """Counts the words `BasicTokenizer` produces on `lines`.
-
-    Exactly `Counter(w for line in lines for w in BasicTokenizer(...).tokenize(line))`,
-    but each distinct space-separated chunk is tokenized once: the basic tokenizer treats
-    an ASCII space as a plain word boundary (cleaning, CJK spacing, lower-casing and
-    punctuation splitting all act within a chunk), so tokenizing chunks and concatenating
-    gives the same words as tokenizing the line.
-    """
-    chunks: collections.Counter = collections.Counter()
-    for line in lines:
-        chunks.update(line.split(" "))
-    basic = reference_tokenization.BasicTokenizer(do_lower_case=do_lower_case)
-    words: collections.Counter = collections.Counter()
-    for chunk, count in chunks.items():
-        for word in basic.tokenize(chunk):
-            words[word] += count
-    return words
 
 
 # ---------------------------------------------------------------------------
@@ -400,7 +361,7 @@ def build_vocab(input_file, output_file: str, config: VocabConfig, log=print) ->
     """
     config.validate()
     start = time.time()
-    files = expand_input_files(input_file)
+    files = text_input.expand_input_files(input_file)
     check_writable(output_file)
     stats = TextStats(files=files)
     log(f"reading {len(files)} file(s)")

@@ -1,4 +1,4 @@
-"""Owns the decoding of input text: UTF-8 or an error naming the file, line and byte offset.
+"""Owns input text: the files a flag's globs name, and their decoding (UTF-8 or an error naming the file, line and byte offset).
 
 Every tool that reads text (create_pretraining_data and the Beam pipeline, build_vocab,
 the tokenizer CLI, extract_features.py, the vocab loader) decodes through `decode_utf8`,
@@ -12,6 +12,7 @@ so invalid input is reported in one form everywhere:
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Union
 
 from data_prep import fileio
@@ -55,3 +56,28 @@ def line_number_at(path: str, offset: int) -> int:
             count += block.count(b"\n")
             remaining -= len(block)
     return count + 1
+
+
+def expand_input_files(patterns: str | list, flag: str = "--input_file") -> list[str]:
+    """Comma-separated globs (or a list of them) -> sorted unique files; every glob must
+    match.
+
+    Raises:
+      InputError: naming `flag` and the pattern that matches nothing or is a directory.
+    """
+    patterns = patterns.split(",") if isinstance(patterns, str) else list(patterns)
+    patterns = [p.strip() for p in patterns if p.strip()]
+    if not patterns:
+        raise InputError(f"{flag} is empty: give one or more comma-separated globs")
+    files: list[str] = []
+    for pattern in patterns:
+        local = not fileio.is_url(pattern)
+        matches = [m for m in fileio.glob(os.path.expanduser(pattern) if local else pattern)
+                   if fileio.isfile(m)]
+        if not matches:
+            if local and os.path.isdir(os.path.expanduser(pattern)):
+                raise InputError(f"{flag} {pattern!r} is a directory; give files "
+                                 f"or a glob such as {os.path.join(pattern, '*.txt')!r}")
+            raise InputError(f"{flag} pattern {pattern!r} matches no file")
+        files.extend(sorted(matches))
+    return list(dict.fromkeys(files))

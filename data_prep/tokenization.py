@@ -93,6 +93,30 @@ def check_vocab(vocab, vocab_file: str, required=REQUIRED_SPECIAL_TOKENS) -> Non
         )
 
 
+def check_case(vocab, vocab_file: str, do_lower_case: bool, flag: str = "--do_lower_case") -> None:
+    """Raises VocabError naming `flag` when `do_lower_case` does not fit the vocab.
+
+    Lower-cased text never produces a token with a capital letter, so a vocab where such
+    tokens are common (over 1% of the tokens outside `[...]`) was learned cased; a vocab
+    with none at all among many lower-case ones was learned lower-cased, and cased text
+    would reach it as [UNK] and stray pieces. (The original checked the checkpoint's
+    file name against Google's releases instead; this reads the vocab itself.)
+    """
+    tokens = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
+    capital = [t for t in tokens if any(c.isupper() for c in t)]
+    lower = sum(1 for t in tokens if any(c.islower() for c in t))
+    if do_lower_case and len(capital) > 0.01 * len(tokens):
+        raise VocabError(
+            f"{flag}=true but vocab file {vocab_file!r} is cased: {len(capital)} of its "
+            f"{len(tokens)} tokens hold capital letters (e.g. {capital[0]!r}), which "
+            f"lower-cased text never produces; pass {flag}=false")
+    if not do_lower_case and not capital and lower >= 100:
+        raise VocabError(
+            f"{flag}=false but vocab file {vocab_file!r} is uncased: none of its "
+            f"{len(tokens)} tokens holds a capital letter, so capitalised words would "
+            f"become [UNK] or stray pieces; pass {flag}=true")
+
+
 def convert_by_vocab(vocab, items):
     """Maps a sequence of tokens or ids through `vocab` (KeyError for unknown items)."""
     return [vocab[item] for item in items]
@@ -214,6 +238,26 @@ def is_blank(text: str) -> bool:
     """True when `text` has nothing the tokenizer keeps: only whitespace and characters it
     deletes (control and format characters, NUL, U+FFFD), so it tokenizes to no token."""
     return not _fast_basic().clean(text).split()
+
+
+def count_words(lines, do_lower_case: bool) -> collections.Counter:
+    """Counts the words `BasicTokenizer` produces on `lines`.
+
+    Exactly `Counter(w for line in lines for w in BasicTokenizer(...).tokenize(line))`,
+    but each distinct space-separated chunk is tokenized once: the basic tokenizer treats
+    an ASCII space as a plain word boundary (cleaning, CJK spacing, lower-casing and
+    punctuation splitting all act within a chunk), so tokenizing chunks and concatenating
+    gives the same words as tokenizing the line.
+    """
+    chunks: collections.Counter = collections.Counter()
+    for line in lines:
+        chunks.update(line.split(" "))
+    basic = BasicTokenizer(do_lower_case=do_lower_case)
+    words: collections.Counter = collections.Counter()
+    for chunk, count in chunks.items():
+        for word in basic.tokenize(chunk):
+            words[word] += count
+    return words
 
 
 def basic_tokenize(text, do_lower_case: bool) -> list[str]:

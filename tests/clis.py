@@ -33,6 +33,7 @@ TOOLS = {
     "run_swag": ("run_swag", "script", "import"),
     "glue_submission": ("glue_submission", "script", "import"),
     "convert_checkpoint": ("convert_checkpoint", "script", "define_flags"),
+    "extend_vocab": ("extend_vocab", "script", "define_flags"),
     "export_saved_model": ("export_saved_model", "script", "define_flags"),
     "extract_features": ("extract_features", "script", "define_flags"),
     "build_vocab": ("data_prep.build_vocab", "module", "define_flags"),

@@ -58,6 +58,7 @@ BAD_INPUT = {
     "glue_submission": ([], "--output_dir is required"),
     # convert_checkpoint exited 2 (and printed its usage for a missing flag).
     "convert_checkpoint": ([], "--input and --output_dir are required"),
+    "extend_vocab": ([], "--input and --output_dir are required"),
     "export_saved_model": ([], "--init_checkpoint is required"),
     "extract_features": ([], "--input_file is required"),
     # build_vocab exited 2 for a missing flag.

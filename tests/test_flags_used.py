@@ -220,7 +220,7 @@ def test_the_walk_tells_a_refusal_from_a_crash(reports):
 # CLIs without a run config: every flag they define (absl or argparse) must be read
 # (FLAGS.<name>, args.<name>) in them.
 STATIC_CLIS = ("extract_features.py", "export_saved_model.py", "predict_saved_model.py",
-               "convert_checkpoint.py", "demo.py", "data_prep/create_pretraining_data.py",
+               "convert_checkpoint.py", "extend_vocab.py", "demo.py", "data_prep/create_pretraining_data.py",
                "data_prep/build_vocab.py", "data_prep/beam_pretraining_data.py",
                "data_prep/sample_corpus.py", "data_prep/bert_tokenize.py",
                "data_prep/pretraining_cli.py")

@@ -158,8 +158,9 @@ def test_another_bert_config_in_a_trained_dir_is_refused(env, trained, tmp_path)
 
     before = _snapshot(trained)
     bigger = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) + 1)
+    vocab = write_vocab(tmp_path / "vocab.txt", TINY_VOCAB + ["extra"])  # fits the config
     with pytest.raises(output_claim.RunDirError, match=r"bert_config.vocab_size"):
-        rc.run(_cfg(env, trained, bert_config_file=bigger))
+        rc.run(_cfg(env, trained, bert_config_file=bigger, vocab_file=vocab))
     assert _snapshot(trained) == before
 
 

@@ -49,17 +49,31 @@ def check_vocab_tokens(vocab_file: str) -> None:
         raise tokenization.VocabError(f"--vocab_file: {err}") from None
 
 
-def check_vocab_fits(vocab_file: str, bert_config, bert_config_file: str) -> None:
-    """Raises UserError naming both flags when --vocab_file has more tokens than the
-    model's embedding table: the records made with it would hold ids the model lacks."""
+def check_vocab_fits(vocab_file: str, bert_config, config_name: str) -> None:
+    """Raises VocabError naming both files and both sizes when --vocab_file is not the
+    model's vocab by its size.
+
+    More tokens than the embedding table has rows: records made with it would hold ids
+    the model lacks. Fewer: a model whose vocab grew (extend_vocab.py) read with its old
+    vocab would never see its new words; accepted only when the table is the vocab
+    rounded up to the next multiple of 8 (NVIDIA's 30528 rows for 30522 tokens), which
+    a grown table is unless fewer than 8 words were appended.
+
+    Args:
+      config_name: how the message names the config, e.g. "--bert_config_file=PATH".
+    """
     from data_prep import tokenization
 
     size = len(tokenization.load_vocab(vocab_file))
-    if size > bert_config.vocab_size:
-        raise UserError(
-            f"--vocab_file={vocab_file} has {size} tokens but --bert_config_file="
-            f"{bert_config_file} has vocab_size={bert_config.vocab_size}: not this model's "
-            "vocab (pass the vocab.txt the model was trained with)")
+    rows = bert_config.vocab_size
+    if size == rows or (size < rows and rows == -(-size // 8) * 8):
+        return
+    raise tokenization.VocabError(
+        f"--vocab_file={vocab_file} has {size} tokens but {config_name} has vocab_size="
+        f"{rows}: not this model's vocab (pass the vocab.txt the model was trained with"
+        + ("; a model grown by extend_vocab.py reads the vocab.txt written beside it, and "
+           "a table padded past its vocab needs [unusedN] lines up to vocab_size)"
+           if size < rows else ")"))
 
 
 def finetuning_steps(num_examples: int, train_batch_size: int, num_train_epochs: float,

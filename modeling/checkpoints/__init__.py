@@ -16,7 +16,7 @@ Three kinds of checkpoint are read by one entry point, ``load_pretrained(path, m
 a column block of one: the fused query/key/value kernel) to its original TF1 name and its
 Hugging Face name, with the transposes each layout needs. ``export_tf1_checkpoint`` and
 ``export_hf_checkpoint`` (``writing.py``) write a model back through the same table;
-``convert`` goes from any kind to any other.
+``convert`` goes from any kind to any other (``read_network`` then ``write_network``).
 
 A file that cannot be read (a garbage ``.index``, a truncated ``.data-*`` shard, a damaged
 ``.safetensors``, a missing shard) raises ``CheckpointError`` (``common.py``) naming the
@@ -32,12 +32,14 @@ from modeling.checkpoints.loading import (checkpoint_has_pretraining_heads, conf
                                           load_pretrained, resolve, vocab_for)
 from modeling.checkpoints.names import WeightEntry, weight_table
 from modeling.checkpoints.ours import save_ours
-from modeling.checkpoints.writing import (EXPORTERS, convert, export_hf_checkpoint,
-                                          export_tf1_checkpoint, tf1_arrays)
+from modeling.checkpoints.writing import (EXPORTERS, check_output_dir, convert,
+                                          export_hf_checkpoint, export_tf1_checkpoint,
+                                          read_network, tf1_arrays, write_network)
 
 __all__ = [
     "TF1", "HF", "OURS", "KINDS", "HF_INDEX", "CheckpointError", "LoadReport",
     "checkpoint_reader", "pickle_refusal", "checkpoint_has_pretraining_heads", "config_for",
     "load_pretrained", "resolve", "vocab_for", "WeightEntry", "weight_table", "save_ours", "EXPORTERS",
-    "convert", "export_hf_checkpoint", "export_tf1_checkpoint", "tf1_arrays",
+    "convert", "check_output_dir", "read_network", "write_network", "export_hf_checkpoint",
+    "export_tf1_checkpoint", "tf1_arrays",
 ]

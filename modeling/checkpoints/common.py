@@ -42,12 +42,26 @@ class LoadReport:
     mismatched: list = dataclasses.field(default_factory=list)
     ignored: list = dataclasses.field(default_factory=list)
 
+    vocab_rows: tuple = ()  # (checkpoint, model) rows of a mismatched word-embedding table
+
+    def add_mismatch(self, name: str, found, expected) -> None:
+        """Records a tensor whose checkpoint shape is not the model's."""
+        self.mismatched.append(f"{name}: checkpoint {list(found)} vs model {list(expected)}")
+        if "word_embeddings" in name and not self.vocab_rows:
+            self.vocab_rows = (found[0], expected[0])
+
     @property
     def ok(self) -> bool:
         return not (self.missing or self.unexpected or self.mismatched)
 
     def describe(self, limit: int = 20) -> str:
         lines = [f"{self.kind} checkpoint {self.path}: {len(self.loaded)} tensors loaded"]
+        if self.vocab_rows:
+            rows, size = self.vocab_rows
+            lines[0] = (f"{self.kind} checkpoint {self.path} has a vocab of {rows} rows (its "
+                        f"word embeddings) but the config has vocab_size={size}: pass the "
+                        "config written with this checkpoint (a vocab grown by "
+                        "extend_vocab.py changes vocab_size)\n  " + lines[0])
         for label, names in (("missing from the checkpoint", self.missing),
                              ("unexpected in the checkpoint", self.unexpected),
                              ("shape mismatch", self.mismatched)):

@@ -225,7 +225,7 @@ def load_by_table(model, reader: NamedReader, kind: str, path: str, partial: boo
         expected = entry.external_shape(kind)
         found = reader.shapes[name]
         if found != expected:
-            report.mismatched.append(f"{name}: checkpoint {list(found)} vs model {list(expected)}")
+            report.add_mismatch(name, found, expected)
             continue
         var = entry.variable
         if id(var) not in updates:

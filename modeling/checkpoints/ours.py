@@ -95,8 +95,7 @@ def load_ours(prefix: str, model, partial: bool) -> LoadReport:
         if key not in stored:
             report.missing.append(key)
         elif stored[key] != tuple(var.shape):
-            report.mismatched.append(
-                f"{key}: checkpoint {list(stored[key])} vs model {list(var.shape)}")
+            report.add_mismatch(key, stored[key], tuple(var.shape))
         else:
             report.loaded.append(key)
     report.unexpected.extend(k for k in sorted(stored) if k not in expected)

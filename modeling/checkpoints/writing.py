@@ -124,14 +124,8 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
       input_path: any path ``load_pretrained`` accepts.
       output_dir: directory to write (checkpoint + config [+ vocab.txt]).
       output_kind: one of ``KINDS``.
-      config: the network's config; default: the config file beside the input.
-      input_kind: force the input kind (default: detected).
+      config, input_kind, model, partial: as ``read_network``.
       vocab_file: copied into ``output_dir``; default: ``vocab.txt`` beside the input.
-      model: "encoder", "pretrainer" or "auto" (pretrainer when the input has the
-        masked-LM head). The pretrainer's heads are the input's: the next-sentence head
-        only when it has one (the paper's "No NSP" has none), the left-to-right LM's
-        objective for a `causal_attention` config (written with `_warn_if_causal`).
-      partial: tolerate unexpected input tensors (e.g. a fine-tuned classifier's head).
 
     Returns:
       The written checkpoint (prefix or file).
@@ -140,16 +134,47 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
       fileio.OutputError: ``output_dir`` is the input's own directory (refused before any
         work: the outputs would replace the input's files).
     """
-    from modeling.models import BertPretrainer
+    check_output_dir(input_path, output_dir, output_kind)
+    network, config = read_network(input_path, config=config, input_kind=input_kind,
+                                   model=model, partial=partial)
+    if vocab_file is None:
+        vocab_file = vocab_for(input_path)
+    return write_network(network, config, output_dir, output_kind, vocab_file)
 
+
+def check_output_dir(input_path: str, output_dir: str, output_kind: str) -> None:
+    """Refuses, before any work, an unknown output kind, an input that is not a checkpoint
+    and an ``output_dir`` that holds the input (its files would be replaced)."""
     if output_kind not in KINDS:
         raise ValueError(f"output kind {output_kind!r} is not one of {KINDS}")
     _, location = resolve(input_path)  # what is not a checkpoint is refused first
     if fileio.same_path(output_dir, os.path.dirname(location) or "."):
         # The outputs (checkpoint, config, vocab.txt) would replace the input's own files.
         raise fileio.OutputError(
-            f"output_dir {output_dir} holds the input checkpoint {location}; converting "
+            f"output_dir {output_dir} holds the input checkpoint {location}; writing "
             "into it would overwrite the input: choose another directory")
+
+
+def read_network(input_path: str, *, config: Optional[BertConfig] = None,
+                 input_kind: Optional[str] = None, model: str = "auto",
+                 partial: bool = False) -> tuple:
+    """The network a checkpoint holds, loaded: (network, its config).
+
+    Args:
+      input_path: any path ``load_pretrained`` accepts.
+      config: the network's config; default: the config file beside the input.
+      input_kind: force the input kind (default: detected).
+      model: "encoder", "pretrainer" or "auto" (pretrainer when the input has the
+        masked-LM head). The pretrainer's heads are the input's: the next-sentence head
+        only when it has one (the paper's "No NSP" has none), the left-to-right LM's
+        objective for a `causal_attention` config (written with `_warn_if_causal`).
+      partial: tolerate unexpected input tensors (e.g. a fine-tuned classifier's head).
+
+    Raises:
+      CheckpointError: no config beside the input and none given, or weights missing.
+    """
+    from modeling.models import BertPretrainer
+
     config = config or config_for(input_path)
     if config is None:
         raise CheckpointError(f"{input_path}: no bert_config.json / config.json beside the "
@@ -167,8 +192,13 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
     report = load_pretrained(input_path, network, partial=partial, kind=input_kind)
     if report.missing:
         raise CheckpointError(report.describe())
-    if vocab_file is None:
-        vocab_file = vocab_for(input_path)
+    return network, config
+
+
+def write_network(network, config: BertConfig, output_dir: str, output_kind: str,
+                  vocab_file: Optional[str]) -> str:
+    """Writes ``network`` (with ``config`` and a copy of ``vocab_file``) as a checkpoint of
+    ``output_kind`` in ``output_dir``, all-or-nothing; returns the checkpoint written."""
     if output_kind == OURS:
         return save_ours(network, output_dir, config, vocab_file)
     return EXPORTERS[output_kind](network, config, output_dir, vocab_file=vocab_file)
