@@ -246,3 +246,18 @@ def read_eval_results(path):
                 key, value = line.strip().split(" = ", 1)
                 out[key] = float(value)
     return out
+
+
+def tree(directory, skip=()):
+    """{path relative to `directory`: bytes} of every file under it (its folders too, as
+    None), but those whose name ends with one of `skip`: what a refused run must leave
+    byte for byte."""
+    out = {}
+    for root, dirs, names in os.walk(directory):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(root, name), directory) + "/"] = None
+        for name in names:
+            if not name.endswith(tuple(skip)):
+                with open(os.path.join(root, name), "rb") as f:
+                    out[os.path.relpath(os.path.join(root, name), directory)] = f.read()
+    return out

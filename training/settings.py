@@ -34,12 +34,16 @@ class LoopConfig:
       keep_checkpoint_max: checkpoints kept in output_dir.
       learning_rate, num_warmup_steps, optimizer, weight_decay_rate, clip_norm: the
         optimizer's settings (`optimizer_config`).
+      divergence_factor: a run whose recent loss exceeds this many times the loss it
+        started at has diverged (`training.loop`); 0 turns that check off (a NaN or Inf
+        loss or gradient always stops the run).
 
     The fine-tuning settings (`training.finetuning.FinetuningRun.loop`) hold the shared
     ones; each run sets its own `PER_RUN` fields when it is built.
 
     Raises:
-      ValueError: a period or count below 1, naming its flag (`check_loop_settings`).
+      ValueError: a period or count below 1, naming its flag (`check_loop_settings`),
+        or a divergence_factor between 0 and 2.
     """
 
     output_dir: str
@@ -59,8 +63,12 @@ class LoopConfig:
     optimizer: str = "adamw"
     weight_decay_rate: float = 0.01
     clip_norm: float = 1.0
+    divergence_factor: float = 10.0
 
     def __post_init__(self):
+        if not (self.divergence_factor == 0 or self.divergence_factor >= 2):
+            raise ValueError(f"--divergence_factor={self.divergence_factor} must be 0 (no "
+                             "loss check) or at least 2")
         check_loop_settings(iterations_per_loop=self.iterations_per_loop,
                             save_checkpoints_steps=self.save_checkpoints_steps,
                             log_steps=self.log_steps,

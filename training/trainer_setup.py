@@ -124,10 +124,11 @@ def check_attention_of(init_checkpoint: str, bert_config,
         f"makes a {ours} encoder: use the config the model was trained with ({source})")
 
 
-def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bool) -> int:
-    """Resumes from the run's own checkpoint, else loads `init_checkpoint` (encoder-only
-    allowed; refused when its attention direction differs: `check_attention_of`); returns
-    the step training starts from."""
+def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bool,
+                    fresh: bool = False) -> int:
+    """Resumes from the run's own checkpoint (unless `fresh`: a run done again), else loads
+    `init_checkpoint` (encoder-only allowed; refused when its attention direction differs:
+    `check_attention_of`); returns the step training starts from."""
     from modeling import checkpoints
 
     def init_from_checkpoint():
@@ -136,7 +137,8 @@ def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bo
         logging.info("Initialised from %s: %s", init_checkpoint, report)
 
     start_step = trainer.restore_or_initialize(
-        init_from_checkpoint if init_checkpoint else None)
+        init_from_checkpoint if init_checkpoint else None, fresh=fresh,
+        init_checkpoint=init_checkpoint)
     if start_step == 0 and not init_checkpoint and not do_train:
         raise ValueError(
             f"nothing to evaluate or predict with: no checkpoint in {trainer.config.output_dir} "
