@@ -134,7 +134,7 @@ _CHECKPOINT_INDEX = re.compile(r"ckpt-(\d+)\.index")
 
 def checkpoints_on_disk(directory: str) -> list[str]:
     """Prefixes of the `ckpt-<N>` checkpoints whose index file is in `directory`, newest
-    (largest N) first; what a run can resume from when the state file is unreadable."""
+    (largest N) first, whoever wrote them (`own_checkpoints`: the run's)."""
     if not tf.io.gfile.isdir(directory):
         return []
     found = []

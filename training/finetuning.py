@@ -707,9 +707,7 @@ class _BestKeeper:
         """Replaces best/ with the current weights, their files and their score, as one
         directory (a kill leaves the previous best/ or the new one)."""
         from modeling import checkpoints
-        from training import loop
-
-        from training import run_files
+        from training import loop, run_files
 
         state = {"metric": self.key, "score": self.score, "step": self.step}
         run_files.add(self.run_dir, files=["best"])  # first: a kill leaves it the run's
