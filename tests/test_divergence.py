@@ -163,6 +163,7 @@ def _divergence_state(prefix):
                  for name in ("start", "steps", "recent"))
 
 
+@pytest.mark.slow
 def test_a_diverging_rate_rerun_three_times_never_passes(config, tmp_path):
     """The probe's case (issue 38): a rate far too high (--learning_rate=1, warmup 40), the
     same command run three times. Before: the first run stopped at step 31 (one batch over
@@ -214,6 +215,7 @@ def _write_outlier_stsb(directory, rows=96):
     return directory
 
 
+@pytest.mark.slow
 def test_a_regression_with_outlier_targets_trains_at_a_sane_rate(tmp_path):
     """Issue 38: scores mostly 0-1, one row in twelve at 30-40. Before, step 1 (at warmup
     rate 0) drew a batch without outliers and the next batch with one exceeded "100 x the
@@ -268,6 +270,7 @@ def test_ctrl_c_during_the_last_save_says_so(data, strategy, tmp_path):  # noqa:
     assert _steps(tmp_path) == [4]
 
 
+@pytest.mark.slow
 def test_a_users_checkpoint_in_output_dir_is_never_overwritten_or_moved(config, tmp_path):
     """Issue 38: a checkpoint copied into output_dir as ckpt-10 and passed as
     --init_checkpoint. Before: the run saved its own ckpt-10 over it and rotation deleted
