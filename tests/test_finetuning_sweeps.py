@@ -462,17 +462,33 @@ def _mrpc_run(mrpc, out, data=None, **overrides):
 
 @pytest.mark.slow
 def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weights(
-        mrpc, tmp_path):
+        mrpc, tmp_path, caplog):
     """A finished run of a sweep (run_results.json) rerun with another --warmup_proportion
     trains again from the start: its checkpoints and outputs equal a fresh run's with the
-    new settings, never the old run's final state evaluated under the new settings."""
+    new settings, never the old run's final state evaluated under the new settings. What
+    it removes first is what the run made, by name: the user's files stay."""
     import run_classifier as rc
+    from training import finetuning
 
     out, fresh = tmp_path / "out", tmp_path / "fresh"
     rc.run(_mrpc_run(mrpc, out, skip_finished=True))
     old = _weights(str(out / "ckpt-6"))
-    redone = rc.run(_mrpc_run(mrpc, out, skip_finished=True, warmup_proportion=0.5))
+    # The user's files beside the run's: a plot in eval/, notes in train/, a best/ the run
+    # never made (it ran without --keep_best_checkpoint). Before (issue 38) the redo
+    # removed eval/, train/ and best/ whole and said it removed "what the earlier run made".
+    mine = {"eval/plot.png": b"png", "train/notes.txt": b"notes", "best/mine.txt": b"mine"}
+    for name, content in mine.items():
+        (out / name).parent.mkdir(exist_ok=True)
+        (out / name).write_bytes(content)
+    with caplog.at_level("WARNING"):
+        redone = rc.run(_mrpc_run(mrpc, out, skip_finished=True, warmup_proportion=0.5))
     assert not redone["best_run"].get("skipped")
+    assert {name: (out / name).read_bytes() for name in mine} == mine
+    said = [r.getMessage() for r in caplog.records if "removed what the earlier run" in
+            r.getMessage()]
+    assert len(said) == 1 and "ckpt-6.index" in said[0] and "eval/events.out" in said[0]
+    assert "kept eval/, train/ (it holds files the run did not write)" in said[0]
+    assert not any(name.split("/")[-1] in said[0] for name in mine)
     rc.run(_mrpc_run(mrpc, fresh, warmup_proportion=0.5))
     expected = _weights(str(fresh / "ckpt-6"))
     found = _weights(str(out / "ckpt-6"))
@@ -486,15 +502,22 @@ def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weigh
     # A rerun of the same settings still skips it.
     again = rc.run(_mrpc_run(mrpc, out, skip_finished=True, warmup_proportion=0.5))
     assert again["best_run"].get("skipped")
+    # --keep_best_checkpoint would replace the user's best/: refused, nothing written.
+    before = S.tree(out)
+    with pytest.raises(finetuning.FinetuningError, match="best exists but this run did "
+                                                         "not make it"):
+        rc.run(_mrpc_run(mrpc, out, skip_finished=True, warmup_proportion=0.5,
+                         keep_best_checkpoint=True))
+    assert S.tree(out) == before
 
 
 @pytest.mark.slow
 def test_a_resume_on_other_records_or_another_length_is_refused(mrpc, tmp_path):
-    """Killed after ckpt-4 (here: a 4-step run resumed with more epochs). Resumed with
-    another --max_seq_length (no length buckets) or with train.tsv edited (a label flipped:
-    records of the same size), the saved input position means nothing: refused naming
-    what changed. Data restored byte for byte: the rebuilt records hash the same and the
-    run resumes."""
+    """Killed after ckpt-4 (here: a 4-step run, its run_results.json removed, resumed with
+    more epochs). Resumed with another --max_seq_length (no length buckets) or with
+    train.tsv edited (a label flipped: records of the same size), the saved input position
+    means nothing: refused naming what changed, before anything is written. Data restored
+    byte for byte: the rebuilt records hash the same and the run resumes."""
     import shutil
 
     import run_classifier as rc
@@ -505,12 +528,19 @@ def test_a_resume_on_other_records_or_another_length_is_refused(mrpc, tmp_path):
     out = tmp_path / "out"
     rc.run(_mrpc_run(mrpc, out, data, do_eval=False, num_train_epochs=0.7))
     assert (out / "ckpt-4.index").exists() and not (out / "ckpt-8.index").exists()
+    (out / "run_results.json").unlink(missing_ok=True)  # as a run killed after ckpt-4
     longer = dict(do_eval=False, num_train_epochs=2.0)
 
+    # Refused before anything is written (issue 38: the model files were rewritten with
+    # the refused settings first): the directory is as it was, but the feature caches of
+    # the changed settings or data (rebuilt for them, as they describe them).
+    caches = (".tf_record", ".tf_record.metadata.json")
+    before = S.tree(out, skip=caches)
     with pytest.raises(checkpointing.InputPositionError,
                        match=f"max_seq_length: {SEQ} there, 16 now") as err:
         rc.run(_mrpc_run(mrpc, out, data, max_seq_length=16, **longer))
     assert "ckpt-4" in str(err.value)
+    assert S.tree(out, skip=caches) == before
 
     original = (data / "train.tsv").read_bytes()
     lines = original.decode().split("\n")
@@ -518,6 +548,7 @@ def test_a_resume_on_other_records_or_another_length_is_refused(mrpc, tmp_path):
     (data / "train.tsv").write_text("\n".join(lines))
     with pytest.raises(checkpointing.InputPositionError, match="records_sha256: '"):
         rc.run(_mrpc_run(mrpc, out, data, **longer))
+    assert S.tree(out, skip=caches) == before
 
     (data / "train.tsv").write_bytes(original)
     result = rc.run(_mrpc_run(mrpc, out, data, **longer))
@@ -581,3 +612,118 @@ def test_a_diverging_grid_point_is_recorded_as_failed_and_the_sweep_goes_on(mrpc
     assert [row["failed"] != "" for row in _read_table(every / "grid_results.tsv")] == [
         True, True]
     del rc
+
+
+# ----------------------------------------------- single runs, kinds of run, NaN metrics
+
+
+@pytest.mark.slow
+def test_a_finished_single_run_rerun_with_other_data_or_rate_is_done_again(mrpc, tmp_path,
+                                                                           caplog):
+    """Issue 38: a finished run outside a sweep, rerun after train.tsv was relabelled (or
+    with another --learning_rate), "resumed" its last checkpoint, trained nothing and
+    exited 0 with the old model. Now it is done again from its initial weights (the
+    sweeps' rule): the model equals a fresh run's on the new data; the log names what
+    changed. The same command again resumes (evaluates, trains nothing)."""
+    import shutil
+
+    import run_classifier as rc
+
+    data = tmp_path / "MRPC"
+    shutil.copytree(mrpc["data"], data)
+    out = tmp_path / "out"
+    rc.run(_mrpc_run(mrpc, out, data))
+    old = _weights(str(out / "ckpt-6"))
+    lines = (data / "train.tsv").read_text().split("\n")
+    lines[1:] = [("1" if line[:1] == "0" else "0") + line[1:] if line else line
+                 for line in lines[1:]]
+    (data / "train.tsv").write_text("\n".join(lines))
+    with caplog.at_level("WARNING"):
+        rc.run(_mrpc_run(mrpc, out, data))
+    assert "finished with other settings or data (train)" in caplog.text
+    relabelled = _weights(str(out / "ckpt-6"))
+    rc.run(_mrpc_run(mrpc, tmp_path / "fresh", data))
+    expected = _weights(str(tmp_path / "fresh" / "ckpt-6"))
+    for name, value in expected.items():
+        np.testing.assert_array_equal(relabelled[name], value, err_msg=name)
+    assert any(not np.array_equal(old[name], relabelled[name]) for name in old)
+
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        rc.run(_mrpc_run(mrpc, out, data, learning_rate=1e-3))
+    assert "finished with other settings or data (hparams.learning_rate)" in caplog.text
+    assert any(not np.array_equal(relabelled[name], value)
+               for name, value in _weights(str(out / "ckpt-6")).items())
+    caplog.clear()
+    with caplog.at_level("INFO", logger="absl"):
+        again = rc.run(_mrpc_run(mrpc, out, data, learning_rate=1e-3, do_predict=True))
+    assert "done again" not in caplog.text and "already reaches" in caplog.text
+    assert again["best_run"]["global_step"] == 6
+
+
+@pytest.mark.slow
+def test_a_single_run_into_a_sweeps_directory_is_refused_writing_nothing(mrpc,
+                                                                         uninterrupted):
+    """Issue 38: a single-value run in a finished grid's output_dir overwrote the grid's
+    copies at the top while grid_results.tsv still described the grid. Refused in one
+    line before any work: the directory byte for byte as it was."""
+    import run_classifier as rc
+    from training import finetuning
+
+    before = S.tree(uninterrupted)
+    with pytest.raises(finetuning.FinetuningError,
+                       match="holds a grid sweep \\(grid_results.tsv\\): a single run"):
+        rc.run(_mrpc_run(mrpc, uninterrupted, learning_rate=2e-3))
+    assert S.tree(uninterrupted) == before
+
+
+@pytest.mark.slow
+def test_a_nan_dev_metric_picks_no_best_checkpoint_and_says_so(mrpc, tmp_path, caplog):
+    """Issue 38: a dev metric that is NaN at every checkpoint (e.g. Pearson over one label
+    value) was kept as the best (score -inf in the log, nan in the file). Now NaN is never
+    a candidate: a warning per checkpoint, no best/, eval and predict on the final
+    weights."""
+    import run_classifier as rc
+    from tasks.classification.task import ClassificationFamily
+    from training import finetuning
+
+    out = tmp_path / "out"
+    cfg = _mrpc_run(mrpc, out, num_train_epochs=2.0, keep_best_checkpoint=True)
+    family = _scripted_family(ClassificationFamily, {4: float("nan"), 8: float("nan"),
+                                                     12: float("nan")})(cfg.task, SEQ)
+    family.seen = []
+    with caplog.at_level("WARNING"):
+        result = finetuning.run(cfg.finetuning, family)
+    assert family.seen == [4, 8, 12] and not (out / "best").exists()
+    assert caplog.text.count("is nan (undefined on this dev set") == 3
+    assert "No checkpoint had a dev eval_acc_and_f1" in caplog.text and "-inf" not in caplog.text
+    assert result["best_run"]["global_step"] == 12 and result["best_run"]["model_dir"] == str(out)
+    del rc
+
+
+def test_a_nan_seed_is_never_the_best_and_the_warning_names_it(caplog):
+    """The best seed (and grid point) is picked among numbers: a NaN one is named in a
+    warning and not picked; when every one is NaN, the first is kept, with a warning."""
+    import types
+
+    from training import sweeps
+
+    family = types.SimpleNamespace(primary_metric=lambda: "eval_pearson")
+    prepared = types.SimpleNamespace(eval_splits=[types.SimpleNamespace(name="dev")])
+
+    def runs(*values):
+        return [{"seed": seed, "eval": {"dev": {"eval_pearson": value, "global_step": 3}}}
+                for seed, value in enumerate(values, 1)]
+
+    with caplog.at_level("WARNING"):
+        picked = sweeps.summarise_seeds(None, family, prepared, runs(float("nan"), 0.2, 0.1),
+                                        write=False)
+    assert picked["best_seed"] == 2
+    assert "dev eval_pearson is NaN or missing for seed 1: not a candidate" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        picked = sweeps.summarise_seeds(None, family, prepared,
+                                        runs(float("nan"), float("nan")), write=False)
+    assert picked["best_seed"] == 1
+    assert "no seed has a dev eval_pearson to pick the best by: the first (seed 1) is kept" \
+        in caplog.text

@@ -303,3 +303,18 @@ def assert_same_gradients(whole, accumulated):
     for index, (a, b) in enumerate(zip(whole, accumulated)):
         if norms[index] > 1e-3 * max(norms):
             assert np.linalg.norm(a - b) <= 1e-3 * norms[index], (index, norms[index])
+
+
+def tree(directory, skip=()):
+    """{path relative to `directory`: bytes} of every file under it (its folders too, as
+    None), but those whose name ends with one of `skip`: what a refused run must leave
+    byte for byte."""
+    out = {}
+    for root, dirs, names in os.walk(directory):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(root, name), directory) + "/"] = None
+        for name in names:
+            if not name.endswith(tuple(skip)):
+                with open(os.path.join(root, name), "rb") as f:
+                    out[os.path.relpath(os.path.join(root, name), directory)] = f.read()
+    return out

@@ -382,8 +382,9 @@ def test_a_stop_request_acted_on_does_not_outlive_its_run():
 
 def test_an_unreadable_state_file_resumes_from_the_checkpoints_on_disk(data, strategy,
                                                                       tmp_path):
-    """A power cut can leave `checkpoint` empty: the newest readable ckpt-N on disk is
-    restored (with a warning) and the state file is rebuilt."""
+    """A power cut can leave `checkpoint` empty: the newest readable ckpt-N of the run on
+    disk is restored (with a warning) and the state file is rebuilt (when the run takes
+    its saver, before its first save: a run refused before writes nothing)."""
     _, trainer = _make(strategy, tmp_path, steps=8, save=4, ipl=4)
     trainer.restore_or_initialize()
     make, identity = _input(data, trainer)
@@ -392,6 +393,8 @@ def test_an_unreadable_state_file_resumes_from_the_checkpoints_on_disk(data, str
         (tmp_path / "checkpoint").write_text(content)
         _, again = _make(strategy, tmp_path, steps=8, save=4)
         assert again.restore_or_initialize() == 8
+        assert (tmp_path / "checkpoint").read_text() == content  # nothing written yet
+        assert again.saver.manager.latest_checkpoint.endswith("ckpt-8")
         assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-8")
     (tmp_path / "checkpoint").write_text("")
     with open(tmp_path / "ckpt-8.index", "r+b") as f:  # the newest is damaged too

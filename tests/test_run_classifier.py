@@ -852,6 +852,43 @@ def test_windows_run_starts_from_googles_and_hugging_faces_checkpoints(windows_r
     assert probs.shape == (8, 2)
 
 
+def test_a_windows_resume_with_other_windows_is_refused_writing_nothing(windows_run, env,
+                                                                        tmp_path):
+    """Issue 38: a windows run resumed with another --doc_stride or
+    --max_windows_per_document was refused, but had already rewritten
+    export_metadata.json with the refused settings (an export then read text otherwise
+    than the checkpoints were trained). Now refused before anything is written: the
+    directory is byte for byte as it was, but the feature caches, rebuilt for the new
+    windows (they describe the data and settings given)."""
+    import shutil
+
+    import run_classifier as rc
+    from training import checkpointing
+
+    import tensorflow as tf
+
+    out = tmp_path / "out"
+    shutil.copytree(windows_run["dir"], out)
+    # As a run killed before its last checkpoint leaves it.
+    (out / "run_results.json").unlink(missing_ok=True)
+    newest, *older = checkpointing.checkpoints_newest_first(str(out))
+    for path in tf.io.gfile.glob(newest + ".*"):
+        os.remove(path)
+    tf.compat.v1.train.update_checkpoint_state(str(out), older[0],
+                                               all_model_checkpoint_paths=older[::-1])
+    caches = (".tf_record", ".tf_record.metadata.json")
+    before = S.tree(out, skip=caches)
+    for other in ({"doc_stride": 10}, {"max_windows_per_document": 4}):
+        cfg = _run_config({**env, "long": windows_run["data"]}, "long", out,
+                          task_name="custom", custom=windows_run["custom"],
+                          long_document="windows", window_pooling="attention",
+                          num_train_epochs=2.0, eval_batch_size=3, predict_batch_size=3,
+                          **other)
+        with pytest.raises(checkpointing.InputPositionError, match="trained on other input"):
+            rc.run(cfg)
+        assert S.tree(out, skip=caches) == before, other
+
+
 def test_windows_learn_what_truncation_cannot_read(env, tmp_path):
     """The label is named only past the first window: truncate gets no further than the
     majority class (3 of 4 dev texts are "neg"), windows (max pooling, trained on the

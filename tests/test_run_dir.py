@@ -174,7 +174,8 @@ def test_checkpoints_of_another_model_without_an_identity_are_refused(env, train
 
     copy = tmp_path / "old"
     shutil.copytree(trained, copy)
-    os.remove(copy / output_claim.IDENTITY_FILE)
+    for name in (output_claim.IDENTITY_FILE, "run_results.json", "run_files.json"):
+        os.remove(copy / name)  # none of them existed then
     before = _snapshot(copy)
     with pytest.raises(CheckpointRestoreError, match="do not fit this model"):
         rc.run(_cfg(env, copy, labels=("neg", "pos", "meh")))

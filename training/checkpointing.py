@@ -3,7 +3,8 @@
 The object graph is `tf.train.Checkpoint(model=model, optimizer=optimizer, step=global_step,
 rng=Checkpoint(states=[...]))` (plus `loss_scale=Checkpoint(dynamic_scale, step_counter)`
 when training in float16, and `input=Checkpoint(iterator, identity)`, the position of the
-training input, once training starts: `input_position`), written by a
+training input, once training starts: `input_position`, and `divergence=Checkpoint(start,
+steps, recent)`, the loop's divergence check), written by a
 `tf.train.CheckpointManager` as `output_dir/ckpt-<step>.{index,data-*}`. `rng` holds the
 states of the model's Keras seed generators (dropout): Keras does not put them in a
 `tf.train.Checkpoint` of the model, and a resumed run must draw the dropout masks the
@@ -19,9 +20,14 @@ interrupted by hand), and to the `ckpt-<N>.index` files on disk, newest first, w
 state file itself is empty or unreadable (a power cut before TensorFlow's unsynced
 rename reached the disk); `CheckpointSaver` then rewrites the state file from them.
 
-A run that diverged moves the checkpoints whose weights led there into
-`output_dir/diverged/` (`set_aside`, called by `training.loop`), so that a rerun resumes
-the newest sound one.
+A run acts only on its own checkpoints (`own_checkpoints`): those its state file lists
+and those `training.run_files` records (the saver records each name before saving it).
+A `ckpt-<N>` in the directory that is neither (a user's, e.g. the `--init_checkpoint`
+copied there) is never restored, overwritten, rotated, moved or removed: a run whose own
+saves would reuse its name is refused at its start (`check_no_foreign`). A run that
+diverged moves its checkpoints whose weights led there into a new numbered folder
+`output_dir/diverged/<n>/` (`set_aside`, called by `training.loop`), so that a rerun
+resumes the newest sound one; they leave the record, kept for the user.
 
 Multi-worker: every worker must call `save` (the save may involve collectives); only the
 chief writes into `output_dir`, the others into a temporary directory that is deleted after
@@ -45,11 +51,16 @@ from absl import logging
 
 from data_prep import fileio, lifecycle
 from data_prep.cli import UserError
+from training import run_files
 
 
-def make_checkpoint(model, optimizer, step, loss_scale_optimizer=None) -> tf.train.Checkpoint:
-    """The checkpoint object graph used by every runner (see module docstring)."""
+def make_checkpoint(model, optimizer, step, loss_scale_optimizer=None,
+                    divergence=None) -> tf.train.Checkpoint:
+    """The checkpoint object graph used by every runner (see module docstring);
+    `divergence`: the loop's divergence check state (`training.loop`)."""
     objects = {"model": model, "optimizer": optimizer, "step": step}
+    if divergence is not None:
+        objects["divergence"] = divergence
     states = seed_generator_states(model)
     if states:
         objects["rng"] = tf.train.Checkpoint(states=states)
@@ -96,6 +107,8 @@ class CheckpointSaver:
         right after it, with the checkpoint complete, never in the middle of TensorFlow's
         save (which, cut there, fails with an unrelated error instead of a clean exit).
         """
+        if self.is_chief:  # recorded first: a kill during the save leaves it the run's
+            run_files.add(self.directory, checkpoints=[f"ckpt-{int(step)}"])
         with lifecycle.signals_deferred():
             path = self.manager.save(checkpoint_number=step)
         if not self.is_chief:
@@ -121,7 +134,7 @@ _CHECKPOINT_INDEX = re.compile(r"ckpt-(\d+)\.index")
 
 def checkpoints_on_disk(directory: str) -> list[str]:
     """Prefixes of the `ckpt-<N>` checkpoints whose index file is in `directory`, newest
-    (largest N) first; what a run can resume from when the state file is unreadable."""
+    (largest N) first, whoever wrote them (`own_checkpoints`: the run's)."""
     if not tf.io.gfile.isdir(directory):
         return []
     found = []
@@ -132,12 +145,51 @@ def checkpoints_on_disk(directory: str) -> list[str]:
     return [path for _, path in sorted(found, reverse=True)]
 
 
+def own_checkpoints(directory: str) -> list[str]:
+    """Prefixes of the run's own checkpoints in `directory` whose files are there, newest
+    first: those its state file lists and those `run_files` records (see the module
+    docstring); never a `ckpt-<N>` the run did not write."""
+    state, _ = _read_state(directory)
+    listed = {os.path.basename(p) for p in (state.all_model_checkpoint_paths if state else ())}
+    if state and state.model_checkpoint_path:
+        listed.add(os.path.basename(state.model_checkpoint_path))
+    names = listed | set(run_files.read(directory)["checkpoints"])
+    return [p for p in checkpoints_on_disk(directory) if os.path.basename(p) in names]
+
+
+class CheckpointCollisionError(UserError):
+    """output_dir holds a checkpoint the run did not write under a name its own saves
+    would take (the message names it and the way out)."""
+
+
+def check_no_foreign(directory: str, after_step: int, until_step: int,
+                     init_checkpoint: str | None = None) -> None:
+    """Raises CheckpointCollisionError when `directory` holds a `ckpt-<N>` the run did not
+    write with `after_step` < N <= `until_step`: one of its saves would overwrite it (and
+    rotation then delete it). Writes nothing."""
+    own = set(own_checkpoints(directory))
+    foreign = [p for p in checkpoints_on_disk(directory)
+               if p not in own and after_step < _step_of(p) <= until_step]
+    if not foreign:
+        return
+    prefix = foreign[-1]
+    given = " (it is --init_checkpoint)" if init_checkpoint and os.path.abspath(
+        init_checkpoint.rstrip("/")) == os.path.abspath(prefix) else ""
+    raise CheckpointCollisionError(
+        f"{prefix} is a checkpoint this run did not write{given}, but the run saves its own "
+        f"checkpoints as {os.path.join(directory, 'ckpt-<step>')} up to step {until_step}: "
+        f"it would be overwritten. Move it out of {directory} (and pass its new path), or "
+        "choose another output directory")
+
+
 def remove_checkpoints(directory: str) -> list[str]:
-    """Removes the `ckpt-<N>` checkpoints of `directory` (their files on disk) and the
-    state file naming them, the state file last; returns the paths removed. For a run that
-    must start over (`training.finetuning`); call it only while owning the directory."""
+    """Removes the run's own checkpoints of `directory` (`own_checkpoints`: their files)
+    and the state file naming them, the state file last; returns the paths removed. For a
+    run that must start over (`training.sweeps.remove_run`); call it only while owning
+    the directory."""
     removed = []
-    for prefix in checkpoints_on_disk(directory):
+    own = own_checkpoints(directory)
+    for prefix in own:
         for path in sorted(tf.io.gfile.glob(prefix + ".*"), key=lambda p: p.endswith(".index")):
             tf.io.gfile.remove(path)  # the index last: what a kill leaves is still found
             removed.append(path)
@@ -145,6 +197,7 @@ def remove_checkpoints(directory: str) -> list[str]:
     if tf.io.gfile.exists(state_file):
         tf.io.gfile.remove(state_file)
         removed.append(state_file)
+    run_files.forget(directory, checkpoints=[os.path.basename(p) for p in own])
     return removed
 
 
@@ -162,15 +215,16 @@ def _read_state(directory: str):
 
 
 def repair_state_file(directory: str) -> bool:
-    """Rewrites an unreadable `checkpoint` state file from the checkpoints on disk (oldest
-    first, newest as the latest), with a warning; returns True when it did. A readable
+    """Rewrites an unreadable `checkpoint` state file from the run's recorded checkpoints
+    on disk (oldest first, newest as the latest), with a warning; returns True when it did. A readable
     or missing state file is left alone. Call it only while owning the directory."""
     state, err = _read_state(directory)
     if err is None:
         return False
-    found = checkpoints_on_disk(directory)
+    found = own_checkpoints(directory)
     state_file = os.path.join(directory, "checkpoint")
-    logging.warning("%s cannot be read (%s): rebuilding it from the %d checkpoint(s) on disk%s",
+    logging.warning("%s cannot be read (%s): rebuilding it from the run's %d checkpoint(s) "
+                    "on disk%s",
                     state_file, str(err).strip().splitlines()[0] if str(err).strip() else
                     type(err).__name__, len(found), f", newest {found[0]}" if found else "")
     if not found:
@@ -249,13 +303,13 @@ def remove_killed_save_leftovers(directory: str) -> list[str]:
 
 def checkpoints_newest_first(directory: str) -> list[str]:
     """Checkpoint prefixes listed in `directory`'s state file, newest first; when that file
-    is empty or unreadable (a power cut), the `ckpt-<N>` checkpoints on disk, newest
-    first, with a warning."""
+    is empty or unreadable (a power cut), the run's recorded `ckpt-<N>` checkpoints on disk,
+    newest first, with a warning."""
     state, err = _read_state(directory)
     if err is not None:
-        found = checkpoints_on_disk(directory)
-        logging.warning("%s cannot be read (%s); using the %d checkpoint(s) found on disk, "
-                        "newest first", os.path.join(directory, "checkpoint"),
+        found = own_checkpoints(directory)
+        logging.warning("%s cannot be read (%s); using the run's %d checkpoint(s) found on "
+                        "disk, newest first", os.path.join(directory, "checkpoint"),
                         str(err).strip().splitlines()[0] if str(err).strip() else
                         type(err).__name__, len(found))
         return found
@@ -277,21 +331,22 @@ def _step_of(prefix: str) -> int:
 
 
 def set_aside(directory: str, from_step: int) -> list[str]:
-    """Moves the checkpoints of step `from_step` and later out of `directory` into
-    `directory/diverged/` (replacing same-named ones there) and rewrites the state file
-    without them, so that a rerun resumes from the newest one left (or starts over when
-    none is); returns their new prefixes, oldest first. Call it only while owning the
-    directory (the chief of a run that diverged: `training.loop`).
+    """Moves the run's own checkpoints (`own_checkpoints`) of step `from_step` and later
+    into a new folder `directory/diverged/<n>/` (the first number not taken: an earlier
+    set-aside is never replaced) and rewrites the state file without them, so that a
+    rerun resumes from the newest one left (or starts over when none is); returns their
+    new prefixes, oldest first. They leave the run's record: kept for the user, never
+    touched again. Call it only while owning the directory (the chief of a run that
+    diverged: `training.loop`).
 
     The state file is rewritten first, then the files are moved (a kill in between leaves
     them unlisted, never listed and missing); they are kept, not deleted.
     """
-    listed = checkpoints_newest_first(directory)
-    moving = sorted({p for p in listed + checkpoints_on_disk(directory)
-                     if _step_of(p) >= from_step}, key=_step_of)
-    moving = [p for p in moving if tf.io.gfile.glob(p + ".*")]
+    own = own_checkpoints(directory)
+    moving = sorted((p for p in own if _step_of(p) >= from_step), key=_step_of)
     if not moving:
         return []
+    listed = checkpoints_newest_first(directory)
     keep = [p for p in reversed(listed) if _step_of(p) < from_step]  # oldest first
     state_file = os.path.join(directory, "checkpoint")
     with lifecycle.signals_deferred():
@@ -301,19 +356,30 @@ def set_aside(directory: str, from_step: int) -> list[str]:
             fileio.sync(state_file)
         elif tf.io.gfile.exists(state_file):
             tf.io.gfile.remove(state_file)
-    target = os.path.join(directory, SET_ASIDE_DIR)
+    number = 1
+    while tf.io.gfile.exists(os.path.join(directory, SET_ASIDE_DIR, str(number))):
+        number += 1
+    target = os.path.join(directory, SET_ASIDE_DIR, str(number))
     tf.io.gfile.makedirs(target)
     moved = []
     for prefix in moving:
         for path in tf.io.gfile.glob(prefix + ".*"):
-            tf.io.gfile.rename(path, os.path.join(target, os.path.basename(path)),
-                               overwrite=True)
+            tf.io.gfile.rename(path, os.path.join(target, os.path.basename(path)))
         moved.append(os.path.join(target, os.path.basename(prefix)))
     fileio.sync_directory(directory)
+    run_files.forget(directory, checkpoints=[os.path.basename(p) for p in moving])
     logging.warning("Set aside %s into %s; the newest checkpoint left: %s",
                     ", ".join(os.path.basename(p) for p in moved), target,
                     keep[-1] if keep else "none")
     return moved
+
+
+def saved_value(prefix: str, name: str):
+    """The value of the checkpoint's variable `name` (its object path, e.g.
+    "divergence/start"), or None when the checkpoint has none."""
+    key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
+    reader = tf.train.load_checkpoint(prefix)
+    return reader.get_tensor(key) if reader.has_tensor(key) else None
 
 
 class CheckpointRestoreError(UserError):

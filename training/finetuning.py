@@ -413,11 +413,15 @@ def run(settings: FinetuningRun, family) -> dict:
                             {"bert_config": bert_config.to_dict(), **family.identity()},
                             is_chief=chief)
     try:
-        prepared = family.prepare(settings)
-        check_prepared(settings, prepared)
         grid = len(points) > 1
         several = len(settings.seeds) > 1
         skip_finished = grid or several or settings.skip_finished
+        other_kind = sweeps.check_kind(settings.output_dir,
+                                       "grid" if grid else "seeds" if several else "single")
+        if other_kind:
+            raise FinetuningError(other_kind)
+        prepared = family.prepare(settings)
+        check_prepared(settings, prepared)
         point_results = []
         for index, point in enumerate(points):
             point_settings = at_point(settings, point, os.path.join(
@@ -432,17 +436,21 @@ def run(settings: FinetuningRun, family) -> dict:
                 directory = (os.path.join(point_settings.output_dir, f"seed_{seed}")
                              if several else point_settings.output_dir)
 
-                def commit(directory=directory, point_settings=point_settings):
-                    """Takes output_dir for the run and writes the model files beside the
-                    checkpoints (chief only)."""
+                request = sweeps.request(point_settings, family, prepared, seed)
+                earlier, redo = sweeps.earlier(directory, request, skip=skip_finished)
+
+                def commit(directory=directory, point_settings=point_settings, redo=redo):
+                    """Takes output_dir for the run (what an earlier run with other settings
+                    made removed first) and writes the model files beside the checkpoints
+                    (chief only)."""
                     claimed.commit()
                     if chief:
-                        trainer_setup.write_model_files(directory, bert_config, settings.vocab_file,
-                                               family.export_metadata(point_settings))
+                        if redo:
+                            sweeps.remove_run(directory)
+                        trainer_setup.write_model_files(directory, bert_config,
+                                                        settings.vocab_file,
+                                                        family.export_metadata(point_settings))
 
-                request = sweeps.request(point_settings, family, prepared, seed)
-                earlier, redo = sweeps.earlier(directory, request) if skip_finished else (None,
-                                                                                    False)
                 if earlier is not None:
                     claimed.commit()
                     if earlier.get("failed"):
@@ -454,20 +462,18 @@ def run(settings: FinetuningRun, family) -> dict:
                                      sweeps.RESULTS_FILE)
                     seed_runs.append({**earlier, "point": dataclasses.asdict(point)})
                     continue
-                if redo and chief:
-                    sweeps.remove_run(directory)
                 try:
                     with record_checks.naming_bad_records(
                             _record_files(family, prepared),
                             limits=_id_limits(settings, bert_config)):
                         result = _run_one(point_settings, family, prepared, strategy,
-                                          bert_config, seed, directory, commit)
+                                          bert_config, seed, directory, commit, fresh=redo)
                 except FloatingPointError as err:  # the loop's divergence stop
                     if not skip_finished:
                         raise
                     result = sweeps.failed(directory, seed, err)
                 result["point"] = dataclasses.asdict(point)
-                if skip_finished and chief:
+                if (skip_finished or settings.do_train) and chief:
                     sweeps.write_finished(directory, request, result)
                 seed_runs.append(result)
             if several:
@@ -513,13 +519,15 @@ def _id_limits(settings: FinetuningRun, bert_config) -> tuple:
 
 
 def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData, strategy,
-             bert_config, seed, directory: str, commit) -> dict:
+             bert_config, seed, directory: str, commit, fresh: bool = False) -> dict:
     """Train -> (best checkpoint) -> eval -> predict in `directory` with one seed; `commit`
-    is called once the model is built and its weights restored or initialised (the last
-    check), before anything is written."""
+    is called once every check has passed (the model built, its weights restored or
+    initialised, the input fits the checkpoint's, best/ readable), before anything is
+    written. `fresh`: the run is done again from its initial checkpoint (`commit` removes
+    what the earlier run made)."""
     import keras
 
-    from training import input_pipeline, loop
+    from training import input_pipeline, loop, run_files
 
     if seed is not None:
         keras.utils.set_random_seed(seed)
@@ -537,15 +545,28 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
         loop_config=loop_config, max_seq_length=settings.max_seq_length,
         build_fn=lambda model: family.build_variables(model, settings.max_seq_length))
     start_step = trainer_setup.restore_or_init(trainer, model, settings.init_checkpoint,
-                                      do_train=settings.do_train)
-    commit()
+                                               do_train=settings.do_train, fresh=fresh)
     # A resumed run continues its input from the position saved in the checkpoint.
     data_seed = trainer.input_seed(seed)
-
+    identity = None
+    if settings.do_train:
+        train = prepared.train
+        identity = input_pipeline.records_input_identity(
+            dataclasses.replace(family.records(train), seed=data_seed,
+                                bucket_boundaries=family.input_options.bucket_boundaries),
+            settings.train_batch_size)
+        # What the saved position counts in: records of this length, with this content
+        # (hashed when the cache was written): edited data is other input, not the same
+        # file name.
+        identity.update(max_seq_length=settings.max_seq_length,
+                        records_sha256=train.data.metadata["record_file_sha256"][:16])
+        trainer.check_input(identity, quiet=True)  # refused before anything is written
     best = None
     if settings.keep_best_checkpoint:
         best = _BestKeeper(settings, family, prepared.eval_splits[0], directory, model,
-                           bert_config, trainer)
+                           bert_config, trainer, fresh=fresh)
+    commit()
+    if best is not None:
         # A resumed run whose newest checkpoint was saved but not yet compared (killed in
         # between): compare it now, as the uninterrupted run did right after saving it.
         # (Comparing one already compared changes nothing: the same weights score the same.)
@@ -565,15 +586,6 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
                     settings.train_batch_size),
                 is_training=True, input_context=input_context, seed=data_seed)
 
-        identity = input_pipeline.records_input_identity(
-            dataclasses.replace(family.records(train), seed=data_seed,
-                                bucket_boundaries=family.input_options.bucket_boundaries),
-            settings.train_batch_size)
-        # What the saved position counts in: records of this length, with this content
-        # (hashed when the cache was written): edited data is other input, not the same
-        # file name.
-        identity.update(max_seq_length=settings.max_seq_length,
-                        records_sha256=train.data.metadata["record_file_sha256"][:16])
         trainer.train(train_fn, on_checkpoint=best.on_checkpoint if best else None,
                       input_identity=identity)
     step = int(trainer.global_step.numpy())
@@ -581,6 +593,9 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
     if best is not None and best.step is not None:
         step = best.restore()
         model_dir = best.dir
+    elif best is not None:
+        logging.warning("No checkpoint had a dev %s to pick the best by (NaN or missing): "
+                        "eval and predict use the final weights (step %d)", best.key, step)
 
     result = {"seed": seed, "dir": directory, "global_step": step,
               "num_train_steps": num_train_steps, "eval": {}, "outputs": [],
@@ -604,6 +619,8 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
                      settings.predict_batch_size)
         result["outputs"].extend(family.predict(trainer, split, run_dir=directory,
                                                 write=trainer.is_chief))
+    if trainer.is_chief:
+        run_files.add(directory, files=result["outputs"])
     return result
 
 
@@ -620,7 +637,8 @@ class _BestKeeper:
     weights are loaded from best/ only if no later checkpoint beats them).
     """
 
-    def __init__(self, settings, family, split, run_dir, model, bert_config, trainer):
+    def __init__(self, settings, family, split, run_dir, model, bert_config, trainer,
+                 fresh=False):
         self.settings, self.family, self.split = settings, family, split
         self.model, self.bert_config, self.trainer = model, bert_config, trainer
         self.run_dir = run_dir
@@ -629,7 +647,25 @@ class _BestKeeper:
         self.weights = None
         self.step = None
         self.score = -math.inf
-        self._read_state()
+        self._check_ours()
+        if not fresh:  # a run done again: its best/ goes with what it made
+            self._read_state()
+
+    def _check_ours(self) -> None:
+        """Refuses a best/ the run did not make: it would be replaced (writes nothing).
+        Ours: recorded (`training.run_files`), or, in a directory of an earlier version
+        without that record, holding best_checkpoint.json."""
+        from training import run_files
+
+        if not fileio.exists(self.dir) or run_files.owns(self.run_dir, "best") or (
+                not run_files.exists(self.run_dir)
+                and fileio.exists(os.path.join(self.dir, BEST_STATE_FILE))):
+            return
+        raise FinetuningError(
+            f"{self.dir} exists but this run did not make it (not in "
+            f"{os.path.join(self.run_dir, run_files.RECORD_FILE)}): --keep_best_checkpoint "
+            "keeps the best checkpoint there and would replace it. Move it away, or choose "
+            "another output directory")
 
     def _read_state(self) -> None:
         """The best (score, step) an interrupted run kept in best/, if any."""
@@ -652,8 +688,14 @@ class _BestKeeper:
         results = self.family.evaluate(self.trainer, self.split, step=step,
                                        run_dir=self.run_dir, write=False)
         value = sweeps.score(results, self.key)
-        logging.info("Dev %s at step %d: %s (best so far %s)", self.key, step,
-                     results.get(self.key), self.score)
+        so_far = "none" if self.step is None else f"{self.score} at step {self.step}"
+        if value is None:
+            logging.warning("Dev %s at step %d is %s (undefined on this dev set, e.g. a "
+                            "correlation over one label value): not a candidate for the "
+                            "best checkpoint (best so far: %s)", self.key, step,
+                            results.get(self.key), so_far)
+            return
+        logging.info("Dev %s at step %d: %s (best so far: %s)", self.key, step, value, so_far)
         if self.step is not None and value <= self.score:
             return
         self.step, self.score = step, value
@@ -665,9 +707,10 @@ class _BestKeeper:
         """Replaces best/ with the current weights, their files and their score, as one
         directory (a kill leaves the previous best/ or the new one)."""
         from modeling import checkpoints
-        from training import loop
+        from training import loop, run_files
 
         state = {"metric": self.key, "score": self.score, "step": self.step}
+        run_files.add(self.run_dir, files=["best"])  # first: a kill leaves it the run's
         with fileio.AtomicOutputs([self.dir], replace_directories=True) as out:
             temp = out.temp(self.dir)
             trainer_setup.write_model_files(temp, self.bert_config, self.settings.vocab_file,

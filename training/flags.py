@@ -243,6 +243,12 @@ def define_common_flags():
     d(flags.DEFINE_integer, "log_steps", 100,
       "Steps between progress lines and TensorBoard summaries (at least one compiled call).")
     d(flags.DEFINE_integer, "keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
+    d(flags.DEFINE_float, "divergence_factor", 10.0,
+      "Stop a run as diverged when its recent loss (a moving mean over about 10 steps) "
+      "exceeds this many times the loss it started at (the mean of its first 10 steps, at "
+      "least 1); 0 turns this check off (a NaN or Inf loss or gradient always stops the "
+      "run). Raise it for a loss whose batches differ wildly (docs/pretraining.md, "
+      "Divergence).")
     d(flags.DEFINE_integer, "seed", None,
       "Random seed for weights, dropout and input order (makes runs reproducible).")
 

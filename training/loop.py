@@ -45,22 +45,26 @@ non-finite gradients are skipped and the scale halved; the loop counts and logs 
 
 Divergence: a step diverges when its loss is NaN or Inf, when its gradients are (their
 global norm, checked every step; not in float16, whose loss scaling skips such steps), or
-when its loss exceeds `DIVERGENCE_FACTOR` times the first loss this process trained on
-(at least 1): a loss far beyond any this run has seen, which sane training (a loss that
-starts high and falls, spikes of a few times its level) never produces and an exploding
-run does within a step or two. The run then stops with `TrainingDivergedError` (a
-`FloatingPointError`) naming the step, before any checkpoint of it, and sets aside the
-checkpoints whose weights led there (`checkpointing.set_aside`: the one of the step before,
-whose weights gave the bad loss or gradients, and any newer) into output_dir/diverged/, so
-that the newest checkpoint left is one that trained a sound step and a rerun with saner
-settings trains on from it; the message names it (or says that the rerun starts over).
+when the run's recent loss (a moving mean over about `START_STEPS` steps) exceeds
+`divergence_factor` (`LoopConfig`) times the loss the run started at (the mean of its
+first `START_STEPS` steps, at least 1; while those are measured, `START_STEPS` times
+that: only an explosion trips it then). Both are kept in every checkpoint
+(`divergence/`), so a resumed run, also one resumed after a divergence, is judged
+against the start of the run, never against a damaged state; no single batch decides (a
+batch of outliers moves the recent mean by a tenth of its loss). The run then stops
+with `TrainingDivergedError` (a `FloatingPointError`) naming the step, before any
+checkpoint of it, and sets aside (`checkpointing.set_aside`) the checkpoint whose weights
+led there (the one of the step before) and every newer one, and also every checkpoint
+newer than the newest sane one (saved with a recent loss at most `SANE_FACTOR` times the
+start's): a rerun with saner settings trains on from a checkpoint that was still
+learning; the message names it (or says that the rerun starts over). A run that ends
+with its recent loss more than `SANE_FACTOR` times where it began says so.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import random
 import time
@@ -73,20 +77,25 @@ from absl import logging
 
 from data_prep import fileio, lifecycle
 from data_prep.cli import UserError
-from training import checkpointing, distribution, output_claim, summaries
+from training import checkpointing, distribution, output_claim, run_files, summaries
 from training.settings import LoopConfig
 
 # Per-step control values the replica step returns beside the task's statistics.
 _NONFINITE_GRADS = "_nonfinite_grads"
 _STOP = "_stop"
 ENCODER_INPUTS = ("input_ids", "input_mask", "segment_ids")
-# A step whose loss exceeds this many times the first loss of the process (at least 1)
-# has diverged (see the module docstring).
-DIVERGENCE_FACTOR = 100.0
+# The divergence check (see the module docstring): the run's start is the mean loss of
+# its first START_STEPS steps, its recent loss a moving mean of weight 1 / START_STEPS;
+# a checkpoint is sane, and a finished run ended where it should, when its recent loss
+# is at most SANE_FACTOR times the start's (both at least 1).
+START_STEPS = 10
+SANE_FACTOR = 2.0
 # Why a step diverged (`_train_steps`' "bad_kind"), as the error says it.
 _DIVERGED = {1: "training loss is NaN or Inf",
              2: "gradients are NaN or Inf (their global norm) with a finite loss",
-             3: "training loss {loss:.4g} exceeds {factor:g} x the first loss of this run"}
+             3: "training loss {loss:.4g} (the mean of its last steps) exceeds "
+                "{factor:g} x the loss the run started at ({start:.4g}, the mean of its "
+                "first steps; --divergence_factor)"}
 
 
 class TrainingDivergedError(FloatingPointError, UserError):
@@ -188,18 +197,19 @@ class TrainingLoop:
         # scope: every worker has its own; the step's all-reduce combines them.
         self._stop_signal = tf.Variable(0, dtype=tf.int32, trainable=False,
                                         name="stop_signal")
-        # The loss above which a step has diverged: inf until this process's first step
-        # sets it (DIVERGENCE_FACTOR x that loss, at least 1); not saved in checkpoints.
-        self._loss_ceiling = tf.Variable(math.inf, dtype=tf.float32, trainable=False,
-                                         name="loss_ceiling")
+        # The divergence check's state, saved in every checkpoint (module docstring): the
+        # mean loss of the run's first `steps` steps (up to START_STEPS) and its recent
+        # loss; every worker computes the same values from the all-reduced losses.
+        self.divergence = tf.train.Checkpoint(
+            start=tf.Variable(0.0, dtype=tf.float32, trainable=False, name="loss_start"),
+            steps=tf.Variable(0, dtype=tf.int32, trainable=False, name="loss_start_steps"),
+            recent=tf.Variable(0.0, dtype=tf.float32, trainable=False, name="loss_recent"))
         self._restored_path: str | None = None
         self.skipped_steps = 0  # float16 steps skipped for non-finite gradients
         self.checkpoint = checkpointing.make_checkpoint(model, optimizer, self.global_step,
-                                                        self.loss_scale_optimizer)
-        task_type, task_id = distribution.worker_id(strategy)
-        self.saver = checkpointing.CheckpointSaver(
-            self.checkpoint, config.output_dir, is_chief=self.is_chief,
-            worker_tag=f"{task_type}_{task_id}", max_to_keep=config.keep_checkpoint_max)
+                                                        self.loss_scale_optimizer,
+                                                        divergence=self.divergence)
+        self._saver = None  # made at the first save: a refused run writes nothing
         # A nested XLA function when asked; inline otherwise, so grappler sees one graph.
         self._grad_fn = (tf.function(self._loss_and_grads, jit_compile=True)
                          if config.jit_compile else self._loss_and_grads)
@@ -210,20 +220,46 @@ class TrainingLoop:
         self._predict_fns: dict = {}
         self.history: list[dict] = []
 
+    @property
+    def saver(self) -> checkpointing.CheckpointSaver:
+        """The checkpoint saver (its CheckpointManager reads the state file when made)."""
+        if self._saver is None:
+            task_type, task_id = distribution.worker_id(self.strategy)
+            self._saver = checkpointing.CheckpointSaver(
+                self.checkpoint, self.config.output_dir, is_chief=self.is_chief,
+                worker_tag=f"{task_type}_{task_id}",
+                max_to_keep=self.config.keep_checkpoint_max)
+        return self._saver
+
     # ----------------------------------------------------------------- restore
-    def restore_or_initialize(self, init_fn: Callable[[], None] | None = None) -> int:
+    def restore_or_initialize(self, init_fn: Callable[[], None] | None = None, *,
+                              fresh: bool = False, init_checkpoint: str | None = None) -> int:
         """Resumes from output_dir's newest checkpoint, else calls `init_fn` (init_checkpoint).
+
+        Args:
+          fresh: start from `init_fn` even when output_dir has checkpoints of the run (a
+            run done again: the caller removes them before the first save).
+          init_checkpoint: the path `init_fn` loads, named when it is a checkpoint in
+            output_dir that the run's own saves would overwrite.
 
         Returns:
           The global step training starts from.
+
+        Raises:
+          checkpointing.CheckpointCollisionError: output_dir holds a checkpoint the run did
+            not write under the name of one it would save.
         """
-        path = checkpointing.restore_latest(self.checkpoint, self.config.output_dir)
+        path = None if fresh else checkpointing.restore_latest(self.checkpoint,
+                                                               self.config.output_dir)
         self._restored_path = path
+        step = int(self.global_step.numpy())
+        checkpointing.check_no_foreign(self.config.output_dir, step,
+                                       self.config.num_train_steps, init_checkpoint)
         if path:
-            logging.info("Resumed from %s at step %d", path, int(self.global_step.numpy()))
+            logging.info("Resumed from %s at step %d", path, step)
         elif init_fn is not None:
             init_fn()
-        return int(self.global_step.numpy())
+        return step
 
     def input_seed(self, seed: int | None) -> int | None:
         """The seed to build the training input with; put it in `train`'s input_identity
@@ -361,15 +397,15 @@ class TrainingLoop:
             done += 1
             nonfinite = stats[_NONFINITE_GRADS] > 0
             loss = stats["loss"]
+            recent, too_high = self._recent_loss(loss)
             kind = tf.where(tf.logical_not(tf.math.is_finite(loss)), 1,
                             tf.where(tf.logical_and(nonfinite, not may_skip), 2,
-                                     tf.where(loss > self._loss_ceiling, 3, 0)))
+                                     tf.where(too_high, 3, 0)))
             if kind > 0:
                 bad_step = self.global_step.read_value()
-                bad_kind, bad_loss = kind, loss
+                bad_kind, bad_loss = kind, recent
                 break
-            if tf.math.is_inf(self._loss_ceiling):
-                self._loss_ceiling.assign(DIVERGENCE_FACTOR * tf.maximum(loss, 1.0))
+            self._count_loss(loss, recent)
             totals = {key: totals[key] + stats[key] for key in self.stat_keys}
             skipped += tf.cast(nonfinite, tf.float32)
             if stats[_STOP] > 0:
@@ -378,6 +414,32 @@ class TrainingLoop:
         return {"totals": totals, "bad_step": bad_step, "bad_kind": bad_kind,
                 "bad_loss": bad_loss,
                 "steps": done, "stopped": stopped, "skipped": skipped}
+
+    def _recent_loss(self, loss):
+        """(the recent loss with this step's, True when it exceeds divergence_factor x
+        the run's start): the divergence check of a step (module docstring)."""
+        state = self.divergence
+        started = state.steps > 0
+        recent = tf.where(started, (1.0 - 1.0 / START_STEPS) * state.recent
+                          + loss / START_STEPS, loss)
+        factor = self.config.divergence_factor
+        if not factor:
+            return recent, tf.constant(False)
+        # While the start is measured (a mean of fewer batches), START_STEPS x looser: a
+        # batch then trips it only at about 1000 x the mean of those before (an explosion).
+        measuring = tf.where(state.steps < START_STEPS, float(START_STEPS), 1.0)
+        limit = factor * measuring * tf.maximum(state.start, 1.0)
+        return recent, tf.logical_and(started, recent > limit)
+
+    def _count_loss(self, loss, recent):
+        """Keeps a sound step's loss: the recent loss, and the start's mean until it has
+        START_STEPS steps."""
+        state = self.divergence
+        state.recent.assign(recent)
+        if state.steps < START_STEPS:
+            count = tf.cast(state.steps + 1, tf.float32)
+            state.start.assign(state.start + (loss - state.start) / count)
+            state.steps.assign_add(1)
 
     def _eval_replica_step(self, features):
         outputs = self.model(self.task.model_inputs(features), training=False)
@@ -485,28 +547,63 @@ class TrainingLoop:
                         logging.info("Saved checkpoint %s", path)
                     if on_checkpoint is not None:
                         on_checkpoint(step)
+            if request.signal is not None:  # during the last save or its evaluation
+                self._stop_with_checkpoint(step, request, writer, saved=True)
         writer.flush()
+        if end == cfg.num_train_steps:
+            self._say_if_far_above()
         return self.history
+
+    def _say_if_far_above(self) -> None:
+        """A warning when the run ends with its recent loss more than SANE_FACTOR times
+        the loss it started at: it finished, but did not learn."""
+        start = float(self.divergence.start.numpy())
+        recent = float(self.divergence.recent.numpy())
+        if int(self.divergence.steps.numpy()) and recent > SANE_FACTOR * max(start, 1.0):
+            logging.warning(
+                "Training ended with a loss of %.4g (the mean of its last steps), %.1f x "
+                "the %.4g it started at (the mean of its first steps): the run did not "
+                "learn; a lower learning rate (or a look at the input) may help", recent,
+                recent / max(start, 1e-12), start)
+
+    def _sane_checkpoint_before(self, step: int) -> int:
+        """The step of the newest of the run's checkpoints before `step` whose recent loss
+        was sane (at most SANE_FACTOR x the run's start; a checkpoint without the check's
+        state counts as sane), 0 when none is."""
+        start = max(float(self.divergence.start.numpy()), 1.0)
+        for prefix in checkpointing.checkpoints_newest_first(self.config.output_dir):
+            saved = int(os.path.basename(prefix).rsplit("-", 1)[-1])
+            if saved >= step:
+                continue
+            try:
+                recent = checkpointing.saved_value(prefix, "divergence/recent")
+            except (tf.errors.OpError, ValueError):
+                continue  # unreadable: not one to resume
+            if recent is None or float(recent) <= SANE_FACTOR * start:
+                return saved
+        return 0
 
     def _diverged(self, step: int, kind: int, loss: float):
         """Sets aside the checkpoints from step - 1 on (the weights that gave step `step`
-        its bad loss or gradients, and newer) and raises TrainingDivergedError naming the
-        checkpoint a rerun resumes from."""
+        its bad loss or gradients, and newer) and any newer than the newest sane one, and
+        raises TrainingDivergedError naming the checkpoint a rerun resumes from."""
         directory = self.config.output_dir
-        what = _DIVERGED[kind].format(loss=loss, factor=DIVERGENCE_FACTOR)
+        what = _DIVERGED[kind].format(loss=loss, factor=self.config.divergence_factor,
+                                      start=float(self.divergence.start.numpy()))
         message = f"{what} at step {step}: training diverged; stopping"
         if not self.is_chief:
             raise TrainingDivergedError(f"{message} (the chief worker names the checkpoint "
                                         "a rerun resumes from)")
-        moved = checkpointing.set_aside(directory, step - 1)
+        moved = checkpointing.set_aside(directory, self._sane_checkpoint_before(step - 1) + 1)
         if moved:
             message += (f". Set aside {', '.join(os.path.basename(p) for p in moved)} (the "
-                        f"weights that led there) into {os.path.dirname(moved[0])}")
+                        f"weights that led there, and any whose loss was already more than "
+                        f"{SANE_FACTOR:g} x the start's) into {os.path.dirname(moved[0])}")
         left = checkpointing.checkpoints_newest_first(directory)
         if left:
             aside = os.path.join(directory, checkpointing.SET_ASIDE_DIR)
             message += (f". A rerun resumes from {left[0]} (to resume an older one, move "
-                        f"the newer ones' files into {aside} too)")
+                        f"the newer ones' files out of {directory}, e.g. into {aside})")
         else:
             message += (f". No checkpoint before it is left in {directory}: a rerun starts "
                         "over (from --init_checkpoint when given)")
@@ -518,10 +615,12 @@ class TrainingLoop:
         """Called from the signal watcher thread: the compiled loop stops after its step."""
         self._stop_signal.assign(signum)
 
-    def _stop_with_checkpoint(self, step, request, writer):
-        """Saves the checkpoint of `step` (the step a stop signal arrived in) and exits."""
+    def _stop_with_checkpoint(self, step, request, writer, saved=False):
+        """Saves the checkpoint of `step` (the step a stop signal arrived in; `saved`:
+        already saved) and exits."""
         writer.flush()
-        path = self.saver.save(step)
+        path = self.saver.save(step) if not saved else (
+            os.path.join(self.config.output_dir, f"ckpt-{step}") if self.is_chief else None)
         signum = request.signal
         why = ("(another worker was asked to stop)" if signum is None  # a peer's signal
                else f"on signal {signum}")
@@ -530,6 +629,32 @@ class TrainingLoop:
                         f"step {step}" if path else "")
         request.handled()
         raise SystemExit(request.exit_status())
+
+    def check_input(self, identity: dict | None, previous_identity: dict | None = None,
+                    quiet: bool = False) -> bool:
+        """Refuses (`checkpointing.InputPositionError`, naming what changed) to resume the
+        restored checkpoint's input position with another input; returns True when it
+        holds the position of the previous phase's input (`previous_identity`): this
+        input then starts from its beginning. Writes nothing: a run calls it before it
+        takes output_dir (`train` checks again)."""
+        path = self._restored_path
+        if not path or not distribution.feeds_from_host(self.strategy):
+            return False
+        identity = json.loads(json.dumps(identity or {}, sort_keys=True))
+        saved = checkpointing.saved_input_identity(path)
+        previous = json.loads(json.dumps(previous_identity, sort_keys=True))
+        if saved is None:
+            if not quiet:
+                logging.warning("%s holds no input position (written before exact resume, "
+                                "or under TPUStrategy): the input starts over", path)
+            return False
+        if previous is not None and saved == previous and saved != identity:
+            if not quiet:
+                logging.info("%s holds the position of the previous phase's input: this "
+                             "phase's input starts from its beginning", path)
+            return True
+        _check_input_identity(path, saved, identity)
+        return False
 
     def _training_input(self, dataset_fn, identity, previous_identity=None):
         """The training iterator: a checkpointable host iterator of global batches whose
@@ -549,19 +674,7 @@ class TrainingLoop:
             num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1))
         iterator = iter(dataset)
         identity = json.loads(json.dumps(identity or {}, sort_keys=True))
-        new_phase = False
-        if path:
-            saved = checkpointing.saved_input_identity(path)
-            previous = json.loads(json.dumps(previous_identity, sort_keys=True))
-            if saved is None:
-                logging.warning("%s holds no input position (written before exact resume, or "
-                                "under TPUStrategy): the input starts over", path)
-            elif previous is not None and saved == previous and saved != identity:
-                new_phase = True
-                logging.info("%s holds the position of the previous phase's input: this "
-                             "phase's input starts from its beginning", path)
-            else:
-                _check_input_identity(path, saved, identity)
+        new_phase = self.check_input(identity, previous_identity)
         if new_phase:
             # The restored checkpoint's input position is not this input's: an empty
             # object takes TensorFlow's pending (deferred) restoration of it, so that
@@ -632,6 +745,7 @@ class TrainingLoop:
             if results_file:
                 tf.io.gfile.makedirs(self.config.output_dir)
                 write_eval_results(os.path.join(self.config.output_dir, results_file), results)
+                run_files.add(self.config.output_dir, files=[results_file])
         return results
 
     def write_eval_summaries(self, results: dict, name: str = "eval"):

@@ -273,14 +273,6 @@ def _train_and_evaluate(cfg: PretrainingRun, loop_config: LoopConfig, strategy, 
                                                        cfg.max_predictions_per_seq))
     start_step = trainer_setup.restore_or_init(trainer, model, cfg.init_checkpoint,
                                                do_train=cfg.do_train)
-    claimed.commit()  # every check passed: the directory is this run's
-    if cfg.objective == "ltr" and distribution.is_chief(strategy):
-        # The left-to-right encoder's config beside its checkpoints: fine-tuning and export
-        # read it there (causal_attention), as they must to keep the left-only context.
-        path = os.path.join(cfg.output_dir, "bert_config.json")
-        bert_config.to_json_file(path)
-        logging.info("Wrote %s (causal_attention: true): fine-tune this model with "
-                     "--bert_config_file=%s", path, path)
 
     # The seed the input was (or is now) built with: a resumed run continues its input
     # from the position saved in the checkpoint (TrainingLoop.train).
@@ -309,6 +301,20 @@ def _train_and_evaluate(cfg: PretrainingRun, loop_config: LoopConfig, strategy, 
                                                  limits=phase.limits, lengths=phase.lengths)
 
     ends = [cfg.phase2.start_step] if cfg.phase2 is not None else []
+    identities = [input_pipeline.pretraining_input_identity(input_config(phase),
+                                                            phase.train_batch_size)
+                  for phase in phases]
+    if cfg.do_train:  # a resume on other input is refused before the directory is taken
+        now = next(i for i, end in enumerate(ends + [None]) if end is None or start_step < end)
+        trainer.check_input(identities[now], identities[now - 1] if now else None, quiet=True)
+    claimed.commit()  # every check passed: the directory is this run's
+    if cfg.objective == "ltr" and distribution.is_chief(strategy):
+        # The left-to-right encoder's config beside its checkpoints: fine-tuning and export
+        # read it there (causal_attention), as they must to keep the left-only context.
+        path = os.path.join(cfg.output_dir, "bert_config.json")
+        bert_config.to_json_file(path)
+        logging.info("Wrote %s (causal_attention: true): fine-tune this model with "
+                     "--bert_config_file=%s", path, path)
     logging.info("%d input file(s), first %s%s; training from step %d to %d%s",
                  len(phases[0].files), phases[0].files[0],
                  " (unmasked: dynamic masking)" if masking else "", start_step,
@@ -317,10 +323,8 @@ def _train_and_evaluate(cfg: PretrainingRun, loop_config: LoopConfig, strategy, 
                  f"{len(phases[1].files) - 1} more)" if ends else "")
     if cfg.do_train:
         previous = None
-        for phase, end in zip(phases, ends + [None]):
+        for phase, end, identity in zip(phases, ends + [None], identities):
             config = input_config(phase)
-            identity = input_pipeline.pretraining_input_identity(config,
-                                                                 phase.train_batch_size)
             with naming_bad_records(phase):
                 trainer.train(dataset_fn(config, phase.train_batch_size, True),
                               input_identity=identity, until_step=end,

@@ -35,9 +35,13 @@ class LoopSettings:
       jit_compile: compile the forward/backward pass with XLA.
       learning_rate, optimizer, weight_decay_rate, clip_norm: the optimizer's settings
         (`LoopConfig.optimizer_config`; a fine-tuning grid point has its own learning rate).
+      divergence_factor: a run whose recent loss exceeds this many times the loss it
+        started at has diverged (`training.loop`); 0 turns that check off (a NaN or Inf
+        loss or gradient always stops the run).
 
     Raises:
-      UserError: a period or count below 1, naming its flag (`check_loop_settings`).
+      UserError: a period or count below 1, naming its flag (`check_loop_settings`), or a
+        divergence_factor between 0 and 2.
     """
 
     iterations_per_loop: int = 1000
@@ -51,8 +55,12 @@ class LoopSettings:
     optimizer: str = "adamw"
     weight_decay_rate: float = 0.01
     clip_norm: float = 1.0
+    divergence_factor: float = 10.0
 
     def __post_init__(self):
+        if not (self.divergence_factor == 0 or self.divergence_factor >= 2):
+            raise UserError(f"--divergence_factor={self.divergence_factor} must be 0 (no "
+                            "loss check) or at least 2")
         check_loop_settings(iterations_per_loop=self.iterations_per_loop,
                             save_checkpoints_steps=self.save_checkpoints_steps,
                             log_steps=self.log_steps,
@@ -85,9 +93,7 @@ class LoopConfig(LoopSettings):
     def for_run(cls, settings: LoopSettings, **run) -> "LoopConfig":
         """`settings` with the run's own fields (`run`: output_dir, steps, batch sizes; a
         shared setting given there, such as a grid point's learning_rate, wins)."""
-        shared = {field.name: getattr(settings, field.name)
-                  for field in dataclasses.fields(LoopSettings)}
-        return cls(**{**shared, **run})
+        return cls(**{**shared_settings(settings), **run})
 
     def optimizer_config(self):
         """The `modeling.optimization.OptimizerConfig` of these settings; building it

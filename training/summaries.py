@@ -12,15 +12,23 @@ import os
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+from training import run_files
+
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
     plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
 
 
 def writer(output_dir: str, name: str, *, enabled: bool = True):
-    """A file writer in output_dir/name (a no-op writer when not enabled, e.g. non-chief)."""
+    """A file writer in output_dir/name (a no-op writer when not enabled, e.g. non-chief);
+    the event file it creates is recorded as the run's (`training.run_files`)."""
     if not enabled:
         return tf.summary.create_noop_writer()
-    return tf.summary.create_file_writer(os.path.join(output_dir, name))
+    logdir = os.path.join(output_dir, name)
+    before = set(tf.io.gfile.listdir(logdir)) if tf.io.gfile.isdir(logdir) else set()
+    summary_writer = tf.summary.create_file_writer(logdir)  # creates its event file now
+    run_files.add(output_dir, files=[os.path.join(name, f) for f in tf.io.gfile.listdir(logdir)
+                                     if f not in before])
+    return summary_writer
 
 
 def write_scalars(summary_writer, values: dict, step: int):

@@ -6,7 +6,10 @@ sweep resumable and what it reports:
 * a run that finished writes `run_results.json` (`write_finished`: all-or-nothing, last,
   with the settings and data it answers, `request`), and a rerun skips it (`earlier`);
   one that finished with other settings or data is done again from its start, what it
-  made removed first (`remove_run`); one that diverged is recorded as failed (`failed`);
+  made removed first (`remove_run`: by name, only what it made); one that diverged is
+  recorded as failed (`failed`); a run outside a sweep writes the record too, and is
+  done again when rerun with other training settings or data (`earlier(skip=False)`);
+* one kind of run per output_dir (a grid, a seed sweep, a single run: `check_kind`);
 * `--seeds`: the best seed by the primary dev metric, its files copied to output_dir,
   `seed_results.txt` with every seed's figures, mean and std (`summarise_seeds`);
 * a grid: the best run on dev, its files copied to output_dir, every run's dev figures in
@@ -80,6 +83,9 @@ def _relative(path: str, directory: str) -> str:
 def write_finished(directory: str, request: dict, result: dict) -> None:
     """Writes the run's run_results.json (all-or-nothing, after all its other outputs):
     the sign that it finished, with what a rerun of the sweep needs instead of it."""
+    from training import run_files
+
+    run_files.add(directory, files=[RESULTS_FILE])
     record = {"request": request, "seed": result["seed"],
               "global_step": result["global_step"],
               "num_train_steps": result["num_train_steps"], "eval": result["eval"],
@@ -91,24 +97,52 @@ def write_finished(directory: str, request: dict, result: dict) -> None:
                       json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
-def earlier(directory: str, request: dict) -> tuple[dict | None, bool]:
+def _training_part(request: dict) -> dict:
+    """What of a request shapes the trained weights: every setting but do_eval and
+    do_predict, and of the data only the training split (listed first)."""
+    part = {k: v for k, v in request.items() if k not in ("do_eval", "do_predict", "splits")}
+    part["train"] = request["splits"][0] if request.get("do_train") and request.get(
+        "splits") else None
+    return part
+
+
+def _changed(old: dict, new: dict) -> str:
+    """The keys where two requests differ, e.g. `hparams.learning_rate, train`."""
+    from training import output_claim
+
+    names = [key for key, _, _ in output_claim.identity_differences(old, new)]
+    return ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+
+
+def earlier(directory: str, request: dict, *, skip: bool = True) -> tuple[dict | None, bool]:
     """What an earlier run left in `directory`: (its result when it finished, or failed,
     with the same request (run_results.json, all its outputs in place), else None; True
     when it must be redone from scratch: its record says it ran with other settings or
     data, or cannot be read). (None, False): nothing finished here, or the same run with
-    an output missing: it resumes from its newest checkpoint."""
+    an output missing: it resumes from its newest checkpoint.
+
+    `skip` False (a run outside a sweep): a finished run is never skipped, and redone only
+    when this one trains (`do_train`) with other training settings or training data
+    (`_training_part`); with the same, it resumes (evaluates and predicts again)."""
     path = os.path.join(directory, RESULTS_FILE)
     if not fileio.exists(path):
         return None, False
     try:
         record = json.loads(fileio.read_text(path))
-    except ValueError:
+        old = record["request"]
+        changed = _changed(old, request) if skip else (
+            _changed(_training_part(old), _training_part(request))
+            if request.get("do_train") else "")
+    except (ValueError, KeyError, TypeError, AttributeError):
         logging.warning("%s cannot be read: the run is done again, from its start", path)
         return None, True
-    if record.get("request") != request:
-        logging.warning("%s: finished with other settings or data: the run is done again, "
-                        "from its start (its checkpoints and outputs are removed)", path)
+    if changed:
+        logging.warning("%s: finished with other settings or data (%s): the run is done "
+                        "again, from its start (what it made is removed first)", path,
+                        changed)
         return None, True
+    if not skip:
+        return None, False
 
     def absolute(name):
         return name if fileio.is_url(name) or os.path.isabs(name) else \
@@ -127,40 +161,90 @@ def earlier(directory: str, request: dict) -> tuple[dict | None, bool]:
     return result, False
 
 
-# What a run makes in its directory besides the outputs its record lists (the model
-# files beside the checkpoints are written again): its kept best checkpoint and its
-# TensorBoard summaries.
-_RUN_SUBDIRS = ("best", "train", "eval")
-
-
 def remove_run(directory: str) -> None:
-    """Removes what a run of a sweep made in `directory` (checkpoints, best/, summaries,
-    the outputs its run_results.json lists, that record last), so that it is done again
+    """Removes what the earlier run made in `directory`, by name, so that it is done again
     from its initial checkpoint, never from the final state of a run with other settings
-    or data. A kill in between leaves the record: the next run removes the rest."""
-    from training import checkpointing
+    or data: its own checkpoints (`checkpointing.remove_checkpoints`), the files its
+    record lists (`training.run_files`: summaries, outputs, best/; for a run of an earlier
+    version without that record, the outputs and best/ its run_results.json names), then
+    the record, then run_results.json, last: a kill in between leaves it, and the next
+    run removes the rest. Anything else in the directory (a user's notes or plots, a
+    folder the run did not make) stays; a folder of the run's files that holds others'
+    too is kept, and the log says so. Call it only while owning the directory."""
+    from training import checkpointing, run_files
 
     path = os.path.join(directory, RESULTS_FILE)
     try:
-        outputs = json.loads(fileio.read_text(path)).get("outputs", [])
-    except ValueError:
-        outputs = []
+        finished = json.loads(fileio.read_text(path))
+    except (ValueError, OSError):
+        finished = {}
     removed = checkpointing.remove_checkpoints(directory)
-    for name in _RUN_SUBDIRS + tuple(outputs):
+    if run_files.exists(directory):
+        names = run_files.read(directory)["files"]
+    else:  # an earlier version's run: what its run_results.json names
+        names = list(finished.get("outputs", [])) + (
+            ["best"] if finished.get("model_dir") == "best" else [])
+    names = [n for n in names if n and n != RESULTS_FILE and not (
+        fileio.is_url(n) or os.path.isabs(n) or ".." in n.split("/"))]
+    for name in names:
         target = os.path.join(directory, name)
-        if name and not (fileio.is_url(name) or os.path.isabs(name)) and \
-                fileio.exists(target):
+        if fileio.exists(target):
             fileio.remove(target)
             removed.append(target)
+    kept = []
+    for folder in sorted({os.path.dirname(n) for n in names} - {""}):
+        target = os.path.join(directory, folder)
+        if fileio.isdir(target):
+            if fileio.listdir(target):
+                kept.append(folder + "/")
+            else:
+                fileio.remove(target)
+    run_files.remove_record(directory)
     fileio.remove(path)
-    logging.warning("%s: removed what the earlier run made: %s", directory,
-                    ", ".join(os.path.basename(p) for p in removed) or "nothing else")
+    logging.warning("%s: removed what the earlier run made: %s%s", directory,
+                    ", ".join(_relative(p, directory) for p in removed) or "nothing else",
+                    f"; kept {', '.join(kept)} (it holds files the run did not write)"
+                    if kept else "")
 
 
-def score(results: dict, key: str) -> float:
-    """A comparable score: -inf for a missing or NaN metric."""
-    value = results.get(key, float("nan"))
-    return -math.inf if value is None or math.isnan(value) else float(value)
+def score(results: dict, key: str) -> float | None:
+    """A comparable score; None for a missing or NaN metric (undefined on the dev set, e.g.
+    a correlation over one label value): never picked as the best."""
+    value = results.get(key)
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def _pick(scores: Sequence, names: Sequence[str], key: str, what: str) -> int:
+    """The index of the best score (the first on a tie); runs whose score is None are no
+    candidates (a warning names them); when none has a score, the first, with a warning."""
+    undefined = [name for name, value in zip(names, scores) if value is None]
+    if undefined:
+        logging.warning("dev %s is NaN or missing for %s: not a candidate for the best "
+                        "%s", key, ", ".join(undefined), what)
+    candidates = [i for i, value in enumerate(scores) if value is not None]
+    if not candidates:
+        logging.warning("no %s has a dev %s to pick the best by: the first (%s) is kept, "
+                        "not picked", what, key, names[0])
+        return 0
+    return max(candidates, key=lambda i: (scores[i], -i))
+
+
+# The file at the top of output_dir that says which kind of run it holds (`check_kind`).
+_KIND_FILES = {"grid": GRID_RESULTS_FILE, "seeds": SEED_RESULTS_FILE, "single": RESULTS_FILE}
+_KIND_NAMES = {"grid": "grid sweep", "seeds": "seed sweep", "single": "single run"}
+
+
+def check_kind(output_dir: str, kind: str) -> str | None:
+    """Why a run of `kind` ("grid", "seeds" or "single") cannot use `output_dir`: it holds
+    the results of another kind of run at its top (its files would be overwritten while
+    its summary still describes it); None when it can. Writes nothing."""
+    for other, name in _KIND_FILES.items():
+        if other != kind and fileio.exists(os.path.join(output_dir, name)):
+            return (f"{output_dir} holds a {_KIND_NAMES[other]} ({name}): a "
+                    f"{_KIND_NAMES[kind]} there would overwrite its results at the top of "
+                    "the directory while its summary still describes it; choose another "
+                    "--output_dir")
+    return None
 
 
 def summarise_seeds(settings, family, prepared, seed_runs: Sequence[dict],
@@ -178,7 +262,7 @@ def summarise_seeds(settings, family, prepared, seed_runs: Sequence[dict],
     if not finished:  # no best: the grid goes on without this point, or the run fails
         return {"runs": list(seed_runs), "best_seed": None, "best_run": None, "summary": {}}
     scores = [score(r["eval"][first_split], key) for r in finished]
-    best = finished[int(np.argmax(scores))]
+    best = finished[_pick(scores, [f"seed {r['seed']}" for r in finished], key, "seed")]
     summary = {"best_seed": best["seed"], "num_seeds": len(finished)}
     if failed:  # the statistics are over the seeds that finished
         summary["num_failed_seeds"] = len(failed)
@@ -226,9 +310,8 @@ def summarise_grid(settings, family, prepared, points, point_results: Sequence[d
     key = family.primary_metric()
     first_split = prepared.eval_splits[0].name
     runs_ = [r for result in point_results for r in result["runs"]]
-    scores = [score(r["best_run"]["eval"][first_split], key) if r["best_run"] else None
-              for r in point_results]
-    if all(value is None for value in scores):
+    kept = [i for i, r in enumerate(point_results) if r["best_run"]]  # not failed
+    if not kept:
         table = grid_table(settings.output_dir, prepared.eval_splits, runs_, None)
         if write:
             _publish([], settings.output_dir, {
@@ -237,8 +320,8 @@ def summarise_grid(settings, family, prepared, points, point_results: Sequence[d
         return {"runs": runs_, "best_seed": None, "best_run": None, "summary": {},
                 "grid": table}
     # The best of the points with a finished run (the first in grid order on a tie).
-    index = max((i for i, value in enumerate(scores) if value is not None),
-                key=lambda i: (scores[i], -i))
+    index = kept[_pick([score(point_results[i]["best_run"]["eval"][first_split], key)
+                        for i in kept], [points[i].name() for i in kept], key, "grid point")]
     best = point_results[index]["best_run"]
     table = grid_table(settings.output_dir, prepared.eval_splits, runs_, best)
     logging.info("Grid results (%s on %s):\n%s", key, first_split, table.rstrip("\n"))

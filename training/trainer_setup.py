@@ -155,10 +155,11 @@ def check_attention_of(init_checkpoint: str, bert_config,
         f"makes a {ours} encoder: use the config the model was trained with ({source})")
 
 
-def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bool) -> int:
-    """Resumes from the run's own checkpoint, else loads `init_checkpoint` (encoder-only
-    allowed when training; refused when its attention direction differs:
-    `check_attention_of`); returns the step training starts from.
+def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bool,
+                    fresh: bool = False) -> int:
+    """Resumes from the run's own checkpoint (unless `fresh`: a run done again), else loads
+    `init_checkpoint` (encoder-only allowed when training; refused when its attention
+    direction differs: `check_attention_of`); returns the step training starts from.
 
     Without `do_train` every weight must come from a checkpoint: evaluating or predicting
     with weights at their random start (no checkpoint at all, or a pretraining checkpoint
@@ -175,7 +176,8 @@ def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bo
         missing.extend(report.missing)
 
     start_step = trainer.restore_or_initialize(
-        init_from_checkpoint if init_checkpoint else None)
+        init_from_checkpoint if init_checkpoint else None, fresh=fresh,
+        init_checkpoint=init_checkpoint)
     if start_step == 0 and not init_checkpoint and not do_train:
         raise UserError(
             f"nothing to evaluate or predict with: no checkpoint in {trainer.config.output_dir} "

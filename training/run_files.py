@@ -1,0 +1,104 @@
+"""Owns the record of what a run wrote in its directory (`run_files.json`): its checkpoints and files, by name.
+
+A run's directory may hold what the run did not write: a user's notes or plots, the
+checkpoint passed as `--init_checkpoint`, another tool's output. Every clean-up acts on
+this record, never on a pattern over the directory: checkpoint rotation and divergence
+set-aside (`training.checkpointing`), a redone run (`training.sweeps.remove_run`). The
+record lists names relative to the directory:
+
+* `checkpoints`: the `ckpt-<N>` prefixes the run saved, each added BEFORE its save (a
+  kill during the save leaves a name recorded whose files may be partial or missing,
+  never files of the run unrecorded); with the checkpoints its `checkpoint` state file
+  lists (the CheckpointManager's own record), they are the run's checkpoints;
+* `files`: the other files and directories it wrote (TensorBoard event files, result
+  and prediction files, `best/`, `run_results.json`), each added when written (before,
+  where the name is known in advance).
+
+Set-aside checkpoints are handed over to the user: they leave the record (and are never
+touched again). The record is rewritten all-or-nothing (`data_prep.fileio`); only the
+chief of a multi-worker run writes it. A directory without it (a run of an earlier
+version) owns the checkpoints its state file lists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from data_prep import fileio
+
+RECORD_FILE = "run_files.json"
+_KINDS = ("checkpoints", "files")
+
+
+def _path(directory: str) -> str:
+    return os.path.join(directory, RECORD_FILE)
+
+
+def exists(directory: str) -> bool:
+    """True when `directory` has a record (a run of this version wrote in it)."""
+    return fileio.exists(_path(directory))
+
+
+def read(directory: str) -> dict:
+    """{"checkpoints": [...], "files": [...]} the record lists (empty lists: no record;
+    an unreadable one is taken as empty: nothing is known to be the run's)."""
+    record = {kind: [] for kind in _KINDS}
+    if not exists(directory):
+        return record
+    try:
+        stored = json.loads(fileio.read_text(_path(directory)))
+    except (ValueError, OSError):
+        return record
+    for kind in _KINDS:
+        if isinstance(stored, dict) and isinstance(stored.get(kind), list):
+            record[kind] = [str(name) for name in stored[kind]]
+    return record
+
+
+def _write(directory: str, record: dict) -> None:
+    fileio.makedirs(directory)
+    fileio.write_text(_path(directory), json.dumps(
+        {kind: sorted(set(record[kind])) for kind in _KINDS}, indent=1) + "\n")
+
+
+def add(directory: str, *, checkpoints=(), files=()) -> None:
+    """Adds names (relative to `directory`, or paths under it) to the record."""
+    record = read(directory)
+    new = {"checkpoints": [_relative(p, directory) for p in checkpoints],
+           "files": [_relative(p, directory) for p in files]}
+    if all(set(new[kind]) <= set(record[kind]) for kind in _KINDS):
+        return
+    _write(directory, {kind: record[kind] + new[kind] for kind in _KINDS})
+
+
+def forget(directory: str, *, checkpoints=(), files=()) -> None:
+    """Drops names from the record (removed, or handed over to the user)."""
+    if not exists(directory):
+        return
+    record = read(directory)
+    gone = {"checkpoints": {_relative(p, directory) for p in checkpoints},
+            "files": {_relative(p, directory) for p in files}}
+    if not any(gone[kind] & set(record[kind]) for kind in _KINDS):
+        return
+    _write(directory, {kind: [n for n in record[kind] if n not in gone[kind]]
+                       for kind in _KINDS})
+
+
+def remove_record(directory: str) -> None:
+    """Deletes the record itself (after what it lists has been removed)."""
+    if exists(directory):
+        fileio.remove(_path(directory))
+
+
+def owns(directory: str, name: str) -> bool:
+    """True when the record lists `name` (a file or directory) as the run's."""
+    return _relative(name, directory) in read(directory)["files"]
+
+
+def _relative(path: str, directory: str) -> str:
+    """`path` relative to `directory` (names given relative stay as they are)."""
+    path, directory = str(path).rstrip("/"), str(directory).rstrip("/")
+    if not fileio.is_url(directory) and not fileio.is_url(path) and os.path.isabs(path):
+        directory = os.path.abspath(directory)
+    return path[len(directory) + 1:] if path.startswith(directory + "/") else path
