@@ -86,29 +86,13 @@ def call_main(tool: str, argv=(), stdin: str | bytes | None = None, cwd: str | N
             else:
                 from data_prep import cli as shell
 
-                remaining = shell.parse_flags(
-                    [program(tool), *_in_process_flags(), *argv], program(tool),
-                    known_only=tool == "beam_pretraining_data")
+                remaining = shell.parse_flags([program(tool), *argv], program(tool),
+                                              known_only=tool == "beam_pretraining_data")
                 code = module.main(remaining) or 0
         except SystemExit as exit_:
             code = _status(exit_, err)
     out.flush()
     return Result(code, out_bytes.getvalue().decode("utf-8"), err.getvalue(), "\n".join(log))
-
-
-# Flags an in-process call gives before its own (which override them), where the tool
-# defines them: tf.data's autotuning model off. Its thread's sleep, doubling up to a
-# minute, holds up the deletion of an iterator; a test keeps a run's iterators (in its
-# objects, fixtures and reference cycles) long after their last read, and freeing them
-# stalled whichever test came next. A run of its own frees them when it ends.
-IN_PROCESS_FLAGS = {"tf_data_autotune": "false"}
-
-
-def _in_process_flags() -> list:
-    from absl import flags
-
-    return [f"--{name}={value}" for name, value in IN_PROCESS_FLAGS.items()
-            if name in flags.FLAGS]
 
 
 def run_cli(tool: str, *args, timeout: float = 600, env: dict | None = None,

@@ -28,6 +28,7 @@ class RuntimeConfig:
     dtype: str = "float32"
     jit_compile: bool = False
     seed: int | None = None
+    tf_data_autotune: bool = True  # tf.data's autotuning model in the input pipelines
 
 
 def setup_runtime(runtime: RuntimeConfig):
