@@ -58,7 +58,7 @@ import typing
 
 import apache_beam as beam
 from absl import flags, logging
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineState
 
 from data_prep import cli, features, fileio, pretraining_cli
@@ -354,7 +354,7 @@ def run_job(job: BeamJob, options: PipelineOptions) -> dict:
             output_files=list(job.outputs), summary_file=job.summary_path, gzip=job.gzip,
             random_seed=job.seed, exact_draws=job.exact_draws,
             dynamic_masking=job.dynamic_masking, config=dataclasses.asdict(job.config),
-            pipeline="beam", runner=options.get_all_options()["runner"])
+            pipeline="beam", runner=options.view_as(StandardOptions).runner)
         with atomic.open(job.summary_path, "w", newline="\n") as f:
             f.write(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
@@ -365,22 +365,22 @@ def run_job(job: BeamJob, options: PipelineOptions) -> dict:
 
 
 def unknown_pipeline_args(args) -> list:
-    """The arguments that are neither this CLI's flags nor Beam pipeline options.
+    """The arguments that are neither this CLI's flags nor Beam pipeline options: those
+    Beam's own parser of its options leaves unknown. `get_all_options` builds that parser
+    from every option group and hands it to its `add_extra_args_fn` hook, where it parses
+    `args` here (with `retain_unknown_options`, Beam itself warns about none of them).
 
     Beam's option groups are `PipelineOptions` subclasses, known once the module defining
     them is imported: `apache_beam.options.pipeline_options` (every standard group, the
     DirectRunner's, Dataflow's, Flink's, Spark's...) is, here; a group a plug-in module
     defines is known only if that module was imported first.
     """
-    from apache_beam.options import pipeline_options
-
-    parser_class = getattr(pipeline_options, "_BeamArgumentParser", None)
-    if parser_class is None:  # a Beam without it: let Beam warn as usual
-        return []
-    parser = parser_class(allow_abbrev=False)
-    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
-        cls._add_argparse_args(parser)  # as PipelineOptions.get_all_options does
-    return parser.parse_known_args(list(args))[1]
+    args = list(args)
+    unknown = []
+    PipelineOptions(args).get_all_options(
+        retain_unknown_options=True,
+        add_extra_args_fn=lambda parser: unknown.extend(parser.parse_known_args(args)[1]))
+    return unknown
 
 
 # Run on this machine by the DirectRunner's own in-process engine. Recent Beam versions'
@@ -398,7 +398,7 @@ def pipeline_options(args) -> PipelineOptions:
         raise cli.UserError(f"unknown flag(s) {' '.join(unknown)}: neither a flag of this "
                            "tool (--helpfull lists them) nor an Apache Beam pipeline option")
     args = list(args)
-    runner = PipelineOptions(args).get_all_options()["runner"]
+    runner = PipelineOptions(args).view_as(StandardOptions).runner
     if runner is None or runner.lower() in ("direct", "directrunner"):
         kept, skip = [], False
         for arg in args:  # drop --runner=X and "--runner X"

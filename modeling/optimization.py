@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import re
 from typing import Sequence
 
 import keras
@@ -108,16 +107,14 @@ class _BertAdamBase(keras.optimizers.Optimizer):
     def build(self, var_list):
         if self.built:
             return
-        self._exclude_by_path(var_list)
         super().build(var_list)
         self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
 
-    def _exclude_by_path(self, var_list):
-        if not self.no_decay_patterns:
-            return
-        pattern = re.compile("|".join(re.escape(p) for p in self.no_decay_patterns))
-        excluded = [v for v in var_list if pattern.search(_variable_path(v))]
-        self.exclude_from_weight_decay(var_list=excluded)
+    def decays(self, variable) -> bool:
+        """Whether `variable` gets the weight decay: not when its path contains one of
+        `no_decay_patterns` (LayerNorm and bias variables by default, as the original)."""
+        return not any(pattern in _variable_path(variable)
+                       for pattern in self.no_decay_patterns)
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
         # The loop has already summed gradients across replicas (see module docstring).
@@ -203,7 +200,7 @@ class AdamWeightDecay(_BertAdamBase):
             # the original's single update. Then TensorFlow's fused Adam kernel (one pass
             # over memory instead of ~8) with both beta powers 0, which makes its
             # bias-corrected rate lr * sqrt(1 - 0) / (1 - 0) = lr: no bias correction.
-            if self.weight_decay_rate and self._use_weight_decay(variable):
+            if self.weight_decay_rate and self.decays(variable):
                 self.assign_sub(variable, lr * self.weight_decay_rate * variable)
             zero = tf.zeros([], dtype)
             tf.raw_ops.ResourceApplyAdam(
@@ -215,7 +212,7 @@ class AdamWeightDecay(_BertAdamBase):
         self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
         self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(gradient))
         update = m / (ops.sqrt(v) + self.epsilon)
-        if self.weight_decay_rate and self._use_weight_decay(variable):
+        if self.weight_decay_rate and self.decays(variable):
             update = update + self.weight_decay_rate * variable
         self.assign_sub(variable, lr * update)
 
@@ -269,7 +266,7 @@ class BertLamb(_BertAdamBase):
 
     def uses_layer_adaptation(self, variable) -> bool:
         """False for the variables excluded by path (the same ones that get no decay)."""
-        return self._use_weight_decay(variable)
+        return self.decays(variable)
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype

@@ -13,7 +13,6 @@ process is what a test proves.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import importlib
 import io
@@ -122,51 +121,79 @@ def _status(exit_: SystemExit, err: io.StringIO) -> int:
     return 1
 
 
-# absl keeps its flags in these dicts of the one global FlagValues.
-_FLAG_STATE = ("__flags", "__hiddenflags", "__flags_by_module", "__flags_by_module_id",
-               "__key_flags_by_module")
-
-
 @contextlib.contextmanager
 def _flag_scope(tool_module=None):
-    """The flags as they are now come back afterwards (definitions and values).
+    """The flags as they are now come back afterwards, through absl's public API: the
+    flags defined meanwhile are deleted and the others get back their value, default and
+    presence (`absl.testing.flagsaver`), and whether FLAGS was parsed.
 
     With `tool_module` (a command that defines its flags when it starts), the project's
-    flags are removed first and the tool's defined: commands define flags of the same
-    names (--input_file, --max_seq_length, ...), one at a time as in their own process.
+    flags are set aside first (`FlagValues.remove_flag_values`) and the tool's defined:
+    commands define flags of the same names (--input_file, --max_seq_length, ...), one
+    at a time as in their own process. The project's flags come back afterwards, each
+    registered again to the module that defined it (--helpfull groups flags by module).
     """
     from absl import flags
+    from absl.testing import flagsaver
 
     values = flags.FLAGS
-    state = {key: copy.copy(values.__dict__[key]) for key in _FLAG_STATE}
-    state["__flags_by_module"] = {k: list(v) for k, v in state["__flags_by_module"].items()}
-    state["__flags_by_module_id"] = {k: list(v)
-                                     for k, v in state["__flags_by_module_id"].items()}
-    state["__key_flags_by_module"] = {k: list(v)
-                                      for k, v in state["__key_flags_by_module"].items()}
-    saved = {name: (values[name].value, values[name].present, values[name].default)
-             for name in values}
+    saved = flagsaver.save_flag_values(values)
     was_parsed = values.is_parsed()
+    aside = _set_aside(values) if tool_module is not None else None
+    kept = set(values)
     try:
         if tool_module is not None:
-            for name in [name for module, module_flags in values.flags_by_module_dict().items()
-                         if not module.startswith("absl") for name in
-                         (flag.name for flag in module_flags)]:
-                if name in values:
-                    delattr(values, name)
             tool_module.define_flags()
         yield
     finally:
         values.unparse_flags()
-        for key in _FLAG_STATE:
-            values.__dict__[key] = state[key]
-        for name, (value, present, default) in saved.items():
-            flag = values[name]
-            if flag.default != default:
-                flag._set_default(default)  # noqa: SLF001 - what FlagValues.set_default calls
-            flag.value, flag.present = value, present
+        absl_own = {name for name in set(values) - set(saved)  # absl.app, absl.logging:
+                    if values.find_module_defining_flag(name).startswith("absl")}  # stay
+        now = flagsaver.save_flag_values(values)
+        saved.update({name: now[name] for name in absl_own})
+        if aside is not None:
+            values.remove_flag_values(_holding(values, set(values) - kept - absl_own))
+            _put_back(values, *aside)
+        flagsaver.restore_flag_values(saved, values)  # deletes the other flags defined meanwhile
         if was_parsed:
             values.mark_as_parsed()
+
+
+def _holding(values, names):
+    """A FlagValues holding the flags `names` of `values` (the same Flag objects)."""
+    from absl import flags
+
+    holder = flags.FlagValues()
+    for name in {values[name].name for name in names}:
+        holder[name] = values[name]
+    return holder
+
+
+def _set_aside(values):
+    """Removes every flag that absl itself did not define from `values`; returns them and
+    the modules that defined them, for `_put_back`."""
+    ours = {flag.name for module, module_flags in values.flags_by_module_dict().items()
+            if not module.startswith("absl") for flag in module_flags}
+    modules = [(registry, {key: list(module_flags) for key, module_flags in
+                           registry_dict.items()})
+               for registry, registry_dict in (
+                   (values.register_flag_by_module, values.flags_by_module_dict()),
+                   (values.register_flag_by_module_id, values.flags_by_module_id_dict()),
+                   (values.register_key_flag_for_module, values.key_flags_by_module_dict()))]
+    aside = _holding(values, ours & set(values))
+    values.remove_flag_values(aside)
+    return aside, modules
+
+
+def _put_back(values, aside, modules):
+    """Registers the flags `_set_aside` removed again, each to its defining modules."""
+    values.append_flag_values(aside)
+    back = set(aside)
+    for register, by_module in modules:
+        for module, module_flags in by_module.items():
+            for flag in module_flags:
+                if flag.name in back:
+                    register(module, flag)
 
 
 @contextlib.contextmanager

@@ -103,6 +103,20 @@ def pretraining_records(tmp_path_factory):
             "dir": folder}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_tf_data_autotuning():
+    """tf.data's autotuning model off in every input pipeline this process builds (and the
+    runs tests/forkserver.py forks; runs started as processes keep TensorFlow's default):
+    a test keeps iterators in fixtures and reference cycles long after their last read,
+    and freeing one waits for the model thread's sleep, up to a minute with the CPU idle
+    (training/input_pipeline.py `AUTOTUNE_MODEL`)."""
+    from training import input_pipeline
+
+    input_pipeline.AUTOTUNE_MODEL = False
+    yield
+    input_pipeline.AUTOTUNE_MODEL = True
+
+
 @pytest.fixture
 def tiny_vocab_file(tmp_path):
     """A small English WordPiece vocab written to tmp_path."""

@@ -22,9 +22,12 @@ that TensorFlow reads at import.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
+import selectors
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -34,6 +37,7 @@ import threading
 import time
 
 HEADER = 8  # bytes of the request length, sent with the three file descriptors
+REQUEST_TIMEOUT = 30  # seconds a shim may take to send its request
 SOCKET_VARIABLE = "BERT_TESTS_FORKSERVER"
 
 SHIM = """#!{python} -I
@@ -47,8 +51,10 @@ request = json.dumps({{"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)
 socket.send_fds(client, [len(request).to_bytes({header}, "big")], [0, 1, 2])
 client.sendall(request)
 answer = b""
-while chunk := client.recv(64):
+while chunk := client.recv(4096):
     answer += chunk
+if answer.startswith(b"refused"):
+    sys.exit("forkserver: " + answer.decode())
 code = int(answer or b"1")
 sys.exit(code if code >= 0 else 128 - code)
 """
@@ -59,9 +65,26 @@ def _receive(connection: socket.socket, count: int) -> bytes:
     while len(data) < count:
         chunk = connection.recv(count - len(data))
         if not chunk:
-            raise ConnectionError("the shim hung up")
+            raise ConnectionError("the shim hung up mid-request")
         data += chunk
     return data
+
+
+def foreign_threads() -> str | None:
+    """What makes a fork unsafe here, or None: any thread of this process but the calling
+    one, Python's (threading.enumerate) or native (the tasks in /proc/self/task: a
+    library's pool, such as OpenBLAS's when OPENBLAS_NUM_THREADS is not 1). A forked child
+    keeps only the forking thread; a lock another thread held stays locked in it forever."""
+    python = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    tasks = os.listdir("/proc/self/task")
+    if not python and len(tasks) == 1:
+        return None
+    names = []
+    for task in tasks:
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/comm") as f:
+            names.append(f.read().strip())
+    return (f"{len(tasks)} threads (native names: {', '.join(names)}; Python threads "
+            f"besides this one: {python or 'none'})")
 
 
 def _run_child(request: dict, fds: list) -> None:
@@ -91,34 +114,102 @@ def _run_child(request: dict, fds: list) -> None:
 
 
 def serve(path: str) -> None:
-    """Accepts commands on the unix socket `path` forever, a forked child for each."""
+    """Accepts commands on the unix socket `path` forever, a forked child for each.
+
+    One thread: the children are reaped as SIGCHLD wakes the loop, not by a thread per
+    child, so at each fork the server holds no thread but the forking one (checked by
+    `foreign_threads` before every fork: a command is refused, with the reason, otherwise).
+    A shim that hangs up (before its request is complete, or while its child runs) costs
+    only its own command. The fork is at the top of the loop, outside any `try`: the
+    child's exceptions and exit reach the interpreter as a script's do.
+    """
     import keras  # noqa: F401  (imported once, before the forks)
     import tensorflow  # noqa: F401
 
+    from training import input_pipeline
+
+    # As in the test process (tests/conftest.py): a run's iterators freed at its exit
+    # waited for the autotuning model thread's sleep (measured: 22 s after 20 s of reading).
+    input_pipeline.AUTOTUNE_MODEL = False
+    unsafe = foreign_threads()
+    if unsafe is not None:  # the test that started the server fails, with this line
+        sys.exit(f"forkserver: cannot fork safely: after its imports the server holds {unsafe}")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".tmp")
     listener.listen(16)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up byte does the work
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    children: dict[int, socket.socket] = {}  # pid -> its shim's connection
     os.rename(path + ".tmp", path)  # the path appears once it accepts
     while True:
-        connection, _ = listener.accept()
+        for key, _ in selector.select():
+            if key.fileobj is not listener:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_read, 4096)
+                continue
+            connection, _ = listener.accept()
+            request, fds = _request(connection)
+            if request is None:
+                connection.close()
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                selector.close()
+                for fd in (wake_read, wake_write):
+                    os.close(fd)
+                for other in (listener, connection, *children.values()):
+                    other.close()  # a shim waits for its end until every copy is closed
+                _run_child(request, fds)
+            for fd in fds:
+                os.close(fd)
+            children[pid] = connection
+        _reap(children)
+
+
+def _request(connection: socket.socket) -> tuple[dict | None, list]:
+    """The request on `connection` and the shim's three standard streams, or (None, [])
+    when the shim hung up or sent something else (logged), or forking is unsafe (the
+    shim is told why)."""
+    fds = []
+    try:
+        connection.settimeout(REQUEST_TIMEOUT)  # a shim that stops mid-request is dropped
         header, fds, _, _ = socket.recv_fds(connection, HEADER, 3)
+        if not header or len(fds) != 3:
+            raise ConnectionError("the shim hung up before its request")
+        header += _receive(connection, HEADER - len(header))
         request = json.loads(_receive(connection, int.from_bytes(header, "big")))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            listener.close()
-            connection.close()
-            _run_child(request, fds)
+        unsafe = foreign_threads()
+        if unsafe is not None:
+            connection.sendall(f"refused: the fork server holds {unsafe}".encode())
+            raise RuntimeError(f"refused: {unsafe}")
+        return request, fds
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"forkserver: request dropped: {type(err).__name__}: {err}", file=sys.stderr,
+              flush=True)
         for fd in fds:
             os.close(fd)
-        threading.Thread(target=_report, args=(pid, connection), daemon=True).start()
+        return None, []
 
 
-def _report(pid: int, connection: socket.socket) -> None:
-    _, status = os.waitpid(pid, 0)
-    with connection:
-        connection.sendall(str(os.waitstatus_to_exitcode(status)).encode())
+def _reap(children: dict) -> None:
+    """Reports every child that ended to its shim (one that hung up is skipped)."""
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            return
+        connection = children.pop(pid)
+        with contextlib.suppress(OSError), connection:
+            connection.sendall(str(os.waitstatus_to_exitcode(status)).encode())
 
 
 _SHIM: str | None = None  # this process's server's shim, once started
@@ -137,7 +228,10 @@ def _shim() -> str:
                                 header=HEADER))
         os.chmod(shim, os.stat(shim).st_mode | stat.S_IXUSR)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        # OPENBLAS_NUM_THREADS=1: NumPy's OpenBLAS starts no thread of its own (one fewer
+        # BLAS thread in the children, whose work is TensorFlow's).
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+                   OPENBLAS_NUM_THREADS="1",
                    PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         env.pop("TF_CONFIG", None)
         with open(os.path.join(directory, "server.log"), "w") as log:  # not our streams

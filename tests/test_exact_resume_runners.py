@@ -34,13 +34,11 @@ pytestmark = pytest.mark.slow
 def _losses(event_dir):
     """{step: [every logged loss]} from the train summaries of every run in the directory
     (a SIGKILL may cut the last event: what precedes it is read)."""
-    from tensorflow.core.util import event_pb2
-
     out = {}
     for path in sorted(tf.io.gfile.glob(os.path.join(event_dir, "events.out.tfevents.*"))):
         try:
             for raw in tf.data.TFRecordDataset(path):
-                event = event_pb2.Event.FromString(raw.numpy())
+                event = tf.compat.v1.Event.FromString(raw.numpy())
                 for value in event.summary.value:
                     if value.tag == "loss":
                         out.setdefault(event.step, []).append(

@@ -156,21 +156,63 @@ def test_summary_json_beside_the_records_is_not_read_as_a_record(tmp_path):
         record_checks.list_files([str(tmp_path / "*.json")])
 
 
-def test_every_pipeline_runs_without_the_autotuning_model(files, tmp_path):
-    """tf.data's autotuning model makes a dropped iterator wait for the model thread's
-    sleep (up to 60 s, CPU idle: an iterator kept 45 s took 37 s to delete), so both
-    builders switch it off (input_pipeline._finished)."""
+def test_every_pipeline_keeps_tensorflows_autotuning_unless_told_otherwise(files, tmp_path,
+                                                                          monkeypatch):
+    """Both builders leave tf.data's autotuning model as TensorFlow has it (on) and switch
+    it off only when their config says so (`--tf_data_autotune=false`) or the process
+    does (`AUTOTUNE_MODEL`, as the test suite does); auto-sharding is off in both."""
     from tests.test_bucketing import _records
+
+    assert ip.AUTOTUNE_MODEL is False  # tests/conftest.py
+    monkeypatch.setattr(ip, "AUTOTUNE_MODEL", True)  # as in a run of its own
 
     pattern = str(files["dir"] / "part-*.tfrecord")
     spec = _records(tmp_path / "r.tfrecord", [5, 9, 12])
-    built = [ip.pretraining_dataset(_config([pattern], seed=1), batch_size=8,
-                                    is_training=training) for training in (True, False)]
-    built += [ip.finetuning_records(ip.RecordsConfig((str(tmp_path / "r.tfrecord"),), spec,
-                                                     bucket_boundaries=buckets),
-                                    batch_size=2, is_training=training)
-              for training in (True, False) for buckets in ((), (8, 16))]
-    for dataset in built:
-        assert dataset.options().autotune.enabled is False
-        assert dataset.options().experimental_distribute.auto_shard_policy == \
-            tf.data.experimental.AutoShardPolicy.OFF
+    for autotune in (True, False):
+        built = [ip.pretraining_dataset(_config([pattern], seed=1, autotune=autotune),
+                                        batch_size=8, is_training=training)
+                 for training in (True, False)]
+        built += [ip.finetuning_records(
+            ip.RecordsConfig((str(tmp_path / "r.tfrecord"),), spec, bucket_boundaries=buckets,
+                             autotune=autotune), batch_size=2, is_training=training)
+            for training in (True, False) for buckets in ((), (8, 16))]
+        for dataset in built:
+            assert dataset.options().autotune.enabled is (None if autotune else False)
+            assert dataset.options().experimental_distribute.auto_shard_policy == \
+                tf.data.experimental.AutoShardPolicy.OFF
+
+def test_the_runners_flag_reaches_every_pipeline_of_a_run(pretraining_records, tmp_path,
+                                                          monkeypatch):
+    """--tf_data_autotune=false (the default: true) goes through the run's settings to
+    every pipeline a pretraining and a fine-tuning run build (training, evaluation,
+    prediction)."""
+    import random
+
+    from tests.clis import call_main
+    from tests.conftest import write_vocab
+    from tests.test_run_classifier import write_mrpc
+
+    seen = []
+    finished = ip._finished  # noqa: SLF001 - what every builder ends with
+    monkeypatch.setattr(ip, "_finished", lambda dataset, deterministic, autotune=True: (
+        seen.append(autotune), finished(dataset, deterministic, autotune))[1])
+    config = S.write_config(tmp_path / "bert_config.json", vocab_size=120)
+    done = call_main("run_pretraining", input_file=pretraining_records["pattern"],
+                     bert_config_file=config, output_dir=tmp_path / "pretraining",
+                     max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS,
+                     train_batch_size=8, eval_batch_size=8, num_train_steps=2,
+                     iterations_per_loop=2, max_eval_steps=1, do_train="true",
+                     do_eval="true", tf_data_autotune="false")
+    assert done.code == 0, done.stderr[-3000:]
+    pretraining = len(seen)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    done = call_main("run_classifier", task_name="MRPC",
+                     data_dir=write_mrpc(tmp_path / "mrpc", random.Random(0), 8, 4),
+                     vocab_file=vocab, bert_config_file=S.write_config(
+                         tmp_path / "c.json", vocab_size=len(open(vocab).read().split())),
+                     output_dir=tmp_path / "mrpc_out", max_seq_length=32, do_train="true",
+                     do_eval="true", do_predict="true", train_batch_size=4,
+                     num_train_epochs=1.0, tf_data_autotune="false")
+    assert done.code == 0, done.stderr[-3000:]
+    assert pretraining >= 2 and len(seen) >= pretraining + 3, seen
+    assert set(seen) == {False}, seen

@@ -101,12 +101,10 @@ def test_modeling_loader_reads_our_checkpoint_strictly(trained, strategy):
 
 def _read_scalars(event_dir: str) -> dict:
     """{tag: [(step, value)]} from the event files in `event_dir`."""
-    from tensorflow.core.util import event_pb2
-
     out = {}
     for path in sorted(glob.glob(os.path.join(event_dir, "events.out.tfevents.*"))):
         for raw in tf.data.TFRecordDataset(path):
-            event = event_pb2.Event.FromString(raw.numpy())
+            event = tf.compat.v1.Event.FromString(raw.numpy())
             for value in event.summary.value:
                 out.setdefault(value.tag, []).append((event.step,
                                                       float(tf.make_ndarray(value.tensor))))

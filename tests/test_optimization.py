@@ -151,7 +151,7 @@ def test_lamb_excludes_same_variables():
         pre_reduced_gradients=False)
     assert isinstance(opt, optimization.BertLamb)
     opt.build(variables)
-    used = {v.path: opt._use_weight_decay(v) for v in variables}
+    used = {v.path: opt.decays(v) for v in variables}
     assert used == {n: not (n.endswith("bias") or "LayerNorm" in n) for n in VARS}
     assert {v.path: opt.uses_layer_adaptation(v) for v in variables} == used
 

@@ -27,6 +27,7 @@ class RuntimeConfig:
     num_gpus: int = 0
     num_cpu_devices: int = 0
     seed: int | None = None
+    tf_data_autotune: bool = True  # tf.data's autotuning model in the input pipelines
 
 
 def setup_runtime(runtime: RuntimeConfig, dtype: str = "float32"):

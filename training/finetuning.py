@@ -143,12 +143,14 @@ class InputOptions:
       bucket_boundaries: length buckets (`input_pipeline.RecordsConfig`); () pads every
         batch to max_seq_length.
       vocab_size, type_vocab_size: the model's tables, checked against the records' ids.
+      autotune: tf.data's autotuning model (`RuntimeConfig.tf_data_autotune`).
     """
 
     max_seq_length: int = 128
     bucket_boundaries: tuple = ()
     vocab_size: int | None = None
     type_vocab_size: int | None = None
+    autotune: bool = True
 
 
 @dataclasses.dataclass
@@ -228,7 +230,8 @@ class TaskFamily:
         options = self.input_options
         config = dataclasses.replace(
             self.records(split), seed=seed, bucket_boundaries=options.bucket_boundaries,
-            vocab_size=options.vocab_size, type_vocab_size=options.type_vocab_size)
+            vocab_size=options.vocab_size, type_vocab_size=options.type_vocab_size,
+            autotune=options.autotune)
         return input_pipeline.finetuning_records(
             config, batch_size=batch_size, is_training=is_training,
             input_context=input_context, drop_remainder=is_training,
@@ -405,7 +408,8 @@ def run(settings: FinetuningRun, family) -> dict:
     trainer_setup.check_batch("predict_batch_size", settings.predict_batch_size, replicas)
     family.input_options = InputOptions(
         max_seq_length=settings.max_seq_length, bucket_boundaries=settings.bucket_boundaries,
-        vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size)
+        vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
+        autotune=settings.runtime.tf_data_autotune)
     chief = distribution.is_chief(strategy)
     # Locked and compared now; taken (identity, model files) only when every check below
     # has passed: a run refused by one leaves output_dir to the run that fits it.

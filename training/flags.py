@@ -233,6 +233,10 @@ def define_common_flags():
       "Compute dtype: float32, bfloat16 (mixed, variables float32) or float16 (mixed, with "
       "dynamic loss scaling).")
     d(flags.DEFINE_bool, "jit_compile", False, "Compile the forward/backward pass with XLA.")
+    d(flags.DEFINE_bool, "tf_data_autotune", True,
+      "tf.data's autotuning model (TensorFlow's default) sizes the input pipelines' "
+      "parallelism and buffers to the host; false: AUTOTUNE parallelism stays at the "
+      "number of schedulable cores, with no model thread.")
     d(flags.DEFINE_enum, "optimizer", "adamw", ["adamw", "lamb"],
       "adamw: the original AdamWeightDecay rule; lamb: LAMB for large batches.")
     d(flags.DEFINE_integer, "gradient_accumulation_steps", 1,
@@ -330,6 +334,7 @@ def runtime_config(values=FLAGS) -> RuntimeConfig:
         num_gpus=values.num_gpus,
         num_cpu_devices=values.num_cpu_devices,
         seed=values.seed,
+        tf_data_autotune=values.tf_data_autotune,
     )
 
 

@@ -37,6 +37,7 @@ class PretrainingInputConfig:
         mask them on the fly (training/dynamic_masking.py); None for masked records.
       read_unmasked: the records are unmasked and read as they are, with no masking (the
         left-to-right LM predicts every token of them).
+      autotune: tf.data's autotuning model (TensorFlow's default; see `_finished`).
     """
 
     input_patterns: Sequence[str]
@@ -50,6 +51,7 @@ class PretrainingInputConfig:
     type_vocab_size: int | None = None
     masking: dynamic_masking.DynamicMasking | None = None
     read_unmasked: bool = False
+    autotune: bool = True
 
 
 def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_training: bool,
@@ -126,7 +128,7 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if config.masking is not None:  # a fresh mask per batch (training/dynamic_masking.py)
         dataset = dynamic_masking.apply(dataset, config.masking, shard_id, deterministic)
-    return _finished(dataset, deterministic)
+    return _finished(dataset, deterministic, config.autotune)
 
 
 def pretraining_input_identity(config: PretrainingInputConfig, batch_size: int) -> dict:
@@ -187,6 +189,7 @@ class RecordsConfig:
         original's way).
       vocab_size, type_vocab_size: the model's table sizes; an id outside them fails with
         a message naming the feature and the bert_config key (None: not checked).
+      autotune: tf.data's autotuning model (TensorFlow's default; see `_finished`).
     """
 
     input_patterns: Sequence[str]
@@ -197,6 +200,7 @@ class RecordsConfig:
     bucket_boundaries: Sequence[int] = ()
     vocab_size: int | None = None
     type_vocab_size: int | None = None
+    autotune: bool = True
 
 
 def records_input_identity(config: RecordsConfig, batch_size: int) -> dict:
@@ -309,7 +313,7 @@ def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: b
                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
         if pad_to_batch:
             dataset = dataset.map(lambda b: _pad_batch(b, batch_size))
-    return _finished(dataset, deterministic)
+    return _finished(dataset, deterministic, config.autotune)
 
 
 def _parse_rows(rows, spec, config, is_training):
@@ -377,21 +381,29 @@ def _bucketed(dataset, config, batch_size, is_training, *, drop_remainder, pad_t
                                    window_size_func=lambda key: tf.gather(bucket_rows, key))
 
 
-def _finished(dataset: tf.data.Dataset, deterministic: bool) -> tf.data.Dataset:
+# Whether this process's input pipelines may run tf.data's autotuning model at all (each
+# config's `autotune`, the runners' --tf_data_autotune, decides when True). The test
+# suite sets it False (tests/conftest.py): the model's thread sleeps between
+# optimisations, the sleep doubling up to a minute, and an iterator's deletion waits for
+# the sleep to end; tests keep iterators in fixtures and reference cycles long after
+# their last read, and freeing one stalled whichever test it fell in (CPU idle).
+AUTOTUNE_MODEL = True
+
+
+def _finished(dataset: tf.data.Dataset, deterministic: bool,
+              autotune: bool = True) -> tf.data.Dataset:
     """The options every input pipeline ends with, then a prefetch.
 
-    Sharding is done by the builders (auto-sharding off). tf.data's autotuning model is
-    off: its thread sleeps between optimisations, the sleep doubling up to a minute, and
-    an iterator's destructor waits for the sleep to end, with the CPU idle. Measured
-    (TF 2.21): an interleave/map/prefetch pipeline read for 45 s took 37 s to delete
-    (0.00 s without the model); in the test suite, iterators of finished runs stalled
-    whichever test freed them for 30-45 s. `AUTOTUNE` parallelism then stays at
-    min(16, schedulable cores).
+    Sharding is done by the builders (auto-sharding off). tf.data's autotuning model stays
+    on (TensorFlow's default) unless `autotune` is False (`--tf_data_autotune=false`) or
+    the process turned it off (`AUTOTUNE_MODEL`): then `AUTOTUNE` parallelism stays at
+    min(16, schedulable cores), with no model thread.
     """
     options = tf.data.Options()
     options.deterministic = deterministic
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    options.autotune.enabled = False
+    if not (autotune and AUTOTUNE_MODEL):
+        options.autotune.enabled = False
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 

@@ -284,6 +284,7 @@ def _train_and_evaluate(cfg: PretrainingRun, loop_config: LoopConfig, strategy, 
         return input_pipeline.PretrainingInputConfig(
             phase.patterns, phase.max_seq_length, phase.max_predictions_per_seq,
             compression=cfg.input_compression, seed=seed,
+            autotune=cfg.runtime.tf_data_autotune,
             vocab_size=bert_config.vocab_size, type_vocab_size=bert_config.type_vocab_size,
             masking=masking and dataclasses.replace(
                 masking, max_predictions_per_seq=phase.max_predictions_per_seq),

@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 
 import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
 
 from training import run_files
 
-_SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+_SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
+    plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars"))
 
 
 def writer(output_dir: str, name: str, *, enabled: bool = True):

@@ -56,14 +56,18 @@ def hub_input_specs():
     return {k: tf.TensorSpec([None, None], tf.int32, name=k) for k in HUB_INPUTS}
 
 
-class HubEncoder(tf.__internal__.tracking.AutoTrackable):
-    """The encoder's reusable SavedModel object (``variables`` etc. are plain attributes,
-    which a ``tf.Module`` cannot hold under those names).
+class HubEncoder(tf.Module):
+    """The encoder's reusable SavedModel object. TF Hub's interface wants ``variables`` and
+    ``trainable_variables`` as saved attributes: the class attributes below shadow
+    ``tf.Module``'s read-only properties of those names, so the instance holds them.
 
     Args:
       encoder: a ``BertEncoder`` with its weights.
       vocab_file, do_lower_case: recorded for users who tokenize themselves.
     """
+
+    variables = None
+    trainable_variables = None
 
     def __init__(self, encoder: BertEncoder, vocab_file: str, do_lower_case: bool):
         super().__init__()
