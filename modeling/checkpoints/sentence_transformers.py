@@ -20,7 +20,10 @@ every other (naming it, never ignoring it):
 ``read`` returns the model's description (``SentenceTransformersModel``);
 ``description_files`` writes one back beside converted weights (``convert``), so that a
 conversion keeps the pooling, normalization, casing and length: sentence-transformers
-loads the ``hf`` output as it loaded the input, and this project reads every kind.
+loads the ``hf`` output as it loaded the input, and this project reads every kind. A
+directory saved by sentence-transformers 6 has no ``vocab.txt``, only ``tokenizer.json``:
+``convert`` writes ``vocab.txt`` from it (``vocab_from_tokenizer_json``), the other
+commands ask for ``--vocab_file``.
 """
 
 from __future__ import annotations
@@ -278,6 +281,27 @@ def read(path: str) -> SentenceTransformersModel:
                  "pooling": pooling_path,
                  "normalize": f"{os.path.join(directory, MODULES_FILE)}: "
                               f"{'a' if normalize else 'no'} Normalize module"})
+
+
+def vocab_from_tokenizer_json(transformer_dir: str) -> Optional[str]:
+    """vocab.txt's text (one token per line, in id order) from the WordPiece vocabulary of
+    the Transformer's ``tokenizer.json`` (sentence-transformers 6 and transformers 5 save
+    only that file), or None when there is no ``tokenizer.json``."""
+    path = os.path.join(transformer_dir, "tokenizer.json")
+    data = _read_json(path, "", required=False)
+    if data is None:
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if not isinstance(vocab, dict) or model.get("type") != "WordPiece":
+        raise CheckpointError(f"{path}: expected a WordPiece tokenizer (\"model\": "
+                              "{\"type\": \"WordPiece\", \"vocab\": {token: id}})")
+    tokens = sorted(vocab, key=vocab.get)
+    if [vocab[t] for t in tokens] != list(range(len(tokens))) or any(
+            "\n" in t or t != t.strip() for t in tokens):
+        raise CheckpointError(f"{path}: the WordPiece ids are not 0..{len(tokens) - 1}, once "
+                              "each, or a token cannot be a line of vocab.txt")
+    return "".join(token + "\n" for token in tokens)
 
 
 def description_files(pooling: str, normalize: bool, max_seq_length: int,

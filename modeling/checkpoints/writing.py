@@ -133,7 +133,8 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
       output_kind: one of ``KINDS``.
       config: the network's config; default: the config file beside the input.
       input_kind: force the input kind (default: detected).
-      vocab_file: copied into ``output_dir``; default: ``vocab.txt`` beside the input.
+      vocab_file: copied into ``output_dir``; default: ``vocab.txt`` beside the input (a
+        sentence-transformers input without one: written from its ``tokenizer.json``).
       model: "encoder", "pretrainer" or "auto" (pretrainer when the input has the
         masked-LM head). The pretrainer's heads are the input's: the next-sentence head
         only when it has one (the paper's "No NSP" has none), the left-to-right LM's
@@ -188,6 +189,10 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
         texts = sentence_transformers.description_files(
             described.pooling, described.normalize, described.max_seq_length,
             described.do_lower_case, config.hidden_size)
+        vocab_text = (None if vocab_file else
+                      sentence_transformers.vocab_from_tokenizer_json(described.transformer_dir))
+        if vocab_text:
+            texts["vocab.txt"] = vocab_text
     if output_kind == OURS:
         return save_ours(network, output_dir, config, vocab_file, texts)
     return EXPORTERS[output_kind](network, config, output_dir, vocab_file=vocab_file,
