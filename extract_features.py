@@ -231,7 +231,8 @@ def _text_settings() -> TextSettings:
     if not pooled:
         for name, default in (("normalize", False), ("output_format", "jsonl")):
             if FLAGS[name].present and FLAGS[name].value != default:
-                raise app.UsageError(f"--{name}={FLAGS[name].value} needs one vector per "
+                value = FLAGS[name].value
+                raise app.UsageError(f"--{name}={str(value).lower()} needs one vector per "
                                      "line: give --pooling=cls, mean or max")
     layers = _layer_indexes(FLAGS.layers) if FLAGS["layers"].present or not pooled else [-1]
     return TextSettings(values["max_seq_length"], values["do_lower_case"], values["pooling"],

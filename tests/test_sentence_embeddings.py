@@ -306,13 +306,13 @@ def test_every_pooling_equals_sentence_transformers(encoder, texts, references):
     the six variants, from one pass of the encoder."""
     from data_prep.tokenization import FullTokenizer
     from tasks.feature_extraction import extract
-    from training.input_pipeline import default_bucket_boundaries
 
     examples = [extract.Example(i, text, None) for i, text in enumerate(texts)]
     features = extract.convert_examples(
         examples, 256, FullTokenizer(os.path.join(model_dir(), "vocab.txt"), True))
+    # Two buckets (each length traces the forward once): short rows padded to 32 only.
     computed = list(extract.compute_layers(encoder, features, [-1], 32,
-                                           bucket_boundaries=default_bucket_boundaries(256)))
+                                           bucket_boundaries=(32, 256)))
     lengths = [len(f.tokens) for f, _ in computed]
     assert min(lengths[-5:-2]) > 128 and lengths[-2:] == [256, 2], lengths
     for key, want in references.items():
@@ -337,16 +337,15 @@ def _extract(tmp_path, texts, name, **flags):
 @pytest.mark.slow
 def test_extract_features_reads_the_model_and_flags_override_it(tmp_path, texts, variants,
                                                                 references):
-    """The shipped directory alone gives its vectors (JSON lines); a variant's directory
-    its own (npy); flags given override the directory's settings, each override logged."""
-    got, _ = _extract(tmp_path, texts, "model.jsonl", init_checkpoint=model_dir())
-    _assert_close(got, references[("mean", True)], "shipped directory, JSON lines")
-    got, _ = _extract(tmp_path, texts, "cls.npy", init_checkpoint=variants[("cls", False)],
-                      output_format="npy")
-    assert got.dtype == np.float32
-    _assert_close(got, references[("cls", False)], "cls directory, npy")
+    """A variant's directory alone gives its vectors (JSON lines, the runner's defaults);
+    flags given override the shipped directory's settings, each override logged (npy,
+    without length buckets)."""
+    got, _ = _extract(tmp_path, texts, "cls.jsonl", init_checkpoint=variants[("cls", True)])
+    _assert_close(got, references[("cls", True)], "cls directory, JSON lines")
     got, result = _extract(tmp_path, texts, "max.npy", init_checkpoint=model_dir(),
-                           pooling="max", normalize="false", output_format="npy")
+                           pooling="max", normalize="false", output_format="npy",
+                           bucket_by_length="false")
+    assert got.dtype == np.float32
     _assert_close(got, references[("max", False)], "flags over the shipped directory")
     for message in (
             f"--pooling=max overrides the sentence-transformers model's pooling=mean "
@@ -371,9 +370,9 @@ for name, directory in args["exports"].items():
     for sig in ("serving_default", "preprocess"):
         for key, value in loaded.signatures[sig](text=tf.constant(args["texts"])).items():
             out[f"{name}/{sig}/{key}"] = value.numpy()
-    # One text at a time: each request on its own width.
-    out[f"{name}/one_by_one"] = np.concatenate([loaded.signatures["serving_default"](
-        text=tf.constant([t]))["embedding"].numpy() for t in args["texts"]])
+    if name == "max_raw":  # one text at a time: each request on its own width
+        out[f"{name}/one_by_one"] = np.concatenate([loaded.signatures["serving_default"](
+            text=tf.constant([t]))["embedding"].numpy() for t in args["texts"]])
     # What TF Serving reads: the SignatureDef of saved_model.pb.
     graph = saved_model_pb2.SavedModel()
     graph.ParseFromString(open(directory + "/saved_model.pb", "rb").read())
@@ -388,29 +387,45 @@ out["leaked"] = np.array(sorted(m for m in sys.modules if m.split(".")[0] in
                                 ("modeling", "data_prep", "training", "tasks")), dtype=object)
 np.savez(sys.argv[2], **out)
 """
-# (variant, how it is exported: from its own directory, or flags over the shipped one)
-EXPORTS = {"mean_normalized": (("mean", True), {}),
-           "cls_raw": (("cls", False), {}),
-           "max_normalized": (("max", True), {"pooling": "max"}),
-           "mean_raw": (("mean", False), {}),
-           "cls_normalized": (("cls", True), {}),
-           "max_raw": (("max", False), {"pooling": "max", "normalize": "false"})}
+# name -> the variant it serves
+EXPORTS = {"mean_normalized": ("mean", True), "max_raw": ("max", False),
+           "mean_raw": ("mean", False), "cls_normalized": ("cls", True),
+           "cls_raw": ("cls", False), "max_normalized": ("max", True)}
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, variants, texts):
-    """Each variant exported by export_saved_model.py, then served from one fresh process
-    with no project code on its path."""
+def served(tmp_path_factory, variants, texts, encoder):
+    """Each variant exported, then served from one fresh process with no project code on
+    its path: by export_saved_model.py from the shipped directory (alone, and with flags
+    overriding it), and by the export library from the settings each other variant's
+    directory gives (one encoder and in-graph tokenizer for them all)."""
+    from data_prep.tf_tokenization import BertInGraphTokenizer
+    from modeling.checkpoints import sentence_transformers
+    from modeling.export import families, writer
+    from tasks.feature_extraction.export import run_metadata
+
     root = tmp_path_factory.mktemp("embedding_exports")
-    exports = {}
-    for name, (key, flags) in EXPORTS.items():
-        directory = model_dir() if flags else variants[key]
+    exports = {name: str(root / name) for name in EXPORTS}
+    for name, flags in (("mean_normalized", {}),
+                        ("max_raw", {"pooling": "max", "normalize": "false"})):
         result = call_main("export_saved_model", model_type="embedding",
-                           init_checkpoint=directory, export_dir=root / name, **flags)
+                           init_checkpoint=model_dir(), export_dir=exports[name], **flags)
         assert result.code == 0, (result.stderr + result.log)[-3000:]
-        assert (f"pooling={key[0]}, normalize={key[1]}) to" in result.stdout
-                and "max_seq_length=256, do_lower_case=True" in result.stdout), result.stdout
-        exports[name] = str(root / name)
+        pooling, normalize = EXPORTS[name]
+        assert (f"max_seq_length=256, do_lower_case=True, pooling={pooling}, "
+                f"normalize={normalize}) to" in result.stdout), result.stdout
+        if flags:
+            assert ("--normalize=false overrides the sentence-transformers model's "
+                    "normalize=true" in result.log), result.log[-3000:]
+    vocab = os.path.join(model_dir(), "vocab.txt")
+    tokenizer = BertInGraphTokenizer(vocab, True)
+    for name in list(EXPORTS)[2:]:
+        meta = run_metadata(sentence_transformers.read(variants[EXPORTS[name]]))
+        config = families.serving_config("embedding", vocab, meta.do_lower_case,
+                                         meta.max_seq_length, pooling=meta.pooling,
+                                         normalize=meta.normalize)
+        assert (config.pooling, config.normalize) == EXPORTS[name]
+        writer.export_saved_model(encoder, config, exports[name], tokenizer=tokenizer)
     outputs = run_isolated(tmp_path_factory.mktemp("serve"), SERVE,
                            {"exports": exports, "texts": texts})
     return exports, outputs
@@ -420,9 +435,9 @@ def served(tmp_path_factory, variants, texts):
 def test_the_served_model_equals_sentence_transformers(served, references, texts):
     _, out = served
     assert list(out["leaked"]) == []
-    for name, (key, _) in EXPORTS.items():
+    for name, key in EXPORTS.items():
         _assert_close(out[f"{name}/serving_default/embedding"], references[key], name)
-        _assert_close(out[f"{name}/one_by_one"], references[key], f"{name}, one by one")
+    _assert_close(out["max_raw/one_by_one"], references[("max", False)], "one by one")
 
 
 @pytest.mark.slow
@@ -475,14 +490,17 @@ def test_predict_saved_model_serves_it(served, references, texts, tmp_path):
 
 
 @pytest.mark.slow
-def test_conversions_keep_the_pooling(tmp_path, texts, references, saved_by_v6):
+def test_conversions_keep_the_pooling(tmp_path, texts, references, saved_by_v6, variants):
     """convert_checkpoint.py: the hf output of the directory sentence-transformers 6 saved
     (no vocab.txt: written from its tokenizer.json) is a sentence-transformers model again
-    (sentence-transformers loads it: the same vectors); the tf1 output of the shipped one
-    keeps the pooling, normalization, casing and length for extract_features."""
+    (sentence-transformers loads it: the same vectors); the tf1 output of a variant keeps
+    its pooling, normalization, casing and length."""
     from sentence_transformers import SentenceTransformer
 
-    for kind, source in (("hf", saved_by_v6), ("tf1", model_dir())):
+    from modeling import checkpoints
+    from modeling.checkpoints import sentence_transformers
+
+    for kind, source in (("hf", saved_by_v6), ("tf1", variants[("cls", False)])):
         result = call_main("convert_checkpoint", input=source,
                            output_dir=tmp_path / kind, output_format=kind)
         assert result.code == 0, (result.stderr + result.log)[-3000:]
@@ -491,7 +509,7 @@ def test_conversions_keep_the_pooling(tmp_path, texts, references, saved_by_v6):
     model = SentenceTransformer(str(tmp_path / "hf"), device="cpu")
     _assert_close(model.encode(texts, batch_size=32), references[("mean", True)],
                   "hf conversion, loaded by sentence-transformers")
-    assert {"bert_model.ckpt.index", "modules.json", "sentence_bert_config.json",
-            "tokenizer_config.json", "1_Pooling"} <= set(os.listdir(tmp_path / "tf1"))
-    got, _ = _extract(tmp_path, texts, "tf1.jsonl", init_checkpoint=tmp_path / "tf1")
-    _assert_close(got, references[("mean", True)], "tf1 conversion, extract_features")
+    # The tf1 output: Google's layout, and the variant's settings read back.
+    assert checkpoints.resolve(str(tmp_path / "tf1"))[0] == "tf1"
+    assert sentence_transformers.read(str(tmp_path / "tf1")).settings() == {
+        "max_seq_length": 256, "do_lower_case": True, "pooling": "cls", "normalize": False}
