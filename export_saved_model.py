@@ -148,17 +148,10 @@ def _sentence_transformers_metadata(family):
                         f"{family.model_type} was asked, which exports "
                         f"{family.weights_description}: export it with --model_type="
                         f"{MODEL_TYPE}")
-    names = {"max_seq_length", "do_lower_case"} | {spec.name for spec in family.flags}
-    overrides = model.overrides({name: FLAGS[name].value for name in sorted(names)
-                                 if FLAGS[name].present})
-    if family.model_type == MODEL_TYPE and FLAGS["layers"].present and FLAGS.layers != "-1":
-        overrides.append(f"--layers={FLAGS.layers} overrides the sentence-transformers "
-                         "model's pooled layer, the last (-1)")
-    for name in ("vocab_file", "bert_config_file"):
-        if FLAGS[name].value:
-            overrides.append(f"--{name}={FLAGS[name].value} overrides the file of the "
-                             f"sentence-transformers model in {model.transformer_dir}")
-    for message in overrides:
+    names = ["max_seq_length", "do_lower_case", "vocab_file", "bert_config_file"] + [
+        spec.name for spec in family.flags]
+    for message in model.overrides({name: FLAGS[name].value for name in names
+                                    if FLAGS[name].present}):
         logging.warning("%s", message)
     return run_metadata(model)
 

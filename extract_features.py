@@ -45,7 +45,8 @@ def define_flags():
     """The original script's flags plus --distribution_strategy (defined only when run)."""
     flags.DEFINE_string("input_file", None,
                         "Text file, one example per line ('a' or 'a ||| b').")
-    flags.DEFINE_string("output_file", None, "JSON lines output file.")
+    flags.DEFINE_string("output_file", None, "JSON lines output file (with "
+                        "--output_format=npy: a .npy file).")
     flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma-separated encoder layer indexes "
                         "(Python indexing over the blocks: -1 is the last). With --pooling: "
                         "the layers whose mean is pooled; default there: -1.")
@@ -211,21 +212,15 @@ def _text_settings() -> TextSettings:
 
     names = ("max_seq_length", "do_lower_case", "pooling", "normalize")
     values = {name: FLAGS[name].value for name in names}
-    given = {name: FLAGS[name].value for name in names if FLAGS[name].present}
+    given = {name: FLAGS[name].value for name in names + ("layers", "vocab_file",
+                                                          "bert_config_file")
+             if FLAGS[name].present}
     if sentence_transformers.is_sentence_transformers(FLAGS.init_checkpoint):
         model = sentence_transformers.read(FLAGS.init_checkpoint)
         values.update({k: v for k, v in model.settings().items() if k not in given})
         logging.info("sentence-transformers model %s: %s", model.directory, ", ".join(
             f"{k}={v}" for k, v in model.settings().items()))
-        overrides = model.overrides(given)
-        if FLAGS["layers"].present and _layer_indexes(FLAGS.layers) != [-1]:
-            overrides.append(f"--layers={FLAGS.layers} overrides the sentence-transformers "
-                             "model's pooled layer, the last (-1)")
-        for name in ("vocab_file", "bert_config_file"):
-            if FLAGS[name].value:
-                overrides.append(f"--{name}={FLAGS[name].value} overrides the file of the "
-                                 f"sentence-transformers model in {model.transformer_dir}")
-        for message in overrides:
+        for message in model.overrides(given):
             logging.warning("%s", message)
     pooled = values["pooling"] != "none"
     if not pooled:

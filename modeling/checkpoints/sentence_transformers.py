@@ -84,13 +84,22 @@ class SentenceTransformersModel:
 
     def overrides(self, given: dict) -> list:
         """One message per flag in ``given`` ({flag name: value}) that sets a value other
-        than the model's: what the runners log."""
+        than the model's (``settings``, ``--layers`` other than the last, which
+        sentence-transformers pools, ``--vocab_file``, ``--bert_config_file``): what the
+        runners log."""
         messages = []
+        settings = self.settings()
         for name, value in given.items():
-            if name in self.settings() and value != self.settings()[name]:
+            if name in settings and value != settings[name]:
                 messages.append(f"--{name}={_flag_text(value)} overrides the "
                                 f"sentence-transformers model's {name}="
-                                f"{_flag_text(self.settings()[name])} ({self.sources[name]})")
+                                f"{_flag_text(settings[name])} ({self.sources[name]})")
+            elif name == "layers" and str(value).replace(" ", "") != "-1":
+                messages.append(f"--layers={value} overrides the sentence-transformers "
+                                "model's pooled layer, the last (-1)")
+            elif name in ("vocab_file", "bert_config_file") and value:
+                messages.append(f"--{name}={value} overrides the file of the "
+                                f"sentence-transformers model in {self.transformer_dir}")
         return messages
 
 

