@@ -102,24 +102,27 @@ def load_paths(export_dir: str, model_dir: str, threads: int) -> tuple:
     return {"export": run_export, "sentence-transformers": run_st}, parts, model.tokenizer
 
 
-def time_paths(paths: dict, workloads: dict, rounds: int) -> dict:
-    """{workload: {path: [seconds per sentence, per round]}}, paths interleaved."""
+def time_paths(paths: dict, workloads: dict, rounds: int) -> tuple:
+    """({workload: {path: [wall seconds per sentence, per round]}}, the same in CPU
+    seconds of the process), paths interleaved."""
     for batches in workloads.values():  # warm-up: first-call costs, thread pools
         for run in paths.values():
             for batch in batches[:3]:
                 run(batch)
     names = list(paths)
     times = {w: {n: [] for n in names} for w in workloads}
+    cpu = {w: {n: [] for n in names} for w in workloads}
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for workload, batches in workloads.items():
+            count = sum(len(b) for b in batches)
             for name in order:
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 for batch in batches:
                     paths[name](batch)
-                count = sum(len(b) for b in batches)
                 times[workload][name].append((time.perf_counter() - start) / count)
-    return times
+                cpu[workload][name].append((time.process_time() - start_cpu) / count)
+    return times, cpu
 
 
 def profile(paths: dict, parts: dict, workloads: dict, rounds: int) -> dict:
@@ -154,11 +157,9 @@ def child(args) -> None:
     workloads = {"batch 1": [[t] for t in texts[:args.sentences // 4]],
                  "batch 32": [texts[i:i + BATCH] for i in range(0, len(texts), BATCH)]}
     load_before = os.getloadavg()
-    cpu_before = time.process_time()
-    times = time_paths(paths, workloads, args.rounds)
+    times, cpu = time_paths(paths, workloads, args.rounds)
     result = {"threads": args.threads, "load_before": load_before,
-              "load_after": os.getloadavg(), "times": times,
-              "cpu_seconds": time.process_time() - cpu_before,
+              "load_after": os.getloadavg(), "times": times, "cpu": cpu,
               "max_abs_diff": float(np.abs(paths["export"](texts[:BATCH])
                                            - paths["sentence-transformers"](
                                                texts[:BATCH])).max()),
@@ -174,15 +175,18 @@ def report(results: list) -> None:
           f"{statistics.mean(pieces):.1f}, median {statistics.median(pieces)}, max "
           f"{max(pieces)}")
     print("\n| threads | load | batch | export sent./s | sentence-transformers sent./s | "
-          "export / ST |")
-    print("|---|---|---|---|---|---|")
+          "export / ST (wall) | (CPU time) |")
+    print("|---|---|---|---|---|---|---|")
     for result in results:
         load = f"{result['load_before'][0]:.1f}-{result['load_after'][0]:.1f}"
         for workload, by_path in result["times"].items():
             ours = statistics.median(by_path["export"])
             theirs = statistics.median(by_path["sentence-transformers"])
+            cpu = result["cpu"][workload]
+            cpu_ratio = (statistics.median(cpu["sentence-transformers"])
+                         / statistics.median(cpu["export"]))
             print(f"| {result['threads']} | {load} | {workload} | {1 / ours:.0f} | "
-                  f"{1 / theirs:.0f} | {theirs / ours:.2f}x |")
+                  f"{1 / theirs:.0f} | {theirs / ours:.2f}x | {cpu_ratio:.2f}x |")
     for result in results:
         print(f"\n{result['threads']} thread(s): max |export - sentence-transformers| "
               f"{result['max_abs_diff']:.1e}")
