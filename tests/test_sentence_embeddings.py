@@ -337,22 +337,37 @@ def _extract(tmp_path, texts, name, **flags):
 @pytest.mark.slow
 def test_extract_features_reads_the_model_and_flags_override_it(tmp_path, texts, variants,
                                                                 references):
-    """A variant's directory alone gives its vectors (JSON lines, the runner's defaults);
-    flags given override the shipped directory's settings, each override logged (npy,
-    without length buckets)."""
-    got, _ = _extract(tmp_path, texts, "cls.jsonl", init_checkpoint=variants[("cls", True)])
-    _assert_close(got, references[("cls", True)], "cls directory, JSON lines")
-    got, result = _extract(tmp_path, texts, "max.npy", init_checkpoint=model_dir(),
-                           pooling="max", normalize="false", output_format="npy",
-                           bucket_by_length="false")
+    """A variant's directory gives its pooling (cls); a flag given overrides its Normalize
+    module, the override logged; npy output, the runner's default length buckets."""
+    got, result = _extract(tmp_path, texts, "cls.npy", init_checkpoint=variants[("cls", True)],
+                           normalize="false", output_format="npy")
     assert got.dtype == np.float32
-    _assert_close(got, references[("max", False)], "flags over the shipped directory")
+    _assert_close(got, references[("cls", False)], "cls directory, --normalize=false")
+    assert ("--normalize=false overrides the sentence-transformers model's normalize=true "
+            f"({variants[('cls', True)]}/modules.json: a Normalize module)" in result.log), \
+        result.log[-3000:]
+    assert "--pooling" not in result.log
+
+
+def test_export_logs_every_override_before_any_work(tmp_path):
+    """export_saved_model.py: each flag overriding the directory's settings is logged
+    (here before a refusal that ends the run without building a model)."""
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "notes.txt").write_text("mine")
+    result = call_main("export_saved_model", model_type="embedding",
+                       init_checkpoint=model_dir(), export_dir=tmp_path / "export",
+                       pooling="max", normalize="false", max_seq_length=128, layers="-1,-2",
+                       do_lower_case="true")
+    assert result.code == 1 and "is not an export written by this project" in result.stderr
     for message in (
             f"--pooling=max overrides the sentence-transformers model's pooling=mean "
             f"({model_dir()}/1_Pooling/config.json)",
-            "--normalize=false overrides the sentence-transformers model's normalize=true "
-            f"({model_dir()}/modules.json: a Normalize module)"):
-        assert message in result.log, result.log[-3000:]
+            "--normalize=false overrides the sentence-transformers model's normalize=true",
+            "--max_seq_length=128 overrides the sentence-transformers model's "
+            f"max_seq_length=256 ({model_dir()}/sentence_bert_config.json)",
+            "--layers=-1,-2 overrides the sentence-transformers model's pooled layer"):
+        assert message in result.log, (message, result.log[-3000:])
+    assert "--do_lower_case" not in result.log  # given, but the model's own value
 
 
 # ------------------------------------------------------------------------- the export
@@ -396,9 +411,9 @@ EXPORTS = {"mean_normalized": ("mean", True), "max_raw": ("max", False),
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, variants, texts, encoder):
     """Each variant exported, then served from one fresh process with no project code on
-    its path: by export_saved_model.py from the shipped directory (alone, and with flags
-    overriding it), and by the export library from the settings each other variant's
-    directory gives (one encoder and in-graph tokenizer for them all)."""
+    its path: by export_saved_model.py from a variant's directory, and by the export
+    library from the settings each other variant's directory gives (one encoder and
+    in-graph tokenizer for them all)."""
     from data_prep.tf_tokenization import BertInGraphTokenizer
     from modeling.checkpoints import sentence_transformers
     from modeling.export import families, writer
@@ -406,20 +421,15 @@ def served(tmp_path_factory, variants, texts, encoder):
 
     root = tmp_path_factory.mktemp("embedding_exports")
     exports = {name: str(root / name) for name in EXPORTS}
-    for name, flags in (("mean_normalized", {}),
-                        ("max_raw", {"pooling": "max", "normalize": "false"})):
-        result = call_main("export_saved_model", model_type="embedding",
-                           init_checkpoint=model_dir(), export_dir=exports[name], **flags)
-        assert result.code == 0, (result.stderr + result.log)[-3000:]
-        pooling, normalize = EXPORTS[name]
-        assert (f"max_seq_length=256, do_lower_case=True, pooling={pooling}, "
-                f"normalize={normalize}) to" in result.stdout), result.stdout
-        if flags:
-            assert ("--normalize=false overrides the sentence-transformers model's "
-                    "normalize=true" in result.log), result.log[-3000:]
+    result = call_main("export_saved_model", model_type="embedding",
+                       init_checkpoint=variants[EXPORTS["max_raw"]],
+                       export_dir=exports["max_raw"])
+    assert result.code == 0, (result.stderr + result.log)[-3000:]
+    assert ("max_seq_length=256, do_lower_case=True, pooling=max, normalize=False) to"
+            in result.stdout), result.stdout
     vocab = os.path.join(model_dir(), "vocab.txt")
     tokenizer = BertInGraphTokenizer(vocab, True)
-    for name in list(EXPORTS)[2:]:
+    for name in [name for name in EXPORTS if name != "max_raw"]:
         meta = run_metadata(sentence_transformers.read(variants[EXPORTS[name]]))
         config = families.serving_config("embedding", vocab, meta.do_lower_case,
                                          meta.max_seq_length, pooling=meta.pooling,
