@@ -20,10 +20,10 @@ a fixed seed, none repeated; their WordPiece counts are printed): one sentence p
 threads = the count, inter-op 1, for TensorFlow and torch alike); within it the paths take
 turns in every round, and the median over rounds is reported with the load average.
 
-``--profile`` splits the export's time per call: ``preprocess`` (in-graph tokenization and
-packing), ``encode`` on those ids (the encoder: its matmuls) and the rest (pooling,
-normalization, signature overhead); with the padding: the share of positions that hold a
-real token.
+``--profile`` splits the export's CPU time per sentence: ``preprocess`` (in-graph
+tokenization and packing) and the encoder alone (its matmuls) on each request padded to
+its longest row and in the export's length groups, with the share of the positions that
+hold a real token each way.
 """
 
 from __future__ import annotations
@@ -87,7 +87,6 @@ def load_paths(export_dir: str, model_dir: str, threads: int) -> tuple:
     torch.set_num_interop_threads(1)
     loaded = tf.saved_model.load(export_dir)
     serve, preprocess = loaded.signatures["serving_default"], loaded.signatures["preprocess"]
-    encode = loaded.signatures["encode"]
     model = SentenceTransformer(model_dir, device="cpu")
 
     def run_export(texts):
@@ -97,8 +96,15 @@ def load_paths(export_dir: str, model_dir: str, threads: int) -> tuple:
         return model.encode(texts, batch_size=len(texts), convert_to_numpy=True,
                             show_progress_bar=False)
 
+    from modeling import checkpoints
+    from modeling.encoder import BertEncoder
+
+    keras_encoder = BertEncoder(checkpoints.config_for(model_dir))
+    checkpoints.load_pretrained(model_dir, keras_encoder, partial=True)
+    forward = tf.function(lambda ids: keras_encoder(ids)["sequence_output"],
+                          reduce_retracing=True)
     parts = {"preprocess": lambda texts: preprocess(text=tf.constant(texts)),
-             "encode": lambda ids: encode(**ids)["pooled_output"].numpy()}
+             "encoder": lambda ids: forward(ids).numpy()}
     return {"export": run_export, "sentence-transformers": run_st}, parts, model.tokenizer
 
 
@@ -126,26 +132,50 @@ def time_paths(paths: dict, workloads: dict, rounds: int) -> tuple:
 
 
 def profile(paths: dict, parts: dict, workloads: dict, rounds: int) -> dict:
-    """{workload: {part: seconds per sentence}} of the export, and the real-token share."""
+    """{workload: CPU seconds per sentence of the whole export, of its ``preprocess``, and
+    of the encoder alone (this project's Keras encoder in a tf.function, on the
+    preprocessed ids) on each request padded to its longest row, and in the export's
+    length groups (``tasks.feature_extraction.export.ROWS_PER_RUN`` rows, sorted by
+    length); with the share of real tokens among the positions computed each way}."""
     import numpy as np
+    import tensorflow as tf
+
+    from tasks.feature_extraction.export import ROWS_PER_RUN
+
+    encoder = parts["encoder"]
+
+    def trimmed(ids, rows=None):
+        ids = {k: np.asarray(v) if rows is None else np.asarray(v)[rows]
+               for k, v in ids.items()}
+        width = -(-int(ids["input_mask"].sum(1).max()) // 8) * 8
+        return {k: tf.constant(v[:, :width]) for k, v in ids.items()}
+
+    def groups(ids):
+        order = np.argsort(np.asarray(ids["input_mask"]).sum(1), kind="stable")
+        return [trimmed(ids, order[i:i + ROWS_PER_RUN])
+                for i in range(0, len(order), ROWS_PER_RUN)]
 
     out = {}
     for workload, batches in workloads.items():
-        ids = [{k: v for k, v in parts["preprocess"](b).items()} for b in batches]
-        measured = {"whole": [], "preprocess": [], "encode": []}
-        for _ in range(rounds):
-            for part, fn, inputs in (("whole", paths["export"], batches),
-                                     ("preprocess", parts["preprocess"], batches),
-                                     ("encode", parts["encode"], ids)):
-                start = time.perf_counter()
+        ids = [parts["preprocess"](b) for b in batches]
+        runs = {"whole": (paths["export"], batches),
+                "preprocess": (parts["preprocess"], batches),
+                "encoder padded": (encoder, [trimmed(i) for i in ids]),
+                "encoder grouped": (encoder, [g for i in ids for g in groups(i)])}
+        measured = {name: [] for name in runs}
+        for _ in range(rounds + 1):
+            for name, (fn, inputs) in runs.items():
+                start = time.process_time()
                 for x in inputs:
                     fn(x)
-                measured[part].append((time.perf_counter() - start)
+                measured[name].append((time.process_time() - start)
                                       / sum(len(b) for b in batches))
         real = sum(int(np.asarray(i["input_mask"]).sum()) for i in ids)
-        positions = sum(int(np.prod(np.asarray(i["input_mask"]).shape)) for i in ids)
-        out[workload] = {**{k: statistics.median(v) for k, v in measured.items()},
-                         "real_share": real / positions}
+        out[workload] = {name: statistics.median(v[1:]) for name, v in measured.items()}
+        for name in ("padded", "grouped"):
+            inputs = runs[f"encoder {name}"][1]
+            out[workload][f"real {name}"] = real / sum(
+                int(np.prod(x["input_mask"].shape)) for x in inputs)
     return out
 
 
@@ -191,12 +221,12 @@ def report(results: list) -> None:
         print(f"\n{result['threads']} thread(s): max |export - sentence-transformers| "
               f"{result['max_abs_diff']:.1e}")
         for workload, parts in result.get("profile", {}).items():
-            whole = parts["whole"]
-            print(f"  export profile, {workload}: {1e3 * whole:.2f} ms/sentence = preprocess "
-                  f"{100 * parts['preprocess'] / whole:.0f}% + encode "
-                  f"{100 * parts['encode'] / whole:.0f}% + rest "
-                  f"{100 * (1 - (parts['preprocess'] + parts['encode']) / whole):.0f}%; "
-                  f"real tokens {100 * parts['real_share']:.0f}% of the positions")
+            print(f"  export, {workload}, CPU ms per sentence: whole "
+                  f"{1e3 * parts['whole']:.2f}, preprocess {1e3 * parts['preprocess']:.2f}, "
+                  f"encoder alone on the request padded {1e3 * parts['encoder padded']:.2f} "
+                  f"({100 * parts['real padded']:.0f}% real tokens), in length groups "
+                  f"{1e3 * parts['encoder grouped']:.2f} "
+                  f"({100 * parts['real grouped']:.0f}%)")
 
 
 def main():

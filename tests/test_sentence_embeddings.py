@@ -388,6 +388,8 @@ for name, directory in args["exports"].items():
     if name == "max_raw":  # one text at a time: each request on its own width
         out[f"{name}/one_by_one"] = np.concatenate([loaded.signatures["serving_default"](
             text=tf.constant([t]))["embedding"].numpy() for t in args["texts"]])
+        out[f"{name}/empty"] = loaded.signatures["serving_default"](
+            text=tf.constant([], tf.string))["embedding"].numpy()
     # What TF Serving reads: the SignatureDef of saved_model.pb.
     graph = saved_model_pb2.SavedModel()
     graph.ParseFromString(open(directory + "/saved_model.pb", "rb").read())
@@ -447,7 +449,9 @@ def test_the_served_model_equals_sentence_transformers(served, references, texts
     assert list(out["leaked"]) == []
     for name, key in EXPORTS.items():
         _assert_close(out[f"{name}/serving_default/embedding"], references[key], name)
+    # A request's rows run in length groups (ROWS_PER_RUN): one row, a partial group, none.
     _assert_close(out["max_raw/one_by_one"], references[("max", False)], "one by one")
+    assert out["max_raw/empty"].shape == (0, 384)
 
 
 @pytest.mark.slow
