@@ -186,6 +186,11 @@ def test_a_transformer_module_in_its_own_folder(tmp_path):
     assert checkpoints.resolve(str(root)) == ("hf", str(root / "0_Transformer" /
                                                         "model.safetensors"))
     assert checkpoints.vocab_for(str(root)) == str(root / "0_Transformer" / "vocab.txt")
+    # Converting into the model's own directory would replace its modules.json: refused.
+    result = call_main("convert_checkpoint", input=root, output_dir=root, output_format="hf")
+    assert result.code == 1 and "converting into it would overwrite the input" in \
+        result.stderr, result.stderr[-2000:]
+    assert sorted(os.listdir(root)) == ["0_Transformer", "1_Pooling", "modules.json"]
 
 
 def _dense(root):
@@ -429,6 +434,12 @@ def served(tmp_path_factory, variants, texts, encoder):
     assert result.code == 0, (result.stderr + result.log)[-3000:]
     assert ("max_seq_length=256, do_lower_case=True, pooling=max, normalize=False) to"
             in result.stdout), result.stdout
+    marker = json.loads(open(os.path.join(exports["max_raw"], "assets.extra",
+                                          "export_metadata.json")).read())
+    assert {k: marker[k] for k in ("model_type", "task", "max_seq_length", "do_lower_case",
+                                   "pooling", "normalize", "layers")} == {
+        "model_type": "embedding", "task": "sentence-transformers", "max_seq_length": 256,
+        "do_lower_case": True, "pooling": "max", "normalize": False, "layers": [-1]}
     vocab = os.path.join(model_dir(), "vocab.txt")
     tokenizer = BertInGraphTokenizer(vocab, True)
     for name in [name for name in EXPORTS if name != "max_raw"]:
