@@ -11,10 +11,12 @@ directories and this project's tf.train.Checkpoint.
         --output_dir=google_bert --output_format=tf1
 
 The input kind is detected (``--input_format`` forces it); the GELU form of the config is
-kept in every output (see docs/modeling.md).
+kept in every output (see docs/modeling.md). A sentence-transformers directory's pooling,
+normalization, casing and max_seq_length are written beside the output
+(docs/embeddings.md).
 """
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from data_prep import cli
 
@@ -23,7 +25,8 @@ FLAGS = flags.FLAGS
 
 def define_flags():
     flags.DEFINE_string("input", None, "Checkpoint: TF1 prefix or directory, Hugging Face "
-                        "directory or .safetensors file, or our checkpoint prefix/directory.")
+                        "directory or .safetensors file, sentence-transformers directory, or "
+                        "our checkpoint prefix/directory.")
     flags.DEFINE_enum("input_format", "auto", ["auto", "tf1", "hf", "ours"],
                       "Kind of --input (auto: detected).")
     flags.DEFINE_string("output_dir", None, "Directory to write.")
@@ -49,6 +52,7 @@ def run():
     it wrote."""
     from data_prep import fileio
     from modeling import checkpoints
+    from modeling.checkpoints import sentence_transformers
     from modeling.config import BertConfig
 
     if not FLAGS.input or not FLAGS.output_dir:
@@ -57,6 +61,10 @@ def run():
         raise cli.FlagError(f"--vocab_file={FLAGS.vocab_file}: no such file")
     if fileio.exists(FLAGS.output_dir) and not fileio.isdir(FLAGS.output_dir):
         raise cli.FlagError(f"--output_dir={FLAGS.output_dir} is a file; expected a directory")
+    if sentence_transformers.is_sentence_transformers(FLAGS.input):
+        for message in sentence_transformers.read(FLAGS.input).overrides(
+                {name: FLAGS[name].value for name in ("bert_config_file", "vocab_file")}):
+            logging.warning("%s", message)
     config = (BertConfig.from_config_file(FLAGS.bert_config_file)
               if FLAGS.bert_config_file else None)
     written = checkpoints.convert(

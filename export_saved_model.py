@@ -12,11 +12,14 @@ encoder as a TF Hub encoder + preprocessor pair (--model_type=hub).
     python export_saved_model.py --model_type=hub --init_checkpoint=uncased_L-12_H-768_A-12 \
         --bert_config_file=bert_config.json --vocab_file=vocab.txt --do_lower_case=true \
         --export_dir=export/hub          # -> export/hub/encoder, export/hub/preprocessor
+    python export_saved_model.py --model_type=embedding \
+        --init_checkpoint=all-MiniLM-L6-v2 --export_dir=export/minilm
 
 Settings come from explicit flags first, then from ``export_metadata.json`` beside the
-checkpoint (written by the fine-tuning runner; ``--metadata_file`` points elsewhere), then
-from the defaults. The config and vocab default to the files beside the checkpoint. See
-docs/export.md for the signatures.
+checkpoint (written by the fine-tuning runner; ``--metadata_file`` points elsewhere) or
+a sentence-transformers checkpoint's modules (every flag overriding one of them is
+logged), then from the defaults. The config and vocab default to the files beside the
+checkpoint. See docs/export.md for the signatures.
 """
 
 from __future__ import annotations
@@ -120,12 +123,37 @@ def _metadata(ckpt_dir: str, family):
     if FLAGS.metadata_file and not tf.io.gfile.exists(path):
         raise FlagError(f"--metadata_file={path}: no such file")
     if not tf.io.gfile.exists(path):
-        return None
+        return _sentence_transformers_metadata(family)
     try:
         # Refuses the metadata of another family's run (a SWAG run as a classifier, ...).
         return registry.read_run_metadata(path, family)
     except ExportError as err:
         raise FlagError(str(err)) from None
+
+
+def _sentence_transformers_metadata(family):
+    """A sentence-transformers --init_checkpoint's settings as its run metadata (None for
+    another checkpoint), every flag given that overrides one of them logged."""
+    from absl import logging
+
+    from modeling.checkpoints import sentence_transformers
+    from tasks.feature_extraction.export import MODEL_TYPE, run_metadata
+
+    if not sentence_transformers.is_sentence_transformers(FLAGS.init_checkpoint):
+        return None
+    model = sentence_transformers.read(FLAGS.init_checkpoint)
+    if family.model_type != MODEL_TYPE and not family.exports_any_run:
+        raise FlagError(f"--init_checkpoint={FLAGS.init_checkpoint} is a sentence-transformers "
+                        f"model (an encoder and its pooling), but --model_type="
+                        f"{family.model_type} was asked, which exports "
+                        f"{family.weights_description}: export it with --model_type="
+                        f"{MODEL_TYPE}")
+    names = ["max_seq_length", "do_lower_case", "vocab_file", "bert_config_file"] + [
+        spec.name for spec in family.flags]
+    for message in model.overrides({name: FLAGS[name].value for name in names
+                                    if FLAGS[name].present}):
+        logging.warning("%s", message)
+    return run_metadata(model)
 
 
 def build_serving_config(ckpt_dir: str):
@@ -153,7 +181,8 @@ def build_serving_config(ckpt_dir: str):
         settings = family.settings(given, meta, max_seq_length)
     except ExportError as err:
         raise FlagError(str(err)) from None
-    vocab_file = FLAGS.vocab_file or os.path.join(ckpt_dir, "vocab.txt")
+    vocab_file = (FLAGS.vocab_file or checkpoints.vocab_for(FLAGS.init_checkpoint)
+                  or os.path.join(ckpt_dir, "vocab.txt"))
     if not tf.io.gfile.exists(vocab_file):
         raise FlagError(f"--vocab_file: {vocab_file} does not exist"
                         + ("" if FLAGS.vocab_file else " (no vocab.txt beside the checkpoint)"))
@@ -246,7 +275,9 @@ def run() -> str:
     print(f"exported {serving.model_type} ({FLAGS.dtype}, max_seq_length="
           f"{serving.max_seq_length}, do_lower_case={serving.do_lower_case}"
           + (f", labels={list(labels)}" if labels else "")
-          + (", text_pair" if getattr(serving, "text_pair", False) else "") + f") to {out}")
+          + (", text_pair" if getattr(serving, "text_pair", False) else "")
+          + "".join(f", {name}={getattr(serving, name)}" for name in ("pooling", "normalize")
+                    if hasattr(serving, name)) + f") to {out}")
     return out
 
 

@@ -1,5 +1,6 @@
 """extract_features.py: contextual token vectors from a BERT checkpoint, as JSON lines (the paper's
-feature-based approach), with the flags and the output format of Google's script.
+feature-based approach), with the flags and the output format of Google's script; or one
+vector per text (--pooling), as sentence-transformers computes it.
 
     python extract_features.py --input_file=input.txt --output_file=out.jsonl \
         --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
@@ -15,18 +16,27 @@ vectors from the window where it has the most context. ``--init_checkpoint`` may
 Hugging Face BERT directory (config.json + model.safetensors + vocab.txt) or a directory
 holding ``bert_model.ckpt``; the directory's config and vocab are then the defaults of
 ``--bert_config_file`` and ``--vocab_file``.
+
+With ``--pooling=cls|mean|max`` (``--normalize``: L2) each line gives one vector, the
+``--layers``' mean (default: the last layer) pooled over its real tokens:
+``{"linex_index": i, "embedding": [...]}``, or with ``--output_format=npy`` one float32
+array [lines, hidden]. A sentence-transformers directory as ``--init_checkpoint`` also sets
+the defaults of ``--max_seq_length``, ``--do_lower_case``, ``--pooling`` and
+``--normalize`` (flags given override them, each override logged). See docs/embeddings.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 
 from absl import app, flags, logging
 
 from data_prep import cli
-from tasks.feature_extraction.extract import (Example, Windows, compute_layers,
-                                              convert_examples, feature_json, merge_windows)
+from tasks.feature_extraction.extract import (Example, NpyRows, Windows, compute_layers,
+                                              convert_examples, embedding_json, feature_json,
+                                              merge_windows, sentence_vector)
 
 FLAGS = flags.FLAGS
 
@@ -35,18 +45,33 @@ def define_flags():
     """The original script's flags plus --distribution_strategy (defined only when run)."""
     flags.DEFINE_string("input_file", None,
                         "Text file, one example per line ('a' or 'a ||| b').")
-    flags.DEFINE_string("output_file", None, "JSON lines output file.")
+    flags.DEFINE_string("output_file", None, "JSON lines output file (with "
+                        "--output_format=npy: a .npy file).")
     flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma-separated encoder layer indexes "
-                        "(Python indexing over the blocks: -1 is the last).")
+                        "(Python indexing over the blocks: -1 is the last). With --pooling: "
+                        "the layers whose mean is pooled; default there: -1.")
+    flags.DEFINE_enum("pooling", "none", ["none", "cls", "mean", "max"],
+                      "none: the original's vectors of every token; else one vector per "
+                      "line: its [CLS] token's (cls), the mean (mean) or the maximum of each "
+                      "dimension (max) over its tokens, padding never counted. Default from "
+                      "a sentence-transformers --init_checkpoint: its Pooling module's.")
+    flags.DEFINE_bool("normalize", False, "With --pooling: divide each vector by its L2 "
+                      "norm. Default from a sentence-transformers --init_checkpoint: whether "
+                      "it has a Normalize module.")
+    flags.DEFINE_enum("output_format", "jsonl", ["jsonl", "npy"],
+                      "With --pooling: JSON lines {\"linex_index\": i, \"embedding\": [...]} "
+                      "or npy (one float32 array [lines, hidden], rows in input order).")
     flags.DEFINE_string("bert_config_file", None, "bert_config.json (Google) or config.json "
                         "(Hugging Face); defaults to the one beside --init_checkpoint.")
     flags.DEFINE_integer("max_seq_length", 128, "Sequence length after WordPiece (truncated / "
-                         "padded to it).")
+                         "padded to it); default from a sentence-transformers "
+                         "--init_checkpoint: its max_seq_length.")
     flags.DEFINE_string("init_checkpoint", None, "TF1 checkpoint prefix or directory, Hugging "
                         "Face directory, or one of this project's checkpoints.")
     flags.DEFINE_string("vocab_file", None, "vocab.txt; defaults to the one beside "
                         "--init_checkpoint.")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models); default "
+                      "from a sentence-transformers --init_checkpoint: its tokenizer's.")
     flags.DEFINE_integer("batch_size", 32, "Batch size for predictions (global).")
     flags.DEFINE_enum("long_text", "truncate", ["truncate", "windows"],
                       "A text longer than --max_seq_length: 'truncate' keeps its first window "
@@ -164,6 +189,49 @@ def _layer_indexes(text: str) -> list:
                              "(e.g. -1,-2,-3,-4)") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class TextSettings:
+    """How texts are read and what is written per line: the flags, or their defaults from
+    a sentence-transformers checkpoint."""
+
+    max_seq_length: int
+    do_lower_case: bool
+    pooling: str
+    normalize: bool
+    layer_indexes: list
+
+
+def _text_settings() -> TextSettings:
+    """--max_seq_length, --do_lower_case, --pooling, --normalize and --layers: the flags
+    given, else a sentence-transformers checkpoint's settings, else the flags' defaults.
+    Each flag that overrides the checkpoint's setting is logged; UsageError naming a flag
+    that cannot apply."""
+    from modeling.checkpoints import sentence_transformers
+
+    names = ("max_seq_length", "do_lower_case", "pooling", "normalize")
+    values = {name: FLAGS[name].value for name in names}
+    given = {name: FLAGS[name].value for name in names + ("layers", "vocab_file",
+                                                          "bert_config_file")
+             if FLAGS[name].present}
+    if sentence_transformers.is_sentence_transformers(FLAGS.init_checkpoint):
+        model = sentence_transformers.read(FLAGS.init_checkpoint)
+        values.update({k: v for k, v in model.settings().items() if k not in given})
+        logging.info("sentence-transformers model %s: %s", model.directory, ", ".join(
+            f"{k}={v}" for k, v in model.settings().items()))
+        for message in model.overrides(given):
+            logging.warning("%s", message)
+    pooled = values["pooling"] != "none"
+    if not pooled:
+        for name, default in (("normalize", False), ("output_format", "jsonl")):
+            if FLAGS[name].present and FLAGS[name].value != default:
+                value = FLAGS[name].value
+                raise app.UsageError(f"--{name}={str(value).lower()} needs one vector per "
+                                     "line: give --pooling=cls, mean or max")
+    layers = _layer_indexes(FLAGS.layers) if FLAGS["layers"].present or not pooled else [-1]
+    return TextSettings(values["max_seq_length"], values["do_lower_case"], values["pooling"],
+                        values["normalize"] and pooled, layers)
+
+
 def _windows():
     """--long_text and its flags as `Windows` (None: truncate); UsageError naming a flag
     (its flags given with truncate are refused before: `run`'s `check_modes`)."""
@@ -194,17 +262,18 @@ def run():
                          [("--input_file", FLAGS.input_file),
                           ("--vocab_file", FLAGS.vocab_file),
                           ("--bert_config_file", FLAGS.bert_config_file)])
-    layer_indexes = _layer_indexes(FLAGS.layers)
+    text = _text_settings()
+    layer_indexes, max_seq_length = text.layer_indexes, text.max_seq_length
     if FLAGS.batch_size < 1:
         raise app.UsageError(f"--batch_size={FLAGS.batch_size}: must be at least 1")
-    if FLAGS.max_seq_length < 3:
-        raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length}: must be at least 3 "
+    if max_seq_length < 3:
+        raise app.UsageError(f"--max_seq_length={max_seq_length}: must be at least 3 "
                              "([CLS], a token, [SEP])")
     common_flags.check_modes(FLAGS, (common_flags.OnlyWith(
         ("doc_stride", "max_windows_per_text"), "--long_text=windows",
         common_flags.flag_is("long_text", "windows")),))
     windows = _windows()
-    buckets = common_flags.bucket_boundaries(FLAGS, FLAGS.max_seq_length)
+    buckets = common_flags.bucket_boundaries(FLAGS, max_seq_length)
     examples = read_examples(FLAGS.input_file)
     # The strategy first: a mirrored CPU split must happen before TensorFlow sets up devices.
     strategy_name = "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy
@@ -216,18 +285,18 @@ def run():
         if not -config.num_hidden_layers <= index < config.num_hidden_layers:
             raise app.UsageError(f"--layers: {index} is out of range for "
                                  f"{config.num_hidden_layers} layers")
-    if FLAGS.max_seq_length > config.max_position_embeddings:
-        raise app.UsageError(f"--max_seq_length {FLAGS.max_seq_length} exceeds "
+    if max_seq_length > config.max_position_embeddings:
+        raise app.UsageError(f"--max_seq_length {max_seq_length} exceeds "
                              f"max_position_embeddings {config.max_position_embeddings}")
     try:
-        tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=FLAGS.do_lower_case)
+        tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=text.do_lower_case)
         check_vocab(tokenizer.vocab, vocab_file, required=ENCODING_TOKENS)
     except VocabError as err:
         raise VocabError(f"--vocab_file: {err}") from None
     trainer_setup.check_vocab_fits(  # a grown model read with its old vocab, or the reverse
         vocab_file, config, f"--bert_config_file={FLAGS.bert_config_file}"
         if FLAGS.bert_config_file else f"the config beside {FLAGS.init_checkpoint}")
-    features = convert_examples(examples, FLAGS.max_seq_length, tokenizer, windows,
+    features = convert_examples(examples, max_seq_length, tokenizer, windows,
                                 FLAGS.input_file)
 
     if FLAGS.batch_size % strategy.num_replicas_in_sync:
@@ -243,15 +312,30 @@ def run():
         raise checkpoints.CheckpointError(report.describe())
     logging.info("%s", report.describe())
 
-    logging.info("Computing features of %d examples (%d windows, layers %s) into %s",
+    logging.info("Computing %s of %d examples (%d windows, layers %s) into %s",
+                 "features" if text.pooling == "none" else
+                 f"{text.pooling}-pooled vectors{' (L2-normalized)' * text.normalize}",
                  len(examples), len(features), layer_indexes, FLAGS.output_file)
-    # All or nothing: the JSON lines appear under --output_file only once complete.
+    computed = merge_windows(compute_layers(encoder, features, layer_indexes,
+                                            FLAGS.batch_size, strategy, FLAGS.jit_compile,
+                                            buckets))
+    npy = text.pooling != "none" and FLAGS.output_format == "npy"
+    # All or nothing: the output appears under --output_file only once complete.
     with fileio.AtomicOutputs([FLAGS.output_file]) as out:
-        with out.open(FLAGS.output_file, "w", newline="\n") as writer:
-            computed = compute_layers(encoder, features, layer_indexes, FLAGS.batch_size,
-                                      strategy, FLAGS.jit_compile, buckets)
-            for feature, layers in merge_windows(computed):
-                writer.write(feature_json(feature, layers, layer_indexes))
+        with out.open(FLAGS.output_file, "wb" if npy else "w",
+                      **({} if npy else {"newline": "\n"})) as writer:
+            rows = NpyRows(writer, len(examples), config.hidden_size) if npy else None
+            for feature, layers in computed:
+                if text.pooling == "none":
+                    writer.write(feature_json(feature, layers, layer_indexes))
+                    continue
+                vector = sentence_vector(feature, layers, text.pooling, text.normalize)
+                if rows:
+                    rows.write(vector)
+                else:
+                    writer.write(embedding_json(feature, vector))
+            if rows:
+                rows.close()
 
 
 def main(argv):

@@ -8,6 +8,8 @@
         --question="Who sat?" --context="The cat sat on the mat."
     python predict_saved_model.py --export_dir=export/ner \
         --text="Angela Merkel met Emmanuel Macron in Paris."
+    python predict_saved_model.py --export_dir=export/minilm \
+        --text="A man is eating food." --text="Someone eats." --output_json=vectors.json
     python predict_saved_model.py --export_dir=export/swag \
         --context="Someone opens the door." --question="He" \
         --ending="walks in." --ending="eats the door." --ending="is a door." --ending="sings."
@@ -25,7 +27,8 @@ also a check that an export (`export_saved_model.py`, docs/export.md) serves on 
 `tf.saved_model.load`, then the `serving_default` signature (or `--signature`) on the
 given strings. It prints one line per input: for a classifier the predicted label, its
 probability and every label's probability; for a tagger the entities and each word's
-tag; otherwise each output's value (vectors summarised by their shape). Outputs
+tag; for an embedding its size, L2 norm and first values; otherwise each output's value
+(vectors summarised by their shape). Outputs
 flattened over the batch with a ``<prefix>example_index`` (a tagger's entities and
 words, SQuAD's windows) are gathered per input. `--output_json=FILE` also writes
 `{"export_dir", "signature", "inputs", "predictions": [{output: value, ...}, ...]}`,
@@ -326,6 +329,11 @@ def _describe(row: dict, labels: list) -> str:
         best = max(range(len(probabilities)), key=lambda i: probabilities[i])
         spread = ", ".join(f"{n} {p:.3f}" for n, p in zip(names, probabilities, strict=True))
         return f"{row['label']} (p={probabilities[best]:.3f}; {spread})"
+    if isinstance(row.get("embedding"), list):
+        vector = row["embedding"]
+        norm = sum(x * x for x in vector) ** 0.5
+        return (f"embedding [{len(vector)}], L2 norm {norm:.4f}: "
+                + " ".join(f"{x:.4f}" for x in vector[:4]) + " ...")
     if "answer_text" in row:
         return f"{row['answer_text']!r} (score {row.get('score', float('nan')):.3f})"
     parts = []

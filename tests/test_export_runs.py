@@ -18,7 +18,7 @@ from test_export import SEQ, VOCAB, _cli, _config, _save_like_training
 
 RUN_FAMILIES = ("classifier", "squad", "multiple_choice", "tagger")
 # The encoder every run has: these families export any run's.
-ENCODER_FAMILIES = ("encoder", "hub")
+ENCODER_FAMILIES = ("encoder", "hub", "embedding")
 SQUAD_SETTINGS = dict(doc_stride=12, max_query_length=8, max_answer_length=6, n_best_size=7)
 
 
@@ -237,6 +237,7 @@ COMMON_MARKER_KEYS = ["task", "labels", "is_regression", "do_lower_case", "max_s
 MARKER_KEYS = {
     "classifier": COMMON_MARKER_KEYS, "encoder": COMMON_MARKER_KEYS,
     "hub": COMMON_MARKER_KEYS, "multiple_choice": COMMON_MARKER_KEYS,
+    "embedding": COMMON_MARKER_KEYS + ["pooling", "normalize", "layers"],
     "squad": COMMON_MARKER_KEYS + ["max_query_length", "max_answer_length", "doc_stride",
                                    "n_best_size", "max_context_windows"],
     "tagger": COMMON_MARKER_KEYS + ["tag_scheme", "doc_stride", "max_context_windows",

@@ -244,6 +244,12 @@ BAD_RUNS = {
     "zero_max_windows": (b"the cat\n", {"long_text": "windows", "max_windows_per_text": "0"},
                          "--max_windows_per_text=0: must be at least 1"),
     "bad_long_text": (b"the cat\n", {"long_text": "whole"}, "--long_text"),
+    "normalize_without_pooling": (b"the cat\n", {"normalize": "true"},
+                                  "--normalize=true needs one vector per line: give "
+                                  "--pooling=cls, mean or max"),
+    "npy_without_pooling": (b"the cat\n", {"output_format": "npy"},
+                            "--output_format=npy needs one vector per line"),
+    "bad_pooling": (b"the cat\n", {"pooling": "sum"}, "--pooling"),
 }
 
 
@@ -290,7 +296,8 @@ def _extract(directory, tmp_path, lines, name="out.jsonl", **overrides):
              "vocab_file": directory / "vocab.txt", "layers": "-1,-2,0",
              "max_seq_length": SEQ, "batch_size": 4, **overrides}
     result = call_main("extract_features", **flags)
-    return result, out.read_text(encoding="utf-8") if out.exists() else None
+    text = out.exists() and out.suffix != ".npy"  # (an .npy is read by its test)
+    return result, out.read_text(encoding="utf-8") if text else None
 
 
 def _spans_and_best(num_tokens, room, stride):
@@ -421,3 +428,58 @@ def test_pairs_with_windows(google_dir, tmp_path):
             in result.stderr), result.stderr[-3000:]
     result, text = _extract(directory, tmp_path, lines)
     assert result.code == 0 and len(json.loads(text.splitlines()[1])["features"]) == SEQ
+
+
+# ------------------------------------------------------- one vector per text (issue 41)
+
+
+def _pooled(values, pooling, normalize):
+    """The reference pooling of one text's token vectors [tokens, hidden], spelled out."""
+    vector = {"cls": lambda v: v[0], "mean": lambda v: v.mean(axis=0),
+              "max": lambda v: v.max(axis=0)}[pooling](values)
+    return vector / np.linalg.norm(vector) if normalize else vector
+
+
+@pytest.mark.parametrize("pooling, normalize, output_format",
+                         [("mean", False, "jsonl"), ("max", True, "npy"),
+                          ("cls", False, "jsonl")])
+def test_pooling_from_the_original_checkpoint(google_dir, tmp_path, pooling, normalize,
+                                              output_format):
+    """Google's TF1 checkpoint: each line's vector is the mean of layers -1 and -2 of the
+    original graph over its real tokens only (buckets pad to 4, 8 or 16), pooled."""
+    directory, tokens, layers = google_dir
+    name = f"out.{'npy' if output_format == 'npy' else 'jsonl'}"
+    result, _ = _extract(directory, tmp_path, LINES, name, pooling=pooling,
+                         normalize=str(normalize).lower(), output_format=output_format,
+                         layers="-1,-2", bucket_boundaries="4,8")
+    assert result.code == 0, result.stderr[-3000:]
+    if output_format == "npy":
+        got = np.load(tmp_path / name)
+        assert got.dtype == np.float32
+    else:
+        records = [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+        assert [list(r) for r in records] == [["linex_index", "embedding"]] * len(LINES)
+        assert [r["linex_index"] for r in records] == list(range(len(LINES)))
+        got = np.array([r["embedding"] for r in records])
+    for i, line_tokens in enumerate(tokens):
+        values = (layers[-1][i, :len(line_tokens)] + layers[-2][i, :len(line_tokens)]) / 2
+        np.testing.assert_allclose(got[i], _pooled(values, pooling, normalize), atol=1e-4)
+    # Padding counted would change the mean and max of every short line.
+    assert len(set(len(t) for t in tokens)) > 2
+
+
+def test_long_texts_are_pooled_over_their_windows(google_dir, tmp_path):
+    """--long_text=windows with --pooling: the vector pools the token vectors the
+    per-token output gives (each WordPiece's from its max-context window)."""
+    directory = google_dir[0]
+    lines = [LINES[0], LONG]
+    _, tokens_text = _extract(directory, tmp_path, lines, "tokens.jsonl", layers="-1",
+                              long_text="windows")
+    _, pooled_text = _extract(directory, tmp_path, lines, "pooled.jsonl", layers="-1",
+                              long_text="windows", pooling="mean")
+    for tokens_line, pooled_line in zip(tokens_text.splitlines(), pooled_text.splitlines()):
+        features = json.loads(tokens_line)["features"]
+        values = np.array([f["layers"][0]["values"] for f in features])
+        np.testing.assert_allclose(json.loads(pooled_line)["embedding"], values.mean(axis=0),
+                                   atol=2e-6)
+    assert len(json.loads(tokens_text.splitlines()[1])["features"]) > 2 * SEQ

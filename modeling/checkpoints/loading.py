@@ -13,6 +13,7 @@ from modeling.checkpoints.hf import (HF_IGNORED, PICKLE_SUFFIXES, hf_reader,
                                      looks_like_pickle, pickle_refusal)
 from modeling.checkpoints.names import load_by_table
 from modeling.checkpoints.ours import ATTR_SUFFIX, load_ours
+from modeling.checkpoints import sentence_transformers
 from modeling.checkpoints.tf1 import TF1_IGNORED, tf1_reader
 from modeling.config import BertConfig
 
@@ -28,8 +29,10 @@ def resolve(path: str) -> tuple:
     Accepts a TF1 or tf.train.Checkpoint prefix, a directory with ``bert_model.ckpt*``, a
     directory with a ``checkpoint`` state file, a Hugging Face directory
     (``model.safetensors``, or ``model.safetensors.index.json`` with its shards), a
-    ``.safetensors`` file or a ``.safetensors.index.json``. PyTorch pickles
-    (``pytorch_model.bin``, ``.pt``, ``.pth``) are refused, never unpickled.
+    ``.safetensors`` file or a ``.safetensors.index.json``, or a sentence-transformers
+    directory (``modules.json``: its Transformer module's weights, after its modules are
+    checked by ``sentence_transformers.read``). PyTorch pickles (``pytorch_model.bin``,
+    ``.pt``, ``.pth``) are refused, never unpickled.
     """
     path = os.fspath(path)
     if path.endswith((".safetensors", ".safetensors.index.json")) and tf.io.gfile.exists(path):
@@ -47,6 +50,12 @@ def resolve(path: str) -> tuple:
 
 
 def _resolve_directory(path: str) -> tuple:
+    if sentence_transformers.is_sentence_transformers(path):
+        return _resolve_weights(sentence_transformers.read(path).transformer_dir)
+    return _resolve_weights(path)
+
+
+def _resolve_weights(path: str) -> tuple:
     for name in ("model.safetensors", HF_INDEX):
         if tf.io.gfile.exists(os.path.join(path, name)):
             return HF, os.path.join(path, name)

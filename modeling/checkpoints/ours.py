@@ -143,9 +143,12 @@ def write_checkpoint_files(out_dir: str, name: str, save, texts: Optional[dict] 
 
 
 def save_ours(model, out_dir: str, config: Optional[BertConfig] = None,
-              vocab_file: Optional[str] = None) -> str:
+              vocab_file: Optional[str] = None, texts: Optional[dict] = None) -> str:
     """Writes ``tf.train.Checkpoint(model=model)`` as ``out_dir/ckpt`` (+ bert_config.json,
-    vocab.txt) as one all-or-nothing set (`write_checkpoint_files`)."""
-    texts = {"bert_config.json": config.to_json_string()} if config is not None else {}
+    vocab.txt, ``texts``: {file name: text}) as one all-or-nothing set
+    (`write_checkpoint_files`)."""
+    texts = dict(texts or {})
+    if config is not None:
+        texts["bert_config.json"] = config.to_json_string()
     return write_checkpoint_files(out_dir, "ckpt", tf.train.Checkpoint(model=model).write,
                                   texts, vocab_file)

@@ -11,6 +11,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import fileio
+from modeling.checkpoints import sentence_transformers
 from modeling.checkpoints.common import HF, KINDS, OURS, TF1, CheckpointError
 from modeling.checkpoints.loading import (checkpoint_has_next_sentence_head,
                                           checkpoint_has_pretraining_heads, config_for,
@@ -57,8 +58,9 @@ def _warn_if_causal(config: BertConfig, kind: str, out_dir: str) -> None:
 
 
 def export_tf1_checkpoint(model, config: BertConfig, out_dir: str, *,
-                          vocab_file: Optional[str] = None) -> str:
-    """Writes ``model`` as Google's layout: ``bert_model.ckpt.*`` + ``bert_config.json``.
+                          vocab_file: Optional[str] = None, texts: Optional[dict] = None) -> str:
+    """Writes ``model`` as Google's layout: ``bert_model.ckpt.*`` + ``bert_config.json``
+    (+ ``texts``: {file name: text}, in the same set).
 
     The checkpoint holds exactly the original variable names and shapes, so
     ``tf.train.load_checkpoint`` and the original code's ``init_from_checkpoint`` read it.
@@ -76,14 +78,16 @@ def export_tf1_checkpoint(model, config: BertConfig, out_dir: str, *,
                           tensors=[tf.constant(arrays[n]) for n in names])
 
     prefix = write_checkpoint_files(out_dir, "bert_model.ckpt", save,
-                                    {"bert_config.json": config.to_json_string()}, vocab_file)
+                                    {**(texts or {}), "bert_config.json": config.to_json_string()},
+                                    vocab_file)
     _warn_if_causal(config, TF1, out_dir)
     return prefix
 
 
 def export_hf_checkpoint(model, config: BertConfig, out_dir: str, *,
-                         vocab_file: Optional[str] = None) -> str:
-    """Writes ``model`` as a Hugging Face directory: ``model.safetensors`` + ``config.json``.
+                         vocab_file: Optional[str] = None, texts: Optional[dict] = None) -> str:
+    """Writes ``model`` as a Hugging Face directory: ``model.safetensors`` + ``config.json``
+    (+ ``texts``: {file name: text}, in the same set).
 
     The GELU form is kept ("gelu_exact" -> "gelu", "gelu_tanh" -> "gelu_new"). A
     left-to-right model is written with a warning (``_warn_if_causal``).
@@ -96,13 +100,16 @@ def export_hf_checkpoint(model, config: BertConfig, out_dir: str, *,
     path = os.path.join(out_dir, "model.safetensors")
     vocab = [os.path.join(out_dir, "vocab.txt")] if vocab_file else []
     config_path = os.path.join(out_dir, "config.json")
+    texts = {os.path.join(out_dir, name): text for name, text in (texts or {}).items()}
+    texts[config_path] = json.dumps(config.to_hf_dict(), indent=2, sort_keys=True) + "\n"
     # One set: a failure or an interruption leaves the previous files, never new weights
     # beside an old config.
-    with fileio.AtomicOutputs([path, config_path] + vocab) as out:
+    with fileio.AtomicOutputs([path] + vocab + list(texts)) as out:
         with out.open(path, "wb") as f:
             f.write(save(_external_arrays(model, HF), metadata={"format": "pt"}))
-        with out.open(config_path, "w", newline="\n") as f:
-            f.write(json.dumps(config.to_hf_dict(), indent=2, sort_keys=True) + "\n")
+        for name, text in texts.items():
+            with out.open(name, "w", newline="\n") as f:
+                f.write(text)
         if vocab_file:
             out.copy(vocab_file, vocab[0])
     _warn_if_causal(config, HF, out_dir)
@@ -125,7 +132,13 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
       output_dir: directory to write (checkpoint + config [+ vocab.txt]).
       output_kind: one of ``KINDS``.
       config, input_kind, model, partial: as ``read_network``.
-      vocab_file: copied into ``output_dir``; default: ``vocab.txt`` beside the input.
+      vocab_file: copied into ``output_dir``; default: ``vocab.txt`` beside the input (a
+        sentence-transformers input without one: written from its ``tokenizer.json``).
+
+    A sentence-transformers input's description (pooling, normalization, casing,
+    max_seq_length: ``sentence_transformers.description_files``) is written beside the
+    output, which sentence-transformers then loads (``hf``) and this project reads (every
+    kind).
 
     Returns:
       The written checkpoint (prefix or file).
@@ -135,20 +148,35 @@ def convert(input_path: str, output_dir: str, output_kind: str, *,
         work: the outputs would replace the input's files).
     """
     check_output_dir(input_path, output_dir, output_kind)
+    described = (sentence_transformers.read(input_path)
+                 if sentence_transformers.is_sentence_transformers(input_path) else None)
     network, config = read_network(input_path, config=config, input_kind=input_kind,
                                    model=model, partial=partial)
     if vocab_file is None:
         vocab_file = vocab_for(input_path)
-    return write_network(network, config, output_dir, output_kind, vocab_file)
+    texts = {}
+    if described:
+        texts = sentence_transformers.description_files(
+            described.pooling, described.normalize, described.max_seq_length,
+            described.do_lower_case, config.hidden_size)
+        vocab_text = (None if vocab_file else
+                      sentence_transformers.vocab_from_tokenizer_json(described.transformer_dir))
+        if vocab_text:
+            texts["vocab.txt"] = vocab_text
+    return write_network(network, config, output_dir, output_kind, vocab_file, texts)
 
 
 def check_output_dir(input_path: str, output_dir: str, output_kind: str) -> None:
     """Refuses, before any work, an unknown output kind, an input that is not a checkpoint
-    and an ``output_dir`` that holds the input (its files would be replaced)."""
+    and an ``output_dir`` that holds the input (its files would be replaced), or a
+    sentence-transformers input's directory."""
     if output_kind not in KINDS:
         raise ValueError(f"output kind {output_kind!r} is not one of {KINDS}")
     _, location = resolve(input_path)  # what is not a checkpoint is refused first
-    if fileio.same_path(output_dir, os.path.dirname(location) or "."):
+    owned = [os.path.dirname(location) or "."]
+    if sentence_transformers.is_sentence_transformers(input_path):
+        owned.append(sentence_transformers.read(input_path).directory)
+    if any(fileio.same_path(output_dir, directory) for directory in owned):
         # The outputs (checkpoint, config, vocab.txt) would replace the input's own files.
         raise fileio.OutputError(
             f"output_dir {output_dir} holds the input checkpoint {location}; writing "
@@ -196,9 +224,11 @@ def read_network(input_path: str, *, config: Optional[BertConfig] = None,
 
 
 def write_network(network, config: BertConfig, output_dir: str, output_kind: str,
-                  vocab_file: Optional[str]) -> str:
-    """Writes ``network`` (with ``config`` and a copy of ``vocab_file``) as a checkpoint of
-    ``output_kind`` in ``output_dir``, all-or-nothing; returns the checkpoint written."""
+                  vocab_file: Optional[str], texts: Optional[dict] = None) -> str:
+    """Writes ``network`` (with ``config``, a copy of ``vocab_file`` and the text files
+    ``texts``, {name: text}) as a checkpoint of ``output_kind`` in ``output_dir``,
+    all-or-nothing; returns the checkpoint written."""
     if output_kind == OURS:
-        return save_ours(network, output_dir, config, vocab_file)
-    return EXPORTERS[output_kind](network, config, output_dir, vocab_file=vocab_file)
+        return save_ours(network, output_dir, config, vocab_file, texts)
+    return EXPORTERS[output_kind](network, config, output_dir, vocab_file=vocab_file,
+                                  texts=texts)

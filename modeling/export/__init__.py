@@ -55,7 +55,7 @@ Adding a task family's export (the extension point)
    package's ``export.py``; ``export_saved_model.py``'s ``--model_type`` choices, the
    family flags, the weight checks, the overwrite rules and the atomic writer then apply.
 
-Only the families that export the encoder every run has (``encoder`` and ``hub``) take
-any run's ``export_metadata.json``; the others refuse another family's run
-(``registry.read_run_metadata``).
+Only the families that export the encoder every run has (``exports_any_run``: ``encoder``,
+``hub``, the sentence embedding family) take any run's ``export_metadata.json``; the others
+refuse another family's run (``registry.read_run_metadata``).
 """

@@ -8,6 +8,11 @@ one JSON line per example with values rounded to 6 decimals (`feature_json`).
 A text longer than a window is cut to its first window, as the original does, or with
 `Windows` read whole: SQuAD's doc_stride windows (`tasks.common.windows`), every token's
 vectors from the window where it has the most context (`merge_windows`).
+
+One vector per text instead (`sentence_vector`): the chosen layers' mean over each real
+token, pooled as sentence-transformers' Pooling module pools (cls, mean, max; padding never
+counted) and optionally L2-normalized as its Normalize module; written as JSON lines
+(`embedding_json`) or one float32 ``.npy`` array (`NpyRows`).
 """
 
 from __future__ import annotations
@@ -241,3 +246,67 @@ def feature_json(feature: Feature, layers, layer_indexes: list) -> str:
         tokens.append(entry)
     line = collections.OrderedDict([("linex_index", feature.unique_id), ("features", tokens)])
     return json.dumps(line) + "\n"
+
+
+def sentence_vector(feature: Feature, layers, pooling: str, normalize: bool):
+    """One text's vector, float32 [hidden], from `compute_layers` / `merge_windows`' layers
+    [len(layer_indexes), length, hidden] of `feature`.
+
+    The layers' mean at each real token ([CLS] ... [SEP]: `feature.tokens`; never the
+    padding), then `pooling`: "cls" its [CLS] vector, "mean" the mean over the tokens,
+    "max" the maximum of each dimension over them (sentence-transformers' Pooling modes);
+    with `normalize` divided by its L2 norm (at least 1e-12, as its Normalize module).
+    """
+    import numpy as np
+
+    tokens = layers[:, :len(feature.tokens)]
+    tokens = tokens[0] if len(tokens) == 1 else tokens.mean(axis=0)
+    if pooling == "cls":
+        vector = tokens[0]
+    elif pooling == "mean":
+        vector = tokens.sum(axis=0) / np.float32(len(tokens))
+    elif pooling == "max":
+        vector = tokens.max(axis=0)
+    else:
+        raise ValueError(f"pooling {pooling!r} is not one of cls, mean, max")
+    vector = vector.astype(np.float32)
+    if normalize:
+        vector = vector / max(np.float32(np.linalg.norm(vector)), np.float32(1e-12))
+    return vector
+
+
+def embedding_json(feature: Feature, vector) -> str:
+    """One output line of a text's vector, rounded to 6 decimals as the token output."""
+    values = [round(float(x), 6) for x in vector]
+    return json.dumps({"linex_index": feature.unique_id, "embedding": values}) + "\n"
+
+
+class NpyRows:
+    """A ``.npy`` file of one float32 array [rows, dim] written a row at a time (rows in
+    the order written), so that large inputs never sit in memory whole.
+
+    Args:
+      writer: a binary file object.
+      rows, dim: the array's shape, known before the first row.
+    """
+
+    def __init__(self, writer, rows: int, dim: int):
+        import numpy as np
+
+        self.writer, self.expected, self.dim, self.written = writer, rows, dim, 0
+        np.lib.format.write_array_header_1_0(
+            writer, {"descr": "<f4", "fortran_order": False, "shape": (rows, dim)})
+
+    def write(self, vector) -> None:
+        import numpy as np
+
+        vector = np.asarray(vector, "<f4")
+        if vector.shape != (self.dim,) or self.written == self.expected:
+            raise ValueError(f"row {self.written} of shape {vector.shape} does not fit "
+                             f"[{self.expected}, {self.dim}]")
+        self.writer.write(vector.tobytes())
+        self.written += 1
+
+    def close(self) -> None:
+        if self.written != self.expected:
+            raise ValueError(f"{self.written} rows written of {self.expected}")
