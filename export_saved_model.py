@@ -200,7 +200,8 @@ def build_serving_config(ckpt_dir: str):
     try:  # a grown model served with its old vocab would never see its new words
         trainer_setup.check_vocab_fits(
             vocab_file, config, f"--bert_config_file={FLAGS.bert_config_file}"
-            if FLAGS.bert_config_file else f"the config beside {FLAGS.init_checkpoint}")
+            if FLAGS.bert_config_file else f"the config beside {FLAGS.init_checkpoint}",
+            checkpoints.vocab_for(FLAGS.init_checkpoint))
     except ValueError as err:
         raise FlagError(str(err)) from None
     do_lower_case = FLAGS.do_lower_case

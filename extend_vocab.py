@@ -66,14 +66,7 @@ def define_flags():
 def main(argv):
     """Runs `run` in the shell: bad input ends with one line naming the file or flag."""
     del argv
-    from data_prep import fileio, text_input
-    from data_prep.tokenization import VocabError
-    from modeling.checkpoints import CheckpointError
-    from modeling.config import ConfigError
-
-    return cli.run_main(run, "extend_vocab.py",
-                        (cli.UserError, CheckpointError, ConfigError, VocabError,
-                         fileio.OutputError, text_input.InputError))
+    return cli.run_main(run, "extend_vocab.py")
 
 
 def _check_flags():
@@ -172,6 +165,7 @@ def _tokenizer(vocab_file: str, config):
     """The old vocab's tokenizer; VocabError naming the flags when the vocab does not
     fit the model or --do_lower_case does not fit the vocab."""
     from data_prep import tokenization
+    from modeling import checkpoints
     from training import trainer_setup
 
     tokenizer = tokenization.FullTokenizer(vocab_file, FLAGS.do_lower_case)
@@ -180,7 +174,8 @@ def _tokenizer(vocab_file: str, config):
     trainer_setup.check_vocab_fits(vocab_file, config,
                                    f"--bert_config_file={FLAGS.bert_config_file}"
                                    if FLAGS.bert_config_file else
-                                   f"the config beside --input={FLAGS.input}")
+                                   f"the config beside --input={FLAGS.input}",
+                                   checkpoints.vocab_for(FLAGS.input))
     return tokenizer
 
 

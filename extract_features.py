@@ -295,7 +295,8 @@ def run():
         raise VocabError(f"--vocab_file: {err}") from None
     trainer_setup.check_vocab_fits(  # a grown model read with its old vocab, or the reverse
         vocab_file, config, f"--bert_config_file={FLAGS.bert_config_file}"
-        if FLAGS.bert_config_file else f"the config beside {FLAGS.init_checkpoint}")
+        if FLAGS.bert_config_file else f"the config beside {FLAGS.init_checkpoint}",
+        checkpoints.vocab_for(FLAGS.init_checkpoint))
     features = convert_examples(examples, max_seq_length, tokenizer, windows,
                                 FLAGS.input_file)
 

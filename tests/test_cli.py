@@ -180,7 +180,7 @@ CALLED = {
     "run_squad": ("training.finetuning", "validate", REQUIRED["run_squad"]),
     "run_ner": ("training.finetuning", "validate", REQUIRED["run_ner"]),
     "run_swag": ("training.finetuning", "validate", REQUIRED["run_swag"]),
-    "glue_submission": ("tasks.classification.glue", "check_data", REQUIRED["glue_submission"]),
+    "glue_submission": ("training.finetuning", "validate", REQUIRED["glue_submission"]),
     "extract_features": ("data_prep.fileio", "check_outputs",
                          ["--input_file=in.txt", "--output_file=out.jsonl",
                           "--init_checkpoint=ckpt"]),

@@ -51,7 +51,7 @@ def _flag_values(**overrides):
     import types
     values = dict(distribution_strategy="", use_tpu=False, tpu_name=None, master=None,
                   tpu_zone=None, gcp_project=None, num_tpu_cores=8, num_gpus=0,
-                  num_cpu_devices=0, dtype="float32", jit_compile=False, seed=None)
+                  num_cpu_devices=0, seed=None, tf_data_autotune=True)
     values.update(overrides)
     return types.SimpleNamespace(**values)
 

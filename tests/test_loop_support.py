@@ -254,11 +254,10 @@ def accumulated_and_whole_gradients(command, k=2, **settings):
     family (its `FinetuningCommand` and settings as keyword arguments) prepares its train
     split, and the loop's two gradient paths are traced for the dataset's own element
     spec (with length buckets the length is unknown until run time, as in the loop)."""
-    import dataclasses
-
     import tensorflow as tf
 
     from training import distribution, finetuning, trainer_setup
+    from training.settings import LoopConfig
 
     cfg = command.settings(**settings)
     run = cfg.finetuning
@@ -270,9 +269,9 @@ def accumulated_and_whole_gradients(command, k=2, **settings):
     train = family.prepare(run).train
     dataset = family.dataset(train, batch_size=run.train_batch_size, is_training=True, seed=1)
     assert dataset.element_spec["input_ids"].shape[-1] is None  # cut to a length bucket
-    loop_config = dataclasses.replace(run.loop, output_dir=run.output_dir, num_train_steps=1,
-                                      train_batch_size=run.train_batch_size,
-                                      gradient_accumulation_steps=k)
+    loop_config = LoopConfig.for_run(run.loop, output_dir=run.output_dir, num_train_steps=1,
+                                     train_batch_size=run.train_batch_size,
+                                     gradient_accumulation_steps=k)
     _, trainer = trainer_setup.build_trainer(
         distribution.get_strategy("one_device"), lambda: family.build_model(bert_config),
         family.loop_task(), loop_config=loop_config, max_seq_length=run.max_seq_length,

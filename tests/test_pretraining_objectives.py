@@ -409,7 +409,10 @@ def test_ltr_model_fine_tuned_with_a_bilstm_exports_and_serves(studies, tmp_path
     import random
 
     rng = random.Random(0)
-    vocab = write_vocab(tmp_path / "vocab.txt", studies["squad_tokens"])
+    rows = json.loads(open(studies["config"]).read())["vocab_size"]  # the table's rows
+    tokens = studies["squad_tokens"]
+    vocab = write_vocab(tmp_path / "vocab.txt", tokens + [
+        f"[unused{i}]" for i in range(1000, 1000 + rows - len(tokens))])
     train = Q.write_squad(tmp_path / "train.json", rng, "1.1", 4)
     dev = Q.write_squad(tmp_path / "dev.json", rng, "1.1", 2, dev=True)
 

@@ -468,7 +468,7 @@ def test_the_served_model_equals_sentence_transformers(served, references, texts
 @pytest.mark.slow
 def test_the_in_graph_tokenizer_equals_the_python_one(served, texts):
     from data_prep.tokenization import FullTokenizer
-    from tasks.classification.export import python_features
+    from tests.test_export import python_features
 
     _, out = served
     want = python_features(FullTokenizer(os.path.join(model_dir(), "vocab.txt"), True), texts,

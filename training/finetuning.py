@@ -397,8 +397,9 @@ def run(settings: FinetuningRun, family) -> dict:
     from training import distribution, output_claim, record_checks
 
     bert_config = trainer_setup.load_bert_config(settings.bert_config_file, settings.max_seq_length)
-    trainer_setup.check_vocab_fits(settings.vocab_file, bert_config,
-                                   f"--bert_config_file={settings.bert_config_file}")
+    trainer_setup.check_vocab_fits(
+        settings.vocab_file, bert_config, f"--bert_config_file={settings.bert_config_file}",
+        os.path.join(os.path.dirname(settings.bert_config_file), "vocab.txt"))
     replicas = strategy.num_replicas_in_sync
     points = grid_points(settings)
     for point in points:

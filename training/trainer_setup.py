@@ -49,31 +49,44 @@ def check_vocab_tokens(vocab_file: str) -> None:
         raise tokenization.VocabError(f"--vocab_file: {err}") from None
 
 
-def check_vocab_fits(vocab_file: str, bert_config, config_name: str) -> None:
+def check_vocab_fits(vocab_file: str, bert_config, config_name: str,
+                     model_vocab: str | None = None) -> None:
     """Raises VocabError naming both files and both sizes when --vocab_file is not the
     model's vocab by its size.
 
     More tokens than the embedding table has rows: records made with it would hold ids
-    the model lacks. Fewer: a model whose vocab grew (extend_vocab.py) read with its old
-    vocab would never see its new words; accepted only when the table is the vocab
-    rounded up to the next multiple of 8 (NVIDIA's 30528 rows for 30522 tokens), which
-    a grown table is unless fewer than 8 words were appended.
+    the model lacks. Fewer: accepted as the original accepts it (a table padded past its
+    vocab, as NVIDIA's 30528 rows for 30522 tokens, or a config's vocab_size rounded up:
+    the rows past the vocab are never read; logged), but refused when the model's own
+    vocab (`model_vocab`: the vocab.txt beside its config or checkpoint) has exactly
+    vocab_size tokens: a model whose vocab grew (extend_vocab.py) read with its old vocab
+    would never see its new words.
 
     Args:
       config_name: how the message names the config, e.g. "--bert_config_file=PATH".
+      model_vocab: the vocab.txt written beside the model, if any.
     """
-    from data_prep import tokenization
+    from data_prep import fileio, tokenization
 
     size = len(tokenization.load_vocab(vocab_file))
     rows = bert_config.vocab_size
-    if size == rows or (size < rows and rows == -(-size // 8) * 8):
+    if size == rows:
         return
+    if size < rows:
+        own = None
+        if model_vocab and os.path.isfile(model_vocab) and not fileio.same_path(
+                model_vocab, vocab_file):
+            own = len(tokenization.load_vocab(model_vocab))
+        if own != rows:
+            logging.info("--vocab_file=%s has %d tokens, %s vocab_size=%d: rows %d-%d of the "
+                         "embedding table are never read", vocab_file, size, config_name,
+                         rows, size, rows - 1)
+            return
     raise tokenization.VocabError(
         f"--vocab_file={vocab_file} has {size} tokens but {config_name} has vocab_size="
         f"{rows}: not this model's vocab (pass the vocab.txt the model was trained with"
-        + ("; a model grown by extend_vocab.py reads the vocab.txt written beside it, and "
-           "a table padded past its vocab needs [unusedN] lines up to vocab_size)"
-           if size < rows else ")"))
+        + (f"; {model_vocab}, beside the model, has its {rows} tokens: a model grown by "
+           "extend_vocab.py reads the vocab.txt written beside it)" if size < rows else ")"))
 
 
 def finetuning_steps(num_examples: int, train_batch_size: int, num_train_epochs: float,
