@@ -5,10 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_OUTPUT ?= demo_output
 PYTEST_ARGS ?=
-# The suite runs on this many processes (pytest-xdist, a module per worker: most tests use
-# one core). On a 2-core machine 2 workers run the ~1,100 tests in about 10 minutes and
-# keep both cores busy the whole time (idle under 2%), so more workers only add contention.
-# TEST_WORKERS=0: one process.
+# The suite runs on this many processes (pytest-xdist; `--dist loadfile`: all tests of a
+# module on one worker, so a module's fixtures (tiny trained runs, exports) are built once;
+# what several modules read is built once per session: tests/conftest.py `built_once`).
+# Most tests use one core: on a 2-core machine 2 workers keep both busy. TEST_WORKERS=0:
+# one process.
 TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast bench clean
@@ -30,10 +31,10 @@ demo: $(VENV)/.runtime
 	$(PY) demo.py --output_dir=$(DEMO_OUTPUT)
 
 test: $(VENV)/.dev
-	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.dev
-	$(PY) -m pytest -n $(TEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUTPUT) build *.egg-info

@@ -37,32 +37,6 @@ def write_vocab(path, tokens=TINY_VOCAB):
     return str(path)
 
 
-# Modules whose tests pytest-xdist spreads over its workers one by one; every other module
-# runs on one worker (below). Their tests are long and read nothing costly of the module's
-# (the paper's set-up and the pretraining records are built once per session:
-# `built_once`), so they fill the workers best one at a time.
-SPREAD_MODULES = {"tests/test_paper_commands.py", "tests/test_fault_injection_runners.py"}
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """`pytest -n N` (xdist's default `--dist load`, `make test`) sends all tests of a
-    module to one worker, as `--dist loadscope` does: its module fixtures (tiny trained
-    runs, exports, reference runs) are built once, not once on every worker that runs one
-    of its tests. Modules with the most tests go first; the tests of SPREAD_MODULES go one
-    by one, last. (xdist's `--dist loadgroup` cannot do it: it renames tests through an
-    attribute pytest 9 no longer reads.) Other `--dist` modes are xdist's own."""
-    if config.getvalue("dist") != "load":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ModuleScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid):
-            module = nodeid.split("::", 1)[0]
-            return nodeid if module in SPREAD_MODULES else module
-
-    return ModuleScheduling(config, log)
-
-
 def built_once(tmp_path_factory, name, build):
     """The folder `name` that `build(folder)` fills, built once per test session and read
     by every test that needs it (returned as a pathlib.Path; a test that changes it works
