@@ -21,7 +21,7 @@ from original_bert import original_module
 from test_export import SERVE_SCRIPT, VOCAB, _cli, _save_like_training
 
 from data_prep.tokenization import FullTokenizer
-from modeling.export import families, serving, writer
+from modeling.export import families, registry, serving, writer
 from modeling.export.metadata import (METADATA_FILE, ExportError, ExportMetadata,
                                       write_export_metadata)
 from modeling.config import BertConfig
@@ -109,7 +109,7 @@ def served(tmp_path_factory):
     return {"outputs": outputs, "models": {"fine": fine, "feature": feature},
             "labels": {"fine": IOB2, "feature": IOBES}, "padded": padded, "split": split,
             "vocab": str(runs["fine"] / "vocab.txt"),
-            "dirs": {name: calls[name]["dir"] for name in runs}}
+            "dirs": {name: calls[name]["dir"] for name in runs}, "runs": runs}
 
 
 def _decode(values):
@@ -371,11 +371,10 @@ def test_cli_everything_explicit_without_metadata(served, tmp_path):
     one made from the run's metadata. Without --doc_stride the windows are run_ner.py's
     default (half a window apart), not the SQuAD flag's 128; a setting of another family
     is refused."""
-    run = _run_dir(tmp_path / "run", _tagger(IOBES, 2, feature_based=True,
-                                             feature_layers="weighted_sum_all",
-                                             lstm_units=8),
-                   IOBES, "IOBES", feature_based=True, feature_layers="weighted_sum_all",
-                   lstm_units=8)
+    import shutil
+
+    run = tmp_path / "run"  # the served feature-based run, without its metadata
+    shutil.copytree(served["runs"]["feature"], run)
     (run / METADATA_FILE).unlink()
     explicit = ["--model_type=tagger", f"--init_checkpoint={run}",
                 f"--label_list={','.join(IOBES)}", "--do_lower_case=true",
@@ -394,12 +393,17 @@ def test_cli_everything_explicit_without_metadata(served, tmp_path):
         else:
             np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
 
-    result = _cli(*explicit, f"--export_dir={tmp_path / 'default_stride'}")
-    assert result.code == 0, result.stderr[-3000:]
-    marker = json.loads((tmp_path / "default_stride" / "assets.extra" /
-                         METADATA_FILE).read_text())
-    assert marker["doc_stride"] == (SEQ - 2) // 2 and marker["tag_scheme"] == "IOBES"
+    marker = json.loads((tmp_path / "e" / "assets.extra" / METADATA_FILE).read_text())
+    assert marker["doc_stride"] == DOC_STRIDE and marker["tag_scheme"] == "IOBES"
     assert marker["feature_based"] and marker["lstm_units"] == 8
+    # The same flags but --doc_stride, no metadata: the family's settings (what the export
+    # is built from) take run_ner.py's default.
+    given = {"label_list": list(IOBES), "tag_scheme": "IOBES", "feature_based": True,
+             "feature_layers": "weighted_sum_all", "lstm_units": 8}
+    family = registry.get_family("tagger")
+    assert family.settings(given, None, SEQ)["doc_stride"] == (SEQ - 2) // 2
+    assert family.settings({**given, "doc_stride": DOC_STRIDE}, None, SEQ)[
+        "doc_stride"] == DOC_STRIDE
 
     result = _cli(*explicit, "--tag_scheme=BIO", f"--export_dir={tmp_path / 'no'}")
     assert result.code == 1 and "tag_scheme='BIO' is not one of" in result.stderr

@@ -713,18 +713,26 @@ def test_windows_over_the_limit_name_the_file_and_line(windows_run, env, tmp_pat
         rc.run(cfg)
 
 
-def test_windows_export_serves_whole_documents_as_the_run(windows_run, tmp_path):
+def test_windows_export_serves_whole_documents_as_the_run_and_raises_its_limit(
+        windows_run, env, tmp_path):
     """export_saved_model.py carries the windows from the run's export_metadata.json: the
     SavedModel's probabilities on the raw long texts (one request, documents of 2 and 3
     windows together) equal test_results.tsv; a text over the window limit is refused
-    with a message naming the input and the limit."""
+    with a message naming the input and the limit.
+    --max_context_windows raises a windows run's serving limit (trained with
+    --max_windows_per_document=8, the limit without the flag): a text of 11 windows is
+    served, equal to the run's model on its 11 windows, in the same request as the texts
+    within the training limit. A run that does not read windows refuses the flag."""
     import json
 
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
 
+    from modeling.export import registry
+    from modeling.export.metadata import ExportError
     from modeling.export.serving import TOO_MANY_WINDOWS
-    from tests.clis import call_main
+    from tasks.classification.export import FAMILY
+    from tasks.classification.task import ClassificationExportMetadata
 
     out = windows_run["dir"]
     metadata = json.loads(open(os.path.join(out, "export_metadata.json")).read())
@@ -732,40 +740,9 @@ def test_windows_export_serves_whole_documents_as_the_run(windows_run, tmp_path)
                                      "window_pooling")} == {
         "long_document": "windows", "doc_stride": 15, "max_windows_per_document": 8,
         "window_pooling": "attention"}
-    export_dir = tmp_path / "export"
-    result = call_main("export_saved_model", init_checkpoint=out, export_dir=export_dir)
-    assert result.code == 0, result.stderr
-    processor = processors.get_processor("custom", custom=windows_run["custom"])
-    texts = [e.text_a for e in processor.read_split(str(windows_run["data"]), "test").examples]
-    loaded = tf.saved_model.load(str(export_dir))
-    packed = loaded.signatures["preprocess"](text=tf.constant(texts))
-    assert packed["input_ids"].shape[:2] == (len(texts), 3)
-    served = loaded.signatures["serving_default"](text=tf.constant(texts))
-    np.testing.assert_allclose(served["probabilities"].numpy(),
-                               _read_probabilities(os.path.join(out, "test_results.tsv")),
-                               atol=1e-3)
-    tokenized = loaded.signatures["serving_tokenized"](**packed)
-    np.testing.assert_allclose(tokenized["probabilities"].numpy(),
-                               served["probabilities"].numpy(), atol=1e-6)
-    too_long = " ".join(["the cat sat"] * 60)   # 180 tokens: 11 windows > 8
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=f"a `text` input {TOO_MANY_WINDOWS}=8"):
-        loaded.signatures["serving_default"](text=tf.constant([texts[0], too_long]))
-
-
-def test_windows_export_raises_the_serving_limit(windows_run, env, tmp_path):
-    """--max_context_windows raises a windows run's serving limit (trained with
-    --max_windows_per_document=8): a text of 11 windows is served, equal to the run's
-    model on its 11 windows; the texts within the training limit equal test_results.tsv
-    in the same request. A run that does not read windows refuses the flag."""
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
-
-    from modeling.export.metadata import ExportError
-    from tasks.classification.export import FAMILY
-    from tasks.classification.task import ClassificationExportMetadata
-
-    out = windows_run["dir"]
+    run_metadata = registry.read_run_metadata(out, FAMILY)
+    assert FAMILY.settings({}, run_metadata, SEQ)["max_windows"] == 8  # the run's limit
+    assert FAMILY.settings({"max_context_windows": 12}, run_metadata, SEQ)["max_windows"] == 12
     export_dir = tmp_path / "export"
     result = call_main("export_saved_model", init_checkpoint=out, export_dir=export_dir,
                        max_context_windows=12)
@@ -774,13 +751,19 @@ def test_windows_export_raises_the_serving_limit(windows_run, env, tmp_path):
     texts = [e.text_a for e in processor.read_split(str(windows_run["data"]), "test").examples]
     too_long = " ".join(["the cat sat"] * 60)   # 180 tokens: 11 windows > 8
     loaded = tf.saved_model.load(str(export_dir))
+    packed = loaded.signatures["preprocess"](text=tf.constant(texts))
+    assert packed["input_ids"].shape[:2] == (len(texts), 3)
     served = loaded.signatures["serving_default"](text=tf.constant(texts + [too_long]))
     probabilities = served["probabilities"].numpy()
     np.testing.assert_allclose(probabilities[:-1], _read_probabilities(
         os.path.join(out, "test_results.tsv")), atol=1e-3)
     np.testing.assert_allclose(probabilities[-1:], _document_probabilities(
         out, [too_long], env["vocab"], "attention", max_windows=12), atol=1e-5)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="max_context_windows=12"):
+    tokenized = loaded.signatures["serving_tokenized"](**packed)
+    np.testing.assert_allclose(tokenized["probabilities"].numpy(), probabilities[:-1],
+                               atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=f"a `text` input {TOO_MANY_WINDOWS}=12"):
         loaded.signatures["serving_default"](text=tf.constant([too_long + " " + too_long]))
     metadata = ClassificationExportMetadata(task="cola", labels=("0", "1"),
                                             max_seq_length=SEQ, model_type="classifier")

@@ -308,9 +308,10 @@ def encoder():
 
 def test_every_pooling_equals_sentence_transformers(encoder, texts, references):
     """tasks.feature_extraction's vectors (length buckets, the runner's default batch) for
-    the six variants, from one pass of the encoder."""
+    the six variants, from one pass of the encoder; the export's in-graph pooling and
+    normalization (`export.sentence_embedding`) on the same token vectors too."""
     from data_prep.tokenization import FullTokenizer
-    from tasks.feature_extraction import extract
+    from tasks.feature_extraction import export, extract
 
     examples = [extract.Example(i, text, None) for i, text in enumerate(texts)]
     features = extract.convert_examples(
@@ -320,9 +321,14 @@ def test_every_pooling_equals_sentence_transformers(encoder, texts, references):
                                            bucket_boundaries=(32, 256)))
     lengths = [len(f.tokens) for f, _ in computed]
     assert min(lengths[-5:-2]) > 128 and lengths[-2:] == [256, 2], lengths
+    width = max(layers.shape[1] for _, layers in computed)
+    tokens = np.stack([np.pad(layers[0], [(0, width - layers.shape[1]), (0, 0)])
+                       for _, layers in computed])
+    mask = np.array([[1] * n + [0] * (width - n) for n in lengths], np.int32)
     for key, want in references.items():
         got = [extract.sentence_vector(f, layers, *key) for f, layers in computed]
         _assert_close(got, want, key)
+        _assert_close(export.sentence_embedding(tokens, mask, *key), want, ("in-graph", key))
 
 
 def _extract(tmp_path, texts, name, **flags):
@@ -409,18 +415,19 @@ out["leaked"] = np.array(sorted(m for m in sys.modules if m.split(".")[0] in
                                 ("modeling", "data_prep", "training", "tasks")), dtype=object)
 np.savez(sys.argv[2], **out)
 """
-# name -> the variant it serves
+# name -> the variant it serves: every pooling and both normalize values (the graph's
+# pooling and its normalization are independent steps; all six pairs are checked in-process
+# at the layer where they live: test_every_pooling_equals_sentence_transformers).
 EXPORTS = {"mean_normalized": ("mean", True), "max_raw": ("max", False),
-           "mean_raw": ("mean", False), "cls_normalized": ("cls", True),
-           "cls_raw": ("cls", False), "max_normalized": ("max", True)}
+           "cls_raw": ("cls", False)}
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, variants, texts, encoder):
-    """Each variant exported, then served from one fresh process with no project code on
-    its path: by export_saved_model.py from a variant's directory, and by the export
-    library from the settings each other variant's directory gives (one encoder and
-    in-graph tokenizer for them all)."""
+    """Variants of every pooling and both normalize values exported, then served from one
+    fresh process with no project code on its path: by export_saved_model.py from a
+    variant's directory, and by the export library from the settings each other variant's
+    directory gives (one encoder and in-graph tokenizer for them all)."""
     from data_prep.tf_tokenization import BertInGraphTokenizer
     from modeling.checkpoints import sentence_transformers
     from modeling.export import families, writer
