@@ -241,7 +241,8 @@ def test_sigterm_saves_the_step_it_arrived_in_and_the_restart_loses_none(
 def test_ctrl_c_during_training_saves_the_step_like_sigterm(data, tmp_path):
     """Ctrl-C (SIGINT) after the first progress line: the checkpoint of the step it came
     in, exit 130, one line saying so, no KeyboardInterrupt traceback. 600 steps (no
-    reference to equal): a loaded machine finished 60 before the signal, three times."""
+    reference to equal): the signal comes in a later call even when it is late (the second
+    call of 30 steps takes a tenth of a second), not in a retry."""
     for attempt in range(3):  # a loaded machine may finish the steps before the signal
         out = tmp_path / f"interrupted{attempt}"
         command = _pretraining(data, out, iterations_per_loop=30, log_steps=30,
