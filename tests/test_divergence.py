@@ -93,6 +93,16 @@ def config(data):  # noqa: F811
                                             vocab_size=120))
 
 
+@pytest.fixture(scope="module")
+def sane_run(config, tmp_path_factory):
+    """A sane 10-step run (ckpt-5, ckpt-10), read only: a test resuming it works on a
+    copy."""
+    out = tmp_path_factory.mktemp("sane_run")
+    assert _pretrain(config, out, num_train_steps=10) is None
+    assert _steps(out) == [5, 10]
+    return out
+
+
 def test_an_absurd_learning_rate_stops_before_any_exploded_checkpoint(config, tmp_path):
     """The issue's run: --learning_rate=1e3, a checkpoint every 5 steps. Before the fix it
     saved ckpt-5 and ckpt-10 with weights of 1e7 and 1e11 and stopped at step 14, and a
@@ -107,10 +117,12 @@ def test_an_absurd_learning_rate_stops_before_any_exploded_checkpoint(config, tm
     assert _steps(out)[-1] == 20
 
 
-def test_a_divergence_after_sound_checkpoints_keeps_them_and_names_the_newest(config,
-                                                                              tmp_path):
+def test_a_divergence_after_sound_checkpoints_keeps_them_and_names_the_newest(
+        config, sane_run, tmp_path):
+    import shutil
+
     out = tmp_path / "resumed"
-    assert _pretrain(config, out, num_train_steps=10) is None  # sane: ckpt-5, ckpt-10
+    shutil.copytree(sane_run, out)  # sane: ckpt-5, ckpt-10
     sound = _largest_weight(str(out / "ckpt-10"))
     message = _pretrain(config, out, learning_rate=1e3, num_train_steps=60)
     assert message and "training diverged" in message, message
@@ -272,7 +284,8 @@ def test_ctrl_c_during_the_last_save_says_so(data, strategy, tmp_path):  # noqa:
 
 
 @pytest.mark.slow
-def test_a_users_checkpoint_in_output_dir_is_never_overwritten_or_moved(config, tmp_path):
+def test_a_users_checkpoint_in_output_dir_is_never_overwritten_or_moved(config, sane_run,
+                                                                        tmp_path):
     """Issue 38: a checkpoint copied into output_dir as ckpt-10 and passed as
     --init_checkpoint. Before: the run saved its own ckpt-10 over it and rotation deleted
     it; a divergence moved it into diverged/. Now a run whose saves would take its name
@@ -280,11 +293,9 @@ def test_a_users_checkpoint_in_output_dir_is_never_overwritten_or_moved(config, 
     diverges) around it; it stays, byte for byte."""
     import shutil
 
-    source = tmp_path / "pretrained"
-    assert _pretraining(config, source, num_train_steps=10).code == 0
     out = tmp_path / "out"
     out.mkdir()
-    for path in glob.glob(str(source / "ckpt-10.*")):
+    for path in glob.glob(str(sane_run / "ckpt-10.*")):
         shutil.copy(path, out)
     (out / "notes.txt").write_text("mine\n")
     before = S.tree(out)

@@ -140,6 +140,8 @@ def pretraining_data(pretraining_records, tmp_path_factory):
 
 
 def test_run_pretraining_survives_kills(pretraining_data, tmp_path):
+    """Kill -9 at start-up and after a checkpoint, SIGTERM after a checkpoint; the rerun
+    continues from the saved step (run_pretraining's kill -9 and resume)."""
     import tensorflow as tf
 
     out = tmp_path / "out"
@@ -167,12 +169,18 @@ def test_run_pretraining_survives_kills(pretraining_data, tmp_path):
             assert {"global_step", "loss", "masked_lm_accuracy"} <= results
     # Long runs (no run ends first): every kind of moment must have been hit.
     assert killed == len(KILLS), "runs finished before their signal: the test checked little"
-    # The rerun resumes from the newest checkpoint and finishes 8 steps later.
-    done = int(tf.train.latest_checkpoint(str(out)).rsplit("-", 1)[1])
+    # The rerun resumes from the newest checkpoint (named by the step saved in it) and
+    # continues from its step: it trains, logs and evaluates 8 steps later.
+    latest = tf.train.latest_checkpoint(str(out))
+    done = int(tf.train.load_checkpoint(latest).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
+    assert latest.endswith(f"ckpt-{done}") and done > 0
     code, log = S.run_runner(**dict(flags, num_train_steps=done + 8))
     assert code == 0, log[-3000:]
-    assert f"Resumed from {out}/ckpt-{done}" in log
+    assert f"Resumed from {out}/ckpt-{done} at step {done}" in log
+    logged = [step for step, *_ in S.parse_log(log)]
+    assert logged and min(logged) > done and logged[-1] == done + 8, (done, logged)
     assert os.path.basename(tf.train.latest_checkpoint(str(out))) == f"ckpt-{done + 8}"
+    assert S.read_eval_results(out / "eval_results.txt")["global_step"] == done + 8
     assert not (out / ".run.lock").exists()
 
 
@@ -215,9 +223,10 @@ def _phase_times(proc, markers, files, timeout=300):
 
 
 def test_run_classifier_survives_kills(tmp_path):
-    """Kills while training (300 epochs: no run ends first), then while evaluating and
-    while predicting (eval + predict from the trained checkpoint), each phase timed by an
-    uninterrupted run first."""
+    """Kills while training (300 epochs: no run ends first; the SIGTERM after a checkpoint
+    was saved, so that the eval/predict phase has weights, the SIGKILL any time after
+    training started), then while evaluating and while predicting (eval + predict from the
+    trained checkpoint), each phase timed by an uninterrupted run first."""
     root = tmp_path
     vocab = write_vocab(root / "vocab.txt")
     config = S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB))
@@ -246,7 +255,12 @@ def test_run_classifier_survives_kills(tmp_path):
 
     rng = random.Random(11)
     killed = 0
-    for sig, marker, delay in _schedule(rng, "Training on", 3.0, 4.0):
+    # The SIGTERM comes after a checkpoint was saved: the weights the eval/predict phase
+    # needs (kills after "Training on" alone may all come before the first one on a slow
+    # machine), and the SIGKILL that follows resumes from them.
+    schedule = [(sig, "Saved checkpoint" if marker and sig == signal.SIGTERM else marker,
+                 delay) for sig, marker, delay in _schedule(rng, "Training on", 3.0, 4.0)]
+    for sig, marker, delay in schedule:
         proc = _start(command())
         returncode, output, was_killed = _kill_at(proc, sig, delay, marker)
         killed += was_killed
@@ -254,12 +268,6 @@ def test_run_classifier_survives_kills(tmp_path):
         check_outputs()
     # Long runs (no run ends first): every kind of moment must have been hit.
     assert killed == len(KILLS), "runs finished before their signal: the test checked little"
-    # One more, after a checkpoint: the weights the eval/predict phase needs (the kills
-    # above may all come before the first one on a slow machine).
-    proc = _start(command())
-    returncode, output, was_killed = _kill_at(proc, signal.SIGTERM, 0.0, "Saved checkpoint")
-    assert was_killed, output[-3000:]
-    _check_interrupted(proc, signal.SIGTERM, returncode, output, out)
 
     # Eval + predict only. Eval runs from the restore to eval_results.txt, predict from
     # "Predicting" to test_results.tsv; an uninterrupted run times both, then each kill
@@ -267,7 +275,11 @@ def test_run_classifier_survives_kills(tmp_path):
     # "in progress" is "the file is not there yet").
     eval_results, test_results = out / "eval_results.txt", out / "test_results.tsv"
     phases = {"eval": ("Resumed from", eval_results), "predict": ("Predicting", test_results)}
-    times, output = _phase_times(_start(command(do_train="false")),
+    # Nobody signals this run: forked from one TensorFlow import (tests/forkserver.py).
+    routed, env = forkserver.routed(command(do_train="false"), S.runner_env())
+    timed = subprocess.Popen(routed, env=env, cwd=S.REPO_ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    times, output = _phase_times(timed,
                                  [marker for marker, _ in phases.values()],
                                  [eval_results, test_results])
     assert len(times) == 4, (times, output[-3000:])

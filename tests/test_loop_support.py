@@ -317,3 +317,22 @@ def tree(directory, skip=()):
                 with open(os.path.join(root, name), "rb") as f:
                     out[os.path.relpath(os.path.join(root, name), directory)] = f.read()
     return out
+
+
+def unmasked_records(tmp_path_factory, pretraining_records):
+    """The glob of unmasked records (create_pretraining_data --dynamic_masking, in this
+    process, 2 shards) of the conftest corpus (`pretraining_records`), built once per
+    session (conftest `built_once`) for the modules that resume dynamically masked runs;
+    read only."""
+    from tests.conftest import built_once
+
+    def build(folder):
+        made = call_main("create_pretraining_data", [
+            f"--input_file={pretraining_records['dir'] / 'corpus.txt'}",
+            f"--output_file={folder / 'pairs.tfrecord'}",
+            f"--vocab_file={pretraining_records['vocab']}", f"--max_seq_length={SEQ}",
+            "--dynamic_masking", "--short_seq_prob=0", "--dupe_factor=1", "--random_seed=1",
+            "--num_workers=1", "--num_output_shards=2"])
+        assert made.code == 0, (made.stderr + made.log)[-3000:]
+
+    return str(built_once(tmp_path_factory, "unmasked-records", build) / "pairs.tfrecord-*")

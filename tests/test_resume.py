@@ -4,9 +4,9 @@ continues, a stop signal checkpoints the current step, non-finite gradients stop
 and an unreadable checkpoint state file (a power cut) still resumes.
 
 Records come from the real `data_prep.create_pretraining_data` CLI (module fixture); the
-CLIs killed with SIGKILL/SIGTERM are in tests/test_exact_resume_runners.py (slow). The
-dynamic-masking variant of the in-process resume is marked slow (the runners' test covers
-it too).
+CLIs killed with SIGKILL/SIGTERM are in tests/test_exact_resume_runners.py (slow). A
+killed and resumed run with dynamic masking is the runners' test's (under MirroredStrategy);
+its input position here is `test_the_input_position_is_exact_for_each_pipeline`'s.
 """
 
 import os
@@ -60,15 +60,12 @@ def _make(strategy, output_dir, *, steps=12, batch=8, accumulation=1, save=4, ip
     return model, TrainingLoop(strategy, model, opt, cfg, pretraining.PretrainingTask())
 
 
-def _input(data, trainer, *, batch=8, seed=1, masking=None):
-    """(dataset_fn, input identity) of the pretraining input, seeded as a runner does."""
+def _input(data, trainer, *, batch=8, seed=1):
+    """(dataset_fn, input identity) of the (static masks) pretraining input, seeded as a
+    runner does."""
     seed = trainer.input_seed(seed)
-    if masking is not None:
-        masking = dynamic_masking.DynamicMasking.from_vocab_file(
-            data["vocab"], max_predictions_per_seq=S.PREDS, seed=seed)
-    records = data["pattern"] if masking is None else data["unmasked"]
     config = input_pipeline.PretrainingInputConfig(
-        (records,), S.SEQ, S.PREDS, seed=seed, shuffle_buffer=50, masking=masking)
+        (data["pattern"],), S.SEQ, S.PREDS, seed=seed, shuffle_buffer=50)
 
     def make(ctx):
         return input_pipeline.pretraining_dataset(
@@ -103,38 +100,26 @@ def _variables(path, prefixes=("model/", "optimizer/", "rng/")):
 
 @pytest.fixture(scope="module")
 def unmasked(data, tmp_path_factory):
-    """Unmasked records (create_pretraining_data --dynamic_masking) of the same corpus."""
-    import subprocess
-    import sys
-
-    out = tmp_path_factory.mktemp("resume_unmasked") / "pairs.tfrecord"
-    cmd = [sys.executable, "-m", "data_prep.create_pretraining_data",
-           f"--input_file={data['dir'] / 'corpus.txt'}", f"--output_file={out}",
-           f"--vocab_file={data['vocab']}", f"--max_seq_length={S.SEQ}",
-           "--dynamic_masking", "--short_seq_prob=0", "--dupe_factor=1", "--random_seed=1",
-           "--num_workers=1"]
-    done = subprocess.run(cmd, env=S.runner_env(), cwd=S.REPO_ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return dict(data, unmasked=str(out))
+    """Unmasked records (create_pretraining_data --dynamic_masking) of the same corpus
+    (built once per session: test_loop_support.unmasked_records)."""
+    return dict(data, unmasked=S.unmasked_records(tmp_path_factory, data))
 
 
-@pytest.mark.parametrize("masking,accumulation", [
-    (None, 2), pytest.param("dynamic", 1, marks=pytest.mark.slow)])
-def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(unmasked, strategy, tmp_path,
-                                                               masking, accumulation):
-    """Dropout on, killed after step 6 (checkpoint 4), resumed to 12: the same per-step
-    losses and the same final weights and optimizer state, bit for bit."""
+def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(data, strategy, tmp_path):
+    """Dropout on, gradient accumulation over 2 micro-batches, killed after step 6
+    (checkpoint 4), resumed to 12: the same per-step losses and the same final weights and
+    optimizer state, bit for bit."""
+    accumulation = 2
     model, trainer = _make(strategy, tmp_path / "whole", accumulation=accumulation)
     trainer.restore_or_initialize()
-    make, identity = _input(unmasked, trainer, masking=masking)
+    make, identity = _input(data, trainer)
     whole = _losses(trainer.train(make, input_identity=identity))
     assert sorted(whole) == list(range(1, 13))
 
     _, killed = _make(strategy, tmp_path / "resumed", accumulation=accumulation)
     killed.restore_or_initialize()
     _crash_after(killed, 6)
-    make, identity = _input(unmasked, killed, masking=masking)
+    make, identity = _input(data, killed)
     with pytest.raises(KeyboardInterrupt):
         killed.train(make, input_identity=identity)
     before = _losses(killed.history)
@@ -143,7 +128,7 @@ def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(unmasked, strateg
     resumed_model, resumed = _make(strategy, tmp_path / "resumed", accumulation=accumulation,
                                    model_seed=99)  # other initial weights and dropout seeds
     assert resumed.restore_or_initialize() == 4
-    make, identity = _input(unmasked, resumed, masking=masking)
+    make, identity = _input(data, resumed)
     after = _losses(resumed.train(make, input_identity=identity))
     assert sorted(after) == list(range(5, 13))
     for step, loss in list(before.items()) + list(after.items()):

@@ -1,16 +1,12 @@
 """run_pretraining.py end to end: one device, mirrored over 2 logical CPUs, multi-worker
-over 2 local processes, kill -9 and resume, phase 2, flag errors. In this process, except
-where the process is under test (logical CPUs, multi-worker, kill -9).
+over 2 local processes, phase 2, flag errors. In this process, except where the process is
+under test (logical CPUs, multi-worker). Kill -9 and resume: tests/test_fault_injection_runners.py
+and tests/test_exact_resume_runners.py.
 
 Records come from the real data_prep.create_pretraining_data command.
 """
 
 import os
-import random
-import signal
-import subprocess
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -102,48 +98,6 @@ def test_multi_worker_two_local_processes_train_and_checkpoint(data, tmp_path):
     assert os.path.exists(out / "ckpt-5.index")
     assert not [p for p in os.listdir(out) if p.startswith("workertemp")]
     assert read_eval_results(out / "eval_results.txt")["global_step"] == 10
-
-
-def _read_until(proc, pattern, deadline):
-    """Reads proc's output lines until `pattern` appears; returns everything read."""
-    seen = []
-    timer = threading.Timer(max(deadline - time.time(), 1), proc.kill)
-    timer.start()
-    try:
-        for line in proc.stdout:
-            seen.append(line)
-            if pattern in line:
-                return "".join(seen)
-    finally:
-        timer.cancel()
-    raise AssertionError(f"{pattern!r} never appeared:\n" + "".join(seen)[-4000:])
-
-
-def test_kill_9_then_resume_continues_from_the_saved_step(data, tmp_path):
-    out = tmp_path / "killed"
-    flags = _flags(data, out, num_train_steps=100000, iterations_per_loop=5, log_steps=5,
-                   save_checkpoints_steps=5, do_eval="false")
-    proc = subprocess.Popen(S.runner_command(**flags), env=S.runner_env(), cwd=S.REPO_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        _read_until(proc, "ckpt-10", time.time() + 120)
-        time.sleep(random.uniform(0.0, 0.3))  # somewhere in a step or in a save
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -signal.SIGKILL
-    latest = tf.train.latest_checkpoint(str(out))
-    saved = int(tf.train.load_checkpoint(latest).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
-    assert saved >= 10 and latest.endswith(f"ckpt-{saved}")
-
-    rc, log = S.run_runner(**dict(flags, num_train_steps=saved + 10, do_eval="true",
-                                  max_eval_steps=2))
-    assert rc == 0, log[-4000:]
-    assert f"at step {saved}" in log  # "Resumed from .../ckpt-N at step N"
-    assert [s[0] for s in S.parse_log(log)] == [saved + 5, saved + 10]
-    assert read_eval_results(out / "eval_results.txt")["global_step"] == saved + 10
 
 
 def test_phase_two_longer_sequences_from_phase_one(data, one_device_run, tmp_path):
