@@ -271,10 +271,13 @@ def test_ctrl_c_during_the_last_save_says_so(data, strategy, tmp_path):  # noqa:
     handler = logging.Handler()
     handler.emit = records.append
     logging.getLogger("absl").addHandler(handler)
+    # Ctrl-C as a terminal gives it (a background test run starts with SIGINT ignored).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(SystemExit) as stopped:
             trainer.train(make, input_identity=identity)
     finally:
+        signal.signal(signal.SIGINT, previous)
         logging.getLogger("absl").removeHandler(handler)
     assert stopped.value.code == 130
     said = [r.getMessage() for r in records if r.getMessage().startswith("Stopping at step")]

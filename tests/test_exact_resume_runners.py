@@ -70,8 +70,11 @@ def _signal_while_training(command, sig, delay, after_step=1, timeout=300):
     """Starts `command`, waits for the progress line of a step >= `after_step` (or of the
     first step it runs, if it resumes past it), sleeps `delay` s and sends `sig` if it still
     runs; returns (returncode, output, landed: it was still running)."""
+    # SIGINT as a terminal gives it: a test run started as a background job (or by a
+    # runner that does so) ignores SIGINT, and its children would inherit that.
     proc = subprocess.Popen(command, env=S.runner_env(), cwd=S.REPO_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines, reached = [], threading.Event()
 
     def drain():
