@@ -189,7 +189,7 @@ def build_serving_config(ckpt_dir: str):
     if FLAGS.bert_config_file:
         if not tf.io.gfile.exists(FLAGS.bert_config_file):
             raise FlagError(f"--bert_config_file: {FLAGS.bert_config_file} does not exist")
-        config = BertConfig.from_json_file(FLAGS.bert_config_file)
+        config = BertConfig.from_config_file(FLAGS.bert_config_file)  # or HF config.json
         # A left-to-right model exported with attention both ways would serve silently.
         trainer_setup.check_attention_of(FLAGS.init_checkpoint, config, FLAGS.bert_config_file)
     else:

@@ -617,3 +617,26 @@ def test_squad_request_memory_grows_linearly_with_the_context(long_squad, tmp_pa
     assert 150 <= small <= 250 and large >= 4 * small - 10 and large <= LONG_CONTEXT_WINDOWS
     assert g_large < 300, growth
     assert g_large < 2.5 * (large / small) * max(g_small, 10), growth
+
+
+def test_a_hugging_face_config_given_as_a_flag_keeps_its_exact_gelu(tmp_path):
+    """export_saved_model --bert_config_file=<HF dir>/config.json reads it as Hugging
+    Face's (its "gelu" is the exact form), as the runners do: the export serves what the
+    export without the flag (the config found beside the weights) serves. Before, it was
+    read as Google's bert_config.json, whose "gelu" is the tanh form."""
+    from tests.test_modeling_reference import random_hf_weights, write_hf_dir
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    vocab = write_vocab(hf / "vocab.txt", VOCAB)
+    config_dict = dict(_config().to_dict(), hidden_act="gelu")
+    write_hf_dir(hf, random_hf_weights(config_dict), config_dict, "gelu")
+    outputs = []
+    for name, flags in (("beside", {}), ("flag", {"bert_config_file": hf / "config.json"})):
+        result = call_main("export_saved_model", model_type="encoder", init_checkpoint=hf,
+                           vocab_file=vocab, max_seq_length=SEQ,
+                           export_dir=tmp_path / name, **flags)
+        assert result.code == 0, (result.stderr + result.log)[-3000:]
+        serve = tf.saved_model.load(str(tmp_path / name)).signatures["serving_default"]
+        outputs.append(serve(text=tf.constant(TEXTS))["pooled_output"].numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-6, rtol=0)
