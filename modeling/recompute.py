@@ -23,11 +23,11 @@ import tensorflow as tf
 from modeling.encoder import INPUT_NAMES
 
 
-def _seed_generators(encoder) -> list:
-    """The seed generators of the encoder's dropout layers (the encoder's only state
-    besides its weights; a layer of rate 0 has none)."""
-    return [layer.seed_generator for layer in encoder._flatten_layers(include_self=False)
-            if isinstance(layer, keras.layers.Dropout) and hasattr(layer, "seed_generator")]
+def _seed_states(encoder) -> list:
+    """The state variables of the encoder's dropout seed generators (the encoder's only
+    state besides its weights; a layer of rate 0 has none), from Keras' public variable
+    lists: a `keras.random.SeedGenerator` keeps its state as "seed_generator_state"."""
+    return [v for v in encoder.non_trainable_variables if v.name == "seed_generator_state"]
 
 
 def pooled_output_recomputed(encoder, inputs: dict, chunk: int, training=True,
@@ -63,15 +63,15 @@ def pooled_output_recomputed(encoder, inputs: dict, chunk: int, training=True,
               for k in INPUT_NAMES}
     hidden = encoder.bert_config.hidden_size
     weights = encoder.trainable_variables
-    generators = _seed_generators(encoder)
-    start = [tf.identity(g.state.value) for g in generators]   # before this step's masks
+    seeds = _seed_states(encoder)
+    start = [tf.identity(seed.value) for seed in seeds]   # before this step's masks
 
     def encode(i, weight_values):
         """Chunk i's pooled output [chunk, hidden], from `weight_values` (tensors standing
         for `weights`) and chunk i's seeds."""
         step = tf.stack([tf.constant(0, tf.int64), tf.cast(i, tf.int64)])
         mapping = list(zip(weights, weight_values)) + [
-            (g.state, state + tf.cast(step, state.dtype)) for g, state in zip(generators, start)]
+            (seed, state + tf.cast(step, state.dtype)) for seed, state in zip(seeds, start)]
         with keras.StatelessScope(state_mapping=mapping):
             return encoder({k: v[i] for k, v in padded.items()},
                            training=training)["pooled_output"]
@@ -108,6 +108,6 @@ def pooled_output_recomputed(encoder, inputs: dict, chunk: int, training=True,
     result = pooled(*[w.value for w in weights])   # [chunks, chunk, hidden]
     with tf.control_dependencies([result]):
         step = tf.stack([tf.constant(0, tf.int64), tf.cast(chunks, tf.int64)])
-        for g, state in zip(generators, start):
-            g.state.assign(state + tf.cast(step, state.dtype))
+        for seed, state in zip(seeds, start):
+            seed.assign(state + tf.cast(step, state.dtype))
     return tf.reshape(result, [slots * chunk, hidden])[:rows]

@@ -136,7 +136,7 @@ def test_recomputed_chunks_have_the_values_and_gradients_of_plain_backprop():
     import keras
 
     from modeling.encoder import BertEncoder
-    from modeling.recompute import _seed_generators, pooled_output_recomputed
+    from modeling.recompute import _seed_states, pooled_output_recomputed
 
     keras.utils.set_random_seed(3)
     encoder = BertEncoder(BertConfig.from_dict(tiny_config_dict(hidden_dropout_prob=0.3,
@@ -147,9 +147,9 @@ def test_recomputed_chunks_have_the_values_and_gradients_of_plain_backprop():
     inputs = {"input_ids": ids * mask, "input_mask": mask, "segment_ids": np.zeros_like(ids)}
     encoder(inputs)
     weights = encoder.trainable_variables
-    generators = _seed_generators(encoder)
-    assert len(generators) == 7   # embeddings, and 3 per layer
-    start = [g.state.numpy() for g in generators]
+    seeds = _seed_states(encoder)
+    assert len(seeds) == 7   # embeddings, and 3 per layer
+    start = [seed.numpy() for seed in seeds]
 
     def loss_of(pooled):  # any function of every pooled value
         return tf.reduce_sum(tf.sin(pooled) * tf.range(1.0, pooled.shape[-1] + 1.0))
@@ -162,15 +162,15 @@ def test_recomputed_chunks_have_the_values_and_gradients_of_plain_backprop():
         return pooled, tape.gradient(loss, weights)
 
     pooled, grads = recomputed()
-    assert [g.state.numpy().tolist() for g in generators] == [
+    assert [seed.numpy().tolist() for seed in seeds] == [
         (s + [0, 3]).tolist() for s in start]
-    for g, s in zip(generators, start):
-        g.state.assign(s)
+    for seed, s in zip(seeds, start):
+        seed.assign(s)
     with tf.GradientTape() as tape:
         parts = []
         for i in range(3):
             with keras.StatelessScope(state_mapping=[
-                    (g.state, s + np.array([0, i])) for g, s in zip(generators, start)]):
+                    (seed, s + np.array([0, i])) for seed, s in zip(seeds, start)]):
                 parts.append(encoder({k: v[4 * i:4 * i + 4] for k, v in inputs.items()},
                                      training=True)["pooled_output"])
         expected = tf.concat(parts, 0)
@@ -181,7 +181,7 @@ def test_recomputed_chunks_have_the_values_and_gradients_of_plain_backprop():
         np.testing.assert_allclose(got, want, atol=1e-5 * float(tf.reduce_max(tf.abs(want))),
                                    err_msg=weight.path)
     # The masks differ from chunk to chunk (no two chunks share a seed).
-    with keras.StatelessScope(state_mapping=[(g.state, s) for g, s in zip(generators, start)]):
+    with keras.StatelessScope(state_mapping=[(seed, s) for seed, s in zip(seeds, start)]):
         again = encoder({k: v[4:8] for k, v in inputs.items()}, training=True)["pooled_output"]
     assert not np.allclose(again, parts[1], atol=1e-3)
 
