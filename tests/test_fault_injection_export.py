@@ -39,10 +39,7 @@ pytestmark = pytest.mark.slow
 
 # (signal, when): "anytime" over a whole run (imports, checkpoint loading, writing),
 # "writing" once the run's temporary export has appeared (saving, the swap, clean-up).
-# SIGTERM only "anytime": before the temporary exists a run has written nothing, and a
-# SIGKILL there leaves what one while writing leaves (the writing SIGKILLs); a SIGTERM
-# may come before the run's handler exists (exit -15) or while it loads (143).
-KILLS = [(signal.SIGTERM, "anytime"),
+KILLS = [(signal.SIGKILL, "anytime"), (signal.SIGTERM, "anytime"),
          (signal.SIGKILL, "writing"), (signal.SIGTERM, "writing"),
          (signal.SIGKILL, "writing"), (signal.SIGTERM, "writing")]
 
