@@ -8,6 +8,9 @@ gives (printed), in `--work_dir`:
 1. the base model: a small BERT (`--layers` x `--hidden`) pretrained for `--base_steps`
    on the sample corpus (the Python standard library's documentation,
    `data_prep.sample_corpus`), with a WordPiece vocab learned from it (`--vocab_size`);
+   or, with `--base_checkpoint`, a real pretrained encoder (for instance all-MiniLM-L6-v2,
+   which ships no masked-LM head) trained `--base_steps` on that corpus with its own vocab,
+   so that its masked LM is learned;
 2. the domain: Debian's package descriptions (`apt-cache dumpavail`, or
    `--packages_file`): real text whose words (gstreamer, haskell, fonts, ...) that vocab
    splits badly. Split by source package (a CRC32 of its name), so no package's text is
@@ -31,7 +34,8 @@ gives (printed), in `--work_dir`:
    +- its standard error over the test examples, n, each seed's, and the differences
    paired on the examples.
 
-A rerun in the same --work_dir keeps what is there (the base model, records, runs).
+`--steps=0`: stages 1-3, 5 at step 0, 6 and 7 only. A rerun in the same --work_dir keeps
+what is there (the base model, records, runs).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import collections
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -238,7 +243,13 @@ def main():
     parser.add_argument("--learning_rate", type=float, default=5e-4)
     parser.add_argument("--base_mb", type=float, default=3.0)
     parser.add_argument("--base_steps", type=int, default=4000)
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--base_checkpoint", default="",
+                        help="a pretrained model directory (Hugging Face's or Google's, its "
+                             "config and vocab.txt inside): the base is --base_steps of "
+                             "masked-LM training from it on the sample corpus (its vocab), "
+                             "not a model from scratch")
+    parser.add_argument("--steps", type=int, default=1500,
+                        help="continued pretraining steps; 0: the step-0 figures only")
     parser.add_argument("--eval_steps", default="0,50,100,200,300,600,900,1200,1500",
                         help="steps of (b) and (c) whose held-out loss is measured "
                              "(checkpoints saved every --save_every)")
@@ -261,22 +272,30 @@ def main():
     if not os.path.exists(os.path.join(W, "base", "checkpoint")):
         command(["data_prep.sample_corpus", f"--output_dir={W}/base_corpus",
                  f"--max_mb={args.base_mb}", "--num_shards=1"], log)
-        command(["data_prep.build_vocab", f"--input_file={W}/base_corpus/*.txt",
-                 f"--output_file={W}/vocab.txt", f"--vocab_size={args.vocab_size}",
-                 "--do_lower_case=true"], log)
-        with open(f"{W}/vocab.txt", encoding="utf-8") as f:
-            size = sum(1 for _ in f)
-        with open(f"{W}/bert_config.json", "w") as f:
-            json.dump({"vocab_size": size, "hidden_size": args.hidden,
-                       "num_hidden_layers": args.layers, "num_attention_heads": 4,
-                       "intermediate_size": 4 * args.hidden, "hidden_act": "gelu",
-                       "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
-                       "max_position_embeddings": 128, "type_vocab_size": 2,
-                       "initializer_range": 0.02}, f)
+        if args.base_checkpoint:
+            source = args.base_checkpoint
+            hf = os.path.exists(os.path.join(source, "config.json"))
+            shutil.copyfile(os.path.join(source, "vocab.txt"), f"{W}/vocab.txt")
+            BertConfig.from_config_file(os.path.join(
+                source, "config.json" if hf else "bert_config.json")).to_json_file(
+                    f"{W}/bert_config.json")
+        else:
+            command(["data_prep.build_vocab", f"--input_file={W}/base_corpus/*.txt",
+                     f"--output_file={W}/vocab.txt", f"--vocab_size={args.vocab_size}",
+                     "--do_lower_case=true"], log)
+            with open(f"{W}/vocab.txt", encoding="utf-8") as f:
+                size = sum(1 for _ in f)
+            with open(f"{W}/bert_config.json", "w") as f:
+                json.dump({"vocab_size": size, "hidden_size": args.hidden,
+                           "num_hidden_layers": args.layers, "num_attention_heads": 4,
+                           "intermediate_size": 4 * args.hidden, "hidden_act": "gelu",
+                           "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+                           "max_position_embeddings": 128, "type_vocab_size": 2,
+                           "initializer_range": 0.02}, f)
         records(f"{W}/base_corpus/*.txt", f"{W}/base.tfrecord", f"{W}/vocab.txt", log, 3)
         seconds = time.perf_counter()
         pretrain(f"{W}/base.tfrecord", f"{W}/bert_config.json", f"{W}/base",
-                 args.base_steps, args, log)
+                 args.base_steps, args, log, init=args.base_checkpoint or None)
         print(f"base model: {args.base_steps} steps in "
               f"{time.perf_counter() - seconds:.0f} s", flush=True)
     # 2. The domain.
@@ -302,13 +321,13 @@ def main():
                   grown_vocab),
             "c": (grown_records, f"{W}/grown_mean/bert_config.json", f"{W}/grown_mean",
                   grown_vocab)}
-    for name, (recs, config, init, _) in runs.items():
+    for name, (recs, config, init, _) in runs.items() if args.steps else ():
         pretrain(recs, config, f"{W}/continued_{name}", args.steps, args, log, init=init,
                  every=args.save_every)
     # 5. Held-out loss over the steps, (b) against (c).
     grown_config = BertConfig.from_json_file(f"{W}/grown_mean/bert_config.json")
     print("\n| step | (b) random | (c) mean | (b) - (c), paired |\n|---:|---:|---:|---:|")
-    for step in map(int, args.eval_steps.split(",")):
+    for step in map(int, args.eval_steps.split(",") if args.steps else [0]):
         losses = {}
         for name in ("b", "c"):
             ckpt = (runs[name][2] if step == 0
@@ -343,6 +362,9 @@ def main():
         print(f"new rows' probability mass on base-corpus masked positions, --init={label}: "
               f"mean {100 * m:.2f}% ± {100 * s:.2f}%, median {100 * np.median(mass):.2f}%",
               flush=True)
+    if not args.steps:
+        print(f"total {time.perf_counter() - start:.0f} s")
+        return
     # 8. The downstream task, fine-tuned with each seed; per test example the share of
     # seeds that got it right, so differences are paired on the examples.
     seeds = [int(x) for x in args.seeds.split(",")]

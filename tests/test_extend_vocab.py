@@ -384,8 +384,11 @@ def test_step_0_loss_on_held_out_domain_text(base, grown):
     """The step-0 masked-LM loss of held-out domain text under the new vocab, --init=mean
     against --init=random on the same masked positions (paired): where the target is an
     added word, the mean start is far better (many standard errors). Measured over every
-    position too and printed: on this few-hundred-step model, the mean rows also take
-    more of the old tokens' mass (test_old_tokens_...), which costs the old targets."""
+    position too and printed: on this few-hundred-step model, which predicts much the same
+    distribution everywhere, the mean rows also take more of the old tokens' mass
+    (test_old_tokens_...), which costs the old targets more than the new words gain; on a
+    real encoder the mean start is lower over all positions too (bench_extend_vocab.py
+    --base_checkpoint; docs/extend_vocab.md has both)."""
     from data_prep.tokenization import FullTokenizer
 
     tokenizer = FullTokenizer(str(grown["mean"] / "vocab.txt"), do_lower_case=True)

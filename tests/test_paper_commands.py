@@ -134,7 +134,6 @@ def _exists(script: str) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
 def script_flags(script: str) -> frozenset | None:
     """The flags `script` defines (None if there is no such script): absl's `--helpxml`,
     or the options of an argparse tool's `--help`; asked once per script (the blocks
