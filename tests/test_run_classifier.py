@@ -278,8 +278,12 @@ def _check_eval_against_predictions(task, eval_file, probs, labels, global_step=
         assert written[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     assert written["eval_loss"] == pytest.approx(per_example.mean(), rel=1e-3)
     assert written["loss"] == pytest.approx(np.mean(batch_means), rel=1e-3)
-    if len(per_example) % eval_batch_size:  # a short last batch: the two losses differ
-        assert written["loss"] != pytest.approx(written["eval_loss"], rel=1e-6)
+    # With a short last batch the two means differ, unless the batches' means happen to
+    # be equal (a near-constant model on alternating labels): where they differ beyond
+    # float32 rounding, `loss` is the mean of the batch means, not the example mean.
+    gap = abs(np.mean(batch_means) - per_example.mean())
+    if len(per_example) % eval_batch_size and gap > 1e-5 * per_example.mean():
+        assert abs(written["loss"] - np.mean(batch_means)) < gap / 2, (written, gap)
     if global_step is not None:
         assert written["global_step"] == global_step
     return written
