@@ -274,11 +274,11 @@ def main():
                  f"--max_mb={args.base_mb}", "--num_shards=1"], log)
         if args.base_checkpoint:
             source = args.base_checkpoint
-            hf = os.path.exists(os.path.join(source, "config.json"))
+            config_name = ("config.json" if os.path.exists(os.path.join(source, "config.json"))
+                           else "bert_config.json")
             shutil.copyfile(os.path.join(source, "vocab.txt"), f"{W}/vocab.txt")
-            BertConfig.from_config_file(os.path.join(
-                source, "config.json" if hf else "bert_config.json")).to_json_file(
-                    f"{W}/bert_config.json")
+            BertConfig.from_config_file(os.path.join(source, config_name)).to_json_file(
+                f"{W}/bert_config.json")
         else:
             command(["data_prep.build_vocab", f"--input_file={W}/base_corpus/*.txt",
                      f"--output_file={W}/vocab.txt", f"--vocab_size={args.vocab_size}",
@@ -321,9 +321,10 @@ def main():
                   grown_vocab),
             "c": (grown_records, f"{W}/grown_mean/bert_config.json", f"{W}/grown_mean",
                   grown_vocab)}
-    for name, (recs, config, init, _) in runs.items() if args.steps else ():
-        pretrain(recs, config, f"{W}/continued_{name}", args.steps, args, log, init=init,
-                 every=args.save_every)
+    if args.steps:
+        for name, (recs, config, init, _) in runs.items():
+            pretrain(recs, config, f"{W}/continued_{name}", args.steps, args, log, init=init,
+                     every=args.save_every)
     # 5. Held-out loss over the steps, (b) against (c).
     grown_config = BertConfig.from_json_file(f"{W}/grown_mean/bert_config.json")
     print("\n| step | (b) random | (c) mean | (b) - (c), paired |\n|---:|---:|---:|---:|")

@@ -175,9 +175,9 @@ def test_kill_at_random_moments_leaves_the_old_or_the_new_export(tmp_path):
             # Stratified over the temporary's life (saving, the swap, the old one's
             # removal): the k-th of n writing kills in [k/n, (k+1)/n) of it.
             n = sum(w == "writing" for _, w in KILLS)
-            fraction = (min(writing_kills, n - 1) + float(rng.uniform(0.0, 1.0))) / n
-            if writing_kills >= n:  # a retry: early in the temporary's life
-                fraction = float(rng.uniform(0.0, 0.5)) / n
+            # A retry (past the n stratified kills) aims early in the temporary's life.
+            start = writing_kills if writing_kills < n else 0.0
+            fraction = (start + float(rng.uniform(0.0, 1.0 if writing_kills < n else 0.5))) / n
             writing_kills += 1
             _wait_for_temporary(out, process)
             time.sleep(fraction * writing)
