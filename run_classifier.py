@@ -58,14 +58,15 @@ _define(flags.DEFINE_integer, "head_tokens", None,
         "head_tail: tokens kept from the start of a long text, the rest of the window from "
         "its end; default round((max_seq_length - 2) * 128 / 510), Sun et al.'s 128 of 510.")
 _define(flags.DEFINE_integer, "doc_stride", None,
-        "windows: tokens between the starts of a text's windows; default half a window's "
-        "text ((max_seq_length - 2) // 2).")
+        "windows: tokens between the starts of a text's windows; default a whole window's "
+        "text (max_seq_length - 2: side by side; overlap slows learning, bench/RESULTS.md).")
 _define(flags.DEFINE_integer, "max_windows_per_document", 8,
         "windows: most windows one text may need; a longer text is refused (file and line).")
 _define(flags.DEFINE_enum, "window_pooling", "max", ["mean", "max", "attention"],
         "windows: how the windows' pooled outputs become one document vector: max (per "
-        "feature; measured best with attention, the simpler), mean, or attention (a "
-        "learned score per window), trained end to end (bench/RESULTS.md, Long documents).")
+        "feature; from a pretrained checkpoint the only one that learned within the "
+        "bench's 2 epochs), mean, or attention (a learned score per window), trained end "
+        "to end (bench/RESULTS.md, Long documents).")
 
 def _column(value):
     if value is None or str(value).strip() == "":

@@ -291,8 +291,8 @@ def main():
     parser.add_argument("--train", type=int, default=400)
     parser.add_argument("--test", type=int, default=200)
     parser.add_argument("--max_seq_length", type=int, default=128)
-    parser.add_argument("--doc_stride", type=int, default=63,
-                        help="run_classifier's default at max_seq_length 128")
+    parser.add_argument("--doc_stride", type=int, default=None,
+                        help="default run_classifier's: max_seq_length - 2 (side by side)")
     parser.add_argument("--max_windows", type=int, default=64)
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--batch", type=int, default=32)
@@ -316,6 +316,8 @@ def main():
     parser.add_argument("--docs", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--chunk", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.doc_stride is None:
+        args.doc_stride = args.max_seq_length - 2
     if args.memory_child:
         memory_child(args)
         return

@@ -223,8 +223,10 @@ def keras_seed(seed):
 
 
 def test_window_pooling_default_is_the_measured_best():
-    """--window_pooling's default is max: tied with attention, far above mean, on the
-    long-documents bench (bench/RESULTS.md, Long documents); flag and settings agree."""
+    """--window_pooling's default is max: from all-MiniLM-L6-v2 the only pooling that
+    learned the long-documents bench's task within 2 epochs (bench/RESULTS.md, Long
+    documents; the default stride, a whole window: tests/test_classifier_data.py); flag
+    and settings agree."""
     import run_classifier
     from tasks.classification.task import ClassificationSettings
 

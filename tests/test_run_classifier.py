@@ -669,7 +669,9 @@ def _document_probabilities(run_dir, texts, vocab, pooling, max_windows=8):
 
 @pytest.fixture(scope="module")
 def windows_run(env, tmp_path_factory):
-    """A --long_document=windows run (attention pooling) on the long custom data."""
+    """A --long_document=windows run (attention pooling) on the long custom data, its
+    windows overlapping (--doc_stride=15, half a window: the default is side by side) so
+    that the run, its records and its export are checked on overlapping windows."""
     import run_classifier as rc
 
     root = tmp_path_factory.mktemp("windows")
@@ -678,7 +680,8 @@ def windows_run(env, tmp_path_factory):
                                          delimiter="comma")
     cfg = _run_config({**env, "long": data_dir}, "long", root / "out", task_name="custom",
                       custom=custom, long_document="windows", window_pooling="attention",
-                      num_train_epochs=2.0, eval_batch_size=3, predict_batch_size=3)
+                      doc_stride=15, num_train_epochs=2.0, eval_batch_size=3,
+                      predict_batch_size=3)
     return {"result": rc.run(cfg), "dir": cfg.finetuning.output_dir, "data": data_dir,
             "custom": custom, "root": root}
 
@@ -710,7 +713,7 @@ def test_windows_over_the_limit_name_the_file_and_line(windows_run, env, tmp_pat
 
     cfg = _run_config({**env, "long": windows_run["data"]}, "long", tmp_path / "out",
                       task_name="custom", custom=windows_run["custom"],
-                      long_document="windows", max_windows_per_document=2)
+                      long_document="windows", doc_stride=15, max_windows_per_document=2)
     with pytest.raises(ValueError, match=r"long/train\.csv:2: example train-\d+: its \d+ tokens "
                        r"need 3 windows of max_seq_length=32 with doc_stride=15, more than "
                        r"--max_windows_per_document=2"):

@@ -60,7 +60,8 @@ class ClassificationSettings:
         or "windows" (all of it, through overlapping windows pooled into one prediction,
         `modeling.models.BertDocumentClassifier`; single-text tasks only).
       head_tokens: head_tail's head; None: `data.default_head_tokens(max_seq_length)`.
-      doc_stride: windows: tokens between window starts; None: half a window's text.
+      doc_stride: windows: tokens between window starts; None: a whole window's text
+        (windows side by side).
       max_windows_per_document: windows: a text needing more is refused (file and line).
       window_pooling: windows: "mean", "max" or "attention" (`WINDOW_POOLINGS`).
     """
@@ -156,7 +157,10 @@ class ClassificationFamily(finetuning.TaskFamily):
         if cfg.long_document != "windows":
             return None
         budget = self.max_seq_length - 2
-        stride = max(budget // 2, 1) if cfg.doc_stride is None else cfg.doc_stride
+        # Default: windows side by side. Every window the evidence is not in dilutes what a
+        # step learns from the one it is in (bench/RESULTS.md, Long documents), so overlap
+        # costs learning speed as well as encoder passes.
+        stride = budget if cfg.doc_stride is None else cfg.doc_stride
         if not 1 <= stride <= budget:
             raise UserError(f"--doc_stride={stride} must be between 1 and max_seq_length - 2 "
                             f"= {budget} (windows start doc_stride tokens apart)")
