@@ -62,11 +62,13 @@ _define(flags.DEFINE_integer, "doc_stride", None,
         "text (max_seq_length - 2: side by side; overlap slows learning, bench/RESULTS.md).")
 _define(flags.DEFINE_integer, "max_windows_per_document", 8,
         "windows: most windows one text may need; a longer text is refused (file and line).")
-_define(flags.DEFINE_enum, "window_pooling", "max", ["mean", "max", "attention"],
-        "windows: how the windows' pooled outputs become one document vector: max (per "
-        "feature; from a pretrained checkpoint the only one that learned within the "
-        "bench's 2 epochs), mean, or attention (a learned score per window), trained end "
-        "to end (bench/RESULTS.md, Long documents).")
+_define(flags.DEFINE_enum, "window_pooling", "max_ends", ["max_ends", "max", "mean",
+                                                          "attention"],
+        "windows: how the windows' pooled outputs become one document vector: max_ends "
+        "(the first and last windows' beside the per-feature max over all: learns what "
+        "head_tail learns in as many epochs, and evidence anywhere), max, mean, or "
+        "attention (a learned score per window); trained end to end (bench/RESULTS.md, "
+        "Long documents).")
 
 def _column(value):
     if value is None or str(value).strip() == "":

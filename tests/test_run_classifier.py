@@ -669,9 +669,9 @@ def _document_probabilities(run_dir, texts, vocab, pooling, max_windows=8):
 
 @pytest.fixture(scope="module")
 def windows_run(env, tmp_path_factory):
-    """A --long_document=windows run (attention pooling) on the long custom data, its
-    windows overlapping (--doc_stride=15, half a window: the default is side by side) so
-    that the run, its records and its export are checked on overlapping windows."""
+    """A --long_document=windows run (the default pooling, max_ends) on the long custom
+    data, its windows overlapping (--doc_stride=15, half a window: the default is side by
+    side) so that the run, its records and its export are checked on overlapping windows."""
     import run_classifier as rc
 
     root = tmp_path_factory.mktemp("windows")
@@ -679,9 +679,8 @@ def windows_run(env, tmp_path_factory):
     custom = processors.CustomDataConfig(text_a_column="review", label_column="sentiment",
                                          delimiter="comma")
     cfg = _run_config({**env, "long": data_dir}, "long", root / "out", task_name="custom",
-                      custom=custom, long_document="windows", window_pooling="attention",
-                      doc_stride=15, num_train_epochs=2.0, eval_batch_size=3,
-                      predict_batch_size=3)
+                      custom=custom, long_document="windows", doc_stride=15,
+                      num_train_epochs=2.0, eval_batch_size=3, predict_batch_size=3)
     return {"result": rc.run(cfg), "dir": cfg.finetuning.output_dir, "data": data_dir,
             "custom": custom, "root": root}
 
@@ -698,7 +697,7 @@ def test_windows_run_predicts_one_row_per_document(windows_run, env):
     probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
     assert probs.shape == (len(test), 2)
     np.testing.assert_allclose(probs, _document_probabilities(
-        out, [e.text_a for e in test], env["vocab"], "attention"), atol=1e-4)
+        out, [e.text_a for e in test], env["vocab"], "max_ends"), atol=1e-4)
     meta = json.loads(open(os.path.join(out, "test.tf_record.metadata.json")).read())
     # 43-50 tokens: 2 or 3 windows of 30 tokens, 15 apart; nothing is cut.
     assert meta["max_windows_seen"] == 3 and meta["num_truncated"] == 0
@@ -746,7 +745,7 @@ def test_windows_export_serves_whole_documents_as_the_run_and_raises_its_limit(
     assert {k: metadata[k] for k in ("long_document", "doc_stride", "max_windows_per_document",
                                      "window_pooling")} == {
         "long_document": "windows", "doc_stride": 15, "max_windows_per_document": 8,
-        "window_pooling": "attention"}
+        "window_pooling": "max_ends"}
     run_metadata = registry.read_run_metadata(out, FAMILY)
     assert FAMILY.settings({}, run_metadata, SEQ)["max_windows"] == 8  # the run's limit
     assert FAMILY.settings({"max_context_windows": 12}, run_metadata, SEQ)["max_windows"] == 12
@@ -765,7 +764,7 @@ def test_windows_export_serves_whole_documents_as_the_run_and_raises_its_limit(
     np.testing.assert_allclose(probabilities[:-1], _read_probabilities(
         os.path.join(out, "test_results.tsv")), atol=1e-3)
     np.testing.assert_allclose(probabilities[-1:], _document_probabilities(
-        out, [too_long], env["vocab"], "attention", max_windows=12), atol=1e-5)
+        out, [too_long], env["vocab"], "max_ends", max_windows=12), atol=1e-5)
     tokenized = loaded.signatures["serving_tokenized"](**packed)
     np.testing.assert_allclose(tokenized["probabilities"].numpy(), probabilities[:-1],
                                atol=1e-6)
@@ -826,7 +825,7 @@ def test_windows_run_starts_from_googles_and_hugging_faces_checkpoints(windows_r
         config_file, act = str(tmp_path / "hf" / "config.json"), "gelu_exact"
     cfg = _run_config({**env, "long": windows_run["data"]}, "long", tmp_path / "out",
                       task_name="custom", custom=windows_run["custom"],
-                      long_document="windows", window_pooling="max", num_train_epochs=1.0,
+                      long_document="windows", num_train_epochs=1.0,  # default pooling
                       init_checkpoint=init, bert_config_file=config_file, do_eval=False)
     with _absl_log() as log:
         rc.run(cfg)
@@ -871,9 +870,8 @@ def test_a_windows_resume_with_other_windows_is_refused_writing_nothing(windows_
     for other in ({"doc_stride": 10}, {"max_windows_per_document": 4}):
         cfg = _run_config({**env, "long": windows_run["data"]}, "long", out,
                           task_name="custom", custom=windows_run["custom"],
-                          long_document="windows", window_pooling="attention",
-                          num_train_epochs=2.0, eval_batch_size=3, predict_batch_size=3,
-                          **other)
+                          long_document="windows", num_train_epochs=2.0, eval_batch_size=3,
+                          predict_batch_size=3, **{"doc_stride": 15, **other})
         with pytest.raises(checkpointing.InputPositionError, match="trained on other input"):
             rc.run(cfg)
         assert S.tree(out, skip=caches) == before, other

@@ -63,7 +63,7 @@ class ClassificationSettings:
       doc_stride: windows: tokens between window starts; None: a whole window's text
         (windows side by side).
       max_windows_per_document: windows: a text needing more is refused (file and line).
-      window_pooling: windows: "mean", "max" or "attention" (`WINDOW_POOLINGS`).
+      window_pooling: windows: "max_ends", "max", "mean" or "attention" (`WINDOW_POOLINGS`).
     """
 
     task_name: str
@@ -75,7 +75,7 @@ class ClassificationSettings:
     head_tokens: "int | None" = None
     doc_stride: "int | None" = None
     max_windows_per_document: int = DEFAULT_MAX_WINDOWS
-    window_pooling: str = "max"
+    window_pooling: str = "max_ends"
 
 
 @dataclasses.dataclass(frozen=True)
