@@ -753,17 +753,22 @@ def test_long_document_settings_are_checked(tmp_path):
     assert family("CoLA", long_document="windows").windows == cd.Windows(14, 8)
 
 
-def test_windows_records_hold_every_token_once_per_window(tiny_vocab_file):
-    """A long text's windows (doc_stride apart, the last ending at its last token), each
-    packed `[CLS] window [SEP]`, then all-zero windows up to the limit."""
+@pytest.mark.parametrize("words", [17, 18, 19])
+def test_windows_records_hold_every_token_once_per_window(tiny_vocab_file, words):
+    """A long text's windows (doc_stride apart, the last ending at its last token and,
+    when shorter, filled with the tokens before it to a whole window), each packed
+    `[CLS] window [SEP]`, then all-zero windows up to the limit."""
     tokenizer = tokenization.FullTokenizer(tiny_vocab_file, do_lower_case=True)
-    text = "the cat sat on a mat and the dog ran far away to his home in the red hut"
+    text = " ".join("the cat sat on a mat and the dog ran far away to his home in the red "
+                    "hut".split()[:words])
     tokens = tokenizer.tokenize(text)
     n = len(tokens)
     values, length, count = cd.window_record_values(
         ce.InputExample("g", text, None, "1"), {"0": 0, "1": 1}, 10, tokenizer, False,
         cd.Windows(doc_stride=5, max_windows=6))
-    starts = list(range(0, n - 8, 5)) + [n - 8] if (n - 8) % 5 else list(range(0, n - 7, 5))
+    # Windows of 8 from 0, 5, 10, ... until one reaches the end; the last is the text's
+    # last 8 tokens (its own start, a multiple of 5, when the text ends on a whole window).
+    starts = list(range(0, n - 8, 5)) + [n - 8]
     assert length == n + 2 and count == len(starts)
     ids = [values["input_ids"][i * 10:(i + 1) * 10] for i in range(6)]
     for i, start in enumerate(starts):

@@ -31,7 +31,7 @@ from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 from tasks.common.windows import DocSpan, doc_spans_for
 
 # Bump when the records or the metadata change meaning: old caches are then rebuilt.
-CACHE_FORMAT_VERSION = 1
+CACHE_FORMAT_VERSION = 2
 # How many skipped rows the metadata JSON lists one by one (all are counted).
 MAX_LISTED_BAD_ROWS = 100
 
@@ -132,7 +132,9 @@ def convert_single_example(example, label_list: Sequence[str] | None, max_seq_le
 class Windows:
     """--long_document=windows: a text read through windows of max_seq_length - 2 tokens,
     starting `doc_stride` tokens apart (`tasks.common.windows.doc_spans_for`), at most
-    `max_windows` per text."""
+    `max_windows` per text; the last one, when shorter, is filled with the tokens before
+    it to a whole window: a text's end is read with as much context as head_tail's tail
+    (max_ends pooling reads the last window on its own)."""
 
     doc_stride: int
     max_windows: int
@@ -164,8 +166,9 @@ def window_record_values(example, label_map, max_seq_length: int, tokenizer,
             f"than --max_windows_per_document={windows.max_windows}")
     values = {"input_ids": [], "input_mask": [], "segment_ids": []}
     for span in spans:
-        _, ids, mask, segments = pack_pair(tokens[span.start:span.start + span.length], None,
-                                           max_seq_length, tokenizer)
+        end = span.start + span.length   # filled to a whole window (serving's fill_before)
+        _, ids, mask, segments = pack_pair(tokens[max(0, end - (max_seq_length - 2)):end],
+                                           None, max_seq_length, tokenizer)
         values["input_ids"] += ids
         values["input_mask"] += mask
         values["segment_ids"] += segments

@@ -241,7 +241,8 @@ def head_tail_ids(ids, budget: int, head_tokens: int):
 
 def pack_windows(module, text):
     """Raw texts [batch] -> int32 inputs [batch, windows, seq] of a windows run: each text's
-    ``doc_stride`` windows of ``max_seq_length - 2`` tokens, ``[CLS] window [SEP]`` as the
+    ``doc_stride`` windows of ``max_seq_length - 2`` tokens (a short last one filled with
+    the tokens before it), ``[CLS] window [SEP]`` as the
     run's records (``data.window_record_values``), all-zero windows after a text's last up
     to the request's most; a text needing more than ``max_windows`` is refused."""
     config, tok = module.config, module.tokenizer
@@ -252,7 +253,8 @@ def pack_windows(module, text):
     tokens, windows = serving.token_windows(
         ids, span, stride, config.max_windows, what="a `text` input",
         settings=f"max_seq_length={config.max_seq_length}, doc_stride={config.doc_stride}",
-        advice="split the text, or export with a larger --max_context_windows")
+        advice="split the text, or export with a larger --max_context_windows",
+        fill_before=True)   # a short last window filled to a whole one, as the records
     packed = tok.pack_inputs(tokens, None, max_seq_length=config.max_seq_length)
     most = tf.maximum(tf.reduce_max(windows["num_windows"]), 1)
     shape = tf.stack([rows, most, tf.constant(config.max_seq_length, tf.int64)])
