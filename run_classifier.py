@@ -65,8 +65,8 @@ _define(flags.DEFINE_integer, "max_windows_per_document", 8,
 _define(flags.DEFINE_enum, "window_pooling", "max_ends", ["max_ends", "max", "mean",
                                                           "attention"],
         "windows: how the windows' pooled outputs become one document vector: max_ends "
-        "(the first and last windows' beside the per-feature max over all: learns what "
-        "head_tail learns in as many epochs, and evidence anywhere), max, mean, or "
+        "(the first and last windows' beside the per-feature max over all: learned the "
+        "bench's text endings in head_tail's epochs, and evidence anywhere), max, mean, or "
         "attention (a learned score per window); trained end to end (bench/RESULTS.md, "
         "Long documents).")
 

@@ -309,6 +309,7 @@ def main():
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
+    parser.add_argument("--seed", type=int, default=1, help="the fine-tuning runs' seed")
     parser.add_argument("--target", type=float, default=0.95,
                         help="the test accuracy a mode must reach ('epochs needed')")
     parser.add_argument("--modes", default="head_tail,windows-max_ends,windows-max,"
@@ -406,8 +407,9 @@ def learning(args):
                           learning_rate=args.learning_rate, num_train_epochs=args.epochs,
                           save_checkpoints_steps=steps_per_epoch, keep_best_checkpoint=True,
                           iterations_per_loop=steps_per_epoch, log_steps=steps_per_epoch,
-                          seeds=(1,), init_checkpoint=init,
-                          runtime=RuntimeConfig("one_device", seed=1), long_document=mode)
+                          seeds=(args.seed,), init_checkpoint=init,
+                          runtime=RuntimeConfig("one_device", seed=args.seed),
+                          long_document=mode)
             if mode == "windows":
                 values.update(doc_stride=args.doc_stride, window_pooling=pooling,
                               max_windows_per_document=args.max_windows)

@@ -230,10 +230,10 @@ class BertDocumentClassifier(_LabelsModel):
     (a learned score per window, softmax over the document's windows, the weighted
     mean): one set of logits per document, so the document's label trains every window
     through the pooling (end to end). With "max_ends" the two end windows reach the head
-    undiluted, as ``head_tail``'s one sequence does, so evidence at the start or end of a
-    text is learned as fast as ``head_tail`` learns it, and the max reads it anywhere
-    (a pooling over all windows alone trains the one window holding the evidence at a
-    fraction of a step: bench/RESULTS.md, Long documents). A window whose
+    undiluted, as ``head_tail``'s one sequence does (evidence at a text's end was learned
+    in ``head_tail``'s epochs), and the max reads evidence anywhere (a pooling over all
+    windows alone trains the one window holding the evidence at a fraction of a step:
+    bench/RESULTS.md, Long documents). A window whose
     ``input_mask`` is all zero is padding: it is not encoded (a short document costs its
     own windows' passes, not ``windows``) and no pooling sees it. In training the windows
     are encoded ``windows_per_chunk`` at a time with their activations recomputed in the
