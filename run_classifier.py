@@ -65,10 +65,9 @@ _define(flags.DEFINE_integer, "max_windows_per_document", 8,
 _define(flags.DEFINE_enum, "window_pooling", "max_ends", ["max_ends", "max", "mean",
                                                           "attention"],
         "windows: how the windows' pooled outputs become one document vector: max_ends "
-        "(the first and last windows' beside the per-feature max over all: learned the "
-        "bench's text endings in head_tail's epochs, and evidence anywhere), max, mean, or "
-        "attention (a learned score per window); trained end to end (bench/RESULTS.md, "
-        "Long documents).")
+        "(the first and last windows' beside the per-feature max over all), max, mean, or "
+        "attention (a learned score per window); trained end to end. Which learns what: "
+        "docs/run_classifier.md#long-documents.")
 
 def _column(value):
     if value is None or str(value).strip() == "":

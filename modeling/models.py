@@ -229,11 +229,10 @@ class BertDocumentClassifier(_LabelsModel):
     side by side: the head reads 3 x hidden), "max" (per feature), "mean", or "attention"
     (a learned score per window, softmax over the document's windows, the weighted
     mean): one set of logits per document, so the document's label trains every window
-    through the pooling (end to end). With "max_ends" the two end windows reach the head
-    undiluted, as ``head_tail``'s one sequence does (evidence at a text's end was learned
-    in ``head_tail``'s epochs), and the max reads evidence anywhere (a pooling over all
-    windows alone trains the one window holding the evidence at a fraction of a step:
-    bench/RESULTS.md, Long documents). A window whose
+    through the pooling (end to end). A pooling over all windows alone trains the window
+    holding the evidence at a fraction of each step; "max_ends" also gives the head the
+    end windows undiluted, as ``head_tail``'s one sequence (bench/RESULTS.md, Long
+    documents). A window whose
     ``input_mask`` is all zero is padding: it is not encoded (a short document costs its
     own windows' passes, not ``windows``) and no pooling sees it. In training the windows
     are encoded ``windows_per_chunk`` at a time with their activations recomputed in the
@@ -309,8 +308,8 @@ class BertDocumentClassifier(_LabelsModel):
 
     def _pool(self, pooled, present):
         """[batch, head width] float32 from the windows' pooled outputs (present ones
-        only: a document's windows come first, padding after; a document without
-        windows, a padding row, pools to zeros)."""
+        only: a document's windows come first, padding windows after, scattered as zeros;
+        a document without windows, a padding row, pools to zeros)."""
         x = ops.cast(pooled, "float32")
         weight = ops.cast(present, "float32")[..., None]             # [batch, windows, 1]
         count = ops.sum(weight, axis=1)                               # [batch, 1]
@@ -322,8 +321,8 @@ class BertDocumentClassifier(_LabelsModel):
             if self.pooling == "max":
                 return best
             last = ops.maximum(ops.cast(count, "int32") - 1, 0)[:, :, None]  # [batch, 1, 1]
-            ends = [x[:, 0], ops.take_along_axis(x, last, axis=1)[:, 0]]   # first, last
-            return ops.concatenate([e * weight[:, 0] for e in ends] + [best], axis=-1)
+            return ops.concatenate(  # first, last (zeros in a padding row), max
+                [x[:, 0], ops.take_along_axis(x, last, axis=1)[:, 0], best], axis=-1)
         scores = ops.cast(self.window_attention(pooled), "float32")   # [batch, windows, 1]
         scores = ops.where(weight > 0, scores, -1e9)
         return ops.sum(ops.softmax(scores, axis=1) * x * weight, axis=1)

@@ -133,8 +133,7 @@ class Windows:
     """--long_document=windows: a text read through windows of max_seq_length - 2 tokens,
     starting `doc_stride` tokens apart (`tasks.common.windows.doc_spans_for`), at most
     `max_windows` per text; the last one, when shorter, is filled with the tokens before
-    it to a whole window: a text's end is read with as much context as head_tail's tail
-    (max_ends pooling reads the last window on its own)."""
+    it to a whole window (max_ends pooling reads it on its own)."""
 
     doc_stride: int
     max_windows: int

@@ -57,7 +57,7 @@ class ClassificationSettings:
       long_document: how a text longer than max_seq_length is read: "truncate" (the
         original: its first tokens) or "head_tail" (its first `head_tokens` and its last
         tokens; single-text tasks only).
-        or "windows" (all of it, through overlapping windows pooled into one prediction,
+        or "windows" (all of it, through windows pooled into one prediction,
         `modeling.models.BertDocumentClassifier`; single-text tasks only).
       head_tokens: head_tail's head; None: `data.default_head_tokens(max_seq_length)`.
       doc_stride: windows: tokens between window starts; None: a whole window's text
