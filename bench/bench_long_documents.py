@@ -154,7 +154,8 @@ def memory_child(args):
             "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02})
         vocab = None
     if vocab is None:
-        vocab = os.path.join(tempfile.mkdtemp(prefix="bench_long_"), "vocab.txt")
+        scratch = tempfile.TemporaryDirectory(prefix="bench_long_")  # removed at exit
+        vocab = os.path.join(scratch.name, "vocab.txt")
         bench_corpus.write_vocab(vocab)
     tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
     lines = bench_corpus.corpus_lines(1.0)[::-1]
@@ -372,7 +373,8 @@ def learning(args):
 
     init = args.init_checkpoint or minilm_dir()
     vocab, config = os.path.join(init, "vocab.txt"), os.path.join(init, "config.json")
-    work = tempfile.mkdtemp(prefix="bench_long_")
+    scratch = tempfile.TemporaryDirectory(prefix="bench_long_")  # removed at exit: a run
+    work = scratch.name   # writes 0.6-2.4 GB of records and checkpoints
     lines = bench_corpus.corpus_lines(16.0)[::-1]   # popped from the end: corpus order
     endings = None
     if args.signal == "topic":
