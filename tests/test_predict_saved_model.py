@@ -246,12 +246,15 @@ def _reading_stdin(pid) -> bool:
                                                  "or aarch64)")
 def test_ctrl_c_is_one_line_and_status_130(tmp_path):
     """Issue 38: Ctrl-C printed a KeyboardInterrupt traceback. The process, interrupted
-    while it waits for its --input_file on stdin: one line, status 130."""
+    while it waits for its --input_file on stdin: one line, status 130. It starts with
+    SIGINT at its default, as in a terminal (a suite started in the background, `make test
+    &`, hands its children SIGINT ignored: the signal would then be lost)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     script = os.path.join(REPO_ROOT, "predict_saved_model.py")
     process = subprocess.Popen([sys.executable, "-I", script, f"--export_dir={tmp_path}",
                                 "--input_file=-"], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not _reading_stdin(process.pid) and time.monotonic() < deadline:
