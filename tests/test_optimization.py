@@ -316,11 +316,17 @@ def _tracked(variables):
     return tf.train.Checkpoint(**{f"v{i}": v.value for i, v in enumerate(variables)})
 
 
-def test_bert_lamb_state_survives_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("make", [
+    lambda: optimization.BertLamb(learning_rate=0.05, weight_decay_rate=0.01),
+    lambda: optimization.AdamWeightDecay(learning_rate=0.05, bias_correction=True)],
+    ids=["lamb", "adamw_bias_corrected"])
+def test_bias_corrected_state_survives_a_checkpoint(tmp_path, make):
+    """The step count the bias correction reads is in the checkpoint: a restored optimizer
+    takes the next step bit for bit as the uninterrupted one."""
     init, grads = _lamb_problem()
     holder = _Holder(init)
     variables = [holder.vars[n] for n in LAMB_VARS]
-    optimizer = optimization.BertLamb(learning_rate=0.05, weight_decay_rate=0.01)
+    optimizer = make()
     for step in range(3):
         optimizer.apply([tf.constant(grads[step][n]) for n in LAMB_VARS], variables)
     path = tf.train.Checkpoint(model=_tracked(variables), optimizer=optimizer).save(
@@ -331,7 +337,7 @@ def test_bert_lamb_state_survives_a_checkpoint(tmp_path):
     assert len(slots) >= 2 * len(LAMB_VARS)  # m and v
 
     fresh = _Holder({n: np.zeros_like(v) for n, v in init.items()})
-    again = optimization.BertLamb(learning_rate=0.05, weight_decay_rate=0.01)
+    again = make()
     fresh_vars = [fresh.vars[n] for n in LAMB_VARS]
     again.build(fresh_vars)
     tf.train.Checkpoint(model=_tracked(fresh_vars), optimizer=again).restore(
