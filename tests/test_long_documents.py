@@ -253,9 +253,9 @@ def test_window_pooling_default_is_the_measured_best():
     """--window_pooling's default is max_ends: from all-MiniLM-L6-v2 it learned the
     long-documents bench's ending topic at seq 64 with head_tail, where max did not (at
     the bench's defaults, seq 128 and 400 documents, it fell behind head_tail; one seed
-    of two stayed at chance, as did the last window alone with that seed's dropout
-    masks; bench/RESULTS.md, Long documents; the default stride, a whole
-    window: tests/test_classifier_data.py); flag, settings and model agree, and the
+    of two stayed at chance with the original optimizer and learned with
+    --optimizer=adamw_bias_corrected; bench/RESULTS.md, Long documents; the default
+    stride, a whole window: tests/test_classifier_data.py); flag, settings and model agree, and the
     flag offers the model's poolings (the runner lists them itself: its flags are
     defined without importing the model's TensorFlow)."""
     import run_classifier
