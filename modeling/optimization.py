@@ -218,7 +218,7 @@ class AdamWeightDecay(_BertAdamBase):
             # (1 - beta1_power) and its epsilon is added to sqrt(v): both beta powers 0
             # make it the original's rule (no bias correction); with the correction, the
             # beta powers are beta^t and epsilon * sqrt(1 - beta2^t) stands for epsilon,
-            # which makes it lr * m_hat / (sqrt(v_hat) + epsilon) exactly.
+            # which makes it lr * m_hat / (sqrt(v_hat) + epsilon) (to float32 rounding).
             if self.weight_decay_rate and self.decays(variable):
                 self.assign_sub(variable, lr * self.weight_decay_rate * variable)
             epsilon = tf.constant(self.epsilon, dtype)
