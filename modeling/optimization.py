@@ -12,13 +12,8 @@ after clipping all gradients together to global norm 1.0. The learning rate rise
 from 0 over `num_warmup_steps`, then (from the peak) falls linearly to 0 at
 `num_train_steps`.
 
-`--optimizer=adamw_bias_corrected` is the same rule with Adam's bias correction (Kingma & Ba;
-PyTorch's and Hugging Face's AdamW): `m / (1 - beta1^t)` over `sqrt(v / (1 - beta2^t)) +
-epsilon`. The original's steps are (1 - beta1^t) / sqrt(1 - beta2^t) times the corrected
-ones: 3.2x at step 1, 6.5x at step 10, 3.2x at 100, 1.6x at 500 (Adam's defaults); on
-small fine-tuning sets that is a known cause of runs that end at one class (Mosbach et al.,
-"On the Stability of Fine-tuning BERT", ICLR 2021). Not the default: the original's
-checkpoints and published results come from its rule.
+`--optimizer=adamw_bias_corrected`: the same rule with Adam's bias correction (PyTorch's
+AdamW); the original's first steps are 3-6x larger (docs/pretraining.md).
 
 `--optimizer=lamb` selects `BertLamb`: LAMB as large-batch BERT pretraining uses it (You et
 al. 2019; NVIDIA's and Model Garden's BERT): bias-corrected Adam moments, the weight decay
@@ -207,37 +202,31 @@ class AdamWeightDecay(_BertAdamBase):
         gradient = ops.cast(gradient, dtype)
         index = self._get_variable_index(variable)
         m, v = self._m[index], self._v[index]
-        if self.bias_correction:
-            step = ops.cast(self.iterations + 1, "float32")
-            correction_1 = ops.cast(_one_minus_power(self.beta_1, step), dtype)
-            correction_2 = ops.cast(_one_minus_power(self.beta_2, step), dtype)
+        correction_1 = correction_2 = 1.0  # the original: no bias correction
+        if self.bias_correction:  # this update is step t = iterations + 1
+            step = ops.cast(self.iterations + 1, dtype)
+            correction_1 = _one_minus_power(self.beta_1, step)
+            correction_2 = _one_minus_power(self.beta_2, step)
         if self.fused:
             # w -= lr * wd * w first: the Adam part does not depend on w, so this equals
             # the original's single update. Then TensorFlow's fused Adam kernel (one pass
-            # over memory instead of ~8). Its rate is lr * sqrt(1 - beta2_power) /
-            # (1 - beta1_power) and its epsilon is added to sqrt(v): both beta powers 0
-            # make it the original's rule (no bias correction); with the correction, the
-            # beta powers are beta^t and epsilon * sqrt(1 - beta2^t) stands for epsilon,
-            # which makes it lr * m_hat / (sqrt(v_hat) + epsilon) (to float32 rounding).
+            # over memory instead of ~8): lr * sqrt(1 - beta2_power) / (1 - beta1_power) *
+            # m / (sqrt(v) + epsilon). Beta powers 1 - correction (0 for the original) and
+            # epsilon * sqrt(correction_2) make it lr * m_hat / (sqrt(v_hat) + epsilon).
             if self.weight_decay_rate and self.decays(variable):
                 self.assign_sub(variable, lr * self.weight_decay_rate * variable)
-            epsilon = tf.constant(self.epsilon, dtype)
-            beta1_power = beta2_power = tf.zeros([], dtype)
-            if self.bias_correction:
-                beta1_power, beta2_power = 1.0 - correction_1, 1.0 - correction_2
-                epsilon = epsilon * ops.sqrt(correction_2)
             tf.raw_ops.ResourceApplyAdam(
-                var=_handle(variable), m=_handle(m), v=_handle(v), beta1_power=beta1_power,
-                beta2_power=beta2_power, lr=lr, beta1=tf.constant(self.beta_1, dtype),
-                beta2=tf.constant(self.beta_2, dtype), epsilon=epsilon,
+                var=_handle(variable), m=_handle(m), v=_handle(v),
+                beta1_power=ops.cast(1.0 - correction_1, dtype),
+                beta2_power=ops.cast(1.0 - correction_2, dtype), lr=lr,
+                beta1=tf.constant(self.beta_1, dtype), beta2=tf.constant(self.beta_2, dtype),
+                epsilon=ops.cast(self.epsilon * ops.sqrt(correction_2), dtype),
                 grad=tf.convert_to_tensor(gradient))
             return
         self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
         self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(gradient))
-        if self.bias_correction:
-            update = (m / correction_1) / (ops.sqrt(v / correction_2) + self.epsilon)
-        else:
-            update = m / (ops.sqrt(v) + self.epsilon)
+        # Dividing by 1.0 is exact: the original's update is unchanged.
+        update = (m / correction_1) / (ops.sqrt(v / correction_2) + self.epsilon)
         if self.weight_decay_rate and self.decays(variable):
             update = update + self.weight_decay_rate * variable
         self.assign_sub(variable, lr * update)
@@ -327,9 +316,7 @@ class OptimizerConfig:
     learning_rate: float = 5e-5
     num_train_steps: int = 100000
     num_warmup_steps: int = 10000
-    # "adamw" (the original rule), "adamw_bias_corrected" (with Adam's bias correction) or
-    # "lamb" (`BertLamb`)
-    optimizer: str = "adamw"
+    optimizer: str = "adamw"  # or "adamw_bias_corrected", "lamb" (`create_optimizer`)
     weight_decay_rate: float = 0.01
     clip_norm: float = 1.0  # global-norm clipping; <= 0 disables it
     beta_1: float = 0.9

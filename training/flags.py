@@ -238,9 +238,8 @@ def define_common_flags():
       "parallelism and buffers to the host; false: AUTOTUNE parallelism stays at the "
       "number of schedulable cores, with no model thread.")
     d(flags.DEFINE_enum, "optimizer", "adamw", ["adamw", "adamw_bias_corrected", "lamb"],
-      "adamw: the original AdamWeightDecay rule (no bias correction); adamw_bias_corrected: "
-      "the same with Adam's bias correction (PyTorch's AdamW; steadier fine-tuning on "
-      "small sets); lamb: LAMB for large batches.")
+      "adamw: the original AdamWeightDecay rule; adamw_bias_corrected: the same with "
+      "Adam's bias correction (PyTorch's AdamW); lamb: LAMB for large batches.")
     d(flags.DEFINE_integer, "gradient_accumulation_steps", 1,
       "Micro-batches per optimizer update; train_batch_size stays the global batch per update.")
     d(flags.DEFINE_float, "weight_decay_rate", 0.01,
