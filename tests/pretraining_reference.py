@@ -41,10 +41,12 @@ and passes; under the hypothesis being tested (same algorithm) it is the origina
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -335,6 +337,7 @@ def reference() -> dict:
     if "ref" in _CACHE:
         return _CACHE["ref"]
     directory = tempfile.mkdtemp(prefix="pretraining_reference_")
+    atexit.register(shutil.rmtree, directory, True)  # this process's, removed at its exit
     corpus = write_prose_corpus(directory)
     vocab = write_learned_vocab(corpus, os.path.join(directory, "vocab.txt"))
     original, unmasked, remasked = run_original([

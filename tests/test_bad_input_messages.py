@@ -562,6 +562,29 @@ def test_a_vocab_without_the_special_tokens_is_refused_in_one_line(runner, tmp_p
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("runner", ["run_classifier", "run_squad", "run_ner", "run_swag",
+                                    "glue_submission"])
+def test_a_cased_vocab_with_lower_casing_is_refused_in_one_line(runner, tmp_path):
+    """The original's runners refused --do_lower_case against a checkpoint of the other
+    casing (`validate_case_matches_checkpoint`, by Google's checkpoint names); every
+    fine-tuning runner refuses it from the vocab itself (`tokenization.check_case`),
+    before reading any data: lower-cased text never reaches a cased vocab's capitals."""
+    from tests.test_flags_used import RUNNERS
+
+    words = TINY_VOCAB + ["The", "Cat", "Dog"]
+    vocab = write_vocab(tmp_path / "vocab.txt", words)
+    plain = sum(1 for t in words if not (t.startswith("[") and t.endswith("]")))
+    argv = [arg for arg in RUNNERS.get(runner, []) if not arg.startswith("--vocab_file")]
+    result = call_main(runner, [*argv, f"--vocab_file={vocab}"], cwd=tmp_path)
+    assert result.code == 1, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.endswith(f": error: --do_lower_case=true but vocab file {vocab!r} is cased: "
+                         f"3 of its {plain} tokens hold capital letters "
+                         "(e.g. 'The'), which lower-cased text never produces; pass "
+                         "--do_lower_case=false"), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+
+
 def test_eval_from_a_checkpoint_without_the_task_head_is_refused(tmp_path):
     """Issue 38: --do_eval without training from a pretraining checkpoint evaluated a
     random classifier head; without --do_train every weight must come from a checkpoint

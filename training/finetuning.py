@@ -307,7 +307,8 @@ def settings_from(**kwargs) -> tuple[FinetuningRun, dict]:
 
 def validate(settings: FinetuningRun) -> None:
     """Raises FinetuningError for flags that do not fit together, VocabError for a
-    --vocab_file without the tokens every input needs (before any work)."""
+    --vocab_file without the tokens every input needs or learned with the other casing
+    than --do_lower_case's (before any work)."""
     for name in ("vocab_file", "bert_config_file", "output_dir"):
         if not getattr(settings, name):
             raise FinetuningError(f"--{name} is required")
@@ -337,7 +338,8 @@ def validate(settings: FinetuningRun) -> None:
                                learning_rate=point.learning_rate).optimizer_config()
         except UserError as err:
             raise FinetuningError(str(err)) from None
-    trainer_setup.check_vocab_tokens(settings.vocab_file)  # before any data is read
+    trainer_setup.check_vocab_tokens(settings.vocab_file,  # before any data is read
+                                     settings.do_lower_case)
     if settings.max_seq_length < 3:
         logging.warning("--max_seq_length=%d leaves no room for text ([CLS] and [SEP] take "
                         "2 positions): every example is read as [CLS] [SEP] alone",

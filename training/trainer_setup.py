@@ -37,16 +37,19 @@ def load_bert_config(bert_config_file: str, max_seq_length: int):
     return bert_config
 
 
-def check_vocab_tokens(vocab_file: str) -> None:
+def check_vocab_tokens(vocab_file: str, do_lower_case: bool) -> None:
     """Raises VocabError naming --vocab_file when it cannot be read or lacks a token every
-    encoded input needs (`tokenization.ENCODING_TOKENS`), as the data tools refuse it."""
+    encoded input needs (`tokenization.ENCODING_TOKENS`), as the data tools refuse it, and
+    naming --do_lower_case when the vocab was learned with the other casing (the
+    original's runners refused that too, by Google's checkpoint names)."""
     from data_prep import tokenization
 
     try:
-        tokenization.check_vocab(tokenization.load_vocab(vocab_file), vocab_file,
-                                 required=tokenization.ENCODING_TOKENS)
+        vocab = tokenization.load_vocab(vocab_file)
+        tokenization.check_vocab(vocab, vocab_file, required=tokenization.ENCODING_TOKENS)
     except tokenization.VocabError as err:
         raise tokenization.VocabError(f"--vocab_file: {err}") from None
+    tokenization.check_case(vocab, vocab_file, do_lower_case)
 
 
 def check_vocab_fits(vocab_file: str, bert_config, config_name: str,
