@@ -77,6 +77,17 @@ def pretraining_records(tmp_path_factory):
             "dir": folder}
 
 
+@pytest.fixture(scope="session")
+def prose(tmp_path_factory):
+    """Real prose, a learned vocab and the original's output on it, with statistics and
+    their sampling errors (tests/pretraining_reference.py): built once (`built_once`; read
+    only), read by the pretraining-data modules."""
+    from tests import pretraining_reference
+
+    return pretraining_reference.load(built_once(tmp_path_factory, "pretraining-reference",
+                                                 pretraining_reference.build))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_tf_data_autotuning():
     """tf.data's autotuning model off in every input pipeline this process builds (and the

@@ -2,8 +2,8 @@
 statistics with their sampling errors.
 
 Shared by test_pretraining_data.py, test_beam_pretraining_data.py and
-test_dynamic_masking.py. Everything is computed once per test session (`reference()`,
-memoised here), in a temporary directory.
+test_dynamic_masking.py. Everything is computed once per test session (`build`, through
+conftest's `prose` fixture: one folder the pytest-xdist workers share).
 
 * The corpus is real English prose: the Python standard library's docstrings and comments,
   written by `data_prep.sample_corpus` (nothing downloaded); the vocab is learned from it
@@ -41,15 +41,12 @@ and passes; under the hypothesis being tested (same algorithm) it is the origina
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
@@ -309,9 +306,7 @@ def compare(ours: dict, theirs: dict, se: dict, names=None, z: float = Z) -> lis
 
 
 # ---------------------------------------------------------------------------------------
-# The session's reference: computed once, shared by the test modules.
-
-_CACHE: dict = {}
+# The session's reference: built once, shared by the test modules.
 
 
 def our_table(files, vocab, config, seed, *, exact_draws=False, dynamic_masking=False):
@@ -327,17 +322,14 @@ def our_table(files, vocab, config, seed, *, exact_draws=False, dynamic_masking=
     return table, compact
 
 
-def reference() -> dict:
-    """The corpus, vocab, the original's output (masked; with its masking function
-    replaced by a no-op; and those unmasked pairs masked MASKING_REPEATS times by its
-    masking function) and the standard errors of our single-pool runs, computed once per
-    session. (bert-tensorflow 1.0.4 predates whole-word
-    masking: whole-word masking is checked against our port of it, `pd.
-    create_masked_lm_predictions`, in the tests.)"""
-    if "ref" in _CACHE:
-        return _CACHE["ref"]
-    directory = tempfile.mkdtemp(prefix="pretraining_reference_")
-    atexit.register(shutil.rmtree, directory, True)  # this process's, removed at its exit
+def build(directory) -> None:
+    """Writes the corpus, vocab and `reference.json` into `directory`: the original's output
+    (masked; with its masking function replaced by a no-op; and those unmasked pairs masked
+    MASKING_REPEATS times by its masking function), its statistics and the standard errors
+    of our single-pool runs (read by `load`; built once per test session: conftest's
+    `prose`). (bert-tensorflow 1.0.4 predates whole-word masking: whole-word masking is
+    checked against our port of it, `pd.create_masked_lm_predictions`, in the tests.)"""
+    directory = str(directory)
     corpus = write_prose_corpus(directory)
     vocab = write_learned_vocab(corpus, os.path.join(directory, "vocab.txt"))
     original, unmasked, remasked = run_original([
@@ -350,15 +342,24 @@ def reference() -> dict:
         table, _ = our_table([corpus], vocab, CONFIG, SEED + 1 + run)
         variances.append({k: v ** 2 for k, v in
                           table.standard_errors(CONFIG.max_seq_length).items()})
-    ref = dict(dir=directory, corpus=corpus, vocab=vocab, mask_id=mask_id,
+    ref = dict(corpus=os.path.basename(corpus), vocab="vocab.txt", mask_id=mask_id,
                original_rows=original, original_unmasked_rows=unmasked,
                original_remasked_rows=remasked,
-               original=InstanceTable.from_rows(original, mask_id).values(
-                   CONFIG.max_seq_length),
+               original={k: float(v) for k, v in InstanceTable.from_rows(
+                   original, mask_id).values(CONFIG.max_seq_length).items()},
                se={k: math.sqrt(sum(v[k] for v in variances) / SE_RUNS)
                    for k in variances[0]})
-    _CACHE["ref"] = ref
-    return ref
+    with open(os.path.join(directory, "reference.json"), "w", encoding="utf-8") as f:
+        json.dump(ref, f)
+
+
+def load(directory) -> dict:
+    """The reference `build` wrote into `directory` (corpus and vocab as full paths)."""
+    directory = str(directory)
+    with open(os.path.join(directory, "reference.json"), encoding="utf-8") as f:
+        ref = json.load(f)
+    return dict(ref, corpus=os.path.join(directory, ref["corpus"]),
+                vocab=os.path.join(directory, ref["vocab"]))
 
 
 def read_records(paths, schema=None, compression=""):

@@ -25,11 +25,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IN_PROCESS = ["--runner=FnApiRunner"]
 
 
-@pytest.fixture(scope="module")
-def prose():
-    return reference_runs.reference()
-
-
 def run_beam(tmp_path, files, vocab, config, *, name="out.tfrecord", shards=2,
              pool_bytes=16 << 20, chunk_bytes=0, seed=reference_runs.SEED, **kwargs):
     outputs = [str(tmp_path / f"{name}-{i:05d}-of-{shards:05d}") for i in range(shards)]

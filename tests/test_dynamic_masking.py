@@ -35,11 +35,6 @@ Z = reference_runs.Z
 
 
 @pytest.fixture(scope="module")
-def prose():
-    return reference_runs.reference()
-
-
-@pytest.fixture(scope="module")
 def pairs(prose):
     """The original's unmasked pairs, padded as the unmasked records hold them."""
     rows = prose["original_unmasked_rows"]

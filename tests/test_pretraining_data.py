@@ -121,13 +121,6 @@ def reference(tmp_path_factory):
     return ref
 
 
-@pytest.fixture(scope="module")
-def prose():
-    """Real prose, a learned vocab and the original's output on it (once per session:
-    tests/pretraining_reference.py)."""
-    return reference_runs.reference()
-
-
 def as_rows(instances):
     return [[i.input_ids, i.segment_ids, i.masked_lm_positions, i.masked_lm_ids,
              int(i.is_random_next)] for i in instances]
