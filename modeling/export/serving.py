@@ -10,6 +10,8 @@ the caller's (``pad_positions``: zeros where only padding was cut).
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import tensorflow as tf
 
@@ -94,6 +96,15 @@ class ServingModule(tf.Module):
                                           name="max_seq_length")
         self.do_lower_case = tf.Variable(config.do_lower_case, trainable=False,
                                          name="do_lower_case")
+        # The packing, the task model and the encoder, each traced once per export and
+        # called by every signature that runs it (a plain holder: not saved as
+        # attributes of the SavedModel).
+        self._shared = types.SimpleNamespace(
+            pack=tf.function(self._pack, reduce_retracing=True),
+            model=tf.function(lambda features: self.model(features, training=False),
+                              reduce_retracing=True),
+            encoder=tf.function(lambda features: self.encoder(features, training=False),
+                                reduce_retracing=True))
 
     @property
     def vocab_tokens(self) -> list:
@@ -104,6 +115,9 @@ class ServingModule(tf.Module):
         """Raw strings [batch] -> int32 model inputs [batch, seq], the classifier rules of
         the original (``[CLS] a [SEP] (b [SEP])``, pair trimming at ``max_seq_length``,
         zero padding), ``seq`` the request's width (``trim_to_request``)."""
+        return self._shared.pack(text, text_pair)
+
+    def _pack(self, text, text_pair):
         tok = self.tokenizer
         seq = self.config.max_seq_length
         ids_a = tok.tokenize(text)
@@ -117,13 +131,13 @@ class ServingModule(tf.Module):
         return trim_to_request({k: tf.where(is_pair, pair[k], single[k]) for k in single})
 
     def model_outputs(self, features):
-        """The task model in inference mode on int32 features."""
-        return self.model(features, training=False)
+        """The task model in inference mode on int32 features (one trace per export)."""
+        return self._shared.model(features)
 
     def encode(self, features, layers: bool = True):
         """The encoder on int32 features -> float32 outputs (``encoder_outputs``: every
         layer, stacked batch-first, only if ``layers``)."""
-        out = self.encoder(features, training=False)
+        out = self._shared.encoder(features)
         outputs = {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
                    "sequence_output": tf.cast(out["sequence_output"], tf.float32)}
         if layers:
@@ -167,7 +181,8 @@ def text_function(module: ServingModule, fn, text_pair: bool, pack=None):
 
 def text_signatures(module: ServingModule, head, text_pair: bool, pack=None) -> dict:
     """``serving_default`` and ``preprocess`` on ``text`` (+ ``text_pair`` for pairs):
-    strings -> ``pack`` (default ``module.pack``) -> ``head(features)``."""
+    strings -> ``pack`` (default ``module.pack``; traced once for both) -> ``head(features)``."""
+    pack = tf.function(pack, reduce_retracing=True) if pack else module.pack
     return {"serving_default": text_function(module, head, text_pair, pack),
             "preprocess": text_function(module, lambda features: features, text_pair, pack)}
 
