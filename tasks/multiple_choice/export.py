@@ -57,15 +57,11 @@ class MultipleChoiceServing(families.ServingFamily):
         families.expect_model(model, BertMultipleChoice, config)
 
     def signatures(self, module):
-        # Traced once, run by both signatures.
-        pack = tf.function(lambda context, question, endings: pack_choices(
-            module, context, question, endings), reduce_retracing=True)
-
         def serve(context, question, endings):
-            return _choose(module, pack(context, question, endings))
+            return _choose(module, pack_choices(module, context, question, endings))
 
         def preprocess(context, question, endings):
-            return pack(context, question, endings)
+            return pack_choices(module, context, question, endings)
 
         strings = dict(context=serving.string_spec("context"),
                        question=serving.string_spec("question"),

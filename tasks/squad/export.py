@@ -130,15 +130,11 @@ class SquadServing(families.ServingFamily):
                 f"{config.bilstm_units}")
 
     def signatures(self, module):
-        # Traced once, run by both signatures.
-        pack = tf.function(lambda question, context: pack_squad(module, question, context),
-                           reduce_retracing=True)
-
         def serve(question, context):
-            return _squad(module, question, context, pack)
+            return _squad(module, question, context)
 
         def preprocess(question, context):
-            features, windows = pack(question, context)
+            features, windows = pack_squad(module, question, context)
             return {**features,
                     "window_example_index": tf.cast(windows["example"], tf.int32),
                     "window_doc_start": tf.cast(windows["doc_start"], tf.int32)}
@@ -282,10 +278,9 @@ def _span_text(module, input_ids, first, last):
     return tf.strings.strip(tf.strings.regex_replace(text, " +", " "))
 
 
-def _squad(module, question, context, pack):
-    """Best span per window, then per example (the window with the best score);
-    ``pack``: ``pack_squad`` on (question, context)."""
-    features, windows = pack(question, context)
+def _squad(module, question, context):
+    """Best span per window, then per example (the window with the best score)."""
+    features, windows = pack_squad(module, question, context)
     best = best_span(module, features, windows)
     batch = tf.shape(question)[0]
     example = windows["example"]
