@@ -226,5 +226,6 @@ def apply(dataset: tf.data.Dataset, masking: DynamicMasking, input_pipeline_id: 
         seed = tf.stack([tf.constant(base, tf.int64), number])
         return mask_batch(example, masking, seed)
 
-    return dataset.enumerate().map(masked, num_parallel_calls=tf.data.AUTOTUNE,
+    return dataset.enumerate().map(tf.autograph.experimental.do_not_convert(masked),
+                                   num_parallel_calls=tf.data.AUTOTUNE,
                                    deterministic=deterministic)

@@ -124,7 +124,7 @@ def pretraining_dataset(config: PretrainingInputConfig, *, batch_size: int, is_t
     spec = schema.parse_spec(max_seq_length=config.max_seq_length,
                              max_predictions_per_seq=config.max_predictions_per_seq)
     parse = features.parse_with_spec
-    dataset = dataset.map(lambda s: record_checks.check_ids(parse(s, spec), config),
+    dataset = dataset.map(unconverted(lambda s: record_checks.check_ids(parse(s, spec), config)),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if config.masking is not None:  # a fresh mask per batch (training/dynamic_masking.py)
         dataset = dynamic_masking.apply(dataset, config.masking, shard_id, deterministic)
@@ -168,6 +168,10 @@ def pretraining_input_identity(config: PretrainingInputConfig, batch_size: int) 
 # The row number of each eval/predict example, added by `finetuning_records` so that
 # predictions can be put back in input order (buckets batch examples out of order) and
 # padding rows (-1) dropped.
+# tf.data's functions here are graph code as written (no Python branch on a tensor):
+# AutoGraph's source rewriting of them cost a fresh process ~0.5 s before its first batch.
+unconverted = tf.autograph.experimental.do_not_convert
+
 EXAMPLE_INDEX = "example_index"
 ENCODER_SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
 
@@ -309,10 +313,10 @@ def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: b
                             deterministic=deterministic)
     else:
         dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-        dataset = dataset.map(lambda *b: _parse_rows(b, spec, config, is_training),
+        dataset = dataset.map(unconverted(lambda *b: _parse_rows(b, spec, config, is_training)),
                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
         if pad_to_batch:
-            dataset = dataset.map(lambda b: _pad_batch(b, batch_size))
+            dataset = dataset.map(unconverted(lambda b: _pad_batch(b, batch_size)))
     return _finished(dataset, deterministic, config.autotune)
 
 
@@ -367,18 +371,19 @@ def _bucketed(dataset, config, batch_size, is_training, *, drop_remainder, pad_t
         size = batch_size if is_training else tf.gather(bucket_rows, key)
         batched = window.batch(size, drop_remainder=drop_remainder)
         if pad_to_multiple:
-            batched = batched.map(lambda b: _pad_batch(b, size, pad_to_multiple))
+            batched = batched.map(unconverted(lambda b: _pad_batch(b, size, pad_to_multiple)))
         elif pad_to_batch:
-            batched = batched.map(lambda b: _pad_batch(b, size))
-        return batched.map(lambda b: cut(key, b))
+            batched = batched.map(unconverted(lambda b: _pad_batch(b, size)))
+        return batched.map(unconverted(lambda b: cut(key, b)))
 
     # Parsed a block of records at a time (one vectorised parse_example instead of one
     # parse_single_example per record), then split into examples again for bucketing.
     dataset = dataset.batch(PARSE_BLOCK).map(
-        parse_block, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+        unconverted(parse_block), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     dataset = dataset.unbatch()
-    return dataset.group_by_window(bucket, batch_window,
-                                   window_size_func=lambda key: tf.gather(bucket_rows, key))
+    return dataset.group_by_window(
+        unconverted(bucket), unconverted(batch_window),
+        window_size_func=unconverted(lambda key: tf.gather(bucket_rows, key)))
 
 
 # Whether this process's input pipelines may run tf.data's autotuning model at all (each

@@ -211,10 +211,13 @@ class TrainingLoop:
                                                         divergence=self.divergence)
         self._saver = None  # made at the first save: a refused run writes nothing
         # A nested XLA function when asked; inline otherwise, so grappler sees one graph.
-        self._grad_fn = (tf.function(self._loss_and_grads, jit_compile=True)
+        # The compiled calls write their loops and branches as graph ops (tf.while_loop,
+        # tf.cond): no AutoGraph conversion, which cost a fresh process ~2 s of source
+        # rewriting of the loop's, the tasks' and the model's functions before step one.
+        self._grad_fn = (tf.function(self._loss_and_grads, jit_compile=True, autograph=False)
                          if config.jit_compile else self._loss_and_grads)
-        self._train_fn = tf.function(self._train_steps)
-        self._eval_fn = tf.function(self._eval_steps)
+        self._train_fn = tf.function(self._train_steps, autograph=False)
+        self._eval_fn = tf.function(self._eval_steps, autograph=False)
         # Prediction functions by (input spec, outputs): traced once per spec, whatever
         # the batch sizes and bucket lengths (see `predict`).
         self._predict_fns: dict = {}
@@ -350,13 +353,16 @@ class TrainingLoop:
             return tf.reshape(t, tf.stack(dims))
 
         split = {name: micro_batches(t) for name, t in features.items()}
-        grads = [tf.zeros_like(v) for v in self.model.trainable_variables]
-        stats = {key: tf.constant(0.0) for key in self.stat_keys}
-        for i in tf.range(k):
-            chunk = {name: t[i] for name, t in split.items()}
-            g, s = self._grad_fn(chunk, grad_scale)
-            grads = [a + b for a, b in zip(grads, g)]
-            stats = {key: stats[key] + s[key] for key in self.stat_keys}
+
+        def micro_step(i, grads, stats):
+            g, s = self._grad_fn({name: t[i] for name, t in split.items()}, grad_scale)
+            return (i + 1, [a + b for a, b in zip(grads, g)],
+                    {key: stats[key] + s[key] for key in self.stat_keys})
+
+        start = (tf.constant(0), [tf.zeros_like(v) for v in self.model.trainable_variables],
+                 {key: tf.constant(0.0) for key in self.stat_keys})
+        _, grads, stats = tf.while_loop(lambda i, *_: i < k, micro_step, start,
+                                        maximum_iterations=k)
         return grads, stats
 
     def _sum_over_replicas(self, per_replica):
@@ -376,41 +382,48 @@ class TrainingLoop:
                          for name, p in parts.items()})
 
     def _train_steps(self, iterator, num_steps):
+        """Up to `num_steps` steps in one call; it ends early after a diverged step (not
+        counted into the totals, its loss not kept) or a step that carried a stop request."""
         # A plain iterator yields global batches (split here); a distributed one
         # (`distribute_datasets_from_function`) per-replica ones.
         global_batches = not isinstance(iterator, tf.distribute.DistributedIterator)
         may_skip = self.loss_scale_optimizer is not None  # float16 skips non-finite steps
-        totals = {key: tf.constant(0.0) for key in self.stat_keys}
-        bad_step = tf.constant(-1, tf.int64)
-        bad_kind = tf.constant(0)
-        bad_loss = tf.constant(0.0)
-        stopped = tf.constant(False)
-        done = tf.constant(0, tf.int32)
-        skipped = tf.constant(0.0)
-        for _ in tf.range(num_steps):
+
+        def step(done, totals, skipped, stopped, bad_step, bad_kind, bad_loss):
             batch = next(iterator)
             if global_batches:
                 batch = self._distribute(batch)
             stats = self._sum_over_replicas(self.strategy.run(self._replica_step,
                                                               args=(batch,)))
             self.global_step.assign_add(1)
-            done += 1
             nonfinite = stats[_NONFINITE_GRADS] > 0
             loss = stats["loss"]
             recent, too_high = self._recent_loss(loss)
             kind = tf.where(tf.logical_not(tf.math.is_finite(loss)), 1,
                             tf.where(tf.logical_and(nonfinite, not may_skip), 2,
                                      tf.where(too_high, 3, 0)))
-            if kind > 0:
-                bad_step = self.global_step.read_value()
-                bad_kind, bad_loss = kind, recent
-                break
-            self._count_loss(loss, recent)
-            totals = {key: totals[key] + stats[key] for key in self.stat_keys}
-            skipped += tf.cast(nonfinite, tf.float32)
-            if stats[_STOP] > 0:
-                stopped = tf.constant(True)
-                break
+            diverged = kind > 0
+
+            def sound():
+                self._count_loss(loss, recent)
+                return ({key: totals[key] + stats[key] for key in self.stat_keys},
+                        skipped + tf.cast(nonfinite, tf.float32), stats[_STOP] > 0)
+
+            totals, skipped, stopped = tf.cond(diverged, lambda: (totals, skipped, stopped),
+                                               sound)
+            return (done + 1, totals, skipped, stopped,
+                    tf.where(diverged, self.global_step.read_value(), bad_step),
+                    tf.where(diverged, kind, bad_kind), tf.where(diverged, recent, bad_loss))
+
+        def more(done, totals, skipped, stopped, bad_step, *_):
+            return tf.logical_and(done < num_steps,
+                                  tf.logical_and(tf.logical_not(stopped), bad_step < 0))
+
+        start = (tf.constant(0, tf.int32), {key: tf.constant(0.0) for key in self.stat_keys},
+                 tf.constant(0.0), tf.constant(False), tf.constant(-1, tf.int64),
+                 tf.constant(0), tf.constant(0.0))
+        done, totals, skipped, stopped, bad_step, bad_kind, bad_loss = tf.while_loop(
+            more, step, start, maximum_iterations=num_steps)
         return {"totals": totals, "bad_step": bad_step, "bad_kind": bad_kind,
                 "bad_loss": bad_loss,
                 "steps": done, "stopped": stopped, "skipped": skipped}
@@ -436,10 +449,11 @@ class TrainingLoop:
         START_STEPS steps."""
         state = self.divergence
         state.recent.assign(recent)
-        if state.steps < START_STEPS:
-            count = tf.cast(state.steps + 1, tf.float32)
-            state.start.assign(state.start + (loss - state.start) / count)
-            state.steps.assign_add(1)
+        measuring = state.steps < START_STEPS
+        count = tf.cast(state.steps + 1, tf.float32)
+        state.start.assign(tf.where(measuring, state.start + (loss - state.start) / count,
+                                    state.start))
+        state.steps.assign_add(tf.cast(measuring, tf.int32))
 
     def _eval_replica_step(self, features):
         outputs = self.model(self.task.model_inputs(features), training=False)
@@ -449,15 +463,25 @@ class TrainingLoop:
                 for key in self.stat_keys}
 
     def _eval_steps(self, iterator, num_steps):
-        totals = {key: tf.constant(0.0) for key in self.stat_keys + ("steps",)}
-        for _ in tf.range(num_steps):
+        """Summed statistics of up to `num_steps` batches (fewer when the input ends)."""
+
+        def step(done, more, totals):
             optional = iterator.get_next_as_optional()
-            if not optional.has_value():
-                break
-            stats = self._sum_over_replicas(self.strategy.run(
-                self._eval_replica_step, args=(optional.get_value(),)))
-            stats["steps"] = tf.constant(1.0)
-            totals = {key: totals[key] + stats[key] for key in totals}
+
+            def add():
+                stats = self._sum_over_replicas(self.strategy.run(
+                    self._eval_replica_step, args=(optional.get_value(),)))
+                stats["steps"] = tf.constant(1.0)
+                return {key: totals[key] + stats[key] for key in totals}
+
+            return done + 1, optional.has_value(), tf.cond(optional.has_value(), add,
+                                                            lambda: totals)
+
+        start = (tf.constant(0, tf.int32), tf.constant(True),
+                 {key: tf.constant(0.0) for key in self.stat_keys + ("steps",)})
+        _, _, totals = tf.while_loop(
+            lambda done, more, _: tf.logical_and(more, done < num_steps), step, start,
+            maximum_iterations=num_steps)
         return totals
 
     # ------------------------------------------------------------------ train
@@ -778,7 +802,7 @@ class TrainingLoop:
         if key not in self._predict_fns:
             self._predict_fns[key] = tf.function(
                 lambda batch: self._predict_batch(batch, output_keys, feature_keys),
-                input_signature=[element_spec])
+                input_signature=[element_spec], autograph=False)
         return self._predict_fns[key]
 
     def predict(self, dataset: tf.data.Dataset, *, output_keys: Sequence[str] | None = None,

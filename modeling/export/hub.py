@@ -78,7 +78,7 @@ class HubEncoder(tf.Module):
         self.vocab_file = tf.saved_model.Asset(vocab_file)
         self.do_lower_case = tf.Variable(do_lower_case, trainable=False, name="do_lower_case")
 
-        @tf.function
+        @tf.function(autograph=False)
         def call(inputs, training=False):
             # Run on the request's width (its longest row), not the preprocessor's
             # seq_length; the outputs come back at the width passed (zeros where only
@@ -114,9 +114,10 @@ class _Tokenize(tf.Module):
         self.get_special_tokens_dict = tf.Module(name="get_special_tokens_dict")
         self.get_special_tokens_dict.__call__ = tf.function(
             lambda: {k: tf.constant(v, tf.int32) for k, v in special.items()},
-            input_signature=[])
+            input_signature=[], autograph=False)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")],
+                 autograph=False)
     def __call__(self, sentences):
         return tf.cast(self.tokenizer.tokenize_words(sentences), tf.int32)
 
@@ -136,7 +137,7 @@ class _PackInputs(tf.Module):
                 self.__call__.get_concrete_function(
                     segments, seq_length=tf.TensorSpec([], tf.int32))
 
-    @tf.function
+    @tf.function(autograph=False)
     def __call__(self, inputs, seq_length=None):
         return pack(self.tokenizer, inputs,
                     self.default_seq_length if seq_length is None else seq_length)
@@ -178,7 +179,8 @@ class HubPreprocessor(tf.Module):
         self.tokenize = _Tokenize(tokenizer)
         self.bert_pack_inputs = _PackInputs(tokenizer, default_seq_length)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")],
+                 autograph=False)
     def __call__(self, sentences):
         return pack(self.tokenizer, [self.tokenizer.tokenize(sentences)],
                     self.default_seq_length)

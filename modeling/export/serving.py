@@ -100,11 +100,11 @@ class ServingModule(tf.Module):
         # called by every signature that runs it (a plain holder: not saved as
         # attributes of the SavedModel).
         self._shared = types.SimpleNamespace(
-            pack=tf.function(self._pack, reduce_retracing=True),
+            pack=tf.function(self._pack, reduce_retracing=True, autograph=False),
             model=tf.function(lambda features: self.model(features, training=False),
-                              reduce_retracing=True),
+                              reduce_retracing=True, autograph=False),
             encoder=tf.function(lambda features: self.encoder(features, training=False),
-                                reduce_retracing=True))
+                                reduce_retracing=True, autograph=False))
 
     @property
     def vocab_tokens(self) -> list:
@@ -156,7 +156,7 @@ class ServingModule(tf.Module):
 
     def signatures(self) -> dict:
         """Concrete functions by signature name: ``encode`` plus the family's."""
-        encode = tf.function(lambda **f: self.encode_ids(f))
+        encode = tf.function(lambda **f: self.encode_ids(f), autograph=False)
         sigs = {"encode": encode.get_concrete_function(**ids_specs())}
         sigs.update(registry.get_family(self.config.model_type).signatures(self))
         return sigs
@@ -176,13 +176,13 @@ def text_function(module: ServingModule, fn, text_pair: bool, pack=None):
             return fn(pack(text))
 
         strings = {"text": string_spec("text")}
-    return tf.function(serve).get_concrete_function(**strings)
+    return tf.function(serve, autograph=False).get_concrete_function(**strings)
 
 
 def text_signatures(module: ServingModule, head, text_pair: bool, pack=None) -> dict:
     """``serving_default`` and ``preprocess`` on ``text`` (+ ``text_pair`` for pairs):
     strings -> ``pack`` (default ``module.pack``; traced once for both) -> ``head(features)``."""
-    pack = tf.function(pack, reduce_retracing=True) if pack else module.pack
+    pack = tf.function(pack, reduce_retracing=True, autograph=False) if pack else module.pack
     return {"serving_default": text_function(module, head, text_pair, pack),
             "preprocess": text_function(module, lambda features: features, text_pair, pack)}
 

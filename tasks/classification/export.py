@@ -209,7 +209,8 @@ class ClassifierServing(families.ServingFamily):
                     ids, None, max_seq_length=config.max_seq_length))
         sigs = serving.text_signatures(module, classify, config.text_pair, pack=pack)
         sigs["serving_tokenized"] = tf.function(
-            lambda **f: classify(serving.trim_to_request(f))).get_concrete_function(**specs)
+            lambda **f: classify(serving.trim_to_request(f)),
+            autograph=False).get_concrete_function(**specs)
         return sigs
 
 

@@ -179,9 +179,9 @@ def compute_layers(encoder, features: list, layer_indexes: list, batch_size: int
         outputs = encoder(batch, training=False)["encoder_outputs"]
         return tf.stack([tf.cast(outputs[i], tf.float32) for i in layer_indexes], axis=1)
 
-    forward_fn = tf.function(forward, jit_compile=jit_compile)
+    forward_fn = tf.function(forward, jit_compile=jit_compile, autograph=False)
 
-    @tf.function
+    @tf.function(autograph=False)
     def step(batch):
         return strategy.gather(strategy.run(forward_fn, args=(batch,)), axis=0)
 

@@ -69,10 +69,11 @@ class MultipleChoiceServing(families.ServingFamily):
         ids = {k: tf.TensorSpec([None, None, None], tf.int32, name=k)
                for k in ("input_ids", "input_mask", "segment_ids")}
         return {
-            "serving_default": tf.function(serve).get_concrete_function(**strings),
-            "preprocess": tf.function(preprocess).get_concrete_function(**strings),
+            "serving_default": tf.function(serve, autograph=False).get_concrete_function(**strings),
+            "preprocess": tf.function(preprocess, autograph=False).get_concrete_function(**strings),
             "serving_tokenized": tf.function(
-                lambda **f: _choose(module, serving.trim_to_request(f))).get_concrete_function(
+                lambda **f: _choose(module, serving.trim_to_request(f)),
+                autograph=False).get_concrete_function(
                     **ids),
         }
 

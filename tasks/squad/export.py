@@ -142,10 +142,11 @@ class SquadServing(families.ServingFamily):
         strings = {"question": serving.string_spec("question"),
                    "context": serving.string_spec("context")}
         return {
-            "serving_default": tf.function(serve).get_concrete_function(**strings),
-            "preprocess": tf.function(preprocess).get_concrete_function(**strings),
+            "serving_default": tf.function(serve, autograph=False).get_concrete_function(**strings),
+            "preprocess": tf.function(preprocess, autograph=False).get_concrete_function(**strings),
             "serving_tokenized": tf.function(
-                lambda **f: _span_logits_ids(module, f)).get_concrete_function(
+                lambda **f: _span_logits_ids(module, f),
+                autograph=False).get_concrete_function(
                     **serving.ids_specs()),
         }
 

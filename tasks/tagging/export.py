@@ -224,12 +224,13 @@ class TaggerServing(families.ServingFamily):
 
         text = {"text": serving.string_spec("text")}
         return {
-            "serving_default": tf.function(serve).get_concrete_function(**text),
-            "tag_words": tf.function(tag_words).get_concrete_function(
+            "serving_default": tf.function(serve, autograph=False).get_concrete_function(**text),
+            "tag_words": tf.function(tag_words, autograph=False).get_concrete_function(
                 words=tf.TensorSpec([None, None], tf.string, name="words")),
-            "preprocess": tf.function(preprocess).get_concrete_function(**text),
+            "preprocess": tf.function(preprocess, autograph=False).get_concrete_function(**text),
             "serving_tokenized": tf.function(
-                lambda **f: _logits_ids(module, f)).get_concrete_function(
+                lambda **f: _logits_ids(module, f),
+                autograph=False).get_concrete_function(
                     **serving.ids_specs()),
         }
 
