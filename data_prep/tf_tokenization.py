@@ -50,6 +50,14 @@ class _GraphPatterns:
             if 0xD800 <= cp <= 0xDFFF:  # not representable in UTF-8 strings
                 continue
             char = chr(cp)
+            category = unicodedata.category(char)
+            if reference_tokenization.is_chinese_char(cp):
+                chinese.append(cp)
+            # Unassigned, private-use and other letters (nine in ten code points): no
+            # control, space, punctuation or mark among them. Skipping them makes a
+            # process's first in-graph tokenizer (an export) about 3x faster to build.
+            if category in ("Cn", "Co", "Lo"):
+                continue
             mapped = tokenization.clean_value(cp)
             if mapped is None:
                 drop.append(cp)
@@ -57,9 +65,7 @@ class _GraphPatterns:
                 to_space.append(cp)
             if reference_tokenization.is_punctuation(char):
                 punct.append(cp)
-            if reference_tokenization.is_chinese_char(cp):
-                chinese.append(cp)
-            if unicodedata.category(char) == "Mn":
+            if category == "Mn":
                 marks.append(cp)
         self.drop = f"[{_re2_class(drop)}]"
         self.to_space = f"[{_re2_class(to_space)}]"
