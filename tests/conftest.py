@@ -88,6 +88,22 @@ def prose(tmp_path_factory):
                                                  pretraining_reference.build))
 
 
+# The longest modules (the whole suite's --durations, 2026-11-29), started first: under
+# `--dist loadfile` each worker takes the next module in collection order, and one of these
+# handed out late (alphabetically test_paper_commands came 58th of 85) runs on alone at the
+# end while the other workers wait.
+LONGEST_MODULES = ("test_paper_commands.py", "test_exact_resume_runners.py",
+                   "test_finetuning_sweeps.py", "test_fault_injection_runners.py",
+                   "test_run_classifier.py", "test_run_pretraining.py", "test_export_width.py",
+                   "test_sentence_embeddings.py")
+
+
+def pytest_collection_modifyitems(items):
+    """The tests of `LONGEST_MODULES` first, in that order; the rest keep theirs."""
+    rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_MODULES)))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_tf_data_autotuning():
     """tf.data's autotuning model off in every input pipeline this process builds (and the
