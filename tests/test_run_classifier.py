@@ -793,13 +793,13 @@ def test_windows_export_serves_whole_documents_as_the_run_and_raises_its_limit(
         FAMILY.settings({"max_context_windows": 12}, metadata, SEQ)
 
 
-@pytest.mark.parametrize("source", ["tf1", "hf"])
-def test_windows_run_starts_from_googles_and_hugging_faces_checkpoints(windows_run, env,
-                                                                      tmp_path, source):
-    """--long_document=windows from Google's TF1 checkpoint (written by the original's own
-    graph and Saver, --init_checkpoint=.../bert_model.ckpt) or a Hugging Face directory
-    (--bert_config_file=its config.json, whose "gelu" is the exact form): the run loads the
-    encoder from it (the head alone starts fresh) and trains, evaluates, predicts."""
+def test_windows_run_starts_from_a_hugging_face_checkpoint(windows_run, env, tmp_path):
+    """--long_document=windows from a Hugging Face directory (--bert_config_file=its
+    config.json, whose "gelu" is the exact form): the run loads the encoder from it (the
+    head alone starts fresh) and trains, evaluates, predicts. (Google's TF1 checkpoint, as
+    the original's own graph and Saver write it, into the document model: tests/
+    test_long_documents.py::test_document_classifier_loads_its_encoder_from_every_format;
+    run_classifier.py from a TF1 checkpoint: test_mrpc_cli_from_tf1_checkpoint_trains_...)"""
     import json
     import re
 
@@ -808,32 +808,24 @@ def test_windows_run_starts_from_googles_and_hugging_faces_checkpoints(windows_r
     import run_classifier as rc
     from modeling.config import BertConfig
     from tests.clis import _absl_log
-    from test_modeling_reference import (random_hf_weights, run_original_graph,
-                                         tiny_inputs, write_hf_dir)
+    from test_modeling_reference import random_hf_weights, write_hf_dir
 
     config_dict = json.loads(open(env["config"]).read())
-    if source == "tf1":
-        (tmp_path / "google").mkdir()
-        init = str(tmp_path / "google" / "bert_model.ckpt")
-        run_original_graph(config_dict, tiny_inputs(config_dict), save_to=init)
-        config_file, act = env["config"], "gelu_tanh"
-    else:
-        init = str(write_hf_dir(tmp_path / "hf", random_hf_weights(config_dict), config_dict,
-                                "gelu"))
-        config_file, act = str(tmp_path / "hf" / "config.json"), "gelu_exact"
+    init = str(write_hf_dir(tmp_path / "hf", random_hf_weights(config_dict), config_dict, "gelu"))
     cfg = _run_config({**env, "long": windows_run["data"]}, "long", tmp_path / "out",
                       task_name="custom", custom=windows_run["custom"],
                       long_document="windows", num_train_epochs=1.0,  # default pooling
-                      init_checkpoint=init, bert_config_file=config_file, do_eval=False)
+                      init_checkpoint=init, bert_config_file=os.path.join(init, "config.json"),
+                      do_eval=False)
     with _absl_log() as log:
         rc.run(cfg)
     report = next(line for line in log if line.startswith("Initialised from"))
-    head = {"tf1": "output_weights, output_bias", "hf": "classifier.weight, classifier.bias"}
-    assert f": {source} checkpoint " in report, report
+    assert ": hf checkpoint " in report, report
     assert re.search(r"\d+ tensors loaded\n  2 missing from the checkpoint: "
-                     + head[source] + r"\n", report), report
+                     r"classifier.weight, classifier.bias\n", report), report
     out = cfg.finetuning.output_dir
-    assert BertConfig.from_json_file(os.path.join(out, "bert_config.json")).hidden_act == act
+    hidden_act = BertConfig.from_json_file(os.path.join(out, "bert_config.json")).hidden_act
+    assert hidden_act == "gelu_exact"
     assert tf.train.latest_checkpoint(out)
     probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
     assert probs.shape == (8, 2)
