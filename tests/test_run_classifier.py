@@ -671,7 +671,10 @@ def _document_probabilities(run_dir, texts, vocab, pooling, max_windows=8):
 def windows_run(env, tmp_path_factory):
     """A --long_document=windows run (the default pooling, max_ends) on the long custom
     data, its windows overlapping (--doc_stride=15, half a window: the default is side by
-    side) so that the run, its records and its export are checked on overlapping windows."""
+    side) so that the run, its records and its export are checked on overlapping windows;
+    with two seeds and --keep_best_checkpoint (the shared driver's, on a windows run): the
+    kept seed's directory (``run_dir``) and the best weights its eval and predict used
+    (``weights``, its best/)."""
     import run_classifier as rc
 
     root = tmp_path_factory.mktemp("windows")
@@ -680,24 +683,36 @@ def windows_run(env, tmp_path_factory):
                                          delimiter="comma")
     cfg = _run_config({**env, "long": data_dir}, "long", root / "out", task_name="custom",
                       custom=custom, long_document="windows", doc_stride=15,
-                      num_train_epochs=2.0, eval_batch_size=3, predict_batch_size=3)
-    return {"result": rc.run(cfg), "dir": cfg.finetuning.output_dir, "data": data_dir,
+                      num_train_epochs=2.0, eval_batch_size=3, predict_batch_size=3,
+                      seeds=(1, 2), keep_best_checkpoint=True)
+    result = rc.run(cfg)
+    return {"result": result, "dir": cfg.finetuning.output_dir, "data": data_dir,
+            "run_dir": result["best_run"]["dir"], "weights": result["best_run"]["model_dir"],
             "custom": custom, "root": root}
 
 
 def test_windows_run_predicts_one_row_per_document(windows_run, env):
     """--long_document=windows: each document is one record of its windows [windows, seq];
-    test_results.tsv has one row per document in input order, equal to the checkpoint's
-    model run on each document's real windows alone; dev metrics are per document."""
+    test_results.tsv has one row per document in input order, equal to the best
+    checkpoint's model run on each document's real windows alone; dev metrics are per
+    document. Seeds and --keep_best_checkpoint: one run per seed, each predicting one row
+    per document, the best seed's best/ weights behind output_dir's predictions."""
     import json
 
     out = windows_run["dir"]
+    result = windows_run["result"]
     processor = processors.get_processor("custom", custom=windows_run["custom"])
     test = processor.read_split(str(windows_run["data"]), "test").examples
+    assert [r["seed"] for r in result["runs"]] == [1, 2] and result["best_seed"] in (1, 2)
+    for r in result["runs"]:
+        assert _read_probabilities(os.path.join(r["dir"], "test_results.tsv")).shape == (
+            len(test), 2)
+    assert windows_run["weights"] == os.path.join(windows_run["run_dir"], "best")
     probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
     assert probs.shape == (len(test), 2)
     np.testing.assert_allclose(probs, _document_probabilities(
-        out, [e.text_a for e in test], env["vocab"], "max_ends"), atol=1e-4)
+        windows_run["weights"], [e.text_a for e in test], env["vocab"], "max_ends"),
+        atol=1e-4)
     meta = json.loads(open(os.path.join(out, "test.tf_record.metadata.json")).read())
     # 43-50 tokens: 2 or 3 windows of 30 tokens, 15 apart; nothing is cut.
     assert meta["max_windows_seen"] == 3 and meta["num_truncated"] == 0
@@ -740,17 +755,17 @@ def test_windows_export_serves_whole_documents_as_the_run_and_raises_its_limit(
     from tasks.classification.export import FAMILY
     from tasks.classification.task import ClassificationExportMetadata
 
-    out = windows_run["dir"]
-    metadata = json.loads(open(os.path.join(out, "export_metadata.json")).read())
+    out, weights = windows_run["dir"], windows_run["weights"]
+    metadata = json.loads(open(os.path.join(weights, "export_metadata.json")).read())
     assert {k: metadata[k] for k in ("long_document", "doc_stride", "max_windows_per_document",
                                      "window_pooling")} == {
         "long_document": "windows", "doc_stride": 15, "max_windows_per_document": 8,
         "window_pooling": "max_ends"}
-    run_metadata = registry.read_run_metadata(out, FAMILY)
+    run_metadata = registry.read_run_metadata(weights, FAMILY)
     assert FAMILY.settings({}, run_metadata, SEQ)["max_windows"] == 8  # the run's limit
     assert FAMILY.settings({"max_context_windows": 12}, run_metadata, SEQ)["max_windows"] == 12
     export_dir = tmp_path / "export"
-    result = call_main("export_saved_model", init_checkpoint=out, export_dir=export_dir,
+    result = call_main("export_saved_model", init_checkpoint=weights, export_dir=export_dir,
                        max_context_windows=12)
     assert result.code == 0, result.stderr
     processor = processors.get_processor("custom", custom=windows_run["custom"])
@@ -764,7 +779,7 @@ def test_windows_export_serves_whole_documents_as_the_run_and_raises_its_limit(
     np.testing.assert_allclose(probabilities[:-1], _read_probabilities(
         os.path.join(out, "test_results.tsv")), atol=1e-3)
     np.testing.assert_allclose(probabilities[-1:], _document_probabilities(
-        out, [too_long], env["vocab"], "max_ends", max_windows=12), atol=1e-5)
+        weights, [too_long], env["vocab"], "max_ends", max_windows=12), atol=1e-5)
     tokenized = loaded.signatures["serving_tokenized"](**packed)
     np.testing.assert_allclose(tokenized["probabilities"].numpy(), probabilities[:-1],
                                atol=1e-6)
@@ -778,30 +793,13 @@ def test_windows_export_serves_whole_documents_as_the_run_and_raises_its_limit(
         FAMILY.settings({"max_context_windows": 12}, metadata, SEQ)
 
 
-def test_windows_with_seeds_and_best_checkpoint(windows_run, env, tmp_path):
-    """The shared driver's seeds and --keep_best_checkpoint work for a windows run (max
-    pooling): per-seed runs, the best seed's predictions one row per document."""
-    import run_classifier as rc
-
-    cfg = _run_config({**env, "long": windows_run["data"]}, "long", tmp_path / "out",
-                      task_name="custom", custom=windows_run["custom"],
-                      long_document="windows", window_pooling="max", seeds=(1, 2),
-                      keep_best_checkpoint=True, num_train_epochs=1.0)
-    result = rc.run(cfg)
-    assert [r["seed"] for r in result["runs"]] == [1, 2] and result["best_seed"] in (1, 2)
-    for r in result["runs"]:
-        probs = _read_probabilities(os.path.join(r["dir"], "test_results.tsv"))
-        assert probs.shape == (8, 2)
-        np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
-
-
-@pytest.mark.parametrize("source", ["tf1", "hf"])
-def test_windows_run_starts_from_googles_and_hugging_faces_checkpoints(windows_run, env,
-                                                                      tmp_path, source):
-    """--long_document=windows from Google's TF1 checkpoint (written by the original's own
-    graph and Saver, --init_checkpoint=.../bert_model.ckpt) or a Hugging Face directory
-    (--bert_config_file=its config.json, whose "gelu" is the exact form): the run loads the
-    encoder from it (the head alone starts fresh) and trains, evaluates, predicts."""
+def test_windows_run_starts_from_a_hugging_face_checkpoint(windows_run, env, tmp_path):
+    """--long_document=windows from a Hugging Face directory (--bert_config_file=its
+    config.json, whose "gelu" is the exact form): the run loads the encoder from it (the
+    head alone starts fresh) and trains, evaluates, predicts. (Google's TF1 checkpoint, as
+    the original's own graph and Saver write it, into the document model: tests/
+    test_long_documents.py::test_document_classifier_loads_its_encoder_from_every_format;
+    run_classifier.py from a TF1 checkpoint: test_mrpc_cli_from_tf1_checkpoint_trains_...)"""
     import json
     import re
 
@@ -810,32 +808,24 @@ def test_windows_run_starts_from_googles_and_hugging_faces_checkpoints(windows_r
     import run_classifier as rc
     from modeling.config import BertConfig
     from tests.clis import _absl_log
-    from test_modeling_reference import (random_hf_weights, run_original_graph,
-                                         tiny_inputs, write_hf_dir)
+    from test_modeling_reference import random_hf_weights, write_hf_dir
 
     config_dict = json.loads(open(env["config"]).read())
-    if source == "tf1":
-        (tmp_path / "google").mkdir()
-        init = str(tmp_path / "google" / "bert_model.ckpt")
-        run_original_graph(config_dict, tiny_inputs(config_dict), save_to=init)
-        config_file, act = env["config"], "gelu_tanh"
-    else:
-        init = str(write_hf_dir(tmp_path / "hf", random_hf_weights(config_dict), config_dict,
-                                "gelu"))
-        config_file, act = str(tmp_path / "hf" / "config.json"), "gelu_exact"
+    init = str(write_hf_dir(tmp_path / "hf", random_hf_weights(config_dict), config_dict, "gelu"))
     cfg = _run_config({**env, "long": windows_run["data"]}, "long", tmp_path / "out",
                       task_name="custom", custom=windows_run["custom"],
                       long_document="windows", num_train_epochs=1.0,  # default pooling
-                      init_checkpoint=init, bert_config_file=config_file, do_eval=False)
+                      init_checkpoint=init, bert_config_file=os.path.join(init, "config.json"),
+                      do_eval=False)
     with _absl_log() as log:
         rc.run(cfg)
     report = next(line for line in log if line.startswith("Initialised from"))
-    head = {"tf1": "output_weights, output_bias", "hf": "classifier.weight, classifier.bias"}
-    assert f": {source} checkpoint " in report, report
+    assert ": hf checkpoint " in report, report
     assert re.search(r"\d+ tensors loaded\n  2 missing from the checkpoint: "
-                     + head[source] + r"\n", report), report
+                     r"classifier.weight, classifier.bias\n", report), report
     out = cfg.finetuning.output_dir
-    assert BertConfig.from_json_file(os.path.join(out, "bert_config.json")).hidden_act == act
+    hidden_act = BertConfig.from_json_file(os.path.join(out, "bert_config.json")).hidden_act
+    assert hidden_act == "gelu_exact"
     assert tf.train.latest_checkpoint(out)
     probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
     assert probs.shape == (8, 2)
@@ -857,7 +847,7 @@ def test_a_windows_resume_with_other_windows_is_refused_writing_nothing(windows_
     import tensorflow as tf
 
     out = tmp_path / "out"
-    shutil.copytree(windows_run["dir"], out)
+    shutil.copytree(windows_run["run_dir"], out)
     # As a run killed before its last checkpoint leaves it.
     (out / "run_results.json").unlink(missing_ok=True)
     newest, *older = checkpointing.checkpoints_newest_first(str(out))

@@ -538,14 +538,17 @@ def test_feature_tagger_trains_only_its_head_and_round_trips(tmp_path):
 
 
 @pytest.mark.slow
-def test_exported_run_serves_the_runners_tags_from_raw_text(env, finetuned, tmp_path):
+def test_exported_run_serves_the_runners_tags_from_raw_text(env, finetuned, tmp_path,
+                                                            capsys):
     """export_saved_model.py --model_type=tagger on the CLI run's directory (config, vocab,
-    labels and windows from beside the checkpoint), served by predict_saved_model.py
-    (tensorflow + tensorflow_text only) on each dev sentence as raw text: every word's tag
-    equals the runner's prediction from the same checkpoint, the 32-word sentence (three
-    windows) included; the entities are conlleval's chunks of those tags. The runner
-    predicts sentence by sentence here (no --document_context), as the export serves
-    one text at a time."""
+    labels and windows from beside the checkpoint), served by predict_saved_model.py's main
+    (in this process; a tagger export served by it as a process of its own, tensorflow +
+    tensorflow_text only: tests/test_export_tagger.py) on each dev sentence as raw text:
+    every word's tag equals the runner's prediction from the same checkpoint, the 32-word
+    sentence (three windows) included; the entities are conlleval's chunks of those tags.
+    The runner predicts sentence by sentence here (no --document_context), as the export
+    serves one text at a time."""
+    import predict_saved_model
     import run_ner
     from tasks.tagging import metrics
 
@@ -555,10 +558,16 @@ def test_exported_run_serves_the_runners_tags_from_raw_text(env, finetuned, tmp_
     sentences = [s for s in read_predictions(reference / "dev_predictions.txt")
                  if s[0][0] != "-DOCSTART-"]
     assert max(len(s) for s in sentences) == 32
-    document, lines = S.export_and_serve(
-        "tagger", finetuned["dir"], tmp_path,
-        [f"--text={' '.join(w for w, _, _ in s)}" for s in sentences])
-    served = document["predictions"]
+    export_dir, out_json = tmp_path / "export", tmp_path / "served.json"
+    result = call_main("export_saved_model", model_type="tagger",
+                       init_checkpoint=finetuned["dir"], export_dir=export_dir)
+    assert result.code == 0, (result.stderr + result.log)[-3000:]
+    capsys.readouterr()
+    assert predict_saved_model.main(
+        [f"--export_dir={export_dir}", f"--output_json={out_json}"]
+        + [f"--text={' '.join(w for w, _, _ in s)}" for s in sentences]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    served = json.loads(out_json.read_text(encoding="utf-8"))["predictions"]
     assert len(served) == len(sentences) == len(lines)
     for row, sentence in zip(served, sentences, strict=True):
         assert row["word_text"] == [w for w, _, _ in sentence]

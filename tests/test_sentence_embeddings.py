@@ -415,19 +415,19 @@ out["leaked"] = np.array(sorted(m for m in sys.modules if m.split(".")[0] in
                                 ("modeling", "data_prep", "training", "tasks")), dtype=object)
 np.savez(sys.argv[2], **out)
 """
-# name -> the variant it serves: every pooling and both normalize values (the graph's
-# pooling and its normalization are independent steps; all six pairs are checked in-process
-# at the layer where they live: test_every_pooling_equals_sentence_transformers).
-EXPORTS = {"mean_normalized": ("mean", True), "max_raw": ("max", False),
-           "cls_raw": ("cls", False)}
+# name -> the variant it serves: both normalize values, and the poolings that read every
+# real token (where cutting a request's padding could tell; cls reads the first alone). The
+# graph's pooling and its normalization are independent steps: all six pairs are checked
+# in-process at the layer where they live (test_every_pooling_equals_sentence_transformers).
+EXPORTS = {"mean_normalized": ("mean", True), "max_raw": ("max", False)}
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, variants, texts, encoder):
-    """Variants of every pooling and both normalize values exported, then served from one
+    """Variants of both normalize values exported (``EXPORTS``), then served from one
     fresh process with no project code on its path: by export_saved_model.py from a
-    variant's directory, and by the export library from the settings each other variant's
-    directory gives (one encoder and in-graph tokenizer for them all)."""
+    variant's directory, and by the export library from the settings the other variant's
+    directory gives (the module's encoder, an in-graph tokenizer given)."""
     from data_prep.tf_tokenization import BertInGraphTokenizer
     from modeling.checkpoints import sentence_transformers
     from modeling.export import families, writer
@@ -506,7 +506,7 @@ def test_predict_saved_model_serves_it(served, references, texts, tmp_path):
     picked = [texts[3], texts[-3], texts[-1]]
     result = subprocess.run(
         [sys.executable, "-I", os.path.join(REPO_ROOT, "predict_saved_model.py"),
-         f"--export_dir={exports['cls_raw']}", f"--output_json={tmp_path / 'out.json'}",
+         f"--export_dir={exports['max_raw']}", f"--output_json={tmp_path / 'out.json'}",
          *[f"--text={text}" for text in picked]],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -514,7 +514,7 @@ def test_predict_saved_model_serves_it(served, references, texts, tmp_path):
     assert len(lines) == 3 and all("-> embedding [384], L2 norm" in line for line in lines)
     rows = json.loads((tmp_path / "out.json").read_text())["predictions"]
     _assert_close([row["embedding"] for row in rows],
-                  references[("cls", False)][[3, len(texts) - 3, len(texts) - 1]],
+                  references[("max", False)][[3, len(texts) - 3, len(texts) - 1]],
                   "predict_saved_model")
 
 
