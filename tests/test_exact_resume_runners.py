@@ -4,12 +4,12 @@ For run_pretraining.py (static masks with gradient accumulation on one device; d
 masking under MirroredStrategy over two logical CPUs) and run_classifier.py (length
 buckets), a run killed with SIGKILL at seeded random moments (twice for static masks:
 a resumed run killed again; once for the others) and restarted each time ends with the
-checkpoint of an uninterrupted run, bit for bit (weights, optimizer
-slots, dropout generators), and every step it logged (steps run again after a kill
-included) has the uninterrupted run's loss, bit for bit (float32 TensorBoard scalars).
-Dropout is on. A SIGTERM mid-call saves the step it arrived in and the restart loses no
-step.
-"""
+checkpoint of an uninterrupted run, bit for bit (weights, optimizer slots, dropout
+generators), and every step it logged (steps run again after a kill included) has the
+uninterrupted run's loss, bit for bit (float32 TensorBoard scalars). Dropout is on. A
+SIGTERM mid-call saves the step it arrived in and the restart loses no step. After every
+kill no process of the run is left and no temporary is visible; after the last run the
+run lock is gone (tests/test_fault_injection_runners.py's checks, here on these kills)."""
 
 import os
 import random
@@ -25,6 +25,7 @@ import pytest
 import tensorflow as tf
 
 from tests import forkserver
+from tests import test_fault_injection_runners as F
 from tests import test_loop_support as S
 from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
@@ -69,11 +70,13 @@ PROGRESS = re.compile(r"step (\d+)/\d+ loss ")
 def _signal_while_training(command, sig, delay, after_step=1, timeout=300):
     """Starts `command`, waits for the progress line of a step >= `after_step` (or of the
     first step it runs, if it resumes past it), sleeps `delay` s and sends `sig` if it still
-    runs; returns (returncode, output, landed: it was still running)."""
+    runs; returns (returncode, output, landed: it was still running) once neither the run
+    nor anything in its session is left."""
     # SIGINT as a terminal gives it: a test run started as a background job (or by a
     # runner that does so) ignores SIGINT, and its children would inherit that.
     proc = subprocess.Popen(command, env=S.runner_env(), cwd=S.REPO_ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines, reached = [], threading.Event()
 
@@ -98,6 +101,7 @@ def _signal_while_training(command, sig, delay, after_step=1, timeout=300):
         if proc.poll() is None:
             proc.kill()
     reader.join(timeout=30)
+    F._no_process_left(proc)
     return proc.returncode, "".join(lines), landed
 
 
@@ -120,17 +124,20 @@ def _check_exact(reference_dir, resumed_dir, steps, lost=()):
         assert len(logged[step]) > 1, (step, "was not run again after the kill")
 
 
-def _killed_and_resumed(command, out, rng, kills, steps, max_delay=0.05):
-    """Kills `command` with SIGKILL `kills` times, each at a random moment shortly after the
-    progress line of a random step (sorted, so the kills spread over the run), then runs it
-    to the end. Returns (kills that landed, the steps logged after the checkpoint a killed
-    run resumes from: the ones the next run must run and log again)."""
+def _killed_and_resumed(command, out, rng, signals, steps, max_delay=0.05):
+    """Kills `command` with each of `signals` (SIGKILL) in turn, each at a random moment
+    shortly after the progress line of a random step (sorted, so the kills spread over the
+    run), then runs it to the end. After each: no visible temporary, and no process left
+    (`_signal_while_training`); at the end no run lock (the killed runs' were taken over,
+    the last released). Returns (kills that landed, the steps logged after the checkpoint
+    a killed run resumes from: the ones the next run must run and log again)."""
     landed, lost = 0, set()
-    for target in sorted(rng.sample(range(1, steps - 1), kills)):
+    for sig, target in zip(signals, sorted(rng.sample(range(1, steps - 1), len(signals)))):
         code, log, was_running = _signal_while_training(
-            command, signal.SIGKILL, rng.uniform(0.0, max_delay), after_step=target)
+            command, sig, rng.uniform(0.0, max_delay), after_step=target)
+        assert not F._visible_temporaries(out), log[-3000:]
         if was_running:
-            assert code == -signal.SIGKILL, log[-3000:]
+            assert code == -sig, log[-3000:]
             landed += 1
             latest = tf.train.latest_checkpoint(str(out))
             resumes_at = int(latest.rsplit("-", 1)[1]) if latest else 0
@@ -139,6 +146,7 @@ def _killed_and_resumed(command, out, rng, kills, steps, max_delay=0.05):
             assert code == 0, log[-3000:]
     code, log = _run(command)
     assert code == 0, log[-3000:]
+    assert not (out / ".run.lock").exists()
     return landed, lost
 
 
@@ -187,8 +195,8 @@ def test_pretraining_killed_at_random_moments_equals_the_uninterrupted_run(
     # input position and dropout generators restored, then saved again). A third random
     # step would be one more of the same moment. Each kill comes at most 0.05 s after the
     # progress line of a step at least two before the last: the run is still running.
-    landed, lost = _killed_and_resumed(_pretraining(data, out), out, random.Random(24), 2,
-                                       STEPS)
+    landed, lost = _killed_and_resumed(_pretraining(data, out), out, random.Random(24),
+                                       [signal.SIGKILL] * 2, STEPS)
     assert landed == 2, "the runs finished before their kill: the test checked little"
     assert lost, "every kill came right after a checkpoint: no step was run again"
     _check_exact(static_reference, out, STEPS, lost)
@@ -206,7 +214,7 @@ def test_dynamic_masking_mirrored_killed_equals_the_uninterrupted_run(data, tmp_
     # One kill: a resumed run killed again is the static test's (the same loop and input
     # state); here what is new is the mirrored, dynamically masked input's resume.
     landed, lost = _killed_and_resumed(_pretraining(data, out, **common), out,
-                                       random.Random(25), 1, STEPS)
+                                       random.Random(25), [signal.SIGKILL], STEPS)
     assert landed == 1, "the run finished before its kill: nothing was checked"
     _check_exact(reference, out, STEPS, lost)
 
@@ -232,6 +240,7 @@ def test_sigterm_saves_the_step_it_arrived_in_and_the_restart_loses_none(
     assert 30 < stopped < STEPS, log[-3000:]  # inside the second compiled call
     assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{stopped}")
     assert sorted(_losses(str(out / "train")))[-1] == stopped  # its progress was logged
+    assert not F._visible_temporaries(out) and not F._hidden_temporaries(out)
     code, log = _run(command)
     assert code == 0, log[-3000:]
     assert f"ckpt-{stopped} at step {stopped}" in log and "Input resumes at the position" in log
@@ -322,7 +331,7 @@ def test_classifier_with_length_buckets_killed_equals_the_uninterrupted_run(
     # One kill (at step 42, past ckpt-40): a resumed run killed again is the pretraining
     # test's; here what is new is the classifier's input (length buckets, windows).
     landed, lost = _killed_and_resumed(_classifier_command(tmp_path, out, long_document), out,
-                                       random.Random(27), 1, steps)
+                                       random.Random(27), [signal.SIGKILL], steps)
     assert landed == 1, "the run finished before its kill: nothing was checked"
     assert lost, "the kill came right after a checkpoint: no step was run again"
     _check_exact(reference, out, steps, lost)

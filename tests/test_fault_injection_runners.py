@@ -1,8 +1,8 @@
 """Fault injection on the long-running runners: kill -9 and SIGTERM at random moments.
 
-For `run_pretraining.py`, `run_classifier.py` and `extract_features.py`, each started as a
-real subprocess on tiny data and killed (SIGKILL or SIGTERM, seeded random moments spread
-over start-up, training, checkpointing and output writing), then checked:
+For `run_classifier.py` and `extract_features.py`, each started as a real subprocess on
+tiny data and killed (SIGKILL or SIGTERM, seeded random moments spread over start-up,
+training, checkpointing and output writing), then checked:
 
 * only the previous good state or a complete new one exists under final names: the newest
   checkpoint restores; result files parse completely; extract_features' JSON lines are
@@ -14,6 +14,12 @@ over start-up, training, checkpointing and output writing), then checked:
 A kill counts as landed only if the run still ran (and, where a phase is named, was in that
 phase) when the signal was sent, and ended with the signal's exit status; each test requires
 a minimum of landed kills, or it would check nothing.
+
+run_pretraining.py's kills (SIGKILL while training, SIGTERM mid-call) are
+tests/test_exact_resume_runners.py's, with this module's checks after each and a restart
+that must equal an uninterrupted run bit for bit. Its SIGTERM handler comes right after
+its imports, before it reads a flag (`data_prep.cli.start`): before it, the runner has
+written nothing (a start-up kill in its first 3 s lands in TensorFlow's import).
 """
 
 import json
@@ -127,61 +133,6 @@ def _check_interrupted(proc, sig, returncode, output, directory):
         assert returncode in (143, -signal.SIGTERM), output[-3000:]
         assert not _hidden_temporaries(directory), (_hidden_temporaries(directory),
                                                     output[-2000:])
-
-
-# ---------------------------------------------------------------------- pretraining
-
-
-@pytest.fixture(scope="module")
-def pretraining_data(pretraining_records, tmp_path_factory):
-    d = tmp_path_factory.mktemp("fault_pretraining")
-    return {"pattern": pretraining_records["pattern"],
-            "config": S.write_config(d / "bert_config.json", vocab_size=120)}
-
-
-def test_run_pretraining_survives_kills(pretraining_data, tmp_path):
-    """Kill -9 at start-up and after a checkpoint, SIGTERM after a checkpoint; the rerun
-    continues from the saved step (run_pretraining's kill -9 and resume)."""
-    import tensorflow as tf
-
-    out = tmp_path / "out"
-    flags = dict(input_file=pretraining_data["pattern"], output_dir=out,
-                 bert_config_file=pretraining_data["config"], do_train="true",
-                 do_eval="true", train_batch_size=8, eval_batch_size=8,
-                 max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, num_train_steps=10000,
-                 num_warmup_steps=2, learning_rate=1e-3, save_checkpoints_steps=4,
-                 iterations_per_loop=2, log_steps=4, max_eval_steps=2, seed=1,
-                 distribution_strategy="one_device")
-    rng = random.Random(10)
-    killed = 0
-    for sig, marker, delay in _schedule(rng, "Saved checkpoint", 3.0, 2.0):
-        proc = _start(S.runner_command(**flags))
-        returncode, output, was_killed = _kill_at(proc, sig, delay, marker)
-        killed += was_killed
-        _check_interrupted(proc, sig, returncode, output, out)
-        latest = tf.train.latest_checkpoint(str(out))
-        if latest:  # the newest checkpoint named in the state file is complete
-            reader = tf.train.load_checkpoint(latest)
-            assert reader.get_variable_to_shape_map()
-        if (out / "eval_results.txt").exists():
-            results = {line.split(" = ")[0] for line in
-                       (out / "eval_results.txt").read_text().splitlines()}
-            assert {"global_step", "loss", "masked_lm_accuracy"} <= results
-    # Long runs (no run ends first): every kind of moment must have been hit.
-    assert killed == len(KILLS), "runs finished before their signal: the test checked little"
-    # The rerun resumes from the newest checkpoint (named by the step saved in it) and
-    # continues from its step: it trains, logs and evaluates 8 steps later.
-    latest = tf.train.latest_checkpoint(str(out))
-    done = int(tf.train.load_checkpoint(latest).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
-    assert latest.endswith(f"ckpt-{done}") and done > 0
-    code, log = S.run_runner(**dict(flags, num_train_steps=done + 8))
-    assert code == 0, log[-3000:]
-    assert f"Resumed from {out}/ckpt-{done} at step {done}" in log
-    logged = [step for step, *_ in S.parse_log(log)]
-    assert logged and min(logged) > done and logged[-1] == done + 8, (done, logged)
-    assert os.path.basename(tf.train.latest_checkpoint(str(out))) == f"ckpt-{done + 8}"
-    assert S.read_eval_results(out / "eval_results.txt")["global_step"] == done + 8
-    assert not (out / ".run.lock").exists()
 
 
 # ----------------------------------------------------------------------- classifier
