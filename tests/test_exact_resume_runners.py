@@ -3,12 +3,13 @@
 For run_pretraining.py (static masks with gradient accumulation on one device; dynamic
 masking under MirroredStrategy over two logical CPUs) and run_classifier.py (length
 buckets), a run killed with SIGKILL at seeded random moments (twice for static masks:
-a resumed run killed again; once for the others) and restarted each time ends with the
-checkpoint of an uninterrupted run, bit for bit (weights, optimizer slots, dropout
-generators), and every step it logged (steps run again after a kill included) has the
-uninterrupted run's loss, bit for bit (float32 TensorBoard scalars). Dropout is on. A
-SIGTERM mid-call saves the step it arrived in and the restart loses no step. After every
-kill no process of the run is left and no temporary is visible; after the last run the
+a resumed run killed again; once for the others; with SIGTERM instead for the classifier's
+truncated texts) and restarted each time ends with the checkpoint of an uninterrupted run,
+bit for bit (weights, optimizer slots, dropout generators), and every step it logged
+(steps run again after a kill included) has the uninterrupted run's loss, bit for bit
+(float32 TensorBoard scalars). Dropout is on. A SIGTERM mid-call saves the step it arrived
+in and the restart loses no step. After every signal no process of the run is left and no
+temporary is visible (after a clean stop, not even a hidden one); after the last run the
 run lock is gone (tests/test_fault_injection_runners.py's checks, here on these kills)."""
 
 import os
@@ -125,23 +126,29 @@ def _check_exact(reference_dir, resumed_dir, steps, lost=()):
 
 
 def _killed_and_resumed(command, out, rng, signals, steps, max_delay=0.05):
-    """Kills `command` with each of `signals` (SIGKILL) in turn, each at a random moment
-    shortly after the progress line of a random step (sorted, so the kills spread over the
-    run), then runs it to the end. After each: no visible temporary, and no process left
-    (`_signal_while_training`); at the end no run lock (the killed runs' were taken over,
-    the last released). Returns (kills that landed, the steps logged after the checkpoint
-    a killed run resumes from: the ones the next run must run and log again)."""
+    """Stops `command` with each of `signals` in turn (SIGKILL, or SIGTERM: a clean stop),
+    each at a random moment shortly after the progress line of a random step (sorted, so
+    the kills spread over the run), then runs it to the end. After each: no visible
+    temporary (nor, after SIGTERM, a hidden one: its clean-up ran, and it saved the step
+    it arrived in), and no process left (`_signal_while_training`); at the end no run
+    lock (the killed runs' were taken over, the last released). Returns (kills that
+    landed, the steps logged after the checkpoint a killed run resumes from: the ones the
+    next run must run and log again)."""
     landed, lost = 0, set()
     for sig, target in zip(signals, sorted(rng.sample(range(1, steps - 1), len(signals)))):
         code, log, was_running = _signal_while_training(
             command, sig, rng.uniform(0.0, max_delay), after_step=target)
         assert not F._visible_temporaries(out), log[-3000:]
         if was_running:
-            assert code == -sig, log[-3000:]
+            assert code == (-sig if sig == signal.SIGKILL else 128 + sig), log[-3000:]
             landed += 1
             latest = tf.train.latest_checkpoint(str(out))
             resumes_at = int(latest.rsplit("-", 1)[1]) if latest else 0
-            lost |= {step for step in _losses(str(out / "train")) if step > resumes_at}
+            logged = _losses(str(out / "train"))
+            if sig != signal.SIGKILL:
+                assert resumes_at == max(logged), (resumes_at, log[-3000:])
+                assert not F._hidden_temporaries(out), log[-3000:]
+            lost |= {step for step in logged if step > resumes_at}
         else:
             assert code == 0, log[-3000:]
     code, log = _run(command)
@@ -320,18 +327,24 @@ def _classifier_command(root, out, long_document="truncate"):
         f"--{k}={v}" for k, v in flags.items()]
 
 
-@pytest.mark.parametrize("long_document", ["truncate", "windows"])
+@pytest.mark.parametrize("long_document,sig", [("truncate", signal.SIGTERM),
+                                               ("windows", signal.SIGKILL)],
+                         ids=["truncate", "windows"])
 def test_classifier_with_length_buckets_killed_equals_the_uninterrupted_run(
-        long_document, tmp_path):
+        long_document, sig, tmp_path):
     reference = tmp_path / "reference"
     code, log = _run(_classifier_command(tmp_path, reference, long_document))
     assert code == 0, log[-3000:]
     steps = 60  # 48 examples / 4 x 5 epochs
     out = tmp_path / "killed"
-    # One kill (at step 42, past ckpt-40): a resumed run killed again is the pretraining
-    # test's; here what is new is the classifier's input (length buckets, windows).
+    # One signal (at step 42, past ckpt-40): a resumed run killed again is the pretraining
+    # test's; here what is new is the classifier's input (length buckets, windows), whose
+    # position a restart restores from the checkpoint of the step a SIGTERM came in
+    # (truncate: the clean stop, its exit status 143 and clean-up) or from the one before a
+    # SIGKILL (windows: the steps past it run again).
     landed, lost = _killed_and_resumed(_classifier_command(tmp_path, out, long_document), out,
-                                       random.Random(27), [signal.SIGKILL], steps)
-    assert landed == 1, "the run finished before its kill: nothing was checked"
-    assert lost, "the kill came right after a checkpoint: no step was run again"
+                                       random.Random(27), [sig], steps)
+    assert landed == 1, "the run finished before its signal: nothing was checked"
+    assert bool(lost) == (sig == signal.SIGKILL), (
+        lost, "the kill came right after a checkpoint: no step was run again")
     _check_exact(reference, out, steps, lost)

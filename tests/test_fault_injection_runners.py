@@ -1,12 +1,12 @@
 """Fault injection on the long-running runners: kill -9 and SIGTERM at random moments.
 
-For `run_classifier.py` and `extract_features.py`, each started as a real subprocess on
-tiny data and killed (SIGKILL or SIGTERM, seeded random moments spread over start-up,
-training, checkpointing and output writing), then checked:
+For `run_classifier.py` (evaluating and predicting) and `extract_features.py`, each started
+as a real subprocess on tiny data and killed (SIGKILL or SIGTERM, seeded random moments
+spread over start-up and output writing), then checked:
 
-* only the previous good state or a complete new one exists under final names: the newest
-  checkpoint restores; result files parse completely; extract_features' JSON lines are
-  absent or byte-identical to an uninterrupted run's;
+* only the previous good state or a complete new one exists under final names: result
+  files parse completely; extract_features' JSON lines are absent or byte-identical to an
+  uninterrupted run's;
 * no temporary is visible (hidden `.NAME.tmp-*` may remain after kill -9, none after
   SIGTERM), and no process of the run is left;
 * a rerun succeeds (the lock of a killed run is recovered) and reaches the same result.
@@ -15,11 +15,12 @@ A kill counts as landed only if the run still ran (and, where a phase is named, 
 phase) when the signal was sent, and ended with the signal's exit status; each test requires
 a minimum of landed kills, or it would check nothing.
 
-run_pretraining.py's kills (SIGKILL while training, SIGTERM mid-call) are
-tests/test_exact_resume_runners.py's, with this module's checks after each and a restart
-that must equal an uninterrupted run bit for bit. Its SIGTERM handler comes right after
-its imports, before it reads a flag (`data_prep.cli.start`): before it, the runner has
-written nothing (a start-up kill in its first 3 s lands in TensorFlow's import).
+Kills while training (run_pretraining.py, run_classifier.py: SIGKILL and SIGTERM after a
+checkpoint) are tests/test_exact_resume_runners.py's, with this module's checks after each
+and a restart that must equal an uninterrupted run bit for bit. A runner's SIGTERM handler
+comes right after its imports, before it reads a flag (`data_prep.cli.start`): before it, a
+runner has written nothing (the runners' start-up kills, in their first 3 s, landed in
+TensorFlow's import). extract_features' start-up kill is that moment's test.
 """
 
 import json
@@ -174,10 +175,11 @@ def _phase_times(proc, markers, files, timeout=300):
 
 
 def test_run_classifier_survives_kills(tmp_path):
-    """Kills while training (300 epochs: no run ends first; the SIGTERM after a checkpoint
-    was saved, so that the eval/predict phase has weights, the SIGKILL any time after
-    training started), then while evaluating and while predicting (eval + predict from the
-    trained checkpoint), each phase timed by an uninterrupted run first."""
+    """Kills while evaluating and while predicting (eval + predict from a checkpoint trained
+    first, uninterrupted), each phase timed by an uninterrupted run first. Kills while
+    training (SIGKILL and SIGTERM, after a checkpoint, with this module's checks) are
+    tests/test_exact_resume_runners.py's, whose restarts must then equal an uninterrupted
+    run bit for bit."""
     root = tmp_path
     vocab = write_vocab(root / "vocab.txt")
     config = S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB))
@@ -204,26 +206,18 @@ def test_run_classifier_survives_kills(tmp_path):
                     (out / "eval_results.txt").read_text().splitlines()]
             assert keys == sorted(keys) and "eval_accuracy" in keys
 
+    # The weights eval and predict read (nobody signals this run: forked from one
+    # TensorFlow import, tests/forkserver.py).
+    trained = forkserver.run(command(num_train_epochs=1.0, do_eval="false", do_predict="false"),
+                             S.runner_env(), S.REPO_ROOT)
+    assert trained.returncode == 0, (trained.stdout + trained.stderr)[-3000:]
     rng = random.Random(11)
-    killed = 0
-    # The SIGTERM comes after a checkpoint was saved: the weights the eval/predict phase
-    # needs (kills after "Training on" alone may all come before the first one on a slow
-    # machine), and the SIGKILL that follows resumes from them.
-    schedule = [(sig, "Saved checkpoint" if marker and sig == signal.SIGTERM else marker,
-                 delay) for sig, marker, delay in _schedule(rng, "Training on", 3.0, 4.0)]
-    for sig, marker, delay in schedule:
-        proc = _start(command())
-        returncode, output, was_killed = _kill_at(proc, sig, delay, marker)
-        killed += was_killed
-        _check_interrupted(proc, sig, returncode, output, out)
-        check_outputs()
-    # Long runs (no run ends first): every kind of moment must have been hit.
-    assert killed == len(KILLS), "runs finished before their signal: the test checked little"
 
     # Eval + predict only. Eval runs from the restore to eval_results.txt, predict from
     # "Predicting" to test_results.tsv; an uninterrupted run times both, then each kill
     # lands at a seeded moment within its phase (its output file removed first, so that
-    # "in progress" is "the file is not there yet").
+    # "in progress" is "the file is not there yet"), in its first third: on a loaded
+    # machine the timed phase may last twice as long as the killed run's.
     eval_results, test_results = out / "eval_results.txt", out / "test_results.tsv"
     phases = {"eval": ("Resumed from", eval_results), "predict": ("Predicting", test_results)}
     # Nobody signals this run: forked from one TensorFlow import (tests/forkserver.py).
@@ -238,20 +232,23 @@ def test_run_classifier_survives_kills(tmp_path):
                  for name, (marker, path) in phases.items()}
     assert min(durations.values()) > 0, (times, output[-3000:])
     landed = {name: 0 for name in phases}
-    for sig, phase in ((signal.SIGKILL, "eval"), (signal.SIGTERM, "eval"),
-                       (signal.SIGKILL, "predict"), (signal.SIGTERM, "predict")):
+    # One kill per phase, one of each signal: eval and predict compute in the same code
+    # (the task's `_predict`, where a signal lands) and write their file with the same
+    # all-or-nothing writer (`fileio.write_texts`), so SIGTERM's clean-up and kill -9's
+    # leftovers are the same in both.
+    for sig, phase in ((signal.SIGKILL, "eval"), (signal.SIGTERM, "predict")):
         marker, path = phases[phase]
         path.unlink(missing_ok=True)
         proc = _start(command(do_train="false"))
         returncode, output, was_killed = _kill_at(
-            proc, sig, rng.uniform(0.1, 0.8) * durations[phase], marker,
+            proc, sig, rng.uniform(0.1, 0.3) * durations[phase], marker,
             in_progress=lambda path=path: not path.exists())
         landed[phase] += was_killed
         _check_interrupted(proc, sig, returncode, output, out)
         check_outputs()
-    assert sum(landed.values()) >= 3 and min(landed.values()) >= 1, (
-        f"kills that landed mid-phase {landed} (phases {durations}): too few, the test "
-        "checked little")
+    assert landed == {"eval": 1, "predict": 1}, (
+        f"kills that landed mid-phase {landed} (phases {durations}): a kill that did not "
+        "land checked little")
     proc = forkserver.run(command(do_train="false"), S.runner_env(), S.REPO_ROOT)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     check_outputs()
