@@ -171,11 +171,11 @@ def data(pretraining_records, tmp_path_factory):
             "config": S.write_config(d / "bert_config.json", vocab_size=120, dropout=0.1)}
 
 
-STEPS = 60
+STEPS = 30
 
 
 def _pretraining(data, out, **overrides):
-    """run_pretraining's command: 60 steps, dropout, log and summary every step."""
+    """run_pretraining's command: STEPS steps, dropout, log and summary every step."""
     flags = dict(input_file=data["pattern"], bert_config_file=data["config"], output_dir=out,
                  max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, train_batch_size=8,
                  learning_rate=1e-3, num_train_steps=STEPS, num_warmup_steps=5,
@@ -241,7 +241,7 @@ def test_ctrl_c_mid_call_saves_the_step_it_arrived_in_and_the_restart_loses_none
                                save_checkpoints_steps=1000)
         code, log, landed = _signal_while_training(command, signal.SIGINT, 0.0)
         lines = [line for line in log.splitlines() if "Stopping at step " in line]
-        if landed and lines and int(lines[0].split("Stopping at step ")[1].split()[0]) < 30:
+        if landed and lines and int(lines[0].split("Stopping at step ")[1].split()[0]) < STEPS:
             break
     else:
         pytest.fail("the signal never came before the second call's end: nothing was "
@@ -251,7 +251,7 @@ def test_ctrl_c_mid_call_saves_the_step_it_arrived_in_and_the_restart_loses_none
     assert len(lines) == 1, log[-3000:]
     stopped = int(lines[0].split("Stopping at step ")[1].split()[0])
     assert f"on signal {int(signal.SIGINT)}: saved " in lines[0], lines[0]
-    assert 15 < stopped < 30, log[-3000:]  # inside the second compiled call
+    assert 15 < stopped < STEPS, log[-3000:]  # inside the second (last) compiled call
     assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{stopped}")
     assert sorted(_losses(str(out / "train")))[-1] == stopped  # its progress was logged
     assert not F._visible_temporaries(out) and not F._hidden_temporaries(out)
