@@ -3,13 +3,14 @@
 For run_pretraining.py (static masks with gradient accumulation on one device; dynamic
 masking under MirroredStrategy over two logical CPUs) and run_classifier.py (length
 buckets), a run killed with SIGKILL at seeded random moments (twice for static masks:
-a resumed run killed again; once for the others) and restarted each time ends with the
-checkpoint of an uninterrupted run, bit for bit (weights, optimizer
-slots, dropout generators), and every step it logged (steps run again after a kill
-included) has the uninterrupted run's loss, bit for bit (float32 TensorBoard scalars).
-Dropout is on. A SIGTERM mid-call saves the step it arrived in and the restart loses no
-step.
-"""
+a resumed run killed again; once for the others; with SIGTERM instead for the classifier's
+truncated texts) and restarted each time ends with the checkpoint of an uninterrupted run,
+bit for bit (weights, optimizer slots, dropout generators), and every step it logged
+(steps run again after a kill included) has the uninterrupted run's loss, bit for bit
+(float32 TensorBoard scalars). Dropout is on. Ctrl-C mid-call saves the step it arrived in
+and the restart loses no step. After every signal no process of the run is left and no
+temporary is visible (after a clean stop, not even a hidden one); after the last run the
+run lock is gone (tests/test_fault_injection_runners.py's checks, here on these kills)."""
 
 import os
 import random
@@ -25,6 +26,7 @@ import pytest
 import tensorflow as tf
 
 from tests import forkserver
+from tests import test_fault_injection_runners as F
 from tests import test_loop_support as S
 from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
@@ -69,11 +71,13 @@ PROGRESS = re.compile(r"step (\d+)/\d+ loss ")
 def _signal_while_training(command, sig, delay, after_step=1, timeout=300):
     """Starts `command`, waits for the progress line of a step >= `after_step` (or of the
     first step it runs, if it resumes past it), sleeps `delay` s and sends `sig` if it still
-    runs; returns (returncode, output, landed: it was still running)."""
+    runs; returns (returncode, output, landed: it was still running) once neither the run
+    nor anything in its session is left."""
     # SIGINT as a terminal gives it: a test run started as a background job (or by a
     # runner that does so) ignores SIGINT, and its children would inherit that.
     proc = subprocess.Popen(command, env=S.runner_env(), cwd=S.REPO_ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines, reached = [], threading.Event()
 
@@ -98,6 +102,7 @@ def _signal_while_training(command, sig, delay, after_step=1, timeout=300):
         if proc.poll() is None:
             proc.kill()
     reader.join(timeout=30)
+    F._no_process_left(proc)
     return proc.returncode, "".join(lines), landed
 
 
@@ -120,25 +125,35 @@ def _check_exact(reference_dir, resumed_dir, steps, lost=()):
         assert len(logged[step]) > 1, (step, "was not run again after the kill")
 
 
-def _killed_and_resumed(command, out, rng, kills, steps, max_delay=0.05):
-    """Kills `command` with SIGKILL `kills` times, each at a random moment shortly after the
-    progress line of a random step (sorted, so the kills spread over the run), then runs it
-    to the end. Returns (kills that landed, the steps logged after the checkpoint a killed
-    run resumes from: the ones the next run must run and log again)."""
+def _killed_and_resumed(command, out, rng, signals, steps, max_delay=0.05):
+    """Stops `command` with each of `signals` in turn (SIGKILL, or SIGTERM: a clean stop),
+    each at a random moment shortly after the progress line of a random step (sorted, so
+    the kills spread over the run), then runs it to the end. After each: no visible
+    temporary (nor, after SIGTERM, a hidden one: its clean-up ran, and it saved the step
+    it arrived in), and no process left (`_signal_while_training`); at the end no run
+    lock (the killed runs' were taken over, the last released). Returns (kills that
+    landed, the steps logged after the checkpoint a killed run resumes from: the ones the
+    next run must run and log again)."""
     landed, lost = 0, set()
-    for target in sorted(rng.sample(range(1, steps - 1), kills)):
+    for sig, target in zip(signals, sorted(rng.sample(range(1, steps - 1), len(signals)))):
         code, log, was_running = _signal_while_training(
-            command, signal.SIGKILL, rng.uniform(0.0, max_delay), after_step=target)
+            command, sig, rng.uniform(0.0, max_delay), after_step=target)
+        assert not F._visible_temporaries(out), log[-3000:]
         if was_running:
-            assert code == -signal.SIGKILL, log[-3000:]
+            assert code == (-sig if sig == signal.SIGKILL else 128 + sig), log[-3000:]
             landed += 1
             latest = tf.train.latest_checkpoint(str(out))
             resumes_at = int(latest.rsplit("-", 1)[1]) if latest else 0
-            lost |= {step for step in _losses(str(out / "train")) if step > resumes_at}
+            logged = _losses(str(out / "train"))
+            if sig != signal.SIGKILL:
+                assert resumes_at == max(logged), (resumes_at, log[-3000:])
+                assert not F._hidden_temporaries(out), log[-3000:]
+            lost |= {step for step in logged if step > resumes_at}
         else:
             assert code == 0, log[-3000:]
     code, log = _run(command)
     assert code == 0, log[-3000:]
+    assert not (out / ".run.lock").exists()
     return landed, lost
 
 
@@ -156,11 +171,11 @@ def data(pretraining_records, tmp_path_factory):
             "config": S.write_config(d / "bert_config.json", vocab_size=120, dropout=0.1)}
 
 
-STEPS = 60
+STEPS = 30
 
 
 def _pretraining(data, out, **overrides):
-    """run_pretraining's command: 60 steps, dropout, log and summary every step."""
+    """run_pretraining's command: STEPS steps, dropout, log and summary every step."""
     flags = dict(input_file=data["pattern"], bert_config_file=data["config"], output_dir=out,
                  max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, train_batch_size=8,
                  learning_rate=1e-3, num_train_steps=STEPS, num_warmup_steps=5,
@@ -187,8 +202,8 @@ def test_pretraining_killed_at_random_moments_equals_the_uninterrupted_run(
     # input position and dropout generators restored, then saved again). A third random
     # step would be one more of the same moment. Each kill comes at most 0.05 s after the
     # progress line of a step at least two before the last: the run is still running.
-    landed, lost = _killed_and_resumed(_pretraining(data, out), out, random.Random(24), 2,
-                                       STEPS)
+    landed, lost = _killed_and_resumed(_pretraining(data, out), out, random.Random(24),
+                                       [signal.SIGKILL] * 2, STEPS)
     assert landed == 2, "the runs finished before their kill: the test checked little"
     assert lost, "every kill came right after a checkpoint: no step was run again"
     _check_exact(static_reference, out, STEPS, lost)
@@ -206,62 +221,51 @@ def test_dynamic_masking_mirrored_killed_equals_the_uninterrupted_run(data, tmp_
     # One kill: a resumed run killed again is the static test's (the same loop and input
     # state); here what is new is the mirrored, dynamically masked input's resume.
     landed, lost = _killed_and_resumed(_pretraining(data, out, **common), out,
-                                       random.Random(25), 1, STEPS)
+                                       random.Random(25), [signal.SIGKILL], STEPS)
     assert landed == 1, "the run finished before its kill: nothing was checked"
     _check_exact(reference, out, STEPS, lost)
 
 
-def test_sigterm_saves_the_step_it_arrived_in_and_the_restart_loses_none(
+def test_ctrl_c_mid_call_saves_the_step_it_arrived_in_and_the_restart_loses_none(
         data, static_reference, tmp_path):
-    """Calls of 30 steps, checkpoints every 1000: SIGTERM comes in the second call (right
-    after the first call's progress line); the checkpoint is of the step it came in."""
-    rng = random.Random(26)
+    """Calls of 15 steps, checkpoints every 1000: Ctrl-C (SIGINT) comes in the second call
+    (right after the first call's progress line). The checkpoint is of the step it came in,
+    exit 130, one line saying so, no KeyboardInterrupt traceback, no temporary left; the
+    restart (which evaluates too) resumes there and ends with the uninterrupted run's
+    checkpoint, bit for bit. SIGINT takes SIGTERM's way (a stop request the compiled loop
+    reads at every step, then the checkpoint and SystemExit) but for the exit status:
+    SIGTERM's 143 is the classifier test's and tests/test_fault_injection_runners.py's."""
     for attempt in range(3):  # a loaded machine may finish the call before the signal
-        out = tmp_path / f"terminated{attempt}"
-        command = _pretraining(data, out, iterations_per_loop=30, log_steps=30,
+        out = tmp_path / f"interrupted{attempt}"
+        command = _pretraining(data, out, iterations_per_loop=15, log_steps=15,
                                save_checkpoints_steps=1000)
-        code, log, landed = _signal_while_training(command, signal.SIGTERM,
-                                                   rng.uniform(0.0, 0.05))
-        assert landed and code == 128 + signal.SIGTERM, log[-3000:]
-        stopped = int(log.split("Stopping at step ")[1].split()[0]) \
-            if "Stopping at step " in log else STEPS
-        if stopped < STEPS:
+        code, log, landed = _signal_while_training(command, signal.SIGINT, 0.0)
+        lines = [line for line in log.splitlines() if "Stopping at step " in line]
+        if landed and lines and int(lines[0].split("Stopping at step ")[1].split()[0]) < STEPS:
             break
     else:
-        pytest.fail("the signal never came before the last step: nothing was checked")
-    assert 30 < stopped < STEPS, log[-3000:]  # inside the second compiled call
+        pytest.fail("the signal never came before the second call's end: nothing was "
+                    "checked\n" + log[-3000:])
+    assert code == 128 + signal.SIGINT, log[-3000:]
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
+    assert len(lines) == 1, log[-3000:]
+    stopped = int(lines[0].split("Stopping at step ")[1].split()[0])
+    assert f"on signal {int(signal.SIGINT)}: saved " in lines[0], lines[0]
+    assert 15 < stopped < STEPS, log[-3000:]  # inside the second (last) compiled call
     assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{stopped}")
     assert sorted(_losses(str(out / "train")))[-1] == stopped  # its progress was logged
-    code, log = _run(command)
+    assert not F._visible_temporaries(out) and not F._hidden_temporaries(out)
+    code, log = _run(_pretraining(data, out, iterations_per_loop=15, log_steps=15,
+                                  save_checkpoints_steps=1000, do_eval="true",
+                                  max_eval_steps=1))
     assert code == 0, log[-3000:]
     assert f"ckpt-{stopped} at step {stopped}" in log and "Input resumes at the position" in log
     reference = _state(str(static_reference / f"ckpt-{STEPS}"))
     resumed = _state(str(out / f"ckpt-{STEPS}"))
     for name, value in reference.items():
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
-
-
-def test_ctrl_c_during_training_saves_the_step_like_sigterm(data, tmp_path):
-    """Ctrl-C (SIGINT) after the first progress line: the checkpoint of the step it came
-    in, exit 130, one line saying so, no KeyboardInterrupt traceback. 600 steps (no
-    reference to equal): the signal comes in a later call even when it is late (the second
-    call of 30 steps takes a tenth of a second), not in a retry."""
-    for attempt in range(3):  # a loaded machine may finish the steps before the signal
-        out = tmp_path / f"interrupted{attempt}"
-        command = _pretraining(data, out, iterations_per_loop=30, log_steps=30,
-                               save_checkpoints_steps=1000, num_train_steps=10 * STEPS)
-        code, log, landed = _signal_while_training(command, signal.SIGINT, 0.0)
-        if "Stopping at step " in log or code != 0:
-            break
-    else:
-        pytest.fail("the signal never came before the last step: nothing was checked")
-    assert landed and code == 128 + signal.SIGINT, log[-3000:]
-    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
-    lines = [line for line in log.splitlines() if "Stopping at step " in line]
-    assert len(lines) == 1, log[-3000:]
-    stopped = int(lines[0].split("Stopping at step ")[1].split()[0])
-    assert f"on signal {int(signal.SIGINT)}: saved " in lines[0], lines[0]
-    assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{stopped}")
+    assert S.read_eval_results(out / "eval_results.txt")["global_step"] == STEPS
+    assert not (out / ".run.lock").exists()
 
 
 def test_a_resume_with_another_batch_size_is_refused(data, static_reference, tmp_path):
@@ -311,18 +315,24 @@ def _classifier_command(root, out, long_document="truncate"):
         f"--{k}={v}" for k, v in flags.items()]
 
 
-@pytest.mark.parametrize("long_document", ["truncate", "windows"])
+@pytest.mark.parametrize("long_document,sig", [("truncate", signal.SIGTERM),
+                                               ("windows", signal.SIGKILL)],
+                         ids=["truncate", "windows"])
 def test_classifier_with_length_buckets_killed_equals_the_uninterrupted_run(
-        long_document, tmp_path):
+        long_document, sig, tmp_path):
     reference = tmp_path / "reference"
     code, log = _run(_classifier_command(tmp_path, reference, long_document))
     assert code == 0, log[-3000:]
     steps = 60  # 48 examples / 4 x 5 epochs
     out = tmp_path / "killed"
-    # One kill (at step 42, past ckpt-40): a resumed run killed again is the pretraining
-    # test's; here what is new is the classifier's input (length buckets, windows).
+    # One signal (at step 42, past ckpt-40): a resumed run killed again is the pretraining
+    # test's; here what is new is the classifier's input (length buckets, windows), whose
+    # position a restart restores from the checkpoint of the step a SIGTERM came in
+    # (truncate: the clean stop, its exit status 143 and clean-up) or from the one before a
+    # SIGKILL (windows: the steps past it run again).
     landed, lost = _killed_and_resumed(_classifier_command(tmp_path, out, long_document), out,
-                                       random.Random(27), 1, steps)
-    assert landed == 1, "the run finished before its kill: nothing was checked"
-    assert lost, "the kill came right after a checkpoint: no step was run again"
+                                       random.Random(27), [sig], steps)
+    assert landed == 1, "the run finished before its signal: nothing was checked"
+    assert bool(lost) == (sig == signal.SIGKILL), (
+        lost, "the kill came right after a checkpoint: no step was run again")
     _check_exact(reference, out, steps, lost)
