@@ -1,7 +1,6 @@
 """run_pretraining.py end to end: one device, mirrored over 2 logical CPUs, multi-worker
 over 2 local processes, phase 2, flag errors. In this process, except where the process is
-under test (logical CPUs, multi-worker). Kill -9 and resume: tests/test_fault_injection_runners.py
-and tests/test_exact_resume_runners.py.
+under test (logical CPUs, multi-worker). Kill -9 and resume: tests/test_exact_resume_runners.py.
 
 Records come from the real data_prep.create_pretraining_data command.
 """
