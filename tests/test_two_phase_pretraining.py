@@ -8,6 +8,7 @@ Tiny scale: phase 1 at sequence length 16, phase 2 at 32 (the paper's 128 and 51
 
 import os
 import random
+import re
 import signal
 import subprocess
 import threading
@@ -128,9 +129,9 @@ def _flags(records, out, **changes):
         "max_seq_length": SHORT[0], "max_predictions_per_seq": SHORT[1],
         "phase2_max_seq_length": LONG[0], "phase2_max_predictions_per_seq": LONG[1],
         "train_batch_size": BATCH, "eval_batch_size": BATCH, "learning_rate": 1e-3,
-        "num_train_steps": 200, "phase1_steps": 150, "num_warmup_steps": 10,
-        "iterations_per_loop": 5, "log_steps": 10, "save_checkpoints_steps": 10,
-        "keep_checkpoint_max": 30, "max_eval_steps": 2, "seed": 1, "do_train": "true",
+        "num_train_steps": 45, "phase1_steps": 30, "num_warmup_steps": 4,
+        "iterations_per_loop": 5, "log_steps": 5, "save_checkpoints_steps": 5,
+        "keep_checkpoint_max": 10, "max_eval_steps": 2, "seed": 1, "do_train": "true",
         "do_eval": "true",
     }
     flags.update(changes)
@@ -138,7 +139,8 @@ def _flags(records, out, **changes):
 
 
 def _run_until(flags, pattern):
-    """Starts run_pretraining and SIGKILLs it soon after `pattern` is printed."""
+    """Starts run_pretraining and SIGKILLs it soon after `pattern` is printed; returns
+    what it printed."""
     proc = subprocess.Popen(S.runner_command(**flags), env=S.runner_env(), cwd=S.REPO_ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     timer = threading.Timer(180, proc.kill)
@@ -157,6 +159,13 @@ def _run_until(flags, pattern):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+    return "".join(seen)
+
+
+def _resumed_at(log):
+    """The step a run's log says it resumed from (0: it started afresh)."""
+    found = re.search(r"Resumed from \S+ at step (\d+)", log)
+    return int(found.group(1)) if found else 0
 
 
 def _tensor(path, name):
@@ -178,21 +187,22 @@ def _slot(path, which):
 
 @pytest.mark.slow
 def test_two_phases_in_one_run_killed_in_each_phase_resume_exactly(records, tmp_path):
-    """One command, 150 steps at length 16 then 50 at 32: its phase-2 steps read the
+    """One command, 30 steps at length 16 then 15 at 32: its phase-2 steps read the
     long records (eval too), rows 16-31 of the position table get no gradient in phase 1
     (Adam's moments stay exactly 0 there; only the decoupled weight decay scales them,
-    as in the original) and do in phase 2, rows 32+ never; the same run SIGKILLed inside
-    each phase and restarted ends with the same checkpoint, bit for bit."""
+    as in the original) and do in phase 2 (every element), rows 32+ never; the same run
+    SIGKILLed inside each phase (resumed from a phase-1 checkpoint, then from a phase-2
+    one before the end) and restarted ends with the same checkpoint, bit for bit."""
     whole = tmp_path / "whole"
     rc, log = S.run_runner(**_flags(records, whole))
     assert rc == 0, log[-4000:]
-    assert "phase 2 from step 150" in log
+    assert "phase 2 from step 30" in log
     steps = [s for s, _, _ in S.parse_progress(log)]
-    assert steps == list(range(10, 201, 10)), steps
+    assert steps == list(range(5, 46, 5)), steps
     results = read_eval_results(whole / "eval_results.txt")
-    assert results["global_step"] == 200
+    assert results["global_step"] == 45
 
-    early, boundary, end = (str(whole / f"ckpt-{n}") for n in (10, 150, 200))
+    early, boundary, end = (str(whole / f"ckpt-{n}") for n in (5, 30, 45))
     for which in ("m", "v"):
         assert not _slot(boundary, which)[SHORT[0]:].any(), which
         assert _slot(boundary, which)[:SHORT[0]].any(), which
@@ -207,12 +217,12 @@ def test_two_phases_in_one_run_killed_in_each_phase_resume_exactly(records, tmp_
 
     killed = tmp_path / "killed"
     flags = _flags(records, killed)
-    _run_until(flags, "ckpt-60")      # inside phase 1
-    _run_until(flags, "ckpt-170")     # inside phase 2
+    _run_until(flags, "ckpt-10")
+    assert 0 < _resumed_at(_run_until(flags, "ckpt-35")) < 30  # the kill was in phase 1
     rc, log = S.run_runner(**flags)
     assert rc == 0, log[-4000:]
-    assert "Resumed from" in log
-    final = str(killed / "ckpt-200")
+    assert 30 < _resumed_at(log) < 45, log[-4000:]  # the second kill was in phase 2
+    final = str(killed / "ckpt-45")
     reader, expected = tf.train.load_checkpoint(final), tf.train.load_checkpoint(end)
     names = [n for n, _ in tf.train.list_variables(end) if not n.startswith("input/")
              and "_CHECKPOINTABLE_OBJECT_GRAPH" not in n]
