@@ -19,6 +19,10 @@ from data_prep import features, fileio
 from data_prep.cli import UserError
 from training import dynamic_masking, record_checks
 
+# tf.data's functions here are graph code as written (no Python branch on a tensor):
+# AutoGraph's source rewriting of them cost a fresh process ~0.5 s before its first batch.
+unconverted = tf.autograph.experimental.do_not_convert
+
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingInputConfig:
@@ -168,10 +172,6 @@ def pretraining_input_identity(config: PretrainingInputConfig, batch_size: int) 
 # The row number of each eval/predict example, added by `finetuning_records` so that
 # predictions can be put back in input order (buckets batch examples out of order) and
 # padding rows (-1) dropped.
-# tf.data's functions here are graph code as written (no Python branch on a tensor):
-# AutoGraph's source rewriting of them cost a fresh process ~0.5 s before its first batch.
-unconverted = tf.autograph.experimental.do_not_convert
-
 EXAMPLE_INDEX = "example_index"
 ENCODER_SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
 
