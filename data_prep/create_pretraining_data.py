@@ -9,7 +9,7 @@ plus --num_output_shards, --gzip, --chunk_size_mb, --exact_draws, --dynamic_mask
 the BERT paper's studies (--next_sentence_prediction, --mask_token_rate,
 --random_token_rate), shared with the Beam pipeline (`pretraining_cli`), and this
 driver's --num_workers, --shuffle_buffer_size, --progress_seconds. The corpus is cut into
-chunks of documents that worker processes turn into framed TFRecord bytes
+chunks of documents that worker processes (`WorkerPool`) turn into framed TFRecord bytes
 (`pretraining_data.chunks`); this process writes them in chunk order, so the output
 depends on the seed and the input, never on the number of workers. See
 docs/create_pretraining_data.md.
@@ -27,7 +27,7 @@ Outputs are all-or-nothing as a set: the records and the summary
 `DIR/NAME*` matches records only) are written under hidden temporaries
 (`fileio.AtomicOutputs`; on an object store such as gs://, staged locally and uploaded
 under their final names) and put in place only when all are complete. On an
-error, Ctrl-C or SIGTERM the temporaries are removed, the workers stopped, and earlier
+error, Ctrl-C or SIGTERM the temporaries are removed, the workers killed, and earlier
 outputs stay as they were; workers die with this process even on `kill -9`
 (`lifecycle.init_worker_process`), and the hidden temporaries such a kill leaves are
 removed by the next run with the same outputs.
@@ -36,19 +36,18 @@ removed by the next run with the same outputs.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import dataclasses
 import itertools
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
+import pickle
 import random
+import signal
 import sys
 import time
-
-# By name: `concurrent.futures.process` is only loaded once a pool is created, so naming
-# it as an attribute in an `except` clause fails with AttributeError in a run without one.
-from concurrent.futures.process import BrokenProcessPool
+import traceback
 
 import numpy as np
 
@@ -274,77 +273,199 @@ class ShuffleBuffer:
         return list(map(records.__getitem__, self.rng.permutation(len(records)).tolist()))
 
 
+class WorkerDied(Exception):
+    """A worker process ended while the run needed it (killed: by the OOM killer, kill -9)."""
+
+
+class RemoteTraceback(Exception):
+    """The `__cause__` of an error raised in a worker: the worker's traceback, as text."""
+
+    def __str__(self):
+        return self.args[0]
+
+
 def start_workers(num_workers, vocab_file, do_lower_case):
-    """A process pool (executor) for `process_chunk`, or None to work in this process.
+    """A `WorkerPool` for `process_chunk` (not started yet), or None to work in this process.
 
     On Linux the workers are forked after this process has built the tokenizer (and
-    imported numpy), so they inherit it; elsewhere they are spawned clean. Each worker dies
-    with this process, even on `kill -9`, and leaves Ctrl-C and SIGTERM to it
-    (`lifecycle.init_worker_process`).
+    imported numpy), so they inherit it; elsewhere they are spawned clean.
     """
     if num_workers <= 1:
         return None
     fork = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
     if fork:
         load_tokenizer(vocab_file, do_lower_case)
-    context = multiprocessing.get_context("fork" if fork else "spawn")
-    # An executor, not multiprocessing.Pool: a worker killed (e.g. by the OOM killer)
-    # fails the run with BrokenProcessPool instead of hanging it.
-    pool = concurrent.futures.ProcessPoolExecutor(
-        num_workers, mp_context=context, initializer=lifecycle.init_worker_process,
-        initargs=(os.getpid(),))
-    return pool
+    return WorkerPool(num_workers, multiprocessing.get_context("fork" if fork else "spawn"))
 
 
 def stop_workers(pool) -> None:
-    """Ends the workers now (the run failed or was interrupted): queued chunks are
-    cancelled and running ones killed, not waited for; they hold nothing worth saving."""
-    if pool is None:
-        return
-    # The executor's processes and result pipe, read before shutdown() drops them
-    # (private attributes: Python offers no public way before 3.14's terminate_workers).
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    result_queue = getattr(pool, "_result_queue", None)
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.kill()
-    for process in processes:
-        process.join(timeout=10)
-    # A worker killed while sending a chunk's records leaves the executor's manager thread
-    # waiting for the rest of that message, and Python waits for that thread at exit:
-    # forever, as this process holds the pipe's last write end. Closing it ends the wait
-    # (EOF), and the manager thread winds the executor down as broken.
-    writer = getattr(result_queue, "_writer", None)
-    if writer is not None and not any(p.is_alive() for p in processes):
-        writer.close()
+    """Ends the workers now (the run failed or was interrupted); see `WorkerPool.kill`."""
+    if pool is not None:
+        pool.kill()
 
 
 def ordered_results(tasks, pool, window):
     """`process_chunk` over the tasks, yielded in task order, with at most `window` chunks
-    in flight so memory stays flat however far workers run ahead. The first window is
-    submitted now, so workers start while this process goes on."""
+    in flight so memory stays flat however far workers run ahead. The workers start and
+    take their first chunks now, so they work while this process goes on."""
     if pool is None:
         return (process_chunk(task) for task in tasks)
-    task_iter = iter(tasks)
+    pool.start()
+    return pool.imap(tasks, window)
 
-    # The first submissions start the workers. Signals are held meanwhile: one arriving
-    # while a worker is being forked would hit it before `init_worker_process` (a stray
-    # KeyboardInterrupt in the child), or this process inside fork's hooks, which swallow
-    # exceptions.
-    with lifecycle.signals_deferred():
-        pending = collections.deque(
-            pool.submit(process_chunk, task) for task in itertools.islice(task_iter, window))
 
-    def in_order():
-        while pending:
-            result = pending.popleft().result()
-            task = next(task_iter, None)
-            if task is not None:
-                pending.append(pool.submit(process_chunk, task))
-            yield result
+def _worker(connection, parent_pid: int) -> None:
+    """A worker process: runs `process_chunk` on each task from `connection` and sends back
+    (error, its traceback text, result), until None (or EOF: the parent is gone)."""
+    lifecycle.init_worker_process(parent_pid)
+    while True:
+        try:
+            task = connection.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        try:
+            reply = (None, None, process_chunk(task))
+        except Exception as err:  # noqa: BLE001 - raised again in the parent
+            reply = (_picklable(err), traceback.format_exc(), None)
+        connection.send(reply)
 
-    return in_order()
+
+def _picklable(err: Exception) -> Exception:
+    """`err` if it survives the pipe; else a RuntimeError with its type and message (an
+    exception whose __init__ takes other arguments than its `args` cannot be unpickled)."""
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:  # noqa: BLE001 - any failure to pickle or unpickle
+        return RuntimeError(f"{type(err).__name__}: {err}")
+
+
+class WorkerPool:
+    """Worker processes running `process_chunk`, made of public `multiprocessing` API only.
+
+    Not `concurrent.futures.ProcessPoolExecutor`: stopping it at once after an error
+    needed its private attributes, and its manager thread could still be closing its
+    wake-up pipe at interpreter exit ("Exception ignored ... Bad file descriptor"). Not
+    `multiprocessing.Pool`: a killed worker hangs it. Here there is no thread: each
+    worker has a pipe of its own and gets a task only when idle; this process waits on
+    the busy workers' pipes and process sentinels, so a worker that dies (its pipe reads
+    as EOF, its sentinel is ready) fails the run with `WorkerDied` at once.
+    """
+
+    def __init__(self, size: int, context):
+        self.size = size
+        self.context = context
+        self.workers: list = []  # (process, connection), once started
+
+    def start(self) -> None:
+        """Starts the workers. Signals are held meanwhile: one arriving while a worker is
+        being forked would hit it before `init_worker_process` (a stray KeyboardInterrupt in
+        the child), or this process inside fork's hooks, which swallow exceptions."""
+        with lifecycle.signals_deferred():
+            for _ in range(self.size):
+                connection, child_end = self.context.Pipe()
+                process = self.context.Process(target=_worker, daemon=True,
+                                               args=(child_end, os.getpid()))
+                process.start()
+                self.workers.append((process, connection))
+                # Only the worker holds its end now: its death reads as EOF here.
+                child_end.close()
+
+    def imap(self, tasks, window):
+        """The results of the tasks in task order, with at most `window` tasks handed out
+        and not yet yielded; the first ones go to the workers now. An error a task raised
+        is raised here, in task order, its worker's traceback as its `__cause__`."""
+        task_iter = iter(tasks)
+        queued = collections.deque()  # (position, task) taken, waiting for an idle worker
+        replies = {}  # position -> (error, traceback text, result)
+        idle = list(self.workers)
+        busy = {}  # connection -> (worker, position of its task)
+        taken = yielded = 0
+
+        def hand_out():
+            """Takes tasks up to the window; gives queued ones to the idle workers."""
+            nonlocal taken
+            for task in itertools.islice(task_iter, window - (taken - yielded)):
+                queued.append((taken, task))
+                taken += 1
+            while queued and idle:
+                worker = idle.pop()
+                position, task = queued.popleft()
+                try:
+                    worker[1].send(task)
+                except OSError:  # its pipe is broken: it died idle
+                    raise _died(worker[0]) from None
+                busy[worker[1]] = (worker, position)
+
+        def receive():
+            """Waits for replies of busy workers (or for one of them to end)."""
+            sentinels = {worker[0].sentinel: worker for worker, _ in busy.values()}
+            ready = multiprocessing.connection.wait([*busy, *sentinels])
+            for connection in [c for c in busy if c in ready]:  # before their sentinels:
+                worker, position = busy.pop(connection)  # a reply may precede an exit
+                try:
+                    replies[position] = connection.recv()
+                except (EOFError, OSError):  # it died before or while replying
+                    raise _died(worker[0]) from None
+                idle.append(worker)
+            for sentinel in ready:
+                if sentinel in sentinels and sentinels[sentinel][1] in busy:
+                    raise _died(sentinels[sentinel][0])  # ended without a reply
+
+        def in_order():
+            nonlocal yielded
+            while yielded < taken:
+                while yielded not in replies:
+                    receive()
+                    hand_out()
+                error, trace, result = replies.pop(yielded)
+                if error is not None:
+                    raise error from RemoteTraceback(f'\n"""\n{trace}"""')
+                yielded += 1
+                hand_out()
+                yield result
+
+        hand_out()
+        return in_order()
+
+    def close(self) -> None:
+        """Ends the workers after a complete run: each is told to stop, exits, is joined."""
+        for process, connection in self.workers:
+            try:
+                connection.send(None)
+            except OSError:
+                pass  # already gone: its work was done
+        for process, _ in self.workers:
+            process.join(timeout=60)
+        self.kill()  # closes the pipes (and ends a worker that would not exit)
+
+    def kill(self) -> None:
+        """Ends the workers now (the run failed or was interrupted): killed, joined, their
+        pipes closed; the chunks they hold are worth nothing. Signals are held meanwhile,
+        so a second Ctrl-C cannot leave a worker running."""
+        with lifecycle.signals_deferred():
+            for process, _ in self.workers:
+                if process.is_alive():
+                    process.kill()
+            for process, connection in self.workers:
+                process.join()
+                process.close()  # its sentinel
+                connection.close()
+            self.workers = []
+
+
+def _died(process) -> WorkerDied:
+    """The WorkerDied for a worker that ended (reaped here for its exit status)."""
+    process.join(timeout=5)
+    code = process.exitcode
+    if code is not None and code < 0:
+        how = "killed by " + (signal.Signals(-code).name if -code in set(signal.Signals)
+                              else f"signal {-code}")
+    else:
+        how = f"ended with exit status {code}"
+    return WorkerDied(f"worker {process.pid} {how}")
 
 
 class Progress:
@@ -455,7 +576,7 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
                 file=sys.stderr, flush=True)
         raise
     if pool is not None:
-        pool.shutdown(wait=True)  # all work is done: the workers exit and are reaped here
+        pool.close()  # all work is done: the workers exit and are reaped here
     return summary
 
 
@@ -529,7 +650,7 @@ def _work(argv) -> None:
             shuffle_buffer_size=FLAGS.shuffle_buffer_size,
             progress_seconds=FLAGS.progress_seconds, exact_draws=job.exact_draws,
             summary_path=job.summary_path, dynamic_masking=job.dynamic_masking)
-    except BrokenProcessPool as err:
+    except WorkerDied as err:
         raise cli.UserError(f"a worker process died ({err}); if it was killed for memory, use "
                             "fewer --num_workers or a smaller --chunk_size_mb") from None
     pretraining_cli.log_summary(summary)

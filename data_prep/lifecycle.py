@@ -264,7 +264,7 @@ def die_with_parent(parent_pid: int | None = None) -> None:
 
 
 def init_worker_process(parent_pid: int) -> None:
-    """Initializer of a worker process (e.g. of a `ProcessPoolExecutor`).
+    """The first thing a worker process runs (e.g. `create_pretraining_data.WorkerPool`'s).
 
     The worker dies with its parent (`die_with_parent`), ignores Ctrl-C (SIGINT reaches
     the whole foreground process group; the parent handles it and stops its workers) and
