@@ -559,13 +559,14 @@ def test_flags_become_the_run_config():
 # --- Long documents ------------------------------------------------------------------------
 
 
-def write_long_custom(d, rng, n_train=24, n_dev=8):
+def write_long_custom(d, rng, n_train=24, n_dev=8, noun_repeats=1):
     """Custom CSV of ~45-token texts whose label (pos: a dog) is named only in the last
-    sentence, past the first SEQ tokens."""
+    sentence (its noun `noun_repeats` times), past the first SEQ tokens."""
     d.mkdir(parents=True, exist_ok=True)
     def rows(n):
         return [(f"{i}", " ".join(rng.choice(WORDS) for _ in range(40)) + " "
-                 + _sentence(rng, NOUNS[i % 4]), ["neg", "pos"][NOUNS[i % 4] == "dog"])
+                 + _sentence(rng, " ".join([NOUNS[i % 4]] * noun_repeats)),
+                 ["neg", "pos"][NOUNS[i % 4] == "dog"])
                 for i in range(n)]
     for split, n in (("train", n_train), ("dev", n_dev), ("test", n_dev)):
         with open(d / f"{split}.csv", "w", encoding="utf-8", newline="") as f:
@@ -870,22 +871,28 @@ def test_a_windows_resume_with_other_windows_is_refused_writing_nothing(windows_
 def test_windows_learn_what_truncation_cannot_read(env, tmp_path):
     """The label is named only past the first window: truncate gets no further than the
     majority class (3 of 4 dev texts are "neg"), windows (max pooling, trained on the
-    documents' labels) learns it."""
+    documents' labels) learns it: at most one of the 16 dev texts wrong.
+
+    The noun is said 8 times, at a rate of 1e-3: said once (at 2e-3, 20 epochs), this
+    randomly initialised model learnt it from about half the seeds (on an AMD Zen 3 it
+    settled on the majority class from seed 1, which learnt it on an Intel Xeon). As here,
+    24 seeds of 24 learnt it on that Zen 3: 22 without an error, 2 with one."""
     import run_classifier as rc
 
-    data_dir = write_long_custom(tmp_path / "long", random.Random(5), n_train=48, n_dev=16)
+    data_dir = write_long_custom(tmp_path / "long", random.Random(5), n_train=48, n_dev=16,
+                                 noun_repeats=8)
     custom = processors.CustomDataConfig(text_a_column="review", label_column="sentiment",
                                          delimiter="comma")
     accuracy = {}
     for mode, extra in (("truncate", {}), ("windows", {"window_pooling": "max"})):
         cfg = _run_config({**env, "long": data_dir}, "long", tmp_path / mode,
                           task_name="custom", custom=custom, long_document=mode,
-                          num_train_epochs=20.0, do_predict=False,
+                          num_train_epochs=15.0, learning_rate=1e-3, do_predict=False,
                           save_checkpoints_steps=1000, **extra)
         rc.run(cfg)
         accuracy[mode] = _read_results(os.path.join(cfg.finetuning.output_dir,
                                                     "eval_results.txt"))["eval_accuracy"]
-    assert accuracy["truncate"] <= 0.8 and accuracy["windows"] >= 0.95, accuracy
+    assert accuracy["truncate"] <= 0.8 and accuracy["windows"] >= 0.9, accuracy
 
 
 
