@@ -26,6 +26,7 @@ from tests import test_loop_support as S
 from training import checkpointing, distribution, input_pipeline, pretraining
 from training.loop import TrainingLoop
 from training.settings import LoopConfig
+from tests.clis import call_main
 from tests.test_loop_support import read_eval_results
 
 SHORT, LONG = (16, 3), (32, 5)  # (max_seq_length, max_predictions_per_seq) per phase
@@ -201,6 +202,19 @@ def test_two_phases_in_one_run_killed_in_each_phase_resume_exactly(records, tmp_
     assert steps == list(range(5, 46, 5)), steps
     results = read_eval_results(whole / "eval_results.txt")
     assert results["global_step"] == 45
+    # Its eval read phase 2's records: an eval of its weights on them alone gives its figures.
+    alone = _flags(records, tmp_path / "eval_alone", input_file=records["long"],
+                   max_seq_length=LONG[0], max_predictions_per_seq=LONG[1], do_train="false",
+                   init_checkpoint=str(whole / "ckpt-45"))
+    for name in ("phase2_input_file", "phase2_max_seq_length",
+                 "phase2_max_predictions_per_seq", "phase1_steps"):
+        del alone[name]
+    done = call_main("run_pretraining", **alone)
+    assert done.code == 0, done.stderr[-4000:]
+    on_long = read_eval_results(tmp_path / "eval_alone" / "eval_results.txt")
+    assert on_long.pop("global_step") == 0
+    for key, value in on_long.items():
+        assert results[key] == pytest.approx(value, rel=1e-6), (key, results, on_long)
 
     early, boundary, end = (str(whole / f"ckpt-{n}") for n in (5, 30, 45))
     for which in ("m", "v"):
