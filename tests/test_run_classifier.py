@@ -45,14 +45,16 @@ def _write_tsv(path, header, rows):
             f.write("\t".join(str(v) for v in row) + "\n")
 
 
-def _pairs(rng, n):
-    """(a, b, label): label 1 when both sentences name the same noun (learnable)."""
+def _pairs(rng, n, noun_repeats=1):
+    """(a, b, label): label 1 when both sentences name the same noun (learnable); the
+    first sentence says its noun `noun_repeats` times (the same draws from rng)."""
     out = []
     for i in range(n):
         noun = NOUNS[i % len(NOUNS)]
         same = i % 2 == 0
         other = noun if same else NOUNS[(i + 1) % len(NOUNS)]
-        out.append((_sentence(rng, noun), _sentence(rng, other), int(same)))
+        out.append((_sentence(rng, " ".join([noun] * noun_repeats)), _sentence(rng, other),
+                    int(same)))
     return out
 
 
@@ -70,14 +72,14 @@ def write_mrpc(d, rng, n_train=24, n_dev=10):
     return d
 
 
-def write_cola(d, rng, n_train=24, n_dev=10):
+def write_cola(d, rng, n_train=24, n_dev=10, noun_repeats=1):
     d.mkdir(parents=True, exist_ok=True)
-    def rows(n):  # acceptable (1) when the sentence names a cat
+    def rows(n):  # acceptable (1) when the sentence names a cat (`noun_repeats` times)
         out = []
         for i in range(n):
             noun = NOUNS[i % len(NOUNS)]
             out.append(("gj04", int(noun == "cat"), "" if noun == "cat" else "*",
-                        _sentence(rng, noun)))
+                        _sentence(rng, " ".join([noun] * noun_repeats))))
         return out
     _write_tsv(d / "train.tsv", None, rows(n_train))
     dev = rows(n_dev)
@@ -86,14 +88,14 @@ def write_cola(d, rng, n_train=24, n_dev=10):
     return d
 
 
-def write_stsb(d, rng, n_train=24, n_dev=10):
+def write_stsb(d, rng, n_train=24, n_dev=10, noun_repeats=1):
     d.mkdir(parents=True, exist_ok=True)
     header = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
               "sentence1", "sentence2"]
     def rows(n):  # high scores when sentence1 names a cat (learnable by a tiny model)
         return [(i, "main-news", "f", "2012", i, "none", "none", a, b,
                  f"{(4.0 if i % 4 == 0 else 1.0) + rng.random():.3f}")
-                for i, (a, b, _) in enumerate(_pairs(rng, n))]
+                for i, (a, b, _) in enumerate(_pairs(rng, n, noun_repeats))]
     _write_tsv(d / "train.tsv", header + ["score"], rows(n_train))
     dev = rows(n_dev)
     _write_tsv(d / "dev.tsv", header + ["score"], dev)
@@ -157,8 +159,10 @@ def env(tmp_path_factory):
         "vocab": write_vocab(root / "vocab.txt"),
         "config": S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB)),
         "mrpc": write_mrpc(root / "MRPC", rng),
-        "cola": write_cola(root / "CoLA", rng),
-        "sts-b": write_stsb(root / "STS-B", rng),
+        # The noun said several times (and CoLA's 48 sentences): CoLA and STS-B learnt it
+        # from too few seeds otherwise (their tests). 6 keep CoLA within a bucket of 16.
+        "cola": write_cola(root / "CoLA", rng, n_train=48, noun_repeats=6),
+        "sts-b": write_stsb(root / "STS-B", rng, noun_repeats=4),
         "mnli": write_mnli(root / "MNLI", rng),
         "custom": write_custom(root / "custom", rng),
     }
@@ -193,8 +197,8 @@ def runs(env):
     custom = processors.CustomDataConfig(text_a_column="review", label_column="sentiment",
                                  delimiter="comma")
     plans = {
-        "cola": dict(num_train_epochs=10.0),
-        "sts-b": dict(num_train_epochs=30.0, learning_rate=2e-3, save_checkpoints_steps=60,
+        "cola": dict(num_train_epochs=5.0, learning_rate=1e-3),
+        "sts-b": dict(num_train_epochs=30.0, learning_rate=1e-3, save_checkpoints_steps=60,
                       iterations_per_loop=30, log_steps=30),
         "mnli": dict(),
         "custom": dict(custom=custom, seeds=(1, 2), keep_best_checkpoint=True),
@@ -367,6 +371,10 @@ def test_mrpc_output_dir_is_ready_for_export(mrpc_cli, env):
 
 
 def test_cola_learns_and_mcc_matches_predictions(runs, env):
+    """It learns: better than the majority class (7 of the 10 dev sentences name no cat:
+    accuracy 0.7, MCC 0; untrained, 0.3 and 0). From 24 sentences naming the cat once (10
+    epochs at 2e-3), 2 seeds of 8 learnt it on an AMD Zen 3; 6 times at 1e-3, 23 of 24. From
+    48 saying it 6 times, as here (the same 60 steps), 24 of 24: 23 without an error."""
     out = runs["cola"]["dir"]
     probs = _read_probabilities(os.path.join(out, "test_results.tsv"))
     labels = _dev_labels(processors.get_processor("cola"), env["cola"])
@@ -395,13 +403,20 @@ def test_eval_only_rerun_restores_the_checkpoint_and_reuses_the_cache(runs, env)
 
 
 def test_stsb_regression_writes_scores_and_correlations(runs, env):
+    """It learns the score: pearson > 0.8 and a squared error below a quarter of the dev
+    scores' variance (2.09: the error of predicting their mean). Untrained, the error is ~7.8
+    but the pearson reached 0.75 on one seed of 3. With the cat said once at a rate of 2e-3,
+    6 seeds of 8 held pearson > 0.5 on an AMD Zen 3 (-0.06 and 0.28 on two); said 4 times at
+    1e-3, as here, 12 of 12 learnt it (pearson >= 0.94, error <= 0.24; 24 of 24 on another
+    draw of the data)."""
     out = runs["sts-b"]["dir"]
     scores = _read_probabilities(os.path.join(out, "test_results.tsv"))
     assert scores.shape == (10, 1)
     labels = _dev_labels(processors.get_processor("sts-b"), env["sts-b"])
     written = _check_eval_against_predictions("sts-b", os.path.join(out, "eval_results.txt"),
                                               scores, labels, global_step=180)
-    assert written["eval_pearson"] > 0.5, written  # it learns the score
+    assert written["eval_pearson"] > 0.8, written  # it learns the score
+    assert written["eval_loss"] < np.var(labels) / 4, (written, np.var(labels))
     assert np.std(scores) > 0.3
     with open(os.path.join(out, "STS-B.tsv")) as f:
         lines = [line.rstrip("\n").split("\t") for line in f]
