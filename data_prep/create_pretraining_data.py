@@ -298,12 +298,6 @@ def start_workers(num_workers, vocab_file, do_lower_case):
     return WorkerPool(num_workers, multiprocessing.get_context("fork" if fork else "spawn"))
 
 
-def stop_workers(pool) -> None:
-    """Ends the workers now (the run failed or was interrupted); see `WorkerPool.kill`."""
-    if pool is not None:
-        pool.kill()
-
-
 def ordered_results(tasks, pool, window):
     """`process_chunk` over the tasks, yielded in task order, with at most `window` chunks
     in flight so memory stays flat however far workers run ahead. The workers start and
@@ -567,7 +561,8 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
             lifecycle.check_signals()  # the last moment to keep the earlier outputs
         # Here the records and the summary are in place together.
     except BaseException as err:
-        stop_workers(pool)
+        if pool is not None:
+            pool.kill()  # now: the chunks in flight are worth nothing
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             done = atomic is not None and atomic.committed  # a signal held over the renames
             print("create_pretraining_data: " + (
