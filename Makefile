@@ -7,6 +7,8 @@ DEMO_OUTPUT ?= demo_output
 PYTEST_ARGS ?=
 # The suite runs on this many processes (pytest-xdist; `--dist loadfile`: all tests of a
 # module on one worker, so a module's fixtures (tiny trained runs, exports) are built once;
+# `--no-loadscope-reorder`: the modules in collection order, the longest first
+# (tests/conftest.py `LONGEST_MODULES`), not xdist's default of the most tests first;
 # what several modules read is built once per session: tests/conftest.py `built_once`).
 # Most tests use one core, but many wait on processes they start (kills, serving, paper
 # blocks): on a 2-core machine 3 workers keep both cores busy (whole suite, one session:
@@ -32,10 +34,10 @@ demo: $(VENV)/.runtime
 	$(PY) demo.py --output_dir=$(DEMO_OUTPUT)
 
 test: $(VENV)/.dev
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.dev
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUTPUT) build *.egg-info

@@ -284,30 +284,6 @@ class RemoteTraceback(Exception):
         return self.args[0]
 
 
-def start_workers(num_workers, vocab_file, do_lower_case):
-    """A `WorkerPool` for `process_chunk` (not started yet), or None to work in this process.
-
-    On Linux the workers are forked after this process has built the tokenizer (and
-    imported numpy), so they inherit it; elsewhere they are spawned clean.
-    """
-    if num_workers <= 1:
-        return None
-    fork = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
-    if fork:
-        load_tokenizer(vocab_file, do_lower_case)
-    return WorkerPool(num_workers, multiprocessing.get_context("fork" if fork else "spawn"))
-
-
-def ordered_results(tasks, pool, window):
-    """`process_chunk` over the tasks, yielded in task order, with at most `window` chunks
-    in flight so memory stays flat however far workers run ahead. The workers start and
-    take their first chunks now, so they work while this process goes on."""
-    if pool is None:
-        return (process_chunk(task) for task in tasks)
-    pool.start()
-    return pool.imap(tasks, window)
-
-
 def _worker(connection, parent_pid: int) -> None:
     """A worker process: runs `process_chunk` on each task from `connection` and sends back
     (error, its traceback text, result), until None (or EOF: the parent is gone)."""
@@ -353,6 +329,21 @@ class WorkerPool:
         self.context = context
         self.workers: list = []  # (process, connection), once started
 
+    @classmethod
+    def for_run(cls, num_workers, vocab_file, do_lower_case):
+        """The pool of a run (not started yet), or None to work in this process.
+
+        On Linux the workers are forked after this process has built the tokenizer (and
+        imported numpy), so they inherit it; elsewhere they are spawned clean.
+        """
+        if num_workers <= 1:
+            return None
+        fork = (sys.platform.startswith("linux")
+                and "fork" in multiprocessing.get_all_start_methods())
+        if fork:
+            load_tokenizer(vocab_file, do_lower_case)
+        return cls(num_workers, multiprocessing.get_context("fork" if fork else "spawn"))
+
     def start(self) -> None:
         """Starts the workers. Signals are held meanwhile: one arriving while a worker is
         being forked would hit it before `init_worker_process` (a stray KeyboardInterrupt in
@@ -368,9 +359,11 @@ class WorkerPool:
                 child_end.close()
 
     def imap(self, tasks, window):
-        """The results of the tasks in task order, with at most `window` tasks handed out
-        and not yet yielded; the first ones go to the workers now. An error a task raised
-        is raised here, in task order, its worker's traceback as its `__cause__`."""
+        """`process_chunk` over the tasks, yielded in task order, with at most `window`
+        tasks handed out and not yet yielded, so memory stays flat however far workers run
+        ahead; the first ones go to the workers now, so they work while this process goes
+        on. An error a task raised is raised here, in task order, its worker's traceback
+        as its `__cause__`."""
         task_iter = iter(tasks)
         queued = collections.deque()  # (position, task) taken, waiting for an idle worker
         replies = {}  # position -> (error, traceback text, result)
@@ -512,11 +505,15 @@ def generate(config, input_files, outputs, *, vocab_file, do_lower_case, seed, n
                         exact_draws=exact_draws, dynamic_masking=dynamic_masking)
     stats = Stats(split_documents=len(warnings))
     finals = list(outputs) + ([summary_path] if summary_path else [])
-    pool = start_workers(num_workers, vocab_file, do_lower_case)
+    pool = WorkerPool.for_run(num_workers, vocab_file, do_lower_case)
     atomic = None
     try:
         with fileio.AtomicOutputs(finals) as atomic:
-            results = ordered_results(tasks, pool, window=num_workers + 2)
+            if pool is None:
+                results = map(process_chunk, tasks)
+            else:
+                pool.start()
+                results = pool.imap(tasks, window=num_workers + 2)
             # Local files are scanned while the workers start on the first chunks (a
             # warning only).
             long_lines = sum(

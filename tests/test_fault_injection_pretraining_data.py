@@ -366,8 +366,16 @@ def _bad_corpus(data, directory):
     return str(bad), text.count(b"\n") + 2
 
 
+class _TwoArgumentError(Exception):
+    """An error that does not survive the pipe: unpickling calls __init__ with `args`."""
+
+    def __init__(self, what, where):
+        super().__init__(f"{what} at {where}")
+
+
 def _chunk_failing(kind):
-    """`process_chunk` whose fourth chunk raises a bug's error or kills its worker."""
+    """`process_chunk` whose fourth chunk raises a bug's error (one that pickles, or one
+    that does not) or kills its worker."""
     from data_prep import create_pretraining_data as cpd
 
     real = cpd.process_chunk
@@ -375,6 +383,8 @@ def _chunk_failing(kind):
     def process_chunk(task):
         if task.index == 3 and kind == "bug":
             raise ZeroDivisionError("a bug in a worker")
+        if task.index == 3 and kind == "unpicklable":
+            raise _TwoArgumentError("a bug", "chunk 3")
         if task.index == 3 and kind == "killed":
             os.kill(os.getpid(), signal.SIGKILL)
         return real(task)
@@ -382,11 +392,11 @@ def _chunk_failing(kind):
     return process_chunk
 
 
-@pytest.mark.parametrize("kind", ["invalid_utf8", "bug", "killed"])
+@pytest.mark.parametrize("kind", ["invalid_utf8", "bug", "unpicklable", "killed"])
 def test_a_failing_worker_leaves_no_process_and_no_thread(data, tmp_path, monkeypatch, kind):
     """2 workers, many chunks, one failing: in-process, `generate` raises the worker's error
-    (the input error as itself; a bug's with the worker's traceback as its cause; a killed
-    worker as WorkerDied) and then no child process and no thread of the pool remain (the
+    (the input error as itself; a bug's with the worker's traceback as its cause, as a
+    RuntimeError naming its type if it cannot be unpickled; a killed worker as WorkerDied) and then no child process and no thread of the pool remain (the
     executor's manager thread used to outlive it: a race with the exit, which could print
     "Exception ignored ... Bad file descriptor"; the CLI's stderr is checked in
     test_create_pretraining_data_cli). Three runs: the race was not every time."""
@@ -402,6 +412,7 @@ def test_a_failing_worker_leaves_no_process_and_no_thread(data, tmp_path, monkey
         monkeypatch.setattr(cpd, "process_chunk", _chunk_failing(kind))
     expected = {"invalid_utf8": (InputError, f"bad.txt:{line}: invalid UTF-8"),
                 "bug": (ZeroDivisionError, "a bug in a worker"),
+                "unpicklable": (RuntimeError, "^_TwoArgumentError: a bug at chunk 3$"),
                 "killed": (cpd.WorkerDied, "killed by SIGKILL")}[kind]
     assert multiprocessing.active_children() == []
     threads = threading.active_count()
@@ -415,7 +426,7 @@ def test_a_failing_worker_leaves_no_process_and_no_thread(data, tmp_path, monkey
         assert multiprocessing.active_children() == [], attempt
         assert threading.active_count() == threads, (attempt, threading.enumerate())
         assert [n for n in os.listdir(tmp_path) if n.startswith(".")] == [], "a temporary"
-    if kind == "bug":  # the worker's traceback stays visible
+    if kind in ("bug", "unpicklable"):  # the worker's traceback stays visible
         cause = str(raised.value.__cause__)
         assert "Traceback" in cause and "in process_chunk" in cause, cause
 
