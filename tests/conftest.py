@@ -110,7 +110,12 @@ LONGEST_MODULES = (
 
 
 def pytest_collection_modifyitems(items):
-    """The tests of `LONGEST_MODULES` first, in that order; the rest keep theirs."""
+    """The tests of `LONGEST_MODULES` first, in that order; the rest keep theirs. A name
+    there that is no module (renamed, deleted) fails the run: it would order nothing."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    missing = [name for name in LONGEST_MODULES if not os.path.exists(os.path.join(here, name))]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_MODULES: no such module {missing}")
     rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_MODULES)))
 
