@@ -54,21 +54,6 @@ def test_nan_gradients_after_a_checkpoint_set_it_aside_and_name_the_one_before(
     assert _steps(tmp_path)[-1] == 20
 
 
-def test_moving_newer_checkpoints_into_diverged_resumes_an_older_one(data, strategy,
-                                                                     tmp_path):  # noqa: F811
-    """The documented way to pick an older checkpoint than the one the error names."""
-    _, trainer = _make(strategy, tmp_path, steps=15, save=5, ipl=5)
-    trainer.restore_or_initialize()
-    make, identity = _input(data, trainer)
-    trainer.train(make, input_identity=identity)
-    assert _steps(tmp_path) == [5, 10, 15]
-    (tmp_path / "diverged").mkdir()
-    for path in glob.glob(str(tmp_path / "ckpt-1[05].*")):
-        os.rename(path, tmp_path / "diverged" / os.path.basename(path))
-    _, again = _make(strategy, tmp_path, steps=15, save=5, ipl=5)
-    assert again.restore_or_initialize() == 5
-
-
 def _pretraining(data, out, **flags):  # noqa: F811
     """run_pretraining's command line in this process (`call_main`): its Result."""
     from tests.clis import call_main
@@ -94,31 +79,41 @@ def config(data):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def sane_run(config, tmp_path_factory):
-    """A sane 10-step run (ckpt-5, ckpt-10), read only: a test resuming it works on a
-    copy."""
+def absurd_then_sane(config, tmp_path_factory):
+    """The issue's run (--learning_rate=1e3, a checkpoint every 5 steps) and then, in the
+    same folder, a sane 10-step run (ckpt-5, ckpt-10): (the folder, read only: a test
+    resuming it works on a copy; the absurd run's error line; the checkpoint files it
+    left; the steps a resume would have found after it)."""
     out = tmp_path_factory.mktemp("sane_run")
+    message = _pretrain(config, out, learning_rate=1e3, num_train_steps=60)
+    left, steps = glob.glob(str(out / "ckpt-*")), _steps(out)
     assert _pretrain(config, out, num_train_steps=10) is None
     assert _steps(out) == [5, 10]
-    return out
+    return out, message, left, steps
 
 
-def test_an_absurd_learning_rate_stops_before_any_exploded_checkpoint(config, tmp_path):
+@pytest.fixture(scope="module")
+def sane_run(absurd_then_sane):
+    """The sane run's folder (ckpt-5, ckpt-10; read only)."""
+    return absurd_then_sane[0]
+
+
+def test_an_absurd_learning_rate_stops_before_any_exploded_checkpoint(absurd_then_sane):
     """The issue's run: --learning_rate=1e3, a checkpoint every 5 steps. Before the fix it
     saved ckpt-5 and ckpt-10 with weights of 1e7 and 1e11 and stopped at step 14, and a
-    rerun at a sane rate resumed them and failed forever."""
-    out = tmp_path / "fresh"
-    message = _pretrain(config, out, learning_rate=1e3, num_train_steps=60)
+    rerun at a sane rate resumed them and failed forever. Now it leaves no checkpoint and
+    a sane rerun in its folder trains on (to step 10: the fixture)."""
+    _, message, left, steps = absurd_then_sane
     assert message and "training diverged" in message, message
     assert "No checkpoint before it is left" in message and "starts over" in message
     assert "Traceback" not in message and "\n" not in message
-    assert _steps(out) == [] and not glob.glob(str(out / "ckpt-*"))
-    assert _pretrain(config, out, num_train_steps=20) is None  # a sane rerun trains on
-    assert _steps(out)[-1] == 20
+    assert steps == [] and left == []
 
 
 def test_a_divergence_after_sound_checkpoints_keeps_them_and_names_the_newest(
         config, sane_run, tmp_path):
+    """The error names ckpt-10; the documented way to pick an older checkpoint (the newer
+    ones' files moved into diverged/) resumes ckpt-5, and a sane rate trains to the end."""
     import shutil
 
     out = tmp_path / "resumed"
@@ -130,7 +125,12 @@ def test_a_divergence_after_sound_checkpoints_keeps_them_and_names_the_newest(
     assert _steps(out) == [5, 10]
     for step in _steps(out):  # nothing exploded is left to resume
         assert _largest_weight(str(out / f"ckpt-{step}")) <= 2 * sound
-    assert _pretrain(config, out, num_train_steps=30) is None
+    (out / "diverged").mkdir(exist_ok=True)
+    for path in glob.glob(str(out / "ckpt-10.*")):
+        os.rename(path, out / "diverged" / os.path.basename(path))
+    resumed = _pretraining(config, out, num_train_steps=30)
+    assert resumed.code == 0, resumed.stderr[-2000:]
+    assert f"Resumed from {out / 'ckpt-5'} at step 5" in resumed.log, resumed.log[-2000:]
     assert _steps(out)[-1] == 30
     assert _largest_weight(str(out / "ckpt-30")) < 100
 
