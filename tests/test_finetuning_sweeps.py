@@ -5,9 +5,9 @@ best kept across a resume.
 
 The grid flags take one value exactly as before (type, meaning) or comma-separated values
 in every fine-tuning runner; run_pretraining refuses a list naming the flag. The sweep
-itself runs through the real CLI on tiny MRPC data (2 learning rates x 2 seeds), once
-uninterrupted and once killed in the middle of its second point, then rerun: every file
-equals the uninterrupted sweep's, bit for bit.
+itself runs through the real CLI on tiny MRPC data (2 learning rates x 2 seeds); its two
+points with seed 1 alone run again as a process killed in the middle of its second point,
+then rerun: every run's files and weights equal the uninterrupted sweep's, bit for bit.
 """
 
 import dataclasses
@@ -177,16 +177,18 @@ def mrpc(tmp_path_factory):
             "data": str(write_mrpc(root / "MRPC", random.Random(0)))}
 
 
-POINTS = ("lr0.002_bs4_ep2.0", "lr0.001_bs4_ep2.0")
+POINTS = ("lr0.002_bs4_ep1.0", "lr0.001_bs4_ep1.0")
 
 
-def _sweep_command(mrpc, out):
+def _sweep_command(mrpc, out, seeds="1,2"):
+    """The sweep's command line: 2 learning rates x `seeds`, 6 steps a run (24 examples),
+    a checkpoint (and a dev evaluation: --keep_best_checkpoint) at steps 4 and 6."""
     flags = dict(task_name="MRPC", data_dir=mrpc["data"], vocab_file=mrpc["vocab"],
                  bert_config_file=mrpc["config"], output_dir=out, max_seq_length=SEQ,
                  do_train="true", do_eval="true", do_predict="true", train_batch_size=4,
                  eval_batch_size=4, predict_batch_size=4, learning_rate="2e-3,1e-3",
-                 num_train_epochs=2, seeds="1,2", keep_best_checkpoint="true",
-                 save_checkpoints_steps=4, iterations_per_loop=1, log_steps=1,
+                 num_train_epochs=1, seeds=seeds, keep_best_checkpoint="true",
+                 save_checkpoints_steps=4, iterations_per_loop=2, log_steps=2,
                  distribution_strategy="one_device")
     return [sys.executable, os.path.join(S.REPO_ROOT, "run_classifier.py")] + [
         f"--{k}={v}" for k, v in flags.items()]
@@ -295,37 +297,51 @@ def test_grid_times_seeds_table_subdirectories_and_the_best_at_the_top(uninterru
 @pytest.mark.slow
 def test_a_sweep_killed_in_its_second_point_resumes_to_the_uninterrupted_result(
         mrpc, uninterrupted):
+    """The sweep's two points with seed 1 alone (each run seeded by its seed: the
+    uninterrupted sweep's seed_1 runs), SIGKILLed just after its second point saved
+    ckpt-4, then rerun: the first point is not run again, the second resumes; every run's
+    files and weights equal the uninterrupted sweep's seed_1 run's, bit for bit, its table
+    rows hold their figures and the best run's files are at the top."""
     out = mrpc["root"] / "killed"
-    command = _sweep_command(mrpc, out)
-    interrupted = os.path.join(POINTS[1], "seed_1")
-    code, log = _kill_when(command, f"{os.path.join(str(out), interrupted, 'ckpt-4')}")
+    command = _sweep_command(mrpc, out, seeds="1")
+    code, log = _kill_when(command, os.path.join(str(out), POINTS[1], "ckpt-4"))
     assert code == -signal.SIGKILL, log[-4000:]
-    assert not (out / interrupted / "run_results.json").exists()  # killed mid-run
-    assert (out / interrupted / "ckpt-4.index").exists()
-    first = {seed: (out / POINTS[0] / f"seed_{seed}" / "run_results.json").stat().st_mtime_ns
-             for seed in (1, 2)}
+    assert not (out / POINTS[1] / "run_results.json").exists()  # killed mid-run
+    assert (out / POINTS[1] / "ckpt-4.index").exists()
+    first = (out / POINTS[0] / "run_results.json").stat().st_mtime_ns
 
     code, log = _run(command)
     assert code == 0, log[-4000:]
-    for seed in (1, 2):  # the first point's runs are not run again
-        run_dir = out / POINTS[0] / f"seed_{seed}"
-        assert f"{run_dir} finished earlier (run_results.json): skipped" in log
-        assert (run_dir / "run_results.json").stat().st_mtime_ns == first[seed]
+    # the first point's run is not run again
+    assert f"{out / POINTS[0]} finished earlier (run_results.json): skipped" in log
+    assert (out / POINTS[0] / "run_results.json").stat().st_mtime_ns == first
     assert "Resumed from" in log and "Input resumes at the position saved" in log
 
-    expected, found = _files(uninterrupted), _files(out)
-    assert sorted(found) == sorted(expected)
-    for name, content in expected.items():
-        assert found[name] == content, name
-    for run_dir in (os.path.join(point, f"seed_{seed}") for point in POINTS
-                    for seed in (1, 2)):
-        reference = _weights(str(uninterrupted / run_dir / "ckpt-12"))
-        resumed = _weights(str(out / run_dir / "ckpt-12"))
+    for point in POINTS:
+        reference = uninterrupted / point / "seed_1"
+        expected, found = _files(reference), _files(out / point)
+        assert sorted(found) == sorted(expected), point
+        for name, content in expected.items():
+            assert found[name] == content, (point, name)
+        reference, resumed = _weights(str(reference / "ckpt-6")), _weights(
+            str(out / point / "ckpt-6"))
         assert sorted(resumed) == sorted(reference)
         for name, value in reference.items():
-            np.testing.assert_array_equal(resumed[name], value, err_msg=f"{run_dir} {name}")
-        with open(out / run_dir / "run_results.json") as f:
-            assert json.load(f)["eval"]["dev"]["global_step"] in (4, 8, 12)
+            np.testing.assert_array_equal(resumed[name], value, err_msg=f"{point} {name}")
+        with open(out / point / "run_results.json") as f:
+            assert json.load(f)["eval"]["dev"]["global_step"] in (4, 6)
+    rows = {row["dir"]: row for row in _read_table(uninterrupted / "grid_results.tsv")}
+    table = _read_table(out / "grid_results.tsv")
+    assert [row["dir"] for row in table] == list(POINTS)
+    for row in table:
+        assert {k: v for k, v in row.items() if k not in ("dir", "best")} == {
+            k: v for k, v in rows[f"{row['dir']}/seed_1"].items() if k not in ("dir", "best")}
+    scores = [float(row["eval_acc_and_f1"]) for row in table]
+    assert [row["best"] for row in table] == [
+        str(int(i == scores.index(max(scores)))) for i in range(len(table))]
+    best = table[scores.index(max(scores))]["dir"]
+    for name in ("eval_results.txt", "test_results.tsv", "MRPC.tsv"):
+        assert (out / name).read_bytes() == (out / best / name).read_bytes()
 
 
 # ------------------------------------------------------- the best checkpoint, resumed
@@ -460,9 +476,35 @@ def _mrpc_run(mrpc, out, data=None, **overrides):
     return rc.COMMAND.settings(**values)
 
 
+@pytest.fixture(scope="module")
+def finished_kept(mrpc):
+    """A finished tiny MRPC run (`_mrpc_run`'s settings: ckpt-4, ckpt-6) and a copy of it
+    (read only), file times kept."""
+    import shutil
+
+    import run_classifier as rc
+
+    out, kept = mrpc["root"] / "finished", mrpc["root"] / "finished.kept"
+    rc.run(_mrpc_run(mrpc, out))
+    shutil.copytree(out, kept)
+    return out, kept
+
+
+@pytest.fixture
+def finished(finished_kept):
+    """The finished run as it was, at its own path, for a test to rerun: a run's records
+    are known by path, size and file time (a copy elsewhere would be other data)."""
+    import shutil
+
+    out, kept = finished_kept
+    shutil.rmtree(out)
+    shutil.copytree(kept, out)
+    return out
+
+
 @pytest.mark.slow
 def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weights(
-        mrpc, tmp_path, caplog):
+        mrpc, finished, tmp_path, caplog):
     """A finished run of a sweep (run_results.json) rerun with another --warmup_proportion
     trains again from the start: its checkpoints and outputs equal a fresh run's with the
     new settings, never the old run's final state evaluated under the new settings. What
@@ -470,8 +512,7 @@ def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weigh
     import run_classifier as rc
     from training import finetuning
 
-    out, fresh = tmp_path / "out", tmp_path / "fresh"
-    rc.run(_mrpc_run(mrpc, out, skip_finished=True))
+    out, fresh = finished, tmp_path / "fresh"
     old = _weights(str(out / "ckpt-6"))
     # The user's files beside the run's: a plot in eval/, notes in train/, a best/ the run
     # never made (it ran without --keep_best_checkpoint). Before (issue 38) the redo
@@ -512,10 +553,10 @@ def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weigh
 
 
 @pytest.mark.slow
-def test_a_resume_on_other_records_or_another_length_is_refused(mrpc, tmp_path):
-    """Killed after ckpt-4 (here: a 4-step run, its run_results.json removed, resumed with
-    more epochs). Resumed with another --max_seq_length (no length buckets) or with
-    train.tsv edited (a label flipped: records of the same size), the saved input position
+def test_a_resume_on_other_records_or_another_length_is_refused(mrpc, finished, tmp_path):
+    """Killed after ckpt-6 (here: the finished 6-step run, its run_results.json removed,
+    resumed with more epochs). Resumed with another --max_seq_length (no length buckets)
+    or with train.tsv edited (a label flipped: records of the same size), the saved input position
     means nothing: refused naming what changed, before anything is written. Data restored
     byte for byte: the rebuilt records hash the same and the run resumes."""
     import shutil
@@ -525,10 +566,9 @@ def test_a_resume_on_other_records_or_another_length_is_refused(mrpc, tmp_path):
 
     data = tmp_path / "MRPC"
     shutil.copytree(mrpc["data"], data)
-    out = tmp_path / "out"
-    rc.run(_mrpc_run(mrpc, out, data, do_eval=False, num_train_epochs=0.7))
-    assert (out / "ckpt-4.index").exists() and not (out / "ckpt-8.index").exists()
-    (out / "run_results.json").unlink(missing_ok=True)  # as a run killed after ckpt-4
+    out = finished
+    assert (out / "ckpt-6.index").exists() and not (out / "ckpt-8.index").exists()
+    (out / "run_results.json").unlink()  # as a run killed after ckpt-6
     longer = dict(do_eval=False, num_train_epochs=2.0)
 
     # Refused before anything is written (issue 38: the model files were rewritten with
@@ -539,7 +579,7 @@ def test_a_resume_on_other_records_or_another_length_is_refused(mrpc, tmp_path):
     with pytest.raises(checkpointing.InputPositionError,
                        match=f"max_seq_length: {SEQ} there, 16 now") as err:
         rc.run(_mrpc_run(mrpc, out, data, max_seq_length=16, **longer))
-    assert "ckpt-4" in str(err.value)
+    assert "ckpt-6" in str(err.value)
     assert S.tree(out, skip=caches) == before
 
     original = (data / "train.tsv").read_bytes()
@@ -618,41 +658,45 @@ def test_a_diverging_grid_point_is_recorded_as_failed_and_the_sweep_goes_on(mrpc
 
 
 @pytest.mark.slow
-def test_a_finished_single_run_rerun_with_other_data_or_rate_is_done_again(mrpc, tmp_path,
-                                                                           caplog):
+def test_a_finished_single_run_rerun_with_other_data_or_rate_is_done_again(
+        mrpc, finished_kept, tmp_path, caplog):
     """Issue 38: a finished run outside a sweep, rerun after train.tsv was relabelled (or
     with another --learning_rate), "resumed" its last checkpoint, trained nothing and
     exited 0 with the old model. Now it is done again from its initial weights (the
     sweeps' rule): the model equals a fresh run's on the new data; the log names what
-    changed. The same command again resumes (evaluates, trains nothing)."""
+    changed. The same command again resumes (evaluates, trains nothing). Here the first
+    run trains on every label flipped and the rerun on train.tsv as it was: the fresh run
+    on it is the module's finished run."""
     import shutil
 
     import run_classifier as rc
 
     data = tmp_path / "MRPC"
     shutil.copytree(mrpc["data"], data)
-    out = tmp_path / "out"
-    rc.run(_mrpc_run(mrpc, out, data))
-    old = _weights(str(out / "ckpt-6"))
-    lines = (data / "train.tsv").read_text().split("\n")
+    original = (data / "train.tsv").read_bytes()
+    lines = original.decode().split("\n")
     lines[1:] = [("1" if line[:1] == "0" else "0") + line[1:] if line else line
                  for line in lines[1:]]
     (data / "train.tsv").write_text("\n".join(lines))
+    out = tmp_path / "out"
+    rc.run(_mrpc_run(mrpc, out, data))
+    old = _weights(str(out / "ckpt-6"))
+    (data / "train.tsv").write_bytes(original)
     with caplog.at_level("WARNING"):
         rc.run(_mrpc_run(mrpc, out, data))
     assert "finished with other settings or data (train)" in caplog.text
-    relabelled = _weights(str(out / "ckpt-6"))
-    rc.run(_mrpc_run(mrpc, tmp_path / "fresh", data))
-    expected = _weights(str(tmp_path / "fresh" / "ckpt-6"))
+    redone = _weights(str(out / "ckpt-6"))
+    expected = _weights(str(finished_kept[1] / "ckpt-6"))
+    assert sorted(redone) == sorted(expected)
     for name, value in expected.items():
-        np.testing.assert_array_equal(relabelled[name], value, err_msg=name)
-    assert any(not np.array_equal(old[name], relabelled[name]) for name in old)
+        np.testing.assert_array_equal(redone[name], value, err_msg=name)
+    assert any(not np.array_equal(old[name], redone[name]) for name in old)
 
     caplog.clear()
     with caplog.at_level("WARNING"):
         rc.run(_mrpc_run(mrpc, out, data, learning_rate=1e-3))
     assert "finished with other settings or data (hparams.learning_rate)" in caplog.text
-    assert any(not np.array_equal(relabelled[name], value)
+    assert any(not np.array_equal(redone[name], value)
                for name, value in _weights(str(out / "ckpt-6")).items())
     caplog.clear()
     with caplog.at_level("INFO", logger="absl"):
@@ -688,16 +732,16 @@ def test_a_nan_dev_metric_picks_no_best_checkpoint_and_says_so(mrpc, tmp_path, c
     from training import finetuning
 
     out = tmp_path / "out"
-    cfg = _mrpc_run(mrpc, out, num_train_epochs=2.0, keep_best_checkpoint=True)
-    family = _scripted_family(ClassificationFamily, {4: float("nan"), 8: float("nan"),
-                                                     12: float("nan")})(cfg.task, SEQ)
+    cfg = _mrpc_run(mrpc, out, keep_best_checkpoint=True)
+    family = _scripted_family(ClassificationFamily, {4: float("nan"), 6: float("nan")})(
+        cfg.task, SEQ)
     family.seen = []
     with caplog.at_level("WARNING"):
         result = finetuning.run(cfg.finetuning, family)
-    assert family.seen == [4, 8, 12] and not (out / "best").exists()
-    assert caplog.text.count("is nan (undefined on this dev set") == 3
+    assert family.seen == [4, 6] and not (out / "best").exists()
+    assert caplog.text.count("is nan (undefined on this dev set") == 2
     assert "No checkpoint had a dev eval_acc_and_f1" in caplog.text and "-inf" not in caplog.text
-    assert result["best_run"]["global_step"] == 12 and result["best_run"]["model_dir"] == str(out)
+    assert result["best_run"]["global_step"] == 6 and result["best_run"]["model_dir"] == str(out)
     del rc
 
 
