@@ -135,10 +135,11 @@ def _snapshot(directory):
 
 @pytest.fixture(scope="module")
 def trained(env):
+    """A trained classifier run's output_dir (no eval: its checkpoints are what count)."""
     import run_classifier as rc
 
     out = env["root"] / "trained"
-    rc.run(_cfg(env, out))
+    rc.run(_cfg(env, out, do_eval=False))
     return out
 
 
@@ -244,30 +245,33 @@ def test_eval_without_any_weights_is_refused(env, tmp_path):
         rc.run(_cfg(env, tmp_path / "out", do_train=False))
 
 
-def test_run_pretraining_refuses_another_models_dir(tmp_path):
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A 2-step pretraining run's output_dir (``out``) and its records (``records``)."""
+    import run_pretraining
+    from tests.test_bad_input_messages import _pretraining_cfg
+
+    root = tmp_path_factory.mktemp("pretrained")
+    records = S.write_records(root / "records.tfrecord", S.synthetic_instances(16))
+    out = root / "out"
+    run_pretraining.run(_pretraining_cfg([records], out, S.write_config(root / "a.json"),
+                                         num_train_steps=2))
+    return {"out": out, "records": records}
+
+
+def test_run_pretraining_refuses_another_models_dir(pretrained, tmp_path):
     """Pretraining claims its output_dir too: another bert_config is refused, the
     checkpoints stay as they were."""
     import run_pretraining
-    from training.execution import RuntimeConfig
-    from training.settings import settings_of
+    from tests.test_bad_input_messages import _pretraining_cfg
 
-    records = S.write_records(tmp_path / "records.tfrecord", S.synthetic_instances(16))
-    out = tmp_path / "out"
-
-    def cfg(config_file):
-        return settings_of(
-            run_pretraining.PretrainingRun, bert_config_file=config_file,
-            input_patterns=(records,), output_dir=str(out), init_checkpoint=None,
-            max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, do_train=True,
-            do_eval=False, train_batch_size=4, eval_batch_size=4, input_compression="auto",
-            runtime=RuntimeConfig("one_device"), num_train_steps=2, iterations_per_loop=1,
-            save_checkpoints_steps=2, learning_rate=1e-3, num_warmup_steps=0)[0]
-
-    run_pretraining.run(cfg(S.write_config(tmp_path / "a.json")))
+    out = pretrained["out"]
     before = _snapshot(out)
     assert "ckpt-2.index" in before
     with pytest.raises(output_claim.RunDirError, match="bert_config.hidden_dropout_prob"):
-        run_pretraining.run(cfg(S.write_config(tmp_path / "b.json", dropout=0.1)))
+        run_pretraining.run(_pretraining_cfg(
+            [pretrained["records"]], out, S.write_config(tmp_path / "b.json", dropout=0.1),
+            num_train_steps=2))
     assert _snapshot(out) == before
 
 
@@ -351,15 +355,12 @@ def test_a_run_refused_for_its_feature_layers_leaves_the_dir_to_the_rightful_run
         "last_hidden"
 
 
-def test_a_refused_pretraining_run_leaves_the_dir_to_the_rightful_run(tmp_path):
+def test_a_refused_pretraining_run_leaves_the_dir_to_the_rightful_run(pretrained, tmp_path):
     import run_pretraining
     from modeling.checkpoints import CheckpointError
     from tests.test_bad_input_messages import _pretraining_cfg
 
-    records = S.write_records(tmp_path / "records.tfrecord", S.synthetic_instances(16))
-    first = tmp_path / "first"
-    run_pretraining.run(_pretraining_cfg([records], first, S.write_config(tmp_path / "a.json"),
-                                         num_train_steps=2))
+    records, first = pretrained["records"], pretrained["out"]
     wide = tmp_path / "wide.json"
     wide.write_text(json.dumps({**S.tiny_config_dict(), "hidden_size": 64}))
     out = tmp_path / "out"

@@ -3,13 +3,13 @@
 Data: a synthetic CoNLL-2003-layout set (4 columns, IOB1, -DOCSTART- lines) that a tiny
 model learns: names from a fixed list are PER, places LOC; dev and test each hold a sentence
 longer than a window (max_seq_length 16). Fine-tuning runs through the real CLI from a
-TF1-layout checkpoint with --document_context; eval_results.txt is checked against
-conlleval recomputed from dev_predictions.txt by seqeval (default mode), every word of the
-input against the prediction files, and the predictions against an independent forward pass
-one window at a time. The feature-based mode runs through the CLI under MirroredStrategy
-over 2 CPU devices in bfloat16: the encoder's weights in every checkpoint are the initial
-checkpoint's. `--seeds`/`--keep_best_checkpoint`, prediction-only runs and bad input run
-in this process through `run_ner.run`.
+TF1-layout checkpoint with --document_context and two seeds (--keep_best_checkpoint);
+eval_results.txt is checked against conlleval recomputed from dev_predictions.txt by
+seqeval (default mode), every word of the input against the prediction files, and the
+predictions against an independent forward pass one window at a time. The feature-based
+mode runs through the CLI under MirroredStrategy over 2 CPU devices in bfloat16: the
+encoder's weights in every checkpoint are the initial checkpoint's. Prediction-only runs
+and bad input run in this process through `run_ner.run`.
 """
 
 import json
@@ -136,7 +136,11 @@ def check_results_against_predictions(results_path, predictions_path, input_path
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    """Data, vocab, a 4-layer tiny config and a TF1-layout checkpoint of random weights."""
+    """Data, vocab, and tiny configs with TF1-layout checkpoints of random weights: 2
+    layers for fine-tuning (``config``, ``tf1``), 4 for the feature-based mode, whose
+    feature layers read the last four (``feature_config``, ``feature_tf1``)."""
+    import keras
+
     from modeling import checkpoints
     from modeling.config import BertConfig
     from modeling.models import BertPretrainer
@@ -149,23 +153,24 @@ def env(tmp_path_factory):
     write_conll(data / "eng.testa", rng, documents=2, per_document=5, long_sentence=True)
     write_conll(data / "eng.testb", rng, documents=2, per_document=5, long_sentence=True)
     vocab = write_vocab(root / "vocab.txt")
-    config_file = root / "bert_config.json"
-    with open(config_file, "w") as f:
-        json.dump({**S.tiny_config_dict(vocab_size=len(TINY_VOCAB)), "num_hidden_layers": 4},
-                  f)
-    config = BertConfig.from_json_file(str(config_file))
-    import keras
-
     keras.utils.set_random_seed(0)
-    prefix = checkpoints.export_tf1_checkpoint(BertPretrainer(config), config,
-                                               str(root / "tf1"), vocab_file=vocab)
-    return {"root": root, "data": str(data), "vocab": vocab, "config": str(config_file),
-            "bert_config": config, "tf1": prefix}
+    out = {"root": root, "data": str(data), "vocab": vocab}
+    for prefix, layers in (("feature_", 4), ("", 2)):
+        config_file = root / f"{prefix}bert_config.json"
+        with open(config_file, "w") as f:
+            json.dump({**S.tiny_config_dict(vocab_size=len(TINY_VOCAB)),
+                       "num_hidden_layers": layers}, f)
+        config = BertConfig.from_json_file(str(config_file))
+        out.update({f"{prefix}config": str(config_file), f"{prefix}bert_config": config,
+                    f"{prefix}tf1": checkpoints.export_tf1_checkpoint(
+                        BertPretrainer(config), config, str(root / f"{prefix}tf1"),
+                        vocab_file=vocab)})
+    return out
 
 
 def _argv(env, out, **flags):
     """run_ner.py's command line for the tiny data of `env` (flags replaced; None: a bool
-    flag given bare)."""
+    flag given bare; --seeds replaces --seed)."""
     values = dict(data_dir=env["data"], vocab_file=env["vocab"],
                   bert_config_file=env["config"], init_checkpoint=env["tf1"],
                   output_dir=str(out), max_seq_length=SEQ, do_train="true", do_eval="true",
@@ -173,6 +178,8 @@ def _argv(env, out, **flags):
                   predict_batch_size=4, num_train_epochs=4.0, iterations_per_loop=5,
                   log_steps=5, seed=3)
     values.update(flags)
+    if "seeds" in flags:
+        del values["seed"]
     return [f"--{k}={v}" if v is not None else f"--{k}" for k, v in values.items()]
 
 
@@ -193,19 +200,26 @@ def run_main(env, out, **flags):
 
 @pytest.fixture(scope="module")
 def finetuned(env):
+    """The CLI run: seeds 3 and 4, the best seed's files in output_dir (``dir``); the best
+    seed's best/ weights (``model``) are what the other tests read and export."""
     out = env["root"] / "finetuned"
     # 90 steps at 2e-3 learn the names from several random initial checkpoints (5e-3
     # for 90 steps collapses to all-O on some: tried while writing this test).
     code, log = run_main(env, out, learning_rate=2e-3, num_train_epochs=6.0,
-                         document_context=None, save_checkpoints_steps=1000)
+                         document_context=None, save_checkpoints_steps=1000, seeds="3,4",
+                         keep_best_checkpoint=None)
     assert code == 0, log[-4000:]
-    return {"dir": str(out), "log": log}
+    best = int(read_results(out / "seed_results.txt")["best_seed"])
+    return {"dir": str(out), "log": log, "best": best,
+            "model": str(out / f"seed_{best}" / "best")}
 
 
 @pytest.fixture(scope="module")
 def feature_based(env):
     out = env["root"] / "feature_based"
-    code, log = run_cli(env, out, learning_rate=5e-3, feature_based=None,
+    code, log = run_cli(env, out, bert_config_file=env["feature_config"],
+                        init_checkpoint=env["feature_tf1"], learning_rate=5e-3,
+                        feature_based=None, do_predict="false",
                         feature_layers="weighted_sum_last_four", lstm_units=16,
                         distribution_strategy="mirrored", num_cpu_devices=2, dtype="bfloat16",
                         num_train_epochs=1.0, save_checkpoints_steps=7, keep_checkpoint_max=5)
@@ -243,14 +257,14 @@ def test_cli_predictions_equal_an_independent_forward_pass(env, finetuned):
     from tasks.tagging.task import TaggingExportMetadata, model_from_metadata
 
     # export_metadata.json holds what rebuilding the model and decoding its tags need.
-    with open(os.path.join(finetuned["dir"], METADATA_FILE)) as f:
+    with open(os.path.join(finetuned["model"], METADATA_FILE)) as f:
         metadata = TaggingExportMetadata.from_dict(json.load(f))
     assert (metadata.labels, metadata.tag_scheme, metadata.do_lower_case) == (
         tuple(LABELS), "IOB1", True)
     assert metadata.document_context and metadata.doc_stride == (SEQ - 2) // 2
     model = model_from_metadata(env["bert_config"], metadata)
     assert type(model) is BertTokenTagger
-    assert checkpoints.load_pretrained(tf.train.latest_checkpoint(finetuned["dir"]),
+    assert checkpoints.load_pretrained(tf.train.latest_checkpoint(finetuned["model"]),
                                        model).ok  # strict: the head too
     conll = D.read_conll(os.path.join(env["data"], "eng.testa"))
     tokenizer = tokenization.FullTokenizer(env["vocab"], do_lower_case=True)
@@ -294,12 +308,12 @@ def test_cli_feature_based_trains_only_the_bilstm(env, feature_based):
         True, "weighted_sum_last_four", 16)
 
     def arrays(path):  # every weight under its TF1-layout name (encoder: Google's names)
-        model = model_from_metadata(env["bert_config"], metadata)
+        model = model_from_metadata(env["feature_bert_config"], metadata)
         assert isinstance(model, BertFeatureTagger)
         assert checkpoints.load_pretrained(path, model).ok  # strict: the head too
         return checkpoints.tf1_arrays(model)
 
-    init = tf.train.load_checkpoint(env["tf1"])
+    init = tf.train.load_checkpoint(env["feature_tf1"])
     first, last = arrays(paths[0]), arrays(paths[-1])
     encoder = [n for n in first if n.startswith("bert/")]
     head = [n for n in first if n.startswith("feature_tagger/")]
@@ -335,49 +349,67 @@ def make_values(env, out, **overrides):
 
 
 @pytest.mark.slow
-def test_seeds_and_best_checkpoint_copy_the_best_dev_predictions(env):
+def test_seeds_and_best_checkpoint_copy_the_best_dev_predictions(finetuned):
+    """--seeds with --keep_best_checkpoint (the CLI run): the seed with the best dev F1 is
+    named in seed_results.txt with every seed's figures, its files are output_dir's, and
+    each seed kept its best weights and their figures in best/."""
+    out = finetuned["dir"]
+    summary = read_results(os.path.join(out, "seed_results.txt"))
+    f1 = {seed: read_results(os.path.join(out, f"seed_{seed}", "eval_results.txt"))["eval_f1"]
+          for seed in (3, 4)}
+    assert summary["num_seeds"] == 2 and summary["best_seed"] == finetuned["best"]
+    assert f1[finetuned["best"]] == max(f1.values())
+    assert summary["eval_f1_seed_3"] == pytest.approx(f1[3])
+    assert summary["eval_f1_mean"] == pytest.approx(np.mean(list(f1.values())))
+    assert "eval_f1_PER_mean" in summary
+    best_dir = os.path.join(out, f"seed_{finetuned['best']}")
+    for name in ("dev_predictions.txt", "eval_results.txt", "test_predictions.txt"):
+        with open(os.path.join(out, name)) as a, open(os.path.join(best_dir, name)) as b:
+            assert a.read() == b.read(), name
+    for seed in (3, 4):
+        assert os.path.exists(os.path.join(out, f"seed_{seed}", "best", "eval_results.txt"))
+
+
+@pytest.fixture(scope="module")
+def predicted(env, finetuned, tmp_path_factory):
+    """A prediction-only run (in this process) from the CLI run's best weights on a test
+    file of words alone (no gold), sentence by sentence (no --document_context), its
+    second sentence of 32 words (three windows); labels from --label_list."""
     import run_ner
 
-    out = env["root"] / "seeds"
-    result = run_ner.run(make(env, out, seeds=(1, 2), keep_best_checkpoint=True))
-    best = next(r for r in result["runs"] if r["seed"] == result["best_seed"])
-    other = next(r for r in result["runs"] if r["seed"] != result["best_seed"])
-    assert best["eval"]["dev"]["eval_f1"] >= other["eval"]["dev"]["eval_f1"]
-    for name in ("dev_predictions.txt", "eval_results.txt"):
-        with open(out / name) as a, open(os.path.join(best["dir"], name)) as b:
-            assert a.read() == b.read(), name
-    summary = read_results(out / "seed_results.txt")
-    assert summary["best_seed"] == result["best_seed"]
-    assert "eval_f1_PER_mean" in summary and "eval_f1_mean" in summary
-    assert os.path.exists(os.path.join(best["dir"], "best", "eval_results.txt"))
+    root = tmp_path_factory.mktemp("predicted")
+    data = root / "raw"
+    data.mkdir()
+    test = write_conll(data / "test.txt", random.Random(5), 1, 4, long_sentence=True,
+                       tags=False)
+    out = root / "predict"
+    result = run_ner.run(make(env, out, data_dir=str(data), do_train=False, do_eval=False,
+                              do_predict=True, label_list=",".join(LABELS),
+                              init_checkpoint=finetuned["model"], document_context=False))
+    return {"data": str(data), "test": test, "out": out, "result": result}
 
 
 @pytest.mark.slow
-def test_predict_only_on_a_words_only_test_file(env, finetuned, tmp_path):
+def test_predict_only_on_a_words_only_test_file(env, finetuned, predicted, tmp_path):
     """A test file with one column (no gold): predicted from the trained run's checkpoint;
     gold is "O"; labels from --label_list (no training file in that directory)."""
     import run_ner
     from tasks.tagging import data as D
 
-    data = tmp_path / "raw"
-    data.mkdir()
-    test = write_conll(data / "test.txt", random.Random(5), 1, 4, tags=False)
+    data = predicted["data"]
     with pytest.raises(D.DataFormatError, match="no train file.*give --label_list"):
-        run_ner.run(make(env, tmp_path / "x", data_dir=str(data), do_train=False,
+        run_ner.run(make(env, tmp_path / "x", data_dir=data, do_train=False,
                          do_eval=False, do_predict=True))
     with pytest.raises(ValueError, match=r"is a tagging run whose feature_based=False, "
                                          r"feature_layers='', lstm_units=0 differ"):
-        run_ner.run(make(env, tmp_path / "y", data_dir=str(data), do_train=False,
+        run_ner.run(make(env, tmp_path / "y", data_dir=data, do_train=False,
                          do_eval=False, do_predict=True, label_list=",".join(LABELS),
-                         init_checkpoint=finetuned["dir"], feature_based=True))
-    out = tmp_path / "predict"
-    result = run_ner.run(make(env, out, data_dir=str(data), do_train=False, do_eval=False,
-                              do_predict=True, label_list=",".join(LABELS),
-                              init_checkpoint=finetuned["dir"]))
-    assert [os.path.basename(p) for p in result["runs"][0]["outputs"]] == [
+                         init_checkpoint=finetuned["model"], feature_based=True))
+    assert [os.path.basename(p) for p in predicted["result"]["runs"][0]["outputs"]] == [
         "test_predictions.txt"]  # no gold: no test_results.txt
-    sentences = read_predictions(out / "test_predictions.txt")
-    assert [[(w, g) for w, g, _ in s] for s in sentences] == read_conll_words(test)
+    sentences = read_predictions(predicted["out"] / "test_predictions.txt")
+    assert [[(w, g) for w, g, _ in s] for s in sentences] == read_conll_words(
+        predicted["test"])
     assert {p for s in sentences for _, _, p in s} <= set(LABELS)
 
 
@@ -488,79 +520,54 @@ def test_feature_layers_equal_the_original_berts_activations(tmp_path):
         BertFeatureTagger(BertConfig.from_dict(tiny_config_dict()), 3)
 
 
-def test_feature_tagger_trains_only_its_head_and_round_trips(tmp_path):
+def test_feature_tagger_offers_only_its_head_to_training_and_round_trips(tmp_path):
+    """The encoder's weights are not trainable: only the head's are (that training then
+    moves the head alone, its encoder staying the initial checkpoint's at every step, under
+    MirroredStrategy in bfloat16: test_cli_feature_based_trains_only_the_bilstm). The
+    weight table round trip (TF1 layout, strict) and the Keras config round trip."""
     from modeling import checkpoints
     from modeling.config import BertConfig
     from modeling.models import BertFeatureTagger
-    from tasks.tagging.task import TaggingTask
-    from training import trainer_setup
-    from training.settings import LoopConfig
 
     config = BertConfig.from_dict(S.tiny_config_dict(dropout=0.1))
-    strategy = tf.distribute.get_strategy()
-    model, trainer = trainer_setup.build_trainer(
-        strategy, lambda: BertFeatureTagger(config, 3, feature_layers="last_hidden",
-                                            lstm_units=8),
-        TaggingTask(), loop_config=LoopConfig(
-            output_dir=str(tmp_path / "run"), num_train_steps=3, num_warmup_steps=0,
-            train_batch_size=4, eval_batch_size=4, learning_rate=1e-2),
-        max_seq_length=SEQ)
-    encoder_ids = {id(v) for v in model.encoder.weights}
-    assert model.trainable_variables and not any(id(v) in encoder_ids
-                                                 for v in model.trainable_variables)
+    model = BertFeatureTagger(config, 3, feature_layers="last_hidden", lstm_units=8)
     rng = np.random.default_rng(0)
     batch = {"input_ids": rng.integers(5, 60, (4, SEQ)).astype(np.int32),
              "input_mask": np.ones((4, SEQ), np.int32),
-             "segment_ids": np.zeros((4, SEQ), np.int32),
-             "label_ids": rng.integers(0, 3, (4, SEQ)).astype(np.int32),
-             "label_weights": np.ones((4, SEQ), np.int32)}
-    before = [v.numpy().copy() for v in model.encoder.weights]
-    head_before = [v.numpy().copy() for v in model.trainable_variables]
-    data = tf.data.Dataset.from_tensors(batch).repeat()
-    iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: data))
-    stats = trainer.run_train_steps(iterator, 3)
-    assert stats["bad_step"] == -1
-    for v, old in zip(model.encoder.weights, before):
-        np.testing.assert_array_equal(v.numpy(), old, err_msg=v.path)
-    assert all(not np.array_equal(v.numpy(), old)
-               for v, old in zip(model.trainable_variables, head_before))
-    # The weight table round trip (TF1 layout, strict) and the Keras config round trip.
+             "segment_ids": np.zeros((4, SEQ), np.int32)}
+    model(batch)
+    encoder_ids = {id(v) for v in model.encoder.weights}
+    assert model.encoder.weights and model.trainable_variables
+    assert not any(id(v) in encoder_ids for v in model.trainable_variables)
     out = checkpoints.export_tf1_checkpoint(model, config, str(tmp_path / "tf1"))
     again = BertFeatureTagger(config, 3, feature_layers="last_hidden", lstm_units=8)
     assert checkpoints.load_pretrained(out, again).ok
-    features = {k: v for k, v in batch.items() if k in ("input_ids", "input_mask",
-                                                         "segment_ids")}
-    np.testing.assert_allclose(again(features)["logits"], model(features)["logits"],
-                               atol=1e-6)
+    np.testing.assert_allclose(again(batch)["logits"], model(batch)["logits"], atol=1e-6)
     restored = BertFeatureTagger.from_config(model.get_config())
     assert restored.get_config() == model.get_config()
     assert not restored.encoder.trainable
 
 
 @pytest.mark.slow
-def test_exported_run_serves_the_runners_tags_from_raw_text(env, finetuned, tmp_path,
+def test_exported_run_serves_the_runners_tags_from_raw_text(finetuned, predicted, tmp_path,
                                                             capsys):
     """export_saved_model.py --model_type=tagger on the CLI run's directory (config, vocab,
     labels and windows from beside the checkpoint), served by predict_saved_model.py's main
     (in this process; a tagger export served by it as a process of its own, tensorflow +
-    tensorflow_text only: tests/test_export_tagger.py) on each dev sentence as raw text:
-    every word's tag equals the runner's prediction from the same checkpoint, the 32-word
-    sentence (three windows) included; the entities are conlleval's chunks of those tags.
-    The runner predicts sentence by sentence here (no --document_context), as the export
-    serves one text at a time."""
+    tensorflow_text only: tests/test_export_tagger.py) on each sentence of a test file as raw text:
+    every word's tag equals the runner's prediction from the same checkpoint (`predicted`),
+    the 32-word sentence (three windows) included; the entities are conlleval's chunks of
+    those tags. The runner predicts sentence by sentence there (no --document_context), as
+    the export serves one text at a time."""
     import predict_saved_model
-    import run_ner
     from tasks.tagging import metrics
 
-    reference = tmp_path / "reference"
-    run_ner.run(make(env, reference, do_train=False, do_eval=True,
-                     init_checkpoint=finetuned["dir"], document_context=False))
-    sentences = [s for s in read_predictions(reference / "dev_predictions.txt")
+    sentences = [s for s in read_predictions(predicted["out"] / "test_predictions.txt")
                  if s[0][0] != "-DOCSTART-"]
     assert max(len(s) for s in sentences) == 32
     export_dir, out_json = tmp_path / "export", tmp_path / "served.json"
     result = call_main("export_saved_model", model_type="tagger",
-                       init_checkpoint=finetuned["dir"], export_dir=export_dir)
+                       init_checkpoint=finetuned["model"], export_dir=export_dir)
     assert result.code == 0, (result.stderr + result.log)[-3000:]
     capsys.readouterr()
     assert predict_saved_model.main(

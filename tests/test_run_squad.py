@@ -143,13 +143,39 @@ def v1_cli(env):
 
 @pytest.fixture(scope="module")
 def v2_run(env):
-    """SQuAD v2.0: train + predict through `run_squad.run` in this process."""
+    """SQuAD v2.0: train + predict (every window padded to max_seq_length) through
+    `run_squad.run` in this process; ``nbest``: its n-best lists as written."""
     import run_squad
 
     cfg = _run_config(env, env["root"] / "out_v2", train_file=env["train_v2"],
                       predict_file=env["dev_v2"], do_train=True, do_predict=True,
                       version_2_with_negative=True, num_train_epochs=6.0)
-    return {"cfg": cfg, "dir": cfg.finetuning.output_dir, "result": run_squad.run(cfg)}
+    result = run_squad.run(cfg)
+    return {"cfg": cfg, "dir": cfg.finetuning.output_dir, "result": result,
+            "nbest": _load(os.path.join(cfg.finetuning.output_dir, "nbest_predictions.json"))}
+
+
+@pytest.fixture(scope="module")
+def from_init(env, v2_run):
+    """Prediction only, in a fresh dir, from --init_checkpoint=<the v2 run's dir>, with
+    length buckets and another batch size (8) than the run's."""
+    import run_squad
+
+    out = env["root"] / "from_init"
+    result = run_squad.run(_run_config(env, out, predict_file=env["dev_v2"],
+                                       do_predict=True, version_2_with_negative=True,
+                                       init_checkpoint=v2_run["dir"], predict_batch_size=8,
+                                       bucket_boundaries=(16, 32, SEQ)))
+    return {"result": result, "nbest": _load(out / "nbest_predictions.json")}
+
+
+def _assert_same_nbest(got, want, atol):
+    """The same questions, answer texts in the same order and start logits within `atol`."""
+    assert list(got) == list(want)
+    for qid, entries in want.items():
+        assert [e["text"] for e in got[qid]] == [e["text"] for e in entries]
+        np.testing.assert_allclose([e["start_logit"] for e in got[qid]],
+                                   [e["start_logit"] for e in entries], atol=atol)
 
 
 def _load(path):
@@ -282,29 +308,21 @@ def test_v2_predictions_null_odds_and_metrics(v2_run, env):
 
 
 @pytest.mark.slow
-def test_predict_only_from_the_trained_checkpoint(v2_run, env, tmp_path):
+def test_predict_only_from_the_trained_checkpoint(v2_run, from_init, env):
     """Resuming in the trained dir (no --do_train) and --init_checkpoint=<trained dir> in a
-    fresh dir both predict with the trained weights: identical answers and logits."""
+    fresh dir (`from_init`) both predict with the trained weights: identical answers and
+    logits."""
     import run_squad
 
     out = v2_run["dir"]
-    before = _load(os.path.join(out, "nbest_predictions.json"))
     resumed = run_squad.run(_run_config(env, out, predict_file=env["dev_v2"],
                                         do_predict=True, version_2_with_negative=True))
     assert resumed["global_step"] == v2_run["result"]["global_step"]
-    fresh = tmp_path / "fresh"
-    initialised = run_squad.run(_run_config(env, fresh, predict_file=env["dev_v2"],
-                                            do_predict=True, version_2_with_negative=True,
-                                            init_checkpoint=out, predict_batch_size=8))
-    assert initialised["global_step"] == 0
-    for run_dir in (out, str(fresh)):
-        after = _load(os.path.join(run_dir, "nbest_predictions.json"))
-        assert list(after) == list(before)
-        for qid in before:
-            assert [e["text"] for e in after[qid]] == [e["text"] for e in before[qid]]
-            np.testing.assert_allclose([e["start_logit"] for e in after[qid]],
-                                       [e["start_logit"] for e in before[qid]], atol=1e-4)
-    assert initialised["eval"] == pytest.approx(v2_run["result"]["eval"])
+    assert from_init["result"]["global_step"] == 0
+    _assert_same_nbest(_load(os.path.join(out, "nbest_predictions.json")), v2_run["nbest"],
+                       atol=1e-4)
+    _assert_same_nbest(from_init["nbest"], v2_run["nbest"], atol=1e-4)
+    assert from_init["result"]["eval"] == pytest.approx(v2_run["result"]["eval"])
 
 
 @pytest.mark.slow
@@ -508,26 +526,12 @@ def test_span_loss_is_the_original_mean_of_start_and_end_cross_entropy():
 
 
 @pytest.mark.slow
-def test_bucketed_predictions_equal_padded_ones(v2_run, env, tmp_path):
-    """Length buckets cut the windows' batches; the span logits, padded back, give the
-    same n-best lists and scores as padding every window to max_seq_length."""
-    import run_squad
-
-    results = {}
-    for name, buckets in (("padded", ()), ("bucketed", (16, 32, SEQ))):
-        out = tmp_path / name
-        results[name] = run_squad.run(_run_config(
-            env, out, predict_file=env["dev_v2"], do_predict=True,
-            version_2_with_negative=True, init_checkpoint=v2_run["dir"],
-            bucket_boundaries=buckets))
-        results[name]["nbest"] = _load(out / "nbest_predictions.json")
-    padded, bucketed = results["padded"], results["bucketed"]
-    assert list(bucketed["nbest"]) == list(padded["nbest"])
-    for qid, entries in padded["nbest"].items():
-        assert [e["text"] for e in bucketed["nbest"][qid]] == [e["text"] for e in entries]
-        np.testing.assert_allclose([e["start_logit"] for e in bucketed["nbest"][qid]],
-                                   [e["start_logit"] for e in entries], atol=1e-5)
-    assert bucketed["eval"] == pytest.approx(padded["eval"])
+def test_bucketed_predictions_equal_padded_ones(v2_run, from_init):
+    """Length buckets cut the windows' batches (`from_init`); the span logits, padded back,
+    give the same n-best lists and scores as padding every window to max_seq_length (the
+    v2 run's own predictions, from the same weights)."""
+    _assert_same_nbest(from_init["nbest"], v2_run["nbest"], atol=1e-5)
+    assert from_init["result"]["eval"] == pytest.approx(v2_run["result"]["eval"])
 
 
 def test_gradient_accumulation_with_length_buckets_equals_the_whole_batch(env, tmp_path):
