@@ -46,6 +46,7 @@ SQUAD_QUESTIONS = ["who sat?", "", LONG, "你好"]
 SQUAD_CONTEXTS = ["The cat sat on the mat far away.", "the dog", LONG + " the end.", ""]
 DOC_STRIDE = 16
 N_BEST = 10
+LONG_CONTEXT_WINDOWS = 800  # the served SQuAD export's limit: the long-context tests'
 
 SERVE_SCRIPT = textwrap.dedent("""
     import json, sys
@@ -130,8 +131,9 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def served(run_dir, tmp_path_factory):
-    """Exports a classifier (CLI), an encoder and a SQuAD model (library), then serves all
-    three from one fresh process with no project code on its path."""
+    """Exports a classifier (CLI), an encoder and a SQuAD model (library; its windows up to
+    LONG_CONTEXT_WINDOWS, for the long-context tests), then serves all three from one fresh
+    process with no project code on its path."""
     d, _ = run_dir
     out = tmp_path_factory.mktemp("exports")
     result = _cli(f"--init_checkpoint={d}", f"--export_dir={out / 'classifier'}")
@@ -145,8 +147,8 @@ def served(run_dir, tmp_path_factory):
     squad = BertSpanLabeler(_config())
     writer.export_saved_model(squad, families.serving_config(
         "squad", str(d / "vocab.txt"), True, SEQ, max_query_length=8, max_answer_length=5,
-        doc_stride=DOC_STRIDE, n_best_size=N_BEST),
-        str(out / "squad"))
+        doc_stride=DOC_STRIDE, n_best_size=N_BEST,
+        max_context_windows=LONG_CONTEXT_WINDOWS), str(out / "squad"))
 
     texts = TEXTS + [SIGMA_CASE]
     pairs = PAIRS + ["dog"]
@@ -371,21 +373,6 @@ def test_bfloat16_model_exports_float32_outputs(tmp_path):
     assert enc["sequence_output"].dtype == tf.float32
 
 
-def test_regression_export_gives_score(tmp_path):
-    vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
-    keras.utils.set_random_seed(4)
-    model = BertClassifier(_config(), 1)
-    writer.export_saved_model(model, families.serving_config(
-        "classifier", vocab, True, SEQ, is_regression=True, text_pair=True),
-        str(tmp_path / "reg"))
-    serve = tf.saved_model.load(str(tmp_path / "reg")).signatures["serving_default"]
-    got = serve(text=tf.constant(TEXTS), text_pair=tf.constant(PAIRS))
-    assert set(got) == {"score", "logits"} and got["score"].shape == (len(TEXTS),)
-    features = python_features(FullTokenizer(vocab), TEXTS, PAIRS, SEQ)
-    expected = model({k: tf.constant(v) for k, v in features.items()})["logits"][:, 0]
-    np.testing.assert_allclose(got["score"].numpy(), expected.numpy(), atol=1e-5, rtol=0)
-
-
 def test_export_is_atomic_and_refuses_to_overwrite(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
     model = BertClassifier(_config(), 2)
@@ -487,16 +474,20 @@ def test_overwrite_replaces_only_our_exports_never_inputs(tmp_path):
 
 
 def test_overwrite_swaps_in_the_new_export_and_cleans_stale_temporaries(served, tmp_path):
+    """--overwrite replaces a previous export with the new one whole and removes the
+    temporary of a killed export. The new export is a regression head on text pairs: it
+    serves score and logits, equal to the Keras model's on the Python path's features."""
     import shutil
 
     from data_prep import fileio
 
     vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
-    serving = families.serving_config("classifier", vocab, True, SEQ, labels=("a", "b"))
+    serving = families.serving_config("classifier", vocab, True, SEQ, is_regression=True,
+                                      text_pair=True)
     target = tmp_path / "exp"
     shutil.copytree(served["dirs"] / "classifier", target)  # an export of 3 labels
-    keras.utils.set_random_seed(21)
-    second = BertClassifier(_config(), 2)
+    keras.utils.set_random_seed(4)
+    second = BertClassifier(_config(), 1)
     # A temporary left by a killed export (its process is gone): removed by the next run.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -505,13 +496,15 @@ def test_overwrite_swaps_in_the_new_export_and_cleans_stale_temporaries(served, 
     (stale / "saved_model.pb").write_bytes(b"half")
     writer.export_saved_model(second, serving, str(target), overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["exp", "vocab.txt"]
-    got = tf.saved_model.load(str(target)).signatures["serving_default"](
-        text=tf.constant(TEXTS))["probabilities"].numpy()
-    _, want = _python_probabilities(second, vocab, TEXTS, None)
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
-    # the two exports are told apart (the first's 3 labels, the second's 2)
-    assert got.shape == (len(TEXTS), 2)
+    serve = tf.saved_model.load(str(target)).signatures["serving_default"]
+    got = serve(text=tf.constant(TEXTS), text_pair=tf.constant(PAIRS))
+    # the two exports are told apart (the first's 3 labels, the second's score)
+    assert set(got) == {"score", "logits"} and got["score"].shape == (len(TEXTS),)
     assert served["outputs"]["classifier/serving_default/probabilities"].shape[1] == 3
+    features = python_features(FullTokenizer(vocab), TEXTS, PAIRS, SEQ)
+    expected = second({k: tf.constant(v) for k, v in features.items()})["logits"][:, 0]
+    np.testing.assert_allclose(got["score"].numpy(), expected.numpy(), atol=1e-5, rtol=0)
+    assert len(set(np.round(expected.numpy(), 5))) > 3  # the score depends on the text
 
 
 @pytest.mark.parametrize("where,message", [
@@ -533,7 +526,6 @@ def test_cli_overwrite_never_touches_the_checkpoint(run_dir, where, message):
 
 # --------------------------------------------------------------------------- SQuAD limits
 
-LONG_CONTEXT_WINDOWS = 800
 MEMORY_SCRIPT = textwrap.dedent("""
     import json, resource, sys
     import tensorflow_text  # noqa: F401
@@ -552,26 +544,13 @@ MEMORY_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def long_squad(run_dir, tmp_path_factory):
-    d, _ = run_dir
-    keras.utils.set_random_seed(8)
-    model = BertSpanLabeler(_config())
-    out = tmp_path_factory.mktemp("squad_long") / "squad"
-    writer.export_saved_model(model, families.serving_config(
-        "squad", str(d / "vocab.txt"), True, SEQ, max_query_length=8, max_answer_length=5,
-        doc_stride=DOC_STRIDE, n_best_size=N_BEST, max_context_windows=LONG_CONTEXT_WINDOWS),
-        str(out))
-    return model, str(out), str(d / "vocab.txt")
-
-
 @pytest.mark.slow
-def test_squad_long_context_equals_python_and_limit_is_enforced(long_squad):
+def test_squad_long_context_equals_python_and_limit_is_enforced(served):
     from tasks.squad import data as squad
     from tasks.squad import postprocess
 
-    model, directory, vocab = long_squad
-    serve = tf.saved_model.load(directory).signatures["serving_default"]
+    vocab = served["vocab"]
+    serve = tf.saved_model.load(str(served["dirs"] / "squad")).signatures["serving_default"]
     context = " ".join(f"the {w} dog ran far away home" for w in ["big", "red"] * 125)
     out = serve(question=tf.constant(["who ran?"]), context=tf.constant([context]))
     tokenizer = FullTokenizer(vocab)
@@ -596,7 +575,7 @@ def test_squad_long_context_equals_python_and_limit_is_enforced(long_squad):
 
 
 @pytest.mark.slow
-def test_squad_request_memory_grows_linearly_with_the_context(long_squad, tmp_path):
+def test_squad_request_memory_grows_linearly_with_the_context(served, tmp_path):
     """Peak RSS growth of one request, in a fresh process, for ~200 and ~800 windows.
 
     The quadratic version held [windows, seq, windows] float64 tensors (and a copy of the
@@ -604,7 +583,7 @@ def test_squad_request_memory_grows_linearly_with_the_context(long_squad, tmp_pa
     and +644 MB at 800 (x14 for x4 windows); the linear one +10 MB and +38 MB (x3.7). The
     bounds (300 MB, and x2.5 the linear extrapolation) leave room for allocator noise and
     fail for the quadratic version on both counts."""
-    _, directory, _ = long_squad
+    directory = str(served["dirs"] / "squad")
     script = tmp_path / "memory.py"
     script.write_text(MEMORY_SCRIPT, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -622,8 +601,13 @@ def test_squad_request_memory_grows_linearly_with_the_context(long_squad, tmp_pa
 def test_a_hugging_face_config_given_as_a_flag_keeps_its_exact_gelu(tmp_path):
     """export_saved_model --bert_config_file=<HF dir>/config.json reads it as Hugging
     Face's (its "gelu" is the exact form), as the runners do: the export serves what the
-    export without the flag (the config found beside the weights) serves. Before, it was
-    read as Google's bert_config.json, whose "gelu" is the tanh form."""
+    encoder built from the config found beside the weights (what the export without the
+    flag builds: test_sentence_embeddings exports such a directory) computes. Before, it
+    was read as Google's bert_config.json, whose "gelu" is the tanh form, which computes
+    other outputs here."""
+    import dataclasses
+
+    from modeling import checkpoints
     from tests.test_modeling_reference import random_hf_weights, write_hf_dir
 
     hf = tmp_path / "hf"
@@ -631,12 +615,20 @@ def test_a_hugging_face_config_given_as_a_flag_keeps_its_exact_gelu(tmp_path):
     vocab = write_vocab(hf / "vocab.txt", VOCAB)
     config_dict = dict(_config().to_dict(), hidden_act="gelu")
     write_hf_dir(hf, random_hf_weights(config_dict), config_dict, "gelu")
-    outputs = []
-    for name, flags in (("beside", {}), ("flag", {"bert_config_file": hf / "config.json"})):
-        result = call_main("export_saved_model", model_type="encoder", init_checkpoint=hf,
-                           vocab_file=vocab, max_seq_length=SEQ,
-                           export_dir=tmp_path / name, **flags)
-        assert result.code == 0, (result.stderr + result.log)[-3000:]
-        serve = tf.saved_model.load(str(tmp_path / name)).signatures["serving_default"]
-        outputs.append(serve(text=tf.constant(TEXTS))["pooled_output"].numpy())
-    np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-6, rtol=0)
+    result = call_main("export_saved_model", model_type="encoder", init_checkpoint=hf,
+                       vocab_file=vocab, max_seq_length=SEQ, export_dir=tmp_path / "flag",
+                       bert_config_file=hf / "config.json")
+    assert result.code == 0, (result.stderr + result.log)[-3000:]
+    serve = tf.saved_model.load(str(tmp_path / "flag")).signatures["serving_default"]
+    served = serve(text=tf.constant(TEXTS))["pooled_output"].numpy()
+    features = {k: tf.constant(v) for k, v in python_features(
+        FullTokenizer(vocab), TEXTS, None, SEQ).items()}
+    beside = checkpoints.config_for(str(hf))
+    assert beside.hidden_act == "gelu_exact"
+    pooled = {}
+    for act in ("gelu_exact", "gelu_tanh"):
+        encoder = BertEncoder(dataclasses.replace(beside, hidden_act=act))
+        checkpoints.load_pretrained(str(hf), encoder, partial=True)
+        pooled[act] = encoder(features, training=False)["pooled_output"].numpy()
+    np.testing.assert_allclose(served, pooled["gelu_exact"], atol=1e-5, rtol=0)
+    assert np.abs(served - pooled["gelu_tanh"]).max() > 1e-4

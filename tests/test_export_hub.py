@@ -1,6 +1,7 @@
 """The TF Hub export (--model_type=hub): the encoder and preprocessor SavedModels, loaded
 in a fresh process with tf.saved_model.load and with tensorflow_hub, equal the Python path
-(our BertEncoder + FullTokenizer) and fine-tune through hub.KerasLayer(trainable=True).
+(our BertEncoder + FullTokenizer) and fine-tune through hub.KerasLayer(trainable=True); the
+encoder runs a short request on its width and answers at the preprocessor's seq_length.
 
 tensorflow_hub (test-only) builds hub.KerasLayer on tf_keras (Keras 2), which it imports
 beside Keras 3 when tf.keras is Keras 3: the serving process below uses only tensorflow,
@@ -18,11 +19,13 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT, run_isolated, write_vocab
 from data_prep.tokenization import FullTokenizer
-from modeling.export import writer
+from modeling.export import serving, writer
+from modeling.export.hub import HUB_INPUTS
 from modeling.export.metadata import ExportMetadata, write_export_metadata
 from modeling.config import BertConfig
 from modeling.models import BertClassifier
 from test_export import LONG, PAIRS, TEXTS, VOCAB, _save_like_training, python_features
+from test_export_width import SHORT
 from tests.clis import call_main
 
 HIDDEN, LAYERS = 32, 2
@@ -74,6 +77,14 @@ USE_SCRIPT = textwrap.dedent("""
             isinstance(result["encoder_outputs"], list))
         out[f"{mode}/encoder_outputs"] = np.stack(
             [x.numpy() for x in result["encoder_outputs"]], axis=1)
+    # A short request: the encoder runs on its width, answers at the preprocessor's.
+    short = pre(tf.constant(args["short"]))
+    for key, value in short.items():
+        out[f"short/{key}"] = value.numpy()
+    result = encoder(short, training=False)
+    for key in ("pooled_output", "sequence_output"):
+        out[f"short/{key}"] = result[key].numpy()
+    out["short/encoder_outputs"] = np.stack([x.numpy() for x in result["encoder_outputs"]], 1)
     out["attributes"] = np.array([len(encoder.variables), len(encoder.trainable_variables),
                                   len(encoder.regularization_losses)])
     same = encoder(inputs, training=False)["pooled_output"]
@@ -140,7 +151,7 @@ def hub_export(tmp_path_factory):
     assert writer.export_kind(str(out)) == "hub"
 
     outputs = run_isolated(tmp_path_factory.mktemp("elsewhere"), USE_SCRIPT, {
-        "texts": TEXTS, "pairs": PAIRS, "pair_seq": PAIR_SEQ,
+        "texts": TEXTS, "pairs": PAIRS, "pair_seq": PAIR_SEQ, "short": SHORT,
         "encoder": str(out / "encoder"), "preprocessor": str(out / "preprocessor")})
     return dict(outputs=outputs, model=model, vocab=vocab, dir=out)
 
@@ -226,3 +237,26 @@ def test_encoder_is_reusable_and_fine_tunes_through_keras_layer(hub_export):
     assert int(out["finetune/no_grad"]) == 0
     assert int(out["finetune/changed"]) == int(out["finetune/trainable"]) == trainable
     assert float(out["finetune/output_moved"]) > 1e-4
+
+
+@pytest.mark.slow
+def test_hub_encoder_runs_on_the_request_width_and_answers_at_seq_length(hub_export):
+    """Issue 25: the preprocessor keeps TF Hub's seq_length; the encoder cuts the padding
+    inside and returns [batch, seq_length, hidden], equal to the encoder on the padded
+    inputs where a token is, zeros past the request's width."""
+    out, encoder = hub_export["outputs"], hub_export["model"].encoder
+    inputs = {name: out[f"short/{name}"] for name in HUB_INPUTS}
+    assert inputs["input_word_ids"].shape == (len(SHORT), 128)
+    expected = encoder({ours: tf.constant(inputs[name]) for ours, name in zip(
+        ("input_ids", "input_mask", "segment_ids"), HUB_INPUTS)}, training=False)
+    longest = int(inputs["input_mask"].sum(axis=1).max())
+    width = -(-longest // serving.WIDTH_MULTIPLE) * serving.WIDTH_MULTIPLE
+    assert width < 128
+    np.testing.assert_allclose(out["short/pooled_output"], expected["pooled_output"],
+                               atol=1e-5, rtol=0)
+    layers = np.moveaxis(out["short/encoder_outputs"], 1, 0)
+    for g, w in [(out["short/sequence_output"], expected["sequence_output"])] + list(
+            zip(layers, expected["encoder_outputs"])):
+        assert g.shape == (len(SHORT), 128, HIDDEN)
+        np.testing.assert_allclose(g[:, :width], w[:, :width], atol=1e-5, rtol=0)
+        assert not np.asarray(g[:, width:]).any()

@@ -11,17 +11,18 @@ import subprocess
 import sys
 import textwrap
 import types
+from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO_ROOT, run_isolated, write_vocab
+from conftest import run_isolated, write_vocab
 from original_bert import original_module
 from test_export import SERVE_SCRIPT, VOCAB, _cli, _save_like_training
 
 from data_prep.tokenization import FullTokenizer
-from modeling.export import families, registry, serving, writer
+from modeling.export import families, registry, serving
 from modeling.export.metadata import (METADATA_FILE, ExportError, ExportMetadata,
                                       write_export_metadata)
 from modeling.config import BertConfig
@@ -78,10 +79,22 @@ def _run_dir(directory, model, labels, scheme, **settings):
     return directory
 
 
+# The feature-based run's settings given as flags (a checkpoint without
+# export_metadata.json, e.g. trained elsewhere).
+FEATURE_FLAGS = (f"--label_list={','.join(IOBES)}", "--do_lower_case=true",
+                 f"--max_seq_length={SEQ}", "--tag_scheme=IOBES", "--feature_based",
+                 "--feature_layers=weighted_sum_all", "--lstm_units=8")
+MAX_CONTEXT_WINDOWS = 4000  # the memory test's ~3200 windows fit
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """Two run directories (fine-tuned IOB2; feature-based IOBES with a weighted sum of
-    all layers) exported with the CLI, served from one fresh isolated process."""
+    all layers) exported with the CLI, served from one fresh isolated process: the
+    fine-tuned one from its run's metadata (with --max_context_windows), the feature-based
+    one from a copy without metadata and its settings as flags (`FEATURE_FLAGS`)."""
+    import shutil
+
     root = tmp_path_factory.mktemp("tagger")
     fine = _tagger(IOB2, 1)
     feature = _tagger(IOBES, 2, feature_based=True, feature_layers="weighted_sum_all",
@@ -90,6 +103,13 @@ def served(tmp_path_factory):
             "feature": _run_dir(root / "feature", feature, IOBES, "IOBES",
                                 feature_based=True, feature_layers="weighted_sum_all",
                                 lstm_units=8)}
+    bare = root / "feature_bare"
+    shutil.copytree(runs["feature"], bare)
+    (bare / METADATA_FILE).unlink()
+    flags = {"fine": [f"--init_checkpoint={runs['fine']}",
+                      f"--max_context_windows={MAX_CONTEXT_WINDOWS}"],
+             "feature": [f"--init_checkpoint={bare}", *FEATURE_FLAGS,
+                         f"--doc_stride={DOC_STRIDE}"]}
     # tag_words gets the original BasicTokenizer's (cased) words of each text, with ""
     # padding between and after them.
     basic = original_module("tokenization").BasicTokenizer(do_lower_case=False)
@@ -98,8 +118,8 @@ def served(tmp_path_factory):
     padded = [[x for w in words for x in (w, "")] for words in split]
     padded = [row + [""] * (width - len(row)) for row in padded]
     calls = {}
-    for name, run in runs.items():
-        result = _cli("--model_type=tagger", f"--init_checkpoint={run}",
+    for name in runs:
+        result = _cli("--model_type=tagger", *flags[name],
                       f"--export_dir={root / ('export_' + name)}")
         assert result.code == 0, result.stderr[-3000:]
         calls[name] = {"dir": str(root / f"export_{name}"), "calls": {
@@ -108,7 +128,7 @@ def served(tmp_path_factory):
     outputs = run_isolated(tmp_path_factory.mktemp("elsewhere"), SERVE_SCRIPT, calls)
     return {"outputs": outputs, "models": {"fine": fine, "feature": feature},
             "labels": {"fine": IOB2, "feature": IOBES}, "padded": padded, "split": split,
-            "vocab": str(runs["fine"] / "vocab.txt"),
+            "vocab": str(runs["fine"] / "vocab.txt"), "bare": bare,
             "dirs": {name: calls[name]["dir"] for name in runs}, "runs": runs}
 
 
@@ -367,44 +387,29 @@ def test_cli_refuses_metadata_of_another_run(tmp_path):
 
 def test_cli_everything_explicit_without_metadata(served, tmp_path):
     """A checkpoint without export_metadata.json (e.g. trained elsewhere): the flags give
-    labels, casing, length, tag scheme and the feature-based model; the export equals the
-    one made from the run's metadata. Without --doc_stride the windows are run_ner.py's
-    default (half a window apart), not the SQuAD flag's 128; a setting of another family
-    is refused."""
-    import shutil
-
-    run = tmp_path / "run"  # the served feature-based run, without its metadata
-    shutil.copytree(served["runs"]["feature"], run)
-    (run / METADATA_FILE).unlink()
-    explicit = ["--model_type=tagger", f"--init_checkpoint={run}",
-                f"--label_list={','.join(IOBES)}", "--do_lower_case=true",
-                f"--max_seq_length={SEQ}", "--tag_scheme=IOBES", "--feature_based",
-                "--feature_layers=weighted_sum_all", "--lstm_units=8"]
-    result = _cli(*explicit, f"--doc_stride={DOC_STRIDE}", f"--export_dir={tmp_path / 'e'}")
-    assert result.code == 0, result.stderr[-3000:]
-    loaded = tf.saved_model.load(str(tmp_path / "e"))
-    got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
-    expected = {k.split("/")[-1]: v for k, v in served["outputs"].items()
-                if k.startswith("feature/serving_default/")}
-    assert set(got) == set(expected)
-    for key, value in got.items():
-        if value.dtype.is_floating:
-            np.testing.assert_allclose(value.numpy(), expected[key], atol=1e-6, err_msg=key)
-        else:
-            np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
-
-    marker = json.loads((tmp_path / "e" / "assets.extra" / METADATA_FILE).read_text())
+    labels, casing, length, tag scheme and the feature-based model. The served
+    feature-based export is the one made from them (`served`; its tests compare it to the
+    Python path), and they are the settings the run's metadata gives, from which
+    `export_saved_model.build_serving_config` builds the same export. Without
+    --doc_stride the windows are run_ner.py's default (half a window apart), not the
+    SQuAD flag's 128; a setting of another family is refused."""
+    marker = json.loads((Path(served["dirs"]["feature"]) / "assets.extra" /
+                         METADATA_FILE).read_text())
     assert marker["doc_stride"] == DOC_STRIDE and marker["tag_scheme"] == "IOBES"
     assert marker["feature_based"] and marker["lstm_units"] == 8
-    # The same flags but --doc_stride, no metadata: the family's settings (what the export
-    # is built from) take run_ner.py's default.
+    assert marker["feature_layers"] == "weighted_sum_all" and marker["labels"] == list(IOBES)
+    assert marker["max_seq_length"] == SEQ and marker["do_lower_case"]
     given = {"label_list": list(IOBES), "tag_scheme": "IOBES", "feature_based": True,
              "feature_layers": "weighted_sum_all", "lstm_units": 8}
     family = registry.get_family("tagger")
+    from_run = family.settings({}, registry.read_run_metadata(
+        str(served["runs"]["feature"]), family), SEQ)
+    assert family.settings({**given, "doc_stride": DOC_STRIDE}, None, SEQ) == from_run
+    # The same flags but --doc_stride, no metadata: the family's settings (what the export
+    # is built from) take run_ner.py's default.
     assert family.settings(given, None, SEQ)["doc_stride"] == (SEQ - 2) // 2
-    assert family.settings({**given, "doc_stride": DOC_STRIDE}, None, SEQ)[
-        "doc_stride"] == DOC_STRIDE
 
+    explicit = ["--model_type=tagger", f"--init_checkpoint={served['bare']}", *FEATURE_FLAGS]
     result = _cli(*explicit, "--tag_scheme=BIO", f"--export_dir={tmp_path / 'no'}")
     assert result.code == 1 and "tag_scheme='BIO' is not one of" in result.stderr
     assert not (tmp_path / "no").exists()
@@ -416,19 +421,19 @@ def test_cli_everything_explicit_without_metadata(served, tmp_path):
 
 
 @pytest.mark.slow
-def test_predict_saved_model_shows_entities_per_input(served, tmp_path):
-    """predict_saved_model.py (tensorflow + tensorflow_text only) gathers the flattened
-    entity_* / word_* outputs per input by their example index."""
+def test_predict_saved_model_shows_entities_per_input(served, tmp_path, capsys):
+    """predict_saved_model.py gathers the flattened entity_* / word_* outputs per input by
+    their example index (called in this process: that the script serves with tensorflow
+    + tensorflow_text only is test_predict_saved_model's)."""
+    import predict_saved_model
+
     texts = [TEXTS[0], "", TEXTS[2]]
     out_json = tmp_path / "predictions.json"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run(
-        [sys.executable, "-I", os.path.join(REPO_ROOT, "predict_saved_model.py"),
-         f"--export_dir={served['dirs']['fine']}", f"--output_json={out_json}",
-         *[f"--text={t}" for t in texts]],
-        check=False, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    code = predict_saved_model.main([f"--export_dir={served['dirs']['fine']}",
+                                     f"--output_json={out_json}",
+                                     *[f"--text={t}" for t in texts]])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr[-3000:]
     rows = json.loads(out_json.read_text(encoding="utf-8"))["predictions"]
     out = served["outputs"]
     words, tags = _words_by_example(out, "fine"), _words_by_example(out, "fine", "word_tag")
@@ -439,7 +444,7 @@ def test_predict_saved_model_shows_entities_per_input(served, tmp_path):
         assert row["entity_text"] == [t for e, t in zip(example, _decode(
             out[prefix + "entity_text"])) if e == i]
     assert rows[0]["entity_text"] and rows[1]["entity_text"] == []
-    lines = result.stdout.strip().splitlines()
+    lines = stdout.strip().splitlines()
     assert len(lines) == 3 and lines[1].endswith("entities: none; tags: ")
     assert f"{rows[0]['entity_text'][0]!r} {rows[0]['entity_type'][0]}" in lines[0]
 
@@ -468,15 +473,12 @@ def test_request_memory_grows_linearly_with_the_text(served, tmp_path):
     tf.strings.substr on a copy of the whole text per slice grew +60 MB and +930 MB (x15
     for x4 words); the linear one +15 MB and +67 MB. The bounds (300 MB, and x2.5 the
     linear extrapolation) leave room for allocator noise and fail for the quadratic one."""
-    directory = tmp_path / "export"
-    writer.export_saved_model(served["models"]["fine"], families.serving_config(
-        "tagger", served["vocab"], True, SEQ, labels=IOB2, tag_scheme="IOB2",
-        doc_stride=DOC_STRIDE, max_context_windows=4000), str(directory))
+    directory = served["dirs"]["fine"]  # exported with MAX_CONTEXT_WINDOWS
     script = tmp_path / "memory.py"
     script.write_text(MEMORY_SCRIPT, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-I", str(script), str(directory), "4000",
+    result = subprocess.run([sys.executable, "-I", str(script), directory, "4000",
                              "16000"], check=False, capture_output=True, text=True, env=env,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,11 +1,12 @@
 """Every serving family runs the encoder on the request's longest row, not max_seq_length
 (issue 25), with outputs equal to the padded computation's (today's) on every position it
 returns. The reference: for squad and tagger, whose post-processing is in the graph, the
-same signatures traced with the width rounded up past max_seq_length; for classifier,
-encoder and multiple_choice, the Keras model called eagerly on the Python path's features
-at max_seq_length (their heads only softmax / argmax the logits). Tokenized signatures
-return the caller's width (zeros where only padding was cut); the hub preprocessor keeps
-TF Hub's seq_length."""
+same signatures on the same request with one more row last that fills max_seq_length (the
+whole request then runs at max_seq_length; the outputs are example-major, so the request's
+rows come first); for classifier, encoder and multiple_choice, the Keras model called
+eagerly on the Python path's features at max_seq_length (their heads only softmax /
+argmax the logits). Tokenized signatures return the caller's width (zeros where only
+padding was cut). (The hub encoder's: test_export_hub, on its export.)"""
 
 import keras
 import numpy as np
@@ -15,7 +16,6 @@ import tensorflow as tf
 from conftest import write_vocab
 from data_prep.tokenization import FullTokenizer
 from modeling.export import families, serving
-from modeling.export import hub as hub_export
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier, BertMultipleChoice, BertSpanLabeler
 from tasks.tagging.task import build_tagging_model
@@ -60,13 +60,30 @@ def _inputs(model_type, texts=SHORT):
     return {"text": tf.constant(texts)}
 
 
-def _signatures(model, config, monkeypatch, padded):
-    """The family's signatures, traced as exported or (``padded``) with every request
-    at max_seq_length: the graph before issue 25."""
-    with monkeypatch.context() as patch:
-        if padded:
-            patch.setattr(serving, "WIDTH_MULTIPLE", 10 ** 6)
-        return serving.ServingModule(model, config).signatures()
+# A row that fills max_seq_length: many words, or (tag_words) six words of 12 pieces each.
+FILLER = " ".join(["the big red dog ran far away home"] * 10)
+FILLER_WORDS = ["xxxxxxxxxxxx"] * 6
+
+
+def _with_filler(name, feed):
+    """``feed`` (a signature's inputs) with the filler row appended."""
+    if name == "tag_words":
+        return {"words": tf.concat([feed["words"], [FILLER_WORDS]], 0)}
+    return {k: tf.concat([v, [FILLER if k in ("text", "context") else "who"]], 0)
+            for k, v in feed.items()}
+
+
+def _without_filler(got, want, filler):
+    """``want`` (outputs of the request with the filler row last) cut to ``got``'s rows:
+    outputs are example-major, so the filler's rows are the last of each output, as every
+    ``*_example_index`` shows."""
+    cut = {}
+    for key, value in want.items():
+        rows = got[key].shape[0]
+        if key.endswith("example_index"):
+            assert (value[rows:] == filler).all() and (value[:rows] < filler).all(), key
+        cut[key] = value[:rows]
+    return cut
 
 
 def _python_path(model_type, vocab):
@@ -118,31 +135,54 @@ def vocab(tmp_path_factory):
     return write_vocab(tmp_path_factory.mktemp("width") / "vocab.txt", VOCAB)
 
 
-@pytest.mark.slow  # every signature of a family traced (squad, tagger: twice): ~10-20 s each
+@pytest.fixture(scope="module")
+def traced(vocab):
+    """model_type -> (the family's model, its signatures), each traced once for the
+    module's tests (tracing a family's signatures takes ~5-10 s)."""
+    cache = {}
+
+    def get(model_type):
+        if model_type not in cache:
+            model = _model(model_type)
+            config = families.serving_config(model_type, vocab, True, SEQ,
+                                             **_settings(model_type))
+            cache[model_type] = model, serving.ServingModule(model, config).signatures()
+        return cache[model_type]
+    return get
+
+
+@pytest.mark.slow  # every signature of a family traced: ~10-20 s each
 @pytest.mark.parametrize("model_type", FAMILIES)
-def test_a_short_request_runs_on_its_width_with_todays_outputs(model_type, vocab,
-                                                                monkeypatch):
+def test_a_short_request_runs_on_its_width_with_todays_outputs(model_type, vocab, traced):
     """Each signature of each family runs a short request on its width (the longest row
     rounded up to WIDTH_MULTIPLE, far below max_seq_length) and returns the padded
     computation's outputs on every position it has (the module docstring's reference)."""
-    model = _model(model_type)
-    config = families.serving_config(model_type, vocab, True, SEQ, **_settings(model_type))
-    now = _signatures(model, config, monkeypatch, padded=False)
+    model, now = traced(model_type)
     inputs = _inputs(model_type)
     if model_type in ("squad", "tagger"):  # windows and post-processing in the graph
-        before = _signatures(model, config, monkeypatch, padded=True)
-        assert set(now) == set(before)
-        full = before["preprocess"](**inputs)
-        assert full["input_mask"].shape[-1] == SEQ
+        filler = len(SHORT)  # the filler row's example index
+        padded = {k: v.numpy() for k, v in now["preprocess"](
+            **_with_filler("preprocess", inputs)).items()}
+        assert padded["input_mask"].shape[-1] == SEQ
+        if model_type == "tagger":  # tag_words' filler fills the window too
+            assert now["preprocess"](text=tf.constant([" ".join(FILLER_WORDS)]))[
+                "input_mask"].shape[-1] == SEQ
+        ours = padded["window_example_index"] < filler
+        full = {k: padded[k][ours] for k in ("input_ids", "input_mask", "segment_ids")}
 
-        def reference(name, feed):
-            return {k: v.numpy() for k, v in before[name](**feed).items()}
+        def reference(name, feed, got):
+            if name in ("encode", "serving_tokenized"):  # + the filler's windows
+                fed = {k: tf.concat([v, padded[k][~ours]], 0) for k, v in feed.items()}
+            else:
+                fed = _with_filler(name, feed)
+            return _without_filler(got, {k: v.numpy() for k, v in now[name](**fed).items()},
+                                   filler)
     else:
         full = _python_path(model_type, vocab)
         eager = _eager(model, model_type, full)
         assert set(now) == set(eager)
 
-        def reference(name, feed):
+        def reference(name, feed, got):
             return eager[name]
     features = now["preprocess"](**inputs)
     mask = features["input_mask"].numpy()
@@ -159,7 +199,8 @@ def test_a_short_request_runs_on_its_width_with_todays_outputs(model_type, vocab
         if name == "tag_words":  # pre-split words, "" = padding
             feed = {"words": tf.constant([t.split() + [""] * (6 - len(t.split()))
                                           for t in SHORT])}
-        got, want = now[name](**feed), reference(name, feed)
+        got = now[name](**feed)
+        want = reference(name, feed, got)
         assert set(got) == set(want), name
         for key in got:
             _assert_equal_where_returned(got[key].numpy(), want[key], f"{name}/{key}", width)
@@ -174,7 +215,8 @@ def test_a_short_request_runs_on_its_width_with_todays_outputs(model_type, vocab
         feed = ids
         if name == "encode":  # [rows, seq], whatever the family's features
             feed = {k: tf.reshape(v, [-1, SEQ]) for k, v in ids.items()}
-        got, want = now[name](**feed), reference(name, feed)
+        got = now[name](**feed)
+        want = reference(name, feed, got)
         assert set(got) == set(want), name
         for key in got:
             g, w = got[key].numpy(), want[key]
@@ -190,28 +232,25 @@ def test_a_short_request_runs_on_its_width_with_todays_outputs(model_type, vocab
             assert not g[tail].any(), (name, key)
 
 
-def test_a_full_window_request_keeps_max_seq_length(vocab):
+def test_a_full_window_request_keeps_max_seq_length(vocab, traced):
     """A row that fills the window: the request runs at max_seq_length, never beyond."""
-    model = _model("classifier")
-    config = families.serving_config("classifier", vocab, True, SEQ, labels=("a", "b", "c"))
-    sigs = serving.ServingModule(model, config).signatures()
+    _, sigs = traced("classifier")
     long_text = " ".join(["the big red dog ran far away home"] * 20)
-    features = sigs["preprocess"](text=tf.constant(["a cat", long_text]))
+    features = sigs["preprocess"](text=tf.constant(["a cat", long_text]),
+                                  text_pair=tf.constant(["", ""]))  # empty: one segment
     assert features["input_ids"].shape == (2, SEQ)
     python = python_features(FullTokenizer(vocab), ["a cat", long_text], None, SEQ)
     for key, value in python.items():
         np.testing.assert_array_equal(features[key].numpy(), value, key)
 
 
-def test_the_encoder_returns_every_layer_only_on_request(vocab):
+def test_the_encoder_returns_every_layer_only_on_request(vocab, traced):
     """serving_default: pooled + sequence outputs; serving_all_layers adds the stacked
     layers (large: [batch, layers, seq, hidden])."""
-    model = _model("encoder")
-    config = families.serving_config("encoder", vocab, True, SEQ)
-    sigs = serving.ServingModule(model, config).signatures()
-    text = tf.constant(SHORT)
-    lean = sigs["serving_default"](text=text)
-    full = sigs["serving_all_layers"](text=text)
+    model, sigs = traced("encoder")
+    text = {"text": tf.constant(SHORT), "text_pair": tf.constant([""] * len(SHORT))}
+    lean = sigs["serving_default"](**text)
+    full = sigs["serving_all_layers"](**text)
     assert set(lean) == {"pooled_output", "sequence_output"}
     assert set(full) == {"pooled_output", "sequence_output", "encoder_outputs"}
     width = lean["sequence_output"].shape[1]
@@ -226,32 +265,6 @@ def test_the_encoder_returns_every_layer_only_on_request(vocab):
                                rtol=0)
 
 
-def test_hub_encoder_runs_on_the_request_width_and_answers_at_seq_length(vocab):
-    """The preprocessor keeps TF Hub's seq_length; the encoder cuts the padding inside and
-    returns [batch, seq_length, hidden], equal to the encoder on the padded inputs where a
-    token is, zeros past the request's width."""
-    from data_prep.tf_tokenization import BertInGraphTokenizer
-
-    model = _model("encoder")
-    preprocessor = hub_export.HubPreprocessor(BertInGraphTokenizer(vocab, True), SEQ)
-    encoder = hub_export.HubEncoder(model, vocab, True)
-    inputs = preprocessor(tf.constant(SHORT))
-    assert inputs["input_word_ids"].shape == (len(SHORT), SEQ)
-    got = encoder.__call__(inputs, training=False)
-    expected = model({ours: inputs[hub] for ours, hub in zip(
-        ("input_ids", "input_mask", "segment_ids"), hub_export.HUB_INPUTS)}, training=False)
-    longest = int(inputs["input_mask"].numpy().sum(axis=1).max())
-    width = -(-longest // serving.WIDTH_MULTIPLE) * serving.WIDTH_MULTIPLE
-    assert width < SEQ
-    np.testing.assert_allclose(got["pooled_output"], expected["pooled_output"], atol=1e-5,
-                               rtol=0)
-    for g, w in [(got["sequence_output"], expected["sequence_output"])] + list(
-            zip(got["encoder_outputs"], expected["encoder_outputs"])):
-        assert g.shape == (len(SHORT), SEQ, 32)
-        np.testing.assert_allclose(g[:, :width], w[:, :width], atol=1e-5, rtol=0)
-        assert not np.asarray(g[:, width:]).any()
-
-
 def test_request_width():
     mask = tf.constant([[1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
                         [1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]])
@@ -262,16 +275,18 @@ def test_request_width():
     assert int(serving.request_width(tf.zeros([2, 3, 20], tf.int32) + mask[:1])) == 8
 
 
-def test_a_bfloat16_export_also_runs_on_the_request_width(vocab, monkeypatch):
-    """--dtype=bfloat16 with the padding cut: float32 outputs, the padded graph's values
-    within bfloat16's rounding (its 8-bit mantissa; different shapes may round apart)."""
+def test_a_bfloat16_export_also_runs_on_the_request_width(vocab):
+    """--dtype=bfloat16 with the padding cut: float32 outputs, the padded computation's
+    values (the request with a row that fills max_seq_length) within bfloat16's rounding
+    (its 8-bit mantissa; different shapes may round apart)."""
     keras.utils.set_random_seed(32)
     model = BertClassifier(_config(), 3, dtype="mixed_bfloat16")
     config = families.serving_config("classifier", vocab, True, SEQ, labels=("a", "b", "c"))
-    now = _signatures(model, config, monkeypatch, padded=False)
-    before = _signatures(model, config, monkeypatch, padded=True)
+    now = serving.ServingModule(model, config).signatures()
     text = tf.constant(SHORT)
     assert now["preprocess"](text=text)["input_ids"].shape[1] < SEQ
-    got, want = now["serving_default"](text=text), before["serving_default"](text=text)
+    got = now["serving_default"](text=text)
+    padded = now["serving_default"](**_with_filler("serving_default", {"text": text}))
     assert got["probabilities"].dtype == tf.float32
-    np.testing.assert_allclose(got["probabilities"], want["probabilities"], atol=1e-2, rtol=0)
+    np.testing.assert_allclose(got["probabilities"], padded["probabilities"][:-1], atol=1e-2,
+                               rtol=0)
