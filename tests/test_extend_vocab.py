@@ -88,8 +88,8 @@ def base(tmp_path_factory):
     _ok(call_main("run_pretraining", input_file=root / "records.tfrecord",
                   bert_config_file=root / "bert_config.json", output_dir=root / "run",
                   do_train="true", train_batch_size=32, max_seq_length=SEQ,
-                  max_predictions_per_seq=10, num_train_steps=200, num_warmup_steps=20,
-                  learning_rate="1e-3", save_checkpoints_steps=200, iterations_per_loop=100,
+                  max_predictions_per_seq=10, num_train_steps=100, num_warmup_steps=10,
+                  learning_rate="1e-3", save_checkpoints_steps=100, iterations_per_loop=100,
                   seed=1))
     _ok(call_main("convert_checkpoint", input=root / "run", output_dir=root / "google",
                   bert_config_file=root / "bert_config.json", vocab_file=root / "vocab.txt",
@@ -384,7 +384,7 @@ def test_step_0_loss_on_held_out_domain_text(base, grown):
     """The step-0 masked-LM loss of held-out domain text under the new vocab, --init=mean
     against --init=random on the same masked positions (paired): where the target is an
     added word, the mean start is far better (many standard errors). Measured over every
-    position too and printed: on this few-hundred-step model, which predicts much the same
+    position too and printed: on this hundred-step model, which predicts much the same
     distribution everywhere, the mean rows also take more of the old tokens' mass
     (test_old_tokens_...), which costs the old targets more than the new words gain; on a
     real encoder the mean start is lower over all positions too (bench_extend_vocab.py
@@ -705,8 +705,8 @@ def test_the_whole_workflow_of_the_guide(base, grown, tmp_path):
     _ok(call_main("run_pretraining", input_file=W / "domain.tfrecord", bert_config_file=config,
                   init_checkpoint=g, output_dir=W / "continued", do_train="true",
                   train_batch_size=32, max_seq_length=SEQ, max_predictions_per_seq=10,
-                  num_train_steps=10, num_warmup_steps=1, learning_rate="1e-4",
-                  iterations_per_loop=10, save_checkpoints_steps=10))
+                  num_train_steps=2, num_warmup_steps=1, learning_rate="1e-4",
+                  iterations_per_loop=2, save_checkpoints_steps=2))
     # The runners' default batch sizes; epochs enough for a step on the smallest data.
     common = dict(vocab_file=vocab, bert_config_file=config, init_checkpoint=W / "continued",
                   do_train="true", num_train_epochs=4.0, max_seq_length=SEQ, seed=1)
