@@ -1,16 +1,31 @@
 """Interrupt anywhere, lose nothing (issue 24), through the real CLIs as subprocesses.
 
-For run_pretraining.py (static masks with gradient accumulation on one device; dynamic
-masking under MirroredStrategy over two logical CPUs) and run_classifier.py (length
-buckets), a run killed with SIGKILL at seeded random moments (twice for static masks:
-a resumed run killed again; once for the others; with SIGTERM instead for the classifier's
-truncated texts) and restarted each time ends with the checkpoint of an uninterrupted run,
-bit for bit (weights, optimizer slots, dropout generators), and every step it logged
-(steps run again after a kill included) has the uninterrupted run's loss, bit for bit
-(float32 TensorBoard scalars). Dropout is on. Ctrl-C mid-call saves the step it arrived in
-and the restart loses no step. After every signal no process of the run is left and no
+For run_pretraining.py (dynamic masking under MirroredStrategy over two logical CPUs) and
+run_classifier.py (--long_document=windows: length buckets over documents of 1 to 3
+windows), a run is stopped at seeded random moments and restarted each time: the
+pretraining run by SIGKILL, then restarted with eval; the classifier run by SIGTERM,
+then (resumed) by SIGKILL. It ends with the checkpoint of an uninterrupted run, bit for
+bit (weights, optimizer slots, dropout generators), and every step it logged (steps run
+again after a kill included) has the uninterrupted run's loss, bit for bit (float32
+TensorBoard scalars). Dropout is on. A clean stop (SIGTERM) saves the step it arrived
+in, exits 143 with one line saying so and no traceback, and the next run resumes there,
+input position included. After every signal no process of the run is left and no
 temporary is visible (after a clean stop, not even a hidden one); after the last run the
-run lock is gone (tests/test_fault_injection_runners.py's checks, here on these kills)."""
+run lock is gone (tests/test_fault_injection_runners.py's checks, here on these kills).
+
+Shared with lower layers (each proven once, where it lives): static masks, gradient
+accumulation and a loop killed mid-run and resumed into other initial weights and seeds
+(tests/test_resume.py::test_a_killed_and_resumed_run_equals_the_uninterrupted_one); the
+input position of each pipeline (static masks, dynamic masking, length buckets over
+single texts: --long_document=truncate's records) restored exactly
+(tests/test_resume.py::test_the_input_position_is_exact_for_each_pipeline); a stop signal
+inside one long compiled call, saved at its step
+(tests/test_resume.py::test_sigterm_checkpoints_the_step_it_arrived_in_and_resumes_there);
+Ctrl-C taking SIGTERM's way but for its exit status 130
+(tests/test_resume.py::test_stop_requests_reach_a_compiled_loop_while_it_runs[SIGINT];
+a CLI's Ctrl-C exit: tests/test_fault_injection_pretraining_data.py). Here, what only a
+real process shows: the runners' wiring of these (seed, input identity, signal handling,
+exit status, lock, leftovers) under real signals."""
 
 import os
 import random
@@ -73,12 +88,9 @@ def _signal_while_training(command, sig, delay, after_step=1, timeout=300):
     first step it runs, if it resumes past it), sleeps `delay` s and sends `sig` if it still
     runs; returns (returncode, output, landed: it was still running) once neither the run
     nor anything in its session is left."""
-    # SIGINT as a terminal gives it: a test run started as a background job (or by a
-    # runner that does so) ignores SIGINT, and its children would inherit that.
     proc = subprocess.Popen(command, env=S.runner_env(), cwd=S.REPO_ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            start_new_session=True)
     lines, reached = [], threading.Event()
 
     def drain():
@@ -125,19 +137,23 @@ def _check_exact(reference_dir, resumed_dir, steps, lost=()):
         assert len(logged[step]) > 1, (step, "was not run again after the kill")
 
 
-def _killed_and_resumed(command, out, rng, signals, steps, max_delay=0.05):
-    """Stops `command` with each of `signals` in turn (SIGKILL, or SIGTERM: a clean stop),
-    each at a random moment shortly after the progress line of a random step (sorted, so
-    the kills spread over the run), then runs it to the end. After each: no visible
-    temporary (nor, after SIGTERM, a hidden one: its clean-up ran, and it saved the step
-    it arrived in), and no process left (`_signal_while_training`); at the end no run
-    lock (the killed runs' were taken over, the last released). Returns (kills that
+def _killed_and_resumed(command, out, rng, signals, steps, max_delay=0.05, last=None):
+    """Stops `command` with each of `signals` in turn (SIGKILL, or SIGTERM: a clean
+    stop), each at a random moment shortly after the progress line of a random step
+    (sorted, so the signals spread over the run), then runs `last` (default `command`) to
+    the end. After each: no visible temporary and no process left
+    (`_signal_while_training`); after a clean stop also no hidden temporary (its clean-up
+    ran), exit 128 + signal, no traceback, one line saying it saved the step it arrived
+    in, and the next run resumes from that checkpoint and input position. At the end no
+    run lock (the killed runs' were taken over, the last released). Returns (signals that
     landed, the steps logged after the checkpoint a killed run resumes from: the ones the
     next run must run and log again)."""
-    landed, lost = 0, set()
+    landed, lost, stopped_at = 0, set(), None
     for sig, target in zip(signals, sorted(rng.sample(range(1, steps - 1), len(signals)))):
         code, log, was_running = _signal_while_training(
             command, sig, rng.uniform(0.0, max_delay), after_step=target)
+        _resumed_where_stopped(stopped_at, log)
+        stopped_at = None
         assert not F._visible_temporaries(out), log[-3000:]
         if was_running:
             assert code == (-sig if sig == signal.SIGKILL else 128 + sig), log[-3000:]
@@ -146,15 +162,29 @@ def _killed_and_resumed(command, out, rng, signals, steps, max_delay=0.05):
             resumes_at = int(latest.rsplit("-", 1)[1]) if latest else 0
             logged = _losses(str(out / "train"))
             if sig != signal.SIGKILL:
+                stopped_at = resumes_at
                 assert resumes_at == max(logged), (resumes_at, log[-3000:])
                 assert not F._hidden_temporaries(out), log[-3000:]
+                assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
+                said = [line for line in log.splitlines() if "Stopping at step " in line]
+                assert len(said) == 1, log[-3000:]
+                assert f"Stopping at step {resumes_at} on signal {int(sig)}: saved " in said[0]
             lost |= {step for step in logged if step > resumes_at}
         else:
             assert code == 0, log[-3000:]
-    code, log = _run(command)
+    code, log = _run(last or command)
     assert code == 0, log[-3000:]
+    _resumed_where_stopped(stopped_at, log)
     assert not (out / ".run.lock").exists()
     return landed, lost
+
+
+def _resumed_where_stopped(step, log):
+    """A run after a clean stop at `step` (None: after none) resumed from its checkpoint
+    and input position."""
+    if step is not None:
+        assert f"ckpt-{step} at step {step}" in log, log[-3000:]
+        assert "Input resumes at the position" in log, log[-3000:]
 
 
 # ---------------------------------------------------------------------- pretraining
@@ -162,11 +192,10 @@ def _killed_and_resumed(command, out, rng, signals, steps, max_delay=0.05):
 
 @pytest.fixture(scope="module")
 def data(pretraining_records, tmp_path_factory):
-    """Masked (conftest) and unmasked (--dynamic_masking, test_loop_support) records of one
-    corpus (both read only), vocab, config."""
+    """Unmasked records (--dynamic_masking, test_loop_support; read only) of the conftest
+    corpus, its vocab, a config with dropout."""
     d = tmp_path_factory.mktemp("exact_resume")
-    pattern, vocab = pretraining_records["pattern"], pretraining_records["vocab"]
-    return {"pattern": pattern, "vocab": vocab,
+    return {"vocab": pretraining_records["vocab"],
             "unmasked": S.unmasked_records(tmp_path_factory, pretraining_records),
             "config": S.write_config(d / "bert_config.json", vocab_size=120, dropout=0.1)}
 
@@ -175,106 +204,53 @@ STEPS = 30
 
 
 def _pretraining(data, out, **overrides):
-    """run_pretraining's command: STEPS steps, dropout, log and summary every step."""
-    flags = dict(input_file=data["pattern"], bert_config_file=data["config"], output_dir=out,
-                 max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, train_batch_size=8,
-                 learning_rate=1e-3, num_train_steps=STEPS, num_warmup_steps=5,
-                 iterations_per_loop=1, log_steps=1, save_checkpoints_steps=5,
-                 do_train="true", do_eval="false", seed=1,
-                 distribution_strategy="one_device", gradient_accumulation_steps=2)
+    """run_pretraining's command: STEPS steps of dynamic masking under MirroredStrategy over
+    two logical CPUs, dropout, log and summary every step."""
+    flags = dict(input_file=data["unmasked"], vocab_file=data["vocab"],
+                 bert_config_file=data["config"], output_dir=out, max_seq_length=S.SEQ,
+                 max_predictions_per_seq=S.PREDS, train_batch_size=8, learning_rate=1e-3,
+                 num_train_steps=STEPS, num_warmup_steps=5, iterations_per_loop=1,
+                 log_steps=1, save_checkpoints_steps=5, do_train="true", do_eval="false",
+                 seed=1, distribution_strategy="mirrored", num_cpu_devices=2)
     flags.update(overrides)
     return S.runner_command(**flags)
 
 
 @pytest.fixture(scope="module")
-def static_reference(data, tmp_path_factory):
-    """The uninterrupted static-masks run everything is compared with."""
-    out = tmp_path_factory.mktemp("static_reference")
+def reference(data, tmp_path_factory):
+    """The uninterrupted run the killed one is compared with."""
+    out = tmp_path_factory.mktemp("reference")
     code, log = _run(_pretraining(data, out))
     assert code == 0, log[-3000:]
+    assert "MirroredStrategy with 2 replica(s)" in log and "dynamic masking" in log
     return out
 
 
-def test_pretraining_killed_at_random_moments_equals_the_uninterrupted_run(
-        data, static_reference, tmp_path):
+def test_dynamic_masking_mirrored_killed_equals_the_uninterrupted_run(data, reference,
+                                                                     tmp_path):
+    """One SIGKILL (at step 13: the steps past ckpt-10 run again), then a restart that
+    evaluates too (its eval of the last step). A resumed run stopped again is the
+    classifier's."""
     out = tmp_path / "killed"
-    # Two kills: the first resumes a run killed once, the second one resumed already (its
-    # input position and dropout generators restored, then saved again). A third random
-    # step would be one more of the same moment. Each kill comes at most 0.05 s after the
-    # progress line of a step at least two before the last: the run is still running.
-    landed, lost = _killed_and_resumed(_pretraining(data, out), out, random.Random(24),
-                                       [signal.SIGKILL] * 2, STEPS)
-    assert landed == 2, "the runs finished before their kill: the test checked little"
-    assert lost, "every kill came right after a checkpoint: no step was run again"
-    _check_exact(static_reference, out, STEPS, lost)
-
-
-def test_dynamic_masking_mirrored_killed_equals_the_uninterrupted_run(data, tmp_path):
-    common = dict(input_file=data["unmasked"], vocab_file=data["vocab"],
-                  distribution_strategy="mirrored", num_cpu_devices=2,
-                  gradient_accumulation_steps=1)
-    reference = tmp_path / "reference"
-    code, log = _run(_pretraining(data, reference, **common))
-    assert code == 0, log[-3000:]
-    assert "MirroredStrategy with 2 replica(s)" in log and "dynamic masking" in log
-    out = tmp_path / "killed"
-    # One kill: a resumed run killed again is the static test's (the same loop and input
-    # state); here what is new is the mirrored, dynamically masked input's resume.
-    landed, lost = _killed_and_resumed(_pretraining(data, out, **common), out,
-                                       random.Random(25), [signal.SIGKILL], STEPS)
+    landed, lost = _killed_and_resumed(
+        _pretraining(data, out), out, random.Random(25), [signal.SIGKILL], STEPS,
+        last=_pretraining(data, out, do_eval="true", max_eval_steps=1))
     assert landed == 1, "the run finished before its kill: nothing was checked"
+    assert lost, "the kill came right after a checkpoint: no step was run again"
     _check_exact(reference, out, STEPS, lost)
-
-
-def test_ctrl_c_mid_call_saves_the_step_it_arrived_in_and_the_restart_loses_none(
-        data, static_reference, tmp_path):
-    """Calls of 15 steps, checkpoints every 1000: Ctrl-C (SIGINT) comes in the second call
-    (right after the first call's progress line). The checkpoint is of the step it came in,
-    exit 130, one line saying so, no KeyboardInterrupt traceback, no temporary left; the
-    restart (which evaluates too) resumes there and ends with the uninterrupted run's
-    checkpoint, bit for bit. SIGINT takes SIGTERM's way (a stop request the compiled loop
-    reads at every step, then the checkpoint and SystemExit) but for the exit status:
-    SIGTERM's 143 is the classifier test's and tests/test_fault_injection_runners.py's."""
-    for attempt in range(3):  # a loaded machine may finish the call before the signal
-        out = tmp_path / f"interrupted{attempt}"
-        command = _pretraining(data, out, iterations_per_loop=15, log_steps=15,
-                               save_checkpoints_steps=1000)
-        code, log, landed = _signal_while_training(command, signal.SIGINT, 0.0)
-        lines = [line for line in log.splitlines() if "Stopping at step " in line]
-        if landed and lines and int(lines[0].split("Stopping at step ")[1].split()[0]) < STEPS:
-            break
-    else:
-        pytest.fail("the signal never came before the second call's end: nothing was "
-                    "checked\n" + log[-3000:])
-    assert code == 128 + signal.SIGINT, log[-3000:]
-    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
-    assert len(lines) == 1, log[-3000:]
-    stopped = int(lines[0].split("Stopping at step ")[1].split()[0])
-    assert f"on signal {int(signal.SIGINT)}: saved " in lines[0], lines[0]
-    assert 15 < stopped < STEPS, log[-3000:]  # inside the second (last) compiled call
-    assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{stopped}")
-    assert sorted(_losses(str(out / "train")))[-1] == stopped  # its progress was logged
-    assert not F._visible_temporaries(out) and not F._hidden_temporaries(out)
-    code, log = _run(_pretraining(data, out, iterations_per_loop=15, log_steps=15,
-                                  save_checkpoints_steps=1000, do_eval="true",
-                                  max_eval_steps=1))
-    assert code == 0, log[-3000:]
-    assert f"ckpt-{stopped} at step {stopped}" in log and "Input resumes at the position" in log
-    reference = _state(str(static_reference / f"ckpt-{STEPS}"))
-    resumed = _state(str(out / f"ckpt-{STEPS}"))
-    for name, value in reference.items():
-        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
     assert S.read_eval_results(out / "eval_results.txt")["global_step"] == STEPS
-    assert not (out / ".run.lock").exists()
 
 
-def test_a_resume_with_another_batch_size_is_refused(data, static_reference, tmp_path):
+def test_a_resume_with_another_batch_size_is_refused(data, reference, tmp_path):
     import shutil
 
     out = tmp_path / "copy"
-    shutil.copytree(static_reference, out)
+    shutil.copytree(reference, out)
+    # In this process: one device (its TensorFlow has one logical CPU; the input
+    # identity does not name the strategy).
     refused = call_main("run_pretraining", _pretraining(
-        data, out, num_train_steps=STEPS + 5, train_batch_size=16)[2:])
+        data, out, num_train_steps=STEPS + 5, train_batch_size=16,
+        distribution_strategy="one_device", num_cpu_devices=0)[2:])
     assert refused.code != 0
     assert "batch_size: 8 there, 16 now" in refused.stderr and f"ckpt-{STEPS}" in refused.stderr, (
         refused.stderr[-3000:])
@@ -315,24 +291,21 @@ def _classifier_command(root, out, long_document="truncate"):
         f"--{k}={v}" for k, v in flags.items()]
 
 
-@pytest.mark.parametrize("long_document,sig", [("truncate", signal.SIGTERM),
-                                               ("windows", signal.SIGKILL)],
-                         ids=["truncate", "windows"])
-def test_classifier_with_length_buckets_killed_equals_the_uninterrupted_run(
-        long_document, sig, tmp_path):
+def test_classifier_with_length_buckets_stopped_and_killed_equals_the_uninterrupted_run(
+        tmp_path):
+    """--long_document=windows, length buckets: SIGTERM (the clean stop, exit 143, its
+    clean-up, the restart from the step it came in), then SIGKILL of the resumed run (the
+    steps past its checkpoint run again). Truncated texts take the same run, resume and
+    signal code with another parse spec and model; their records' position (length
+    buckets over single texts) is test_resume.py's `buckets` pipeline."""
     reference = tmp_path / "reference"
-    code, log = _run(_classifier_command(tmp_path, reference, long_document))
+    code, log = _run(_classifier_command(tmp_path, reference, "windows"))
     assert code == 0, log[-3000:]
     steps = 60  # 48 examples / 4 x 5 epochs
     out = tmp_path / "killed"
-    # One signal (at step 42, past ckpt-40): a resumed run killed again is the pretraining
-    # test's; here what is new is the classifier's input (length buckets, windows), whose
-    # position a restart restores from the checkpoint of the step a SIGTERM came in
-    # (truncate: the clean stop, its exit status 143 and clean-up) or from the one before a
-    # SIGKILL (windows: the steps past it run again).
-    landed, lost = _killed_and_resumed(_classifier_command(tmp_path, out, long_document), out,
-                                       random.Random(27), [sig], steps)
-    assert landed == 1, "the run finished before its signal: nothing was checked"
-    assert bool(lost) == (sig == signal.SIGKILL), (
-        lost, "the kill came right after a checkpoint: no step was run again")
+    landed, lost = _killed_and_resumed(_classifier_command(tmp_path, out, "windows"), out,
+                                       random.Random(27), [signal.SIGTERM, signal.SIGKILL],
+                                       steps)
+    assert landed == 2, "a run finished before its signal: the test checked little"
+    assert lost, "the kill came right after a checkpoint: no step was run again"
     _check_exact(reference, out, steps, lost)

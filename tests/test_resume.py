@@ -74,18 +74,6 @@ def _input(data, trainer, *, batch=8, seed=1):
     return make, input_pipeline.pretraining_input_identity(config, batch)
 
 
-def _crash_after(trainer, step):
-    """Makes `trainer.train` die (KeyboardInterrupt, as a kill) once it passes `step`."""
-    compiled = trainer._train_fn
-
-    def train_fn(iterator, n):
-        out = compiled(iterator, n)
-        if int(trainer.global_step.numpy()) >= step:
-            raise KeyboardInterrupt
-        return out
-    trainer._train_fn = train_fn
-
-
 def _losses(history):
     """{step: loss} of a loop's progress records."""
     return {h["step"]: h["loss"] for h in history}
@@ -107,8 +95,11 @@ def unmasked(data, tmp_path_factory):
 
 def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(data, strategy, tmp_path):
     """Dropout on, gradient accumulation over 2 micro-batches, killed after step 6
-    (checkpoint 4), resumed to 12: the same per-step losses and the same final weights and
-    optimizer state, bit for bit."""
+    (checkpoint 4), resumed to 12 into other initial weights and dropout seeds: the same
+    per-step losses (step 5 run again) and the same final weights and optimizer state, bit
+    for bit. The killed run's directory is what such a run leaves: the checkpoint of step
+    4, which the uninterrupted run saved too (the same steps); real kills of real runs,
+    and what a killed run leaves, are tests/test_exact_resume_runners.py's."""
     accumulation = 2
     model, trainer = _make(strategy, tmp_path / "whole", accumulation=accumulation)
     trainer.restore_or_initialize()
@@ -116,23 +107,18 @@ def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(data, strategy, t
     whole = _losses(trainer.train(make, input_identity=identity))
     assert sorted(whole) == list(range(1, 13))
 
-    _, killed = _make(strategy, tmp_path / "resumed", accumulation=accumulation)
-    killed.restore_or_initialize()
-    _crash_after(killed, 6)
-    make, identity = _input(data, killed)
-    with pytest.raises(KeyboardInterrupt):
-        killed.train(make, input_identity=identity)
-    before = _losses(killed.history)
-    assert sorted(before) == list(range(1, 6))  # killed in step 6, before its log
-
+    (tmp_path / "resumed").mkdir()
+    for path in tf.io.gfile.glob(str(tmp_path / "whole" / "ckpt-4") + ".*"):
+        tf.io.gfile.copy(path, str(tmp_path / "resumed" / os.path.basename(path)))
+    tf.compat.v1.train.update_checkpoint_state(str(tmp_path / "resumed"), "ckpt-4")
     resumed_model, resumed = _make(strategy, tmp_path / "resumed", accumulation=accumulation,
                                    model_seed=99)  # other initial weights and dropout seeds
     assert resumed.restore_or_initialize() == 4
     make, identity = _input(data, resumed)
     after = _losses(resumed.train(make, input_identity=identity))
     assert sorted(after) == list(range(5, 13))
-    for step, loss in list(before.items()) + list(after.items()):
-        assert loss == whole[step], (step, loss, whole[step])  # step 5 ran twice
+    for step, loss in after.items():
+        assert loss == whole[step], (step, loss, whole[step])
     for a, b in zip(model.weights, resumed_model.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
     ours = _variables(str(tmp_path / "resumed" / "ckpt-12"))
@@ -142,77 +128,82 @@ def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(data, strategy, t
         np.testing.assert_array_equal(ours[name], value, err_msg=name)
 
 
-def test_the_saved_input_state_is_bounded_by_the_buffers(data, strategy, tmp_path):
+@pytest.fixture(scope="module")
+def trained(data, strategy, tmp_path_factory):
+    """One unseeded run of 40 steps, a checkpoint every 10 (read only: a test that resumes
+    it works on `_copy`): {"dir", "identity" of its input, "seed" it drew}."""
+    out = tmp_path_factory.mktemp("trained")
+    _, trainer = _make(strategy, out, steps=40, save=10, ipl=10)
+    trainer.restore_or_initialize()
+    make, identity = _input(data, trainer, seed=None)
+    assert isinstance(identity["seed"], int)
+    trainer.train(make, input_identity=identity)
+    return {"dir": out, "identity": identity, "seed": identity["seed"]}
+
+
+def _copy(trained, tmp_path):
+    """A copy of the shared run's directory to resume."""
+    import shutil
+
+    return shutil.copytree(trained["dir"], tmp_path / "run")
+
+
+def test_the_saved_input_state_is_bounded_by_the_buffers(trained):
     """The input position costs the same however far the run is: the checkpoints of steps
     10 and 40 have the same size (the iterator's state holds file offsets, counters and
     the buffers' contents, not what was read)."""
-    _, trainer = _make(strategy, tmp_path, steps=40, save=10, ipl=10)
-    trainer.restore_or_initialize()
-    make, identity = _input(data, trainer)
-    trainer.train(make, input_identity=identity)
     sizes = []
     for step in (10, 40):
-        prefix = str(tmp_path / f"ckpt-{step}")
-        assert checkpointing.saved_input_identity(prefix) == identity
+        prefix = str(trained["dir"] / f"ckpt-{step}")
+        assert checkpointing.saved_input_identity(prefix) == trained["identity"]
         sizes.append(sum(os.path.getsize(p) for p in tf.io.gfile.glob(prefix + ".*")))
     assert abs(sizes[1] - sizes[0]) < 0.05 * sizes[0], sizes
 
 
-def test_other_input_is_refused_naming_what_changed(data, strategy, tmp_path):
-    _, trainer = _make(strategy, tmp_path, steps=4, save=4)
-    trainer.restore_or_initialize()
-    make, identity = _input(data, trainer)
-    trainer.train(make, input_identity=identity)
-    for batch, seed, named in ((16, 1, "batch_size: 8 there, 16 now"),
-                               (8, 2, "seed: 1 there, 2 now")):
-        _, again = _make(strategy, tmp_path, steps=8, batch=batch, save=4)
-        assert again.restore_or_initialize() == 4
-        make, identity = _input(data, again, batch=batch, seed=seed)
+def test_other_input_is_refused_naming_what_changed(data, strategy, trained, tmp_path):
+    out, seed = _copy(trained, tmp_path), trained["seed"]
+    for batch, other_seed, named in ((16, seed, "batch_size: 8 there, 16 now"),
+                                     (8, seed + 1, f"seed: {seed} there, {seed + 1} now")):
+        _, again = _make(strategy, out, steps=44, batch=batch, save=4)
+        assert again.restore_or_initialize() == 40
+        make, identity = _input(data, again, batch=batch, seed=other_seed)
         with pytest.raises(checkpointing.InputPositionError) as err:
             again.train(make, input_identity=identity)
         message = str(err.value)
-        assert named in message and "ckpt-4" in message and "--init_checkpoint" in message
+        assert named in message and "ckpt-40" in message and "--init_checkpoint" in message
 
 
 @pytest.mark.parametrize("keep", [0.5, 2.0])
-def test_a_record_file_replaced_under_its_name_is_other_input(data, strategy, tmp_path, keep):
+def test_a_record_file_replaced_under_its_name_is_other_input(data, strategy, trained,
+                                                              tmp_path, keep):
     """A shard replaced by a smaller one (the saved position may lie past its end) or a
     larger one (the position counts other records) is refused naming the file sizes, not
-    resumed silently or failed inside TensorFlow."""
+    resumed silently or failed inside TensorFlow. (The run's records, copied: the input
+    names its files by base name, so a moved directory is the same input.)"""
     records = tmp_path / "records"
     records.mkdir()
     for path in sorted(tf.io.gfile.glob(data["pattern"])):
         tf.io.gfile.copy(path, str(records / os.path.basename(path)))
     shard = sorted(records.iterdir())[0]
     data = dict(data, pattern=str(records / "*"))
-    out = tmp_path / "out"
-    _, trainer = _make(strategy, out, steps=4, save=4)
-    trainer.restore_or_initialize()
-    make, identity = _input(data, trainer)
-    trainer.train(make, input_identity=identity)
+    out = _copy(trained, tmp_path)
     rows = list(tf.data.TFRecordDataset(str(shard)).as_numpy_iterator())
     with tf.io.TFRecordWriter(str(shard)) as writer:
         for row in (rows[:len(rows) // 2] if keep < 1 else rows + rows):
             writer.write(row)
-    _, again = _make(strategy, out, steps=8, save=4)
-    assert again.restore_or_initialize() == 4
-    make, changed = _input(data, again)
-    assert changed["files"] == identity["files"]
+    _, again = _make(strategy, out, steps=44, save=4)
+    assert again.restore_or_initialize() == 40
+    make, changed = _input(data, again, seed=trained["seed"])
+    assert changed["files"] == trained["identity"]["files"]
     with pytest.raises(checkpointing.InputPositionError, match=r"file_sizes: \[") as err:
         again.train(make, input_identity=changed)
-    assert "ckpt-4" in str(err.value)
+    assert "ckpt-40" in str(err.value)
 
 
-def test_an_unseeded_run_resumes_with_the_seed_it_drew(data, strategy, tmp_path):
-    _, trainer = _make(strategy, tmp_path, steps=4, save=4)
-    trainer.restore_or_initialize()
-    make, identity = _input(data, trainer, seed=None)
-    drawn = identity["seed"]
-    assert isinstance(drawn, int)
-    trainer.train(make, input_identity=identity)
-    _, again = _make(strategy, tmp_path, steps=6, save=4)
+def test_an_unseeded_run_resumes_with_the_seed_it_drew(strategy, trained, tmp_path):
+    _, again = _make(strategy, _copy(trained, tmp_path), steps=44, save=4)
     again.restore_or_initialize()
-    assert again.input_seed(None) == drawn
+    assert again.input_seed(None) == trained["seed"]
 
 
 def _poisoned_gradients(trainer, from_global_step):
@@ -289,9 +280,9 @@ def _send_when_handled(sig, handler_is_ours, delay):
     return thread
 
 
-def _in_stop_block():
-    """True while SIGTERM is handled by `lifecycle.stop_requests`."""
-    handler = signal.getsignal(signal.SIGTERM)
+def _in_stop_block(sig=signal.SIGTERM):
+    """True while `sig` is handled by `lifecycle.stop_requests`."""
+    handler = signal.getsignal(sig)
     return getattr(handler, "__qualname__", "").startswith("stop_requests")
 
 
@@ -324,9 +315,13 @@ def test_sigterm_checkpoints_the_step_it_arrived_in_and_resumes_there(data, stra
         step + 1, step + 2]
 
 
-def test_stop_requests_reach_a_compiled_loop_while_it_runs():
-    """The main thread is inside one long native call when SIGTERM comes: the watcher
-    thread hears it at once and the call ends early; leaving the block unhandled exits."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stop_requests_reach_a_compiled_loop_while_it_runs(sig):
+    """The main thread is inside one long native call when SIGTERM or Ctrl-C (SIGINT)
+    comes: the watcher thread hears it at once and the call ends early; leaving the block
+    unhandled exits with 128 + signal (Ctrl-C: 130, not a KeyboardInterrupt) and gives the
+    signal its handler back. SIGINT as a terminal gives it: Python's handler (a test run
+    started as a background job ignores SIGINT, and a block leaves an ignored one alone)."""
     flag = tf.Variable(0)
 
     @tf.function(autograph=False)
@@ -334,15 +329,19 @@ def test_stop_requests_reach_a_compiled_loop_while_it_runs():
         return tf.while_loop(lambda i: (flag.read_value() == 0) & (i < 10_000_000),
                              lambda i: i + 1, [tf.constant(0)])[0]
 
-    before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as stopped:
-        with lifecycle.stop_requests(flag.assign) as request:
-            _send_when_handled(signal.SIGTERM, _in_stop_block, delay=0.5)
-            spins = int(spin())
-            assert request.signal == signal.SIGTERM and int(flag.numpy()) == signal.SIGTERM
-            assert spins < 10_000_000
-    assert stopped.value.code == 128 + signal.SIGTERM
-    assert signal.getsignal(signal.SIGTERM) == before
+    outside = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        before = signal.getsignal(sig)
+        with pytest.raises(SystemExit) as stopped:
+            with lifecycle.stop_requests(flag.assign) as request:
+                _send_when_handled(sig, lambda: _in_stop_block(sig), delay=0.5)
+                spins = int(spin())
+                assert request.signal == sig and int(flag.numpy()) == sig
+                assert spins < 10_000_000
+        assert stopped.value.code == 128 + sig
+        assert signal.getsignal(sig) == before
+    finally:
+        signal.signal(signal.SIGINT, outside)
 
 
 def test_a_stop_request_acted_on_does_not_outlive_its_run():
@@ -365,28 +364,25 @@ def test_a_stop_request_acted_on_does_not_outlive_its_run():
         lifecycle.check_signals()  # nothing recorded: raises nothing
 
 
-def test_an_unreadable_state_file_resumes_from_the_checkpoints_on_disk(data, strategy,
+def test_an_unreadable_state_file_resumes_from_the_checkpoints_on_disk(strategy, trained,
                                                                       tmp_path):
     """A power cut can leave `checkpoint` empty: the newest readable ckpt-N of the run on
     disk is restored (with a warning) and the state file is rebuilt (when the run takes
     its saver, before its first save: a run refused before writes nothing)."""
-    _, trainer = _make(strategy, tmp_path, steps=8, save=4, ipl=4)
-    trainer.restore_or_initialize()
-    make, identity = _input(data, trainer)
-    trainer.train(make, input_identity=identity)
-    for content in ("", "model_checkpoint_path: \"ckpt-8\"\ngarbage {{{"):
-        (tmp_path / "checkpoint").write_text(content)
-        _, again = _make(strategy, tmp_path, steps=8, save=4)
-        assert again.restore_or_initialize() == 8
-        assert (tmp_path / "checkpoint").read_text() == content  # nothing written yet
-        assert again.saver.manager.latest_checkpoint.endswith("ckpt-8")
-        assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-8")
-    (tmp_path / "checkpoint").write_text("")
-    with open(tmp_path / "ckpt-8.index", "r+b") as f:  # the newest is damaged too
+    out = _copy(trained, tmp_path)
+    for content in ("", "model_checkpoint_path: \"ckpt-40\"\ngarbage {{{"):
+        (out / "checkpoint").write_text(content)
+        _, again = _make(strategy, out, steps=40, save=10)
+        assert again.restore_or_initialize() == 40
+        assert (out / "checkpoint").read_text() == content  # nothing written yet
+        assert again.saver.manager.latest_checkpoint.endswith("ckpt-40")
+        assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-40")
+    (out / "checkpoint").write_text("")
+    with open(out / "ckpt-40.index", "r+b") as f:  # the newest is damaged too
         f.truncate(10)
-    assert checkpointing.checkpoints_newest_first(str(tmp_path))[0].endswith("ckpt-8")
-    _, again = _make(strategy, tmp_path, steps=8, save=4)
-    assert again.restore_or_initialize() == 4
+    assert checkpointing.checkpoints_newest_first(str(out))[0].endswith("ckpt-40")
+    _, again = _make(strategy, out, steps=40, save=10)
+    assert again.restore_or_initialize() == 30
 
 
 def test_the_input_position_is_exact_for_each_pipeline(unmasked, tmp_path):

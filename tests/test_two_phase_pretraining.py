@@ -14,18 +14,11 @@ import subprocess
 import threading
 import time
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from modeling import optimization
-from modeling.config import BertConfig
-from modeling.models import BertPretrainer
 from tests import test_loop_support as S
-from training import checkpointing, distribution, input_pipeline, pretraining
-from training.loop import TrainingLoop
-from training.settings import LoopConfig
 from tests.clis import call_main
 from tests.test_loop_support import read_eval_results
 
@@ -40,84 +33,6 @@ def records(tmp_path_factory):
     long, _ = S.make_records_with_cli(root / "seq32", seq=LONG[0], preds=LONG[1], seed=2)
     config = S.write_config(root / "bert_config.json", vocab_size=120, dropout=0.1)
     return {"short": short, "long": long, "config": config, "root": root}
-
-
-# ------------------------------------------------------------------ in-process: the loop
-
-
-def _trainer(out, steps=10):
-    strategy = distribution.get_strategy("one_device")
-    keras.utils.set_random_seed(3)
-    with strategy.scope():
-        model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120, dropout=0.1)))
-        pretraining.build_pretraining_model(model, *SHORT)
-        optimizer = optimization.create_optimizer(optimization.OptimizerConfig(
-            learning_rate=1e-3, num_train_steps=steps, num_warmup_steps=2))
-    config = LoopConfig(output_dir=str(out), num_train_steps=steps,
-                             train_batch_size=BATCH, iterations_per_loop=2,
-                             save_checkpoints_steps=2, log_steps=2, keep_checkpoint_max=20)
-    trainer = TrainingLoop(strategy, model, optimizer, config, pretraining.PretrainingTask())
-    trainer.restore_or_initialize()
-    return model, trainer
-
-
-def _phase(records, which):
-    seq, preds = SHORT if which == "short" else LONG
-    config = input_pipeline.PretrainingInputConfig((records[which],), seq, preds, seed=1)
-
-    def make(ctx):
-        return input_pipeline.pretraining_dataset(
-            config, batch_size=ctx.get_per_replica_batch_size(BATCH), is_training=True,
-            input_context=ctx)
-    return make, input_pipeline.pretraining_input_identity(config, BATCH)
-
-
-def _train_phases(trainer, records, phase1_steps=6, stop=None):
-    """Phase 1 to `phase1_steps`, phase 2 to the end (or to `stop`), as run_pretraining."""
-    previous = None
-    for which, end in (("short", phase1_steps), ("long", stop)):
-        dataset_fn, identity = _phase(records, which)
-        trainer.train(dataset_fn, input_identity=identity, until_step=end,
-                      previous_input_identity=previous)
-        if stop is not None and int(trainer.global_step.numpy()) >= stop:
-            return
-        previous = identity
-
-
-def _state(model, trainer):
-    return [v.numpy() for v in model.weights + trainer.base_optimizer.variables]
-
-
-def test_phase_two_starts_at_the_boundary_and_resumes_exactly(records, tmp_path):
-    """Uninterrupted; stopped at the boundary (the phase-1 checkpoint) and restarted: the
-    same final weights and optimizer state, bit for bit (stopped inside either phase: the
-    CLI's kills below). Phase 2 without saying which input came before is refused, naming
-    it."""
-    model, trainer = _trainer(tmp_path / "whole")
-    _train_phases(trainer, records)
-    assert int(trainer.global_step.numpy()) == 10
-    whole = _state(model, trainer)
-    # Rows 16+ of the position table: no gradient in phase 1 (Adam's moments exactly 0),
-    # trained in phase 2 up to its length 32, never beyond.
-    boundary, end = (str(tmp_path / "whole" / f"ckpt-{n}") for n in (6, 10))
-    for which in ("m", "v"):
-        assert not _slot(boundary, which)[SHORT[0]:].any(), which
-        assert _slot(boundary, which)[:SHORT[0]].any(), which
-        assert _slot(end, which)[SHORT[0]:LONG[0]].any(), which
-        assert not _slot(end, which)[LONG[0]:].any(), which
-
-    _, trainer = _trainer(tmp_path / "boundary")
-    _train_phases(trainer, records, stop=6)
-    _, trainer = _trainer(tmp_path / "boundary")  # the long input is not ckpt-6's
-    dataset_fn, identity = _phase(records, "long")
-    with pytest.raises(checkpointing.InputPositionError,
-                       match="max_seq_length: 16 there, 32 now"):
-        trainer.train(dataset_fn, input_identity=identity)
-    model, trainer = _trainer(tmp_path / "boundary")  # a new process, as after a kill
-    assert int(trainer.global_step.numpy()) == 6
-    _train_phases(trainer, records)
-    for a, b in zip(_state(model, trainer), whole):
-        np.testing.assert_array_equal(a, b)
 
 
 # ----------------------------------------------------------------- the CLI, end to end
@@ -186,29 +101,77 @@ def _slot(path, which):
     return found[0 if which == "m" else 1]
 
 
+@pytest.fixture(scope="module")
+def whole(records, tmp_path_factory):
+    """The uninterrupted run (in this process): (its directory, its output)."""
+    out = tmp_path_factory.mktemp("whole")
+    rc, log = S.run_runner(**_flags(records, out))
+    assert rc == 0, log[-4000:]
+    return out, log
+
+
+def _without_phase_two(flags):
+    """`flags` of a one-phase run: no phase-2 flags."""
+    return {name: value for name, value in flags.items()
+            if not name.startswith("phase2_") and name != "phase1_steps"}
+
+
+def _assert_same_checkpoint(path, expected_path):
+    """Every tensor but the input position equal, bit for bit (optimizer slots included)."""
+    reader, expected = tf.train.load_checkpoint(path), tf.train.load_checkpoint(expected_path)
+    names = [n for n, _ in tf.train.list_variables(expected_path)
+             if not n.startswith("input/") and "_CHECKPOINTABLE_OBJECT_GRAPH" not in n]
+    assert any(n.startswith("optimizer/") for n in names)
+    for name in names:
+        np.testing.assert_array_equal(reader.get_tensor(name), expected.get_tensor(name),
+                                      err_msg=name)
+
+
+def test_phase_two_starts_at_the_boundary_and_resumes_exactly(records, whole, tmp_path):
+    """Stopped at the boundary (the phase-1 checkpoint, ckpt-30) and restarted: the same
+    final weights and optimizer state, bit for bit (stopped inside either phase: the kills
+    below). Phase 2 without saying which input came before is refused, naming it. A run
+    stopped at the boundary holds what the uninterrupted one saved there (its phase 1 is
+    the same steps, and a phase ends with a checkpoint): here its directory is that
+    checkpoint alone, as a run of an earlier version left it (the checkpoints its state
+    file lists are its own), with the run's identity."""
+    done, _ = whole
+    out = tmp_path / "boundary"
+    out.mkdir()
+    for path in tf.io.gfile.glob(str(done / "ckpt-30") + ".*") + [
+            str(done / "run_identity.json")]:
+        tf.io.gfile.copy(path, str(out / os.path.basename(path)))
+    tf.compat.v1.train.update_checkpoint_state(str(out), "ckpt-30")
+    refused = call_main("run_pretraining", **_without_phase_two(_flags(
+        records, out, input_file=records["long"], max_seq_length=LONG[0],
+        max_predictions_per_seq=LONG[1])))
+    assert refused.code != 0, refused.stderr[-3000:]
+    assert "max_seq_length: 16 there, 32 now" in refused.stderr, refused.stderr[-3000:]
+    rc, log = S.run_runner(**_flags(records, out, do_eval="false"))
+    assert rc == 0, log[-4000:]
+    assert _resumed_at(log) == 30 and "phase 2 from step 30" in log, log[-4000:]
+    _assert_same_checkpoint(str(out / "ckpt-45"), str(done / "ckpt-45"))
+
+
 @pytest.mark.slow
-def test_two_phases_in_one_run_killed_in_each_phase_resume_exactly(records, tmp_path):
+def test_two_phases_in_one_run_killed_in_each_phase_resume_exactly(records, whole, tmp_path):
     """One command, 30 steps at length 16 then 15 at 32: its phase-2 steps read the
     long records (eval too), rows 16-31 of the position table get no gradient in phase 1
     (Adam's moments stay exactly 0 there; only the decoupled weight decay scales them,
     as in the original) and do in phase 2 (every element), rows 32+ never; the same run
     SIGKILLed inside each phase (resumed from a phase-1 checkpoint, then from a phase-2
     one before the end) and restarted ends with the same checkpoint, bit for bit."""
-    whole = tmp_path / "whole"
-    rc, log = S.run_runner(**_flags(records, whole))
-    assert rc == 0, log[-4000:]
+    whole, log = whole
     assert "phase 2 from step 30" in log
     steps = [s for s, _, _ in S.parse_progress(log)]
     assert steps == list(range(5, 46, 5)), steps
     results = read_eval_results(whole / "eval_results.txt")
     assert results["global_step"] == 45
     # Its eval read phase 2's records: an eval of its weights on them alone gives its figures.
-    alone = _flags(records, tmp_path / "eval_alone", input_file=records["long"],
-                   max_seq_length=LONG[0], max_predictions_per_seq=LONG[1], do_train="false",
-                   init_checkpoint=str(whole / "ckpt-45"))
-    for name in ("phase2_input_file", "phase2_max_seq_length",
-                 "phase2_max_predictions_per_seq", "phase1_steps"):
-        del alone[name]
+    alone = _without_phase_two(_flags(
+        records, tmp_path / "eval_alone", input_file=records["long"], max_seq_length=LONG[0],
+        max_predictions_per_seq=LONG[1], do_train="false",
+        init_checkpoint=str(whole / "ckpt-45")))
     done = call_main("run_pretraining", **alone)
     assert done.code == 0, done.stderr[-4000:]
     on_long = read_eval_results(tmp_path / "eval_alone" / "eval_results.txt")
@@ -230,17 +193,10 @@ def test_two_phases_in_one_run_killed_in_each_phase_resume_exactly(records, tmp_
     assert np.ptp(moved) > 1e-2  # trained: no longer one common factor
 
     killed = tmp_path / "killed"
-    flags = _flags(records, killed)
+    flags = _flags(records, killed, do_eval="false")  # compared by its checkpoint alone
     _run_until(flags, "ckpt-10")
     assert 0 < _resumed_at(_run_until(flags, "ckpt-35")) < 30  # the kill was in phase 1
     rc, log = S.run_runner(**flags)
     assert rc == 0, log[-4000:]
     assert 30 < _resumed_at(log) < 45, log[-4000:]  # the second kill was in phase 2
-    final = str(killed / "ckpt-45")
-    reader, expected = tf.train.load_checkpoint(final), tf.train.load_checkpoint(end)
-    names = [n for n, _ in tf.train.list_variables(end) if not n.startswith("input/")
-             and "_CHECKPOINTABLE_OBJECT_GRAPH" not in n]
-    assert any(n.startswith("optimizer/") for n in names)
-    for name in names:
-        np.testing.assert_array_equal(reader.get_tensor(name), expected.get_tensor(name),
-                                      err_msg=name)
+    _assert_same_checkpoint(str(killed / "ckpt-45"), end)
