@@ -215,6 +215,31 @@ def test_pack_single_truncates_the_end(tiny_vocab_file):
     assert out["segment_ids"].numpy().tolist() == [[0] * 5, [0] * 5]
 
 
+def test_pack_segments_equals_tensorflow_text_combine_and_pad():
+    """pack_segments gives combine_segments + pad_model_inputs' values: empty rows, rows
+    cut at seq_length, partial `lengths`, one or two segments, a seq_length tensor."""
+    rng = random.Random(SEED)
+    for trial in range(60):
+        batch, seq_length = rng.randint(1, 4), rng.randint(2, 12)
+        segments = [tf.ragged.constant([[rng.randint(5, 99) for _ in range(rng.randint(0, 9))]
+                                        for _ in range(batch)], tf.int64, ragged_rank=1,
+                                       inner_shape=())
+                    for _ in range(rng.randint(1, 2))]
+        lengths = None
+        if trial % 2:
+            lengths = [tf.constant([rng.randint(0, n) for n in s.row_lengths().numpy()],
+                                   tf.int64) for s in segments]
+            kept = [tf.ragged.boolean_mask(s, tf.ragged.range(s.row_lengths())
+                                           < n[:, None]) for s, n in zip(segments, lengths)]
+        ids, types = tf_text.combine_segments(lengths and kept or segments, 101, 102)
+        want_ids, want_mask = tf_text.pad_model_inputs(ids, seq_length)
+        want_types, _ = tf_text.pad_model_inputs(types, seq_length)
+        length = tf.constant(seq_length) if trial % 3 == 0 else seq_length
+        got = tf_tokenization.pack_segments(segments, 101, 102, length, lengths)
+        for g, w in zip(got, (want_ids, want_mask, want_types)):
+            assert g.numpy().tolist() == w.numpy().tolist(), (trial, segments, lengths)
+
+
 def test_vocab_without_specials_is_rejected(tmp_path):
     vocab = tmp_path / "v.txt"
     vocab.write_text("[UNK]\nthe\n", encoding="utf-8")

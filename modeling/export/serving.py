@@ -235,10 +235,11 @@ def token_windows(tokens, span, stride, max_windows: int, *, what: str, settings
     before = (tf.minimum(doc_start, tf.gather(span, example) - length) if fill_before
               else tf.zeros_like(length))
     first = tf.gather(tokens.row_splits[:-1], example) + doc_start - before
+    # validate=False: the lengths are those of the ranges gathered (no assertion ops).
     window = tf.RaggedTensor.from_row_lengths(
         tf.gather(tokens.flat_values,
                   tf.ragged.range(first, first + before + length).flat_values),
-        before + length)
+        before + length, validate=False)
     windows = {"example": example, "index": index, "doc_start": doc_start,
                "length": length, "before": before, "stride": tf.gather(stride, example),
                "span": tf.gather(span, example), "doc_length": tf.gather(lengths, example),

@@ -237,7 +237,7 @@ def head_tail_ids(ids, budget: int, head_tokens: int):
     skipped = tf.gather(tf.maximum(lengths - budget, 0), row)
     source = position + tf.where(position >= head_tokens, skipped, tf.zeros_like(skipped))
     values = tf.gather(ids.flat_values, tf.gather(ids.row_splits, row) + source)
-    return tf.RaggedTensor.from_row_splits(values, kept.row_splits)
+    return tf.RaggedTensor.from_row_splits(values, kept.row_splits, validate=False)
 
 
 def pack_windows(module, text):

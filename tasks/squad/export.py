@@ -28,8 +28,8 @@ from typing import ClassVar
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
 
+from data_prep.tf_tokenization import pack_segments
 from modeling.export import families, registry, serving
 from modeling.export.metadata import ExportError
 from modeling.export.serving import max_context
@@ -192,11 +192,8 @@ def pack_squad(module, question, context):
         settings=f"doc_stride={c.doc_stride}, max_seq_length={c.max_seq_length}",
         advice="split the context or export with a larger --max_context_windows")
     example = windows["example"]
-    ids, segments = tf_text.combine_segments(
-        [tf.gather(q, example), window], start_of_sequence_id=tok.cls_id,
-        end_of_segment_id=tok.sep_id)
-    input_ids, input_mask = tf_text.pad_model_inputs(ids, c.max_seq_length)
-    segment_ids, _ = tf_text.pad_model_inputs(segments, c.max_seq_length)
+    input_ids, input_mask, segment_ids = pack_segments(
+        [tf.gather(q, example), window], tok.cls_id, tok.sep_id, c.max_seq_length)
     # The request's longest window, not max_seq_length: the windows themselves are the
     # original's (max_seq_length sets their span), only their padding is cut.
     features = serving.trim_to_request({"input_ids": tf.cast(input_ids, tf.int32),

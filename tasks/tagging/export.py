@@ -63,9 +63,8 @@ from typing import ClassVar
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
 
-from data_prep.tf_tokenization import substrings
+from data_prep.tf_tokenization import pack_segments, substrings
 from modeling.export import families, registry, serving
 from modeling.export.metadata import ExportError
 from tasks.tagging import data, metrics
@@ -290,8 +289,8 @@ def split_text(module, text):
     return {"text": tf.ragged.boolean_mask(words, keep),
             "start": tf.ragged.boolean_mask(starts, keep),
             "end": tf.ragged.boolean_mask(ends, keep),
-            "pieces": tf.RaggedTensor.from_row_lengths(
-                kept_pieces, tf.reduce_sum(tf.cast(keep, tf.int64), axis=1))}
+            "pieces": tf.RaggedTensor.from_row_lengths(  # one row per kept word
+                kept_pieces, tf.reduce_sum(tf.cast(keep, tf.int64), axis=1), validate=False)}
 
 
 def _word_outputs(words) -> dict:
@@ -336,10 +335,8 @@ def pack_words(module, words):
         fill_before=True)
     # Where the window's own first piece sits: after [CLS] and the context before it.
     windows["context_start"] = 1 + windows["before"]
-    ids, segments = tf_text.combine_segments(
-        [window], start_of_sequence_id=tok.cls_id, end_of_segment_id=tok.sep_id)
-    input_ids, input_mask = tf_text.pad_model_inputs(ids, c.max_seq_length)
-    segment_ids, _ = tf_text.pad_model_inputs(segments, c.max_seq_length)
+    input_ids, input_mask, segment_ids = pack_segments(
+        [window], tok.cls_id, tok.sep_id, c.max_seq_length)
     # The request's longest window, not max_seq_length (only padding is cut).
     features = serving.trim_to_request({"input_ids": tf.cast(input_ids, tf.int32),
                                         "input_mask": tf.cast(input_mask, tf.int32),
@@ -457,9 +454,10 @@ def _serve_words(module, tables, padded):
     unk = tf.constant(module.vocab_tokens.index("[UNK]"), tf.int64)
     empty = tf.cast(tf.equal(pieces.row_lengths(), 0), tf.int64)
     pieces = tf.concat([pieces, tf.RaggedTensor.from_row_lengths(
-        tf.fill([tf.reduce_sum(empty)], unk), empty)], axis=1)
+        tf.fill([tf.reduce_sum(empty)], unk), empty, validate=False)], axis=1)
     label, probability, _, _ = _tag(
-        module, {"pieces": tf.RaggedTensor.from_row_splits(pieces, words.row_splits)})
+        module, {"pieces": tf.RaggedTensor.from_row_splits(pieces, words.row_splits,
+                                                           validate=False)})
     where = tf.where(present)                                          # row-major = flat
     label_names = tf.constant(list(module.config.labels), tf.string)
     word_tag = tf.tensor_scatter_nd_update(tf.fill(tf.shape(padded), ""), where,
@@ -474,7 +472,7 @@ def _serve_words(module, tables, padded):
     last = row_start + entities["last"]
     joined = tf.strings.reduce_join(tf.RaggedTensor.from_row_lengths(
         tf.gather(words.flat_values, tf.ragged.range(first, last + 1).flat_values),
-        last + 1 - first), axis=1, separator=" ")
+        last + 1 - first, validate=False), axis=1, separator=" ")
     return {"word_tag": word_tag, "word_probability": word_probability,
             "entity_example_index": tf.cast(entities["example"], tf.int32),
             "entity_type": entities["type"], "entity_text": joined,
