@@ -294,7 +294,7 @@ def pack_segments(segments, cls_id: int, sep_id: int, seq_length, lengths=None):
     """
     positions = tf.range(tf.cast(seq_length, tf.int64))[None, :]
     start = tf.ones_like(segments[0].row_lengths()[:, None])  # after [CLS]
-    segment_ids = tf.zeros_like(start) * positions
+    segment_ids = tf.zeros_like(start) * positions  # zeros [batch, seq_length]
     input_ids = tf.where(positions == 0, tf.constant(cls_id, tf.int64), segment_ids)
     for number, tokens in enumerate(segments):
         count = (tokens.row_lengths() if lengths is None else lengths[number])[:, None]
@@ -310,9 +310,8 @@ def pack_segments(segments, cls_id: int, sep_id: int, seq_length, lengths=None):
             segment_ids = tf.where((positions >= start) & (positions <= start + count),
                                    tf.constant(number, tf.int64), segment_ids)
         start = start + count + 1
-    input_mask = positions < start
-    return (tf.where(input_mask, input_ids, tf.zeros_like(input_ids)),
-            tf.cast(input_mask, tf.int64), segment_ids)
+    # Nothing was written at or after the last [SEP]: the padding is already zeros.
+    return input_ids, tf.cast(positions < start, tf.int64), segment_ids
 
 
 def substrings(texts, rows, starts, ends):
