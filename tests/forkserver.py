@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import json
 import os
 import selectors
@@ -131,6 +132,12 @@ def serve(path: str) -> None:
     # As in the test process (tests/conftest.py): a run's iterators freed at its exit
     # waited for the autotuning model thread's sleep (measured: 22 s after 20 s of reading).
     input_pipeline.AUTOTUNE_MODEL = False
+    # Python's advice for a process that forks without exec (gc.freeze): what the imports
+    # made (~280k objects) leaves the collector's reach, so no child walks it again in its
+    # collections and at its exit, nor copies its pages by doing so (measured: 1-2 s less
+    # per command; the children's own objects are collected as ever).
+    gc.collect()
+    gc.freeze()
     unsafe = foreign_threads()
     if unsafe is not None:  # the test that started the server fails, with this line
         sys.exit(f"forkserver: cannot fork safely: after its imports the server holds {unsafe}")
