@@ -149,6 +149,33 @@ class _BertAdamBase(keras.optimizers.Optimizer):
         return config
 
 
+class _StepScalars:
+    """The scalars one update shares across variables (learning rate, decay rate, beta
+    powers, epsilon), made once per `apply`, dtype and device instead of once per variable:
+    ~10 fewer ops per variable in a traced training step, the same values (so the same
+    updates). A plain object: the optimizer's attribute tracking leaves it out of
+    checkpoints."""
+
+    def __init__(self):
+        self._made = None  # {(dtype, device): scalars} while an `apply` runs
+
+    def start(self):
+        self._made = {}
+
+    def stop(self):
+        self._made = None
+
+    def get(self, variable, make):
+        """`make()`'s scalars for `variable`'s dtype and device, made once per `apply`
+        (every time when called outside one)."""
+        if self._made is None:
+            return make()
+        key = (variable.dtype, getattr(variable, "device", None))
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
+
+
 def _handle(variable):
     """The resource handle of a Keras or tf variable (per device inside strategy updates)."""
     return getattr(variable, "value", variable).handle if not isinstance(
@@ -195,34 +222,60 @@ class AdamWeightDecay(_BertAdamBase):
                          no_decay_patterns, pre_reduced_gradients, name=name, **kwargs)
         self.fused = bool(fused)
         self.bias_correction = bool(bias_correction)
+        self._step_scalars = _StepScalars()
+
+    def apply(self, grads, trainable_variables=None):
+        """Keras' `apply`, with the scalars this update shares across variables made once
+        (`_StepScalars`)."""
+        self._step_scalars.start()
+        try:
+            return super().apply(grads, trainable_variables)
+        finally:
+            self._step_scalars.stop()
+
+    def _corrections(self, dtype):
+        """(1 - beta_1^t, 1 - beta_2^t) for this update's step t = iterations + 1 with
+        bias correction; (1.0, 1.0) for the original, which has none."""
+        if not self.bias_correction:
+            return 1.0, 1.0
+        step = ops.cast(self.iterations + 1, dtype)
+        return _one_minus_power(self.beta_1, step), _one_minus_power(self.beta_2, step)
+
+    def _fused_scalars(self, learning_rate, dtype):
+        """The fused kernel's scalars for this update (see `update_step`)."""
+        lr = ops.cast(learning_rate, dtype)
+        correction_1, correction_2 = self._corrections(dtype)
+        return {
+            "lr": lr, "decay": lr * self.weight_decay_rate,
+            "beta1_power": ops.cast(1.0 - correction_1, dtype),
+            "beta2_power": ops.cast(1.0 - correction_2, dtype),
+            "beta1": tf.constant(self.beta_1, dtype), "beta2": tf.constant(self.beta_2, dtype),
+            "epsilon": ops.cast(self.epsilon * ops.sqrt(correction_2), dtype),
+        }
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
-        lr = ops.cast(learning_rate, dtype)
         gradient = ops.cast(gradient, dtype)
         index = self._get_variable_index(variable)
         m, v = self._m[index], self._v[index]
-        correction_1 = correction_2 = 1.0  # the original: no bias correction
-        if self.bias_correction:  # this update is step t = iterations + 1
-            step = ops.cast(self.iterations + 1, dtype)
-            correction_1 = _one_minus_power(self.beta_1, step)
-            correction_2 = _one_minus_power(self.beta_2, step)
         if self.fused:
             # w -= lr * wd * w first: the Adam part does not depend on w, so this equals
             # the original's single update. Then TensorFlow's fused Adam kernel (one pass
             # over memory instead of ~8): lr * sqrt(1 - beta2_power) / (1 - beta1_power) *
             # m / (sqrt(v) + epsilon). Beta powers 1 - correction (0 for the original) and
             # epsilon * sqrt(correction_2) make it lr * m_hat / (sqrt(v_hat) + epsilon).
+            scalars = self._step_scalars.get(
+                variable, lambda: self._fused_scalars(learning_rate, dtype))
             if self.weight_decay_rate and self.decays(variable):
-                self.assign_sub(variable, lr * self.weight_decay_rate * variable)
+                self.assign_sub(variable, scalars["decay"] * variable)
             tf.raw_ops.ResourceApplyAdam(
                 var=_handle(variable), m=_handle(m), v=_handle(v),
-                beta1_power=ops.cast(1.0 - correction_1, dtype),
-                beta2_power=ops.cast(1.0 - correction_2, dtype), lr=lr,
-                beta1=tf.constant(self.beta_1, dtype), beta2=tf.constant(self.beta_2, dtype),
-                epsilon=ops.cast(self.epsilon * ops.sqrt(correction_2), dtype),
-                grad=tf.convert_to_tensor(gradient))
+                beta1_power=scalars["beta1_power"], beta2_power=scalars["beta2_power"],
+                lr=scalars["lr"], beta1=scalars["beta1"], beta2=scalars["beta2"],
+                epsilon=scalars["epsilon"], grad=tf.convert_to_tensor(gradient))
             return
+        lr = ops.cast(learning_rate, dtype)
+        correction_1, correction_2 = self._corrections(dtype)
         self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
         self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(gradient))
         # Dividing by 1.0 is exact: the original's update is unchanged.

@@ -106,6 +106,36 @@ def test_adam_weight_decay_matches_original(weight_decay_rate, fused):
             assert np.abs(got[name] - expected[name]).max() < 1e-5
 
 
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_a_traced_update_makes_its_scalars_once_for_all_variables(bias_correction):
+    """In a traced step every variable's fused kernel reads the same scalar tensors (rate,
+    beta powers, betas, epsilon) and every decayed variable the same lr * decay rate: made
+    once per update, not once per variable (the values `test_adam_weight_decay_matches_
+    original` checks). Outside an update's `apply`, `update_step` makes its own."""
+    holder = _Holder(_initial_values())
+    variables = list(holder.vars.values())
+    optimizer = optimization.AdamWeightDecay(
+        learning_rate=optimization.WarmupLinearDecay(0.1, 10, 2), weight_decay_rate=0.01,
+        global_clipnorm=1.0, bias_correction=bias_correction)
+    optimizer.build(variables)
+
+    @tf.function
+    def step(grads):
+        optimizer.apply(grads, variables)
+
+    graph = step.get_concrete_function([tf.TensorSpec(v.shape) for v in variables]).graph
+    kernels = [op for op in graph.get_operations() if op.type == "ResourceApplyAdam"]
+    assert len(kernels) == len(VARS)
+    for slot in ("lr", "beta1_power", "beta2_power", "beta1", "beta2", "epsilon"):
+        index = [arg.name for arg in kernels[0].op_def.input_arg].index(slot)
+        assert len({op.inputs[index].ref() for op in kernels}) == 1, slot
+    decays = {op.inputs[0].ref() for op in graph.get_operations()
+              if op.type == "Mul" and op.outputs[0].consumers()
+              and op.outputs[0].consumers()[0].type == "AssignSubVariableOp"}
+    assert len(decays) == 1  # kernel and word_embeddings decay (LayerNorm, bias do not)
+    assert optimizer._step_scalars._made is None  # nothing kept after the update
+
+
 def _run_torch_adamw(rates, weight_decay_rate):
     """PyTorch's own AdamW (bias-corrected; decoupled decay lr * wd * w) on the same
     gradients, clipped to global norm 1 as ours are, decay off for LayerNorm and biases."""
