@@ -111,7 +111,7 @@ def test_a_traced_update_makes_its_scalars_once_for_all_variables(bias_correctio
     """In a traced step every variable's fused kernel reads the same scalar tensors (rate,
     beta powers, betas, epsilon) and every decayed variable the same lr * decay rate: made
     once per update, not once per variable (the values `test_adam_weight_decay_matches_
-    original` checks). Outside an update's `apply`, `update_step` makes its own."""
+    original` checks)."""
     holder = _Holder(_initial_values())
     variables = list(holder.vars.values())
     optimizer = optimization.AdamWeightDecay(
