@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import types
 from typing import Sequence
 
 import keras
@@ -149,33 +150,6 @@ class _BertAdamBase(keras.optimizers.Optimizer):
         return config
 
 
-class _StepScalars:
-    """The scalars one update shares across variables (learning rate, decay rate, beta
-    powers, epsilon), made once per `apply`, dtype and device instead of once per variable:
-    ~10 fewer ops per variable in a traced training step, the same values (so the same
-    updates). A plain object: the optimizer's attribute tracking leaves it out of
-    checkpoints."""
-
-    def __init__(self):
-        self._made = None  # {(dtype, device): scalars} while an `apply` runs
-
-    def start(self):
-        self._made = {}
-
-    def stop(self):
-        self._made = None
-
-    def get(self, variable, make):
-        """`make()`'s scalars for `variable`'s dtype and device, made once per `apply`
-        (every time when called outside one)."""
-        if self._made is None:
-            return make()
-        key = (variable.dtype, getattr(variable, "device", None))
-        if key not in self._made:
-            self._made[key] = make()
-        return self._made[key]
-
-
 def _handle(variable):
     """The resource handle of a Keras or tf variable (per device inside strategy updates)."""
     return getattr(variable, "value", variable).handle if not isinstance(
@@ -222,16 +196,18 @@ class AdamWeightDecay(_BertAdamBase):
                          no_decay_patterns, pre_reduced_gradients, name=name, **kwargs)
         self.fused = bool(fused)
         self.bias_correction = bool(bias_correction)
-        self._step_scalars = _StepScalars()
+        # The fused kernel's scalars of the `apply` running, by (dtype, device): made once
+        # per update, not per variable (~10 ops each in a traced step; the same values). A
+        # plain namespace: the optimizer's attribute tracking keeps it out of checkpoints.
+        self._step = types.SimpleNamespace(scalars=None)
 
     def apply(self, grads, trainable_variables=None):
-        """Keras' `apply`, with the scalars this update shares across variables made once
-        (`_StepScalars`)."""
-        self._step_scalars.start()
+        """Keras' `apply`, sharing the fused kernel's scalars across the variables."""
+        self._step.scalars = {}
         try:
             return super().apply(grads, trainable_variables)
         finally:
-            self._step_scalars.stop()
+            self._step.scalars = None
 
     def _corrections(self, dtype):
         """(1 - beta_1^t, 1 - beta_2^t) for this update's step t = iterations + 1 with
@@ -264,8 +240,11 @@ class AdamWeightDecay(_BertAdamBase):
             # over memory instead of ~8): lr * sqrt(1 - beta2_power) / (1 - beta1_power) *
             # m / (sqrt(v) + epsilon). Beta powers 1 - correction (0 for the original) and
             # epsilon * sqrt(correction_2) make it lr * m_hat / (sqrt(v_hat) + epsilon).
-            scalars = self._step_scalars.get(
-                variable, lambda: self._fused_scalars(learning_rate, dtype))
+            shared = self._step.scalars if self._step.scalars is not None else {}
+            key = (dtype, getattr(variable, "device", None))
+            if key not in shared:
+                shared[key] = self._fused_scalars(learning_rate, dtype)
+            scalars = shared[key]
             if self.weight_decay_rate and self.decays(variable):
                 self.assign_sub(variable, scalars["decay"] * variable)
             tf.raw_ops.ResourceApplyAdam(

@@ -133,7 +133,7 @@ def test_a_traced_update_makes_its_scalars_once_for_all_variables(bias_correctio
               if op.type == "Mul" and op.outputs[0].consumers()
               and op.outputs[0].consumers()[0].type == "AssignSubVariableOp"}
     assert len(decays) == 1  # kernel and word_embeddings decay (LayerNorm, bias do not)
-    assert optimizer._step_scalars._made is None  # nothing kept after the update
+    assert optimizer._step.scalars is None  # nothing kept after the update
 
 
 def _run_torch_adamw(rates, weight_decay_rate):
