@@ -50,13 +50,13 @@ def main(argv):
 def run():
     """Checks the flags, converts --input to --output_format in --output_dir; prints what
     it wrote."""
+    if not FLAGS.input or not FLAGS.output_dir:  # before TensorFlow loads: said at once
+        raise app.UsageError("--input and --output_dir are required")
     from data_prep import fileio
     from modeling import checkpoints
     from modeling.checkpoints import sentence_transformers
     from modeling.config import BertConfig
 
-    if not FLAGS.input or not FLAGS.output_dir:
-        raise app.UsageError("--input and --output_dir are required")
     if FLAGS.vocab_file and not fileio.exists(FLAGS.vocab_file):
         raise cli.FlagError(f"--vocab_file={FLAGS.vocab_file}: no such file")
     if fileio.exists(FLAGS.output_dir) and not fileio.isdir(FLAGS.output_dir):

@@ -92,10 +92,10 @@ def run():
     """Checks the flags, grows the vocab and the checkpoint, writes them; prints a report."""
     import os
 
+    _check_flags()  # before TensorFlow loads: a bad flag is said at once
     from data_prep import fileio, new_words, tokenization
     from modeling import checkpoints, vocab_growth
 
-    _check_flags()
     input_kind = None if FLAGS.input_format == "auto" else FLAGS.input_format
     output_kind = FLAGS.output_format or input_kind or checkpoints.resolve(FLAGS.input)[0]
     checkpoints.check_output_dir(FLAGS.input, FLAGS.output_dir, output_kind)

@@ -247,6 +247,9 @@ def _windows():
 
 def run():
     """Checks the flags and inputs (before loading any model), then writes the JSON lines."""
+    for name in ("input_file", "output_file", "init_checkpoint"):  # before TensorFlow loads
+        if not getattr(FLAGS, name):
+            raise app.UsageError(f"--{name} is required")
     from data_prep import fileio
     from data_prep.tokenization import ENCODING_TOKENS, FullTokenizer, VocabError, check_vocab
     from training import flags as common_flags
@@ -255,9 +258,6 @@ def run():
     from modeling.encoder import BertEncoder
     from training.distribution import get_strategy
 
-    for name in ("input_file", "output_file", "init_checkpoint"):
-        if not getattr(FLAGS, name):
-            raise app.UsageError(f"--{name} is required")
     fileio.check_outputs([("--output_file", FLAGS.output_file)],
                          [("--input_file", FLAGS.input_file),
                           ("--vocab_file", FLAGS.vocab_file),

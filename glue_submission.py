@@ -86,8 +86,6 @@ common_flags.use_defaults(DEFAULTS)
 
 def run_config_from_flags(values=FLAGS) -> GlueRun:
     """Validates the flags and turns them into a `GlueRun`."""
-    from tasks.classification import glue
-
     common_flags.use_defaults(DEFAULTS, values)
     common_flags.check_modes(values, _modes(values))
     for name in ("output_dir",) + (() if values.collect_only else (
@@ -98,6 +96,8 @@ def run_config_from_flags(values=FLAGS) -> GlueRun:
     if given:
         raise shell.FlagError(f"--{given[0]}: glue_submission.py always trains, evaluates on dev "
                               "and predicts the test sets")
+    from tasks.classification import glue  # loads TensorFlow: after the flags' own checks
+
     settings = common_flags.finetuning_run(values)  # default: the paper's learning rates
     settings = dataclasses.replace(settings, do_train=True, do_eval=True, do_predict=True)
     return GlueRun(settings, glue.GlueSettings(

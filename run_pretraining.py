@@ -20,7 +20,7 @@ from absl import flags
 
 from data_prep import cli as shell
 from training import flags as common_flags
-from training.pretraining import MASKING_SETTINGS, Phase2, PretrainingRun, run  # noqa: F401
+from data_prep.pretraining_data.config import MASKING_SETTINGS
 
 FLAGS = flags.FLAGS
 
@@ -102,7 +102,6 @@ common_flags.use_defaults(DEFAULTS)
 
 def run_config_from_flags(values=FLAGS) -> PretrainingRun:
     """Validates the flags and turns them into a `PretrainingRun`."""
-    from training.record_checks import split_patterns
     from training.settings import settings_of
 
     common_flags.use_defaults(DEFAULTS, values)
@@ -122,6 +121,10 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
         raise shell.FlagError(f"--max_eval_steps={values.max_eval_steps} must be at least 1 (the "
                               "eval batches to read)")
     objective, next_sentence_prediction = _objective_from_flags(values)
+    # TensorFlow loads from here: the flags' own checks above answer at once.
+    from training.pretraining import PretrainingRun
+    from training.record_checks import split_patterns
+
     phase2 = _phase2_from_flags(values)
     settings, _ = settings_of(
         PretrainingRun, **common_flags.loop_settings(values),
@@ -166,6 +169,7 @@ def _phase2_from_flags(values) -> Phase2 | None:
     """The second phase from the --phase2_* flags (None without --phase2_input_file, whose
     companions are then refused: `MODES`): phase 1 is 90% of the steps unless
     --phase1_steps."""
+    from training.pretraining import Phase2
     from training.record_checks import split_patterns
 
     if not values.phase2_input_file:
@@ -188,6 +192,13 @@ def _phase2_from_flags(values) -> Phase2 | None:
             raise shell.FlagError(f"--{name}={value} must be positive")
     return Phase2(split_patterns(values.phase2_input_file), start,
                   values.phase2_max_seq_length, predictions, batch)
+
+
+def run(cfg: PretrainingRun) -> dict:
+    """Runs `cfg` (`training.pretraining.run`; imported here, as it loads TensorFlow)."""
+    from training import pretraining
+
+    return pretraining.run(cfg)
 
 
 def main(argv):

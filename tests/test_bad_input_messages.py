@@ -20,15 +20,15 @@ from tests.conftest import TINY_VOCAB, write_vocab
 
 
 def _pretraining_cfg(records, out, config, **overrides):
-    import run_pretraining
     from training.execution import RuntimeConfig
+    from training.pretraining import PretrainingRun
     from training.settings import settings_of
 
     values = dict(num_train_steps=40, iterations_per_loop=2, save_checkpoints_steps=100,
                   learning_rate=1e-3, num_warmup_steps=0)
     values.update(overrides)
     return settings_of(
-        run_pretraining.PretrainingRun, bert_config_file=config,
+        PretrainingRun, bert_config_file=config,
         input_patterns=tuple(records), output_dir=str(out), init_checkpoint=None,
         max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, do_train=True, do_eval=False,
         train_batch_size=4, eval_batch_size=4, input_compression="auto",

@@ -432,13 +432,29 @@ def _wiring_case(tool, tmp_path):
     return argv, expected
 
 
+# The commands whose wiring case above is answered only after TensorFlow has loaded: a
+# gs:// output is TensorFlow's file system to reach; export_saved_model's flags are its
+# families' (which import TensorFlow); run_squad's checks are the SQuAD family's. Every
+# other command answers a bad flag before it loads TensorFlow (a fraction of a second, not
+# TensorFlow's import).
+ANSWERED_AFTER_TENSORFLOW = {"create_pretraining_data", "export_saved_model", "run_squad"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tool", sorted(TOOLS))
 def test_each_command_s_wiring_as_a_process(tool, tmp_path):
-    """The program a user starts: status 1, one `prog: error:` line, no traceback."""
+    """The program a user starts: status 1, one `prog: error:` line, no traceback; and
+    whether it loaded TensorFlow first (Python's own import log, -X importtime)."""
     args, expected = _wiring_case(tool, tmp_path)
     stdin = "a B-X B-X\nb O\n" if tool == "conlleval" else None
-    _one_error_line(run_cli(tool, *args, cwd=str(tmp_path), stdin=stdin), tool, expected)
+    result = run_cli(tool, *args, cwd=str(tmp_path), stdin=stdin,
+                     env={"PYTHONPROFILEIMPORTTIME": "1"})
+    _one_error_line(result, tool, expected)
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "data_prep.cli" in imported  # the log is there
+    loaded_tensorflow = "tensorflow" in imported
+    assert loaded_tensorflow == (tool in ANSWERED_AFTER_TENSORFLOW), tool
 
 
 def test_conlleval_reports_through_the_shell(tmp_path):

@@ -77,6 +77,7 @@ def test_run_classifier_on_ram_paths(ram_env):
 
 def test_run_pretraining_on_ram_paths(ram_env):
     import run_pretraining
+    from training.pretraining import PretrainingRun
     from training.settings import settings_of
 
     records = f"{ROOT}/records/part-0.tfrecord"
@@ -85,7 +86,7 @@ def test_run_pretraining_on_ram_paths(ram_env):
     config = _write(f"{ROOT}/model/pre_config.json", json.dumps(S.tiny_config_dict()))
     out = f"{ROOT}/pretraining_out"
     cfg, _ = settings_of(
-        run_pretraining.PretrainingRun, bert_config_file=config,
+        PretrainingRun, bert_config_file=config,
         input_patterns=(f"{ROOT}/records/part-*",), output_dir=out, init_checkpoint=None,
         max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, do_train=True, do_eval=True,
         train_batch_size=4, eval_batch_size=4, input_compression="auto",

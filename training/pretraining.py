@@ -17,15 +17,11 @@ from absl import logging
 
 from data_prep.cli import UserError
 from data_prep.features import RecordSchema
+from data_prep.pretraining_data.config import MASKING_SETTINGS
 from modeling import losses
 from training import loop, trainer_setup
 from training.execution import RuntimeConfig, setup_runtime
 from training.settings import LoopConfig, LoopSettings
-
-# The settings of on-the-fly masking (unmasked records read by the masked LM), named as
-# their run_pretraining.py flags.
-MASKING_SETTINGS = ("vocab_file", "masked_lm_prob", "do_whole_word_mask", "mask_token_rate",
-                    "random_token_rate")
 
 
 @dataclasses.dataclass(frozen=True)

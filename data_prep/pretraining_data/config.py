@@ -9,6 +9,10 @@ from fractions import Fraction
 from data_prep.cli import FlagError
 
 MIN_MAX_SEQ_LENGTH = 5  # [CLS] A [SEP] B [SEP] with A and B of at least one token each.
+# The settings of on-the-fly masking (unmasked records masked as the masked LM reads them:
+# the vocab and this config's masking fields), named as their run_pretraining.py flags.
+MASKING_SETTINGS = ("vocab_file", "masked_lm_prob", "do_whole_word_mask", "mask_token_rate",
+                    "random_token_rate")
 
 
 @dataclasses.dataclass(frozen=True)
