@@ -16,11 +16,16 @@ rest at `--phase2_max_seq_length`, one run). The runner only parses flags into a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import flags
 
 from data_prep import cli as shell
-from training import flags as common_flags
 from data_prep.pretraining_data.config import MASKING_SETTINGS
+from training import flags as common_flags
+
+if TYPE_CHECKING:  # imported when the command runs (it loads TensorFlow)
+    from training.pretraining import Phase2, PretrainingRun
 
 FLAGS = flags.FLAGS
 
