@@ -745,6 +745,47 @@ def test_a_nan_dev_metric_picks_no_best_checkpoint_and_says_so(mrpc, tmp_path, c
     del rc
 
 
+def test_a_finished_run_from_other_weights_under_the_same_path_is_done_again(mrpc, tmp_path,
+                                                                           caplog):
+    """A finished run's record named its --init_checkpoint by path alone: once more
+    pretraining wrote a newer checkpoint into that directory (or MNLI was retrained in
+    place before GLUE's AX was predicted with it), a rerun reused the results of the old
+    weights. The record holds the identity of the weights file the path resolves to: the
+    same weights are skipped, newer ones under the same path are done again, the log naming
+    init_weights; so are other weights rewritten under the same file name."""
+    import tensorflow as tf
+
+    from training import finetuning, sweeps
+
+    pretrained = tmp_path / "pretrained"
+    saver = tf.train.CheckpointManager(tf.train.Checkpoint(w=tf.Variable([1.0])),
+                                       str(pretrained), max_to_keep=None)
+    saver.save()
+    settings = _mrpc_run(mrpc, tmp_path / "unused", init_checkpoint=str(pretrained)).finetuning
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def rerun():
+        return sweeps.earlier(str(run), sweeps.request(settings, None,
+                                                       finetuning.PreparedData(), 1))
+
+    sweeps.write_finished(str(run), sweeps.request(settings, None, finetuning.PreparedData(), 1),
+                          {"seed": 1, "global_step": 6, "num_train_steps": 6, "eval": {},
+                           "outputs": [], "model_dir": str(run)})
+    assert rerun()[0]["skipped"]
+    saver.save()  # more pretraining: ckpt-2 is what the same path now holds
+    with caplog.at_level("WARNING"):
+        assert rerun() == (None, True)
+    assert "finished with other settings or data (init_weights." in caplog.text
+    # The same file name rewritten with other weights (a model saved again in place).
+    sweeps.write_finished(str(run), sweeps.request(settings, None, finetuning.PreparedData(), 1),
+                          {"seed": 1, "global_step": 6, "num_train_steps": 6, "eval": {},
+                           "outputs": [], "model_dir": str(run)})
+    index = pretrained / "ckpt-2.index"
+    os.utime(index, ns=(index.stat().st_atime_ns, index.stat().st_mtime_ns + 10**9))
+    assert rerun() == (None, True)
+
+
 def test_a_nan_seed_is_never_the_best_and_the_warning_names_it(caplog):
     """The best seed (and grid point) is picked among numbers: a NaN one is named in a
     warning and not picked; when every one is NaN, the first is kept, with a warning."""

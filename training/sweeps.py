@@ -53,12 +53,14 @@ def all_failed_message(runs_: Sequence[dict], output_dir: str) -> str:
 
 def request(settings, family, prepared, seed) -> dict:
     """What a finished run's results answer (its run_results.json keeps it): a rerun
-    with other settings or other data runs again rather than reuse them."""
+    with other settings, other data or other initial weights runs again rather than reuse
+    them."""
     splits = ([prepared.train] if prepared.train else []) + prepared.eval_splits + \
         prepared.predict_splits
     request = {
         "seed": seed, "do_train": settings.do_train, "do_eval": settings.do_eval,
         "do_predict": settings.do_predict, "init_checkpoint": settings.init_checkpoint,
+        "init_weights": _weights_file(settings.init_checkpoint),
         "keep_best_checkpoint": settings.keep_best_checkpoint,
         "max_seq_length": settings.max_seq_length, "do_lower_case": settings.do_lower_case,
         "train_batch_size": settings.train_batch_size,
@@ -70,6 +72,23 @@ def request(settings, family, prepared, seed) -> dict:
                      for path in sorted(fileio.glob(pattern))]] for split in splits],
     }
     return json.loads(json.dumps(request, sort_keys=True))
+
+
+def _weights_file(init_checkpoint: str | None) -> dict | None:
+    """The identity (`fileio.fingerprint`) of the file that names the weights
+    `init_checkpoint` resolves to (a prefix's .index, a .safetensors file or shard index):
+    the same path holds other weights once more pretraining wrote a newer checkpoint there,
+    or a model was retrained in place (GLUE's AX, predicted with MNLI's model). None
+    without one, or when it cannot be read (the run refuses it when it loads it)."""
+    from modeling import checkpoints
+
+    if not init_checkpoint:
+        return None
+    try:
+        kind, location = checkpoints.resolve(init_checkpoint)
+    except checkpoints.CheckpointError:
+        return None
+    return fileio.fingerprint(location if kind == checkpoints.HF else location + ".index")
 
 
 def _relative(path: str, directory: str) -> str:

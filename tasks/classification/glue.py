@@ -198,7 +198,7 @@ def _predict_ax(run, settings: GlueSettings, mnli_model_dir: str) -> dict:
     ax_run = dataclasses.replace(
         run, output_dir=os.path.join(run.output_dir, RUN_DIRS["ax"]), do_train=False,
         do_eval=False, do_predict=True, init_checkpoint=mnli_model_dir, seeds=(None,),
-        grid=None, keep_best_checkpoint=False, skip_finished=False)
+        grid=None, keep_best_checkpoint=False, skip_finished=True)
     logging.info("AX: predicting with MNLI's model %s", mnli_model_dir)
     family = ClassificationFamily(
         ClassificationSettings(task_name="ax", data_dir=data_dir(settings.glue_dir, "ax"),
