@@ -784,6 +784,9 @@ def test_a_finished_run_from_other_weights_under_the_same_path_is_done_again(mrp
     index = pretrained / "ckpt-2.index"
     os.utime(index, ns=(index.stat().st_atime_ns, index.stat().st_mtime_ns + 10**9))
     assert rerun() == (None, True)
+    # A run started from checkpoints in its own output_dir writes newer ones there itself.
+    own = dataclasses.replace(settings, output_dir=str(pretrained))
+    assert sweeps.request(own, None, finetuning.PreparedData(), 1)["init_weights"] is None
 
 
 def test_a_nan_seed_is_never_the_best_and_the_warning_names_it(caplog):

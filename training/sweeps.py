@@ -60,7 +60,7 @@ def request(settings, family, prepared, seed) -> dict:
     request = {
         "seed": seed, "do_train": settings.do_train, "do_eval": settings.do_eval,
         "do_predict": settings.do_predict, "init_checkpoint": settings.init_checkpoint,
-        "init_weights": _weights_file(settings.init_checkpoint),
+        "init_weights": _weights_file(settings.init_checkpoint, settings.output_dir),
         "keep_best_checkpoint": settings.keep_best_checkpoint,
         "max_seq_length": settings.max_seq_length, "do_lower_case": settings.do_lower_case,
         "train_batch_size": settings.train_batch_size,
@@ -74,12 +74,13 @@ def request(settings, family, prepared, seed) -> dict:
     return json.loads(json.dumps(request, sort_keys=True))
 
 
-def _weights_file(init_checkpoint: str | None) -> dict | None:
+def _weights_file(init_checkpoint: str | None, output_dir: str) -> dict | None:
     """The identity (`fileio.fingerprint`) of the file that names the weights
     `init_checkpoint` resolves to (a prefix's .index, a .safetensors file or shard index):
     the same path holds other weights once more pretraining wrote a newer checkpoint there,
     or a model was retrained in place (GLUE's AX, predicted with MNLI's model). None
-    without one, or when it cannot be read (the run refuses it when it loads it)."""
+    without one, when it cannot be read (the run refuses it when it loads it), or when it
+    is in the run's own `output_dir` (the run's own checkpoints are no other weights)."""
     from modeling import checkpoints
 
     if not init_checkpoint:
@@ -87,6 +88,8 @@ def _weights_file(init_checkpoint: str | None) -> dict | None:
     try:
         kind, location = checkpoints.resolve(init_checkpoint)
     except checkpoints.CheckpointError:
+        return None
+    if fileio.is_within(location, output_dir):
         return None
     return fileio.fingerprint(location if kind == checkpoints.HF else location + ".index")
 
