@@ -784,6 +784,15 @@ def test_a_finished_run_from_other_weights_under_the_same_path_is_done_again(mrp
     index = pretrained / "ckpt-2.index"
     os.utime(index, ns=(index.stat().st_atime_ns, index.stat().st_mtime_ns + 10**9))
     assert rerun() == (None, True)
+    # A Hugging Face directory: its model.safetensors names the weights.
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "model.safetensors").write_bytes(b"weights")
+    from_hf = dataclasses.replace(settings, init_checkpoint=str(hf))
+    weights = sweeps.request(from_hf, None, finetuning.PreparedData(), 1)["init_weights"]
+    assert weights["path"] == str(hf / "model.safetensors")
+    (hf / "model.safetensors").write_bytes(b"other weights")
+    assert sweeps.request(from_hf, None, finetuning.PreparedData(), 1)["init_weights"] != weights
     # A run started from checkpoints in its own output_dir writes newer ones there itself.
     own = dataclasses.replace(settings, output_dir=str(pretrained))
     assert sweeps.request(own, None, finetuning.PreparedData(), 1)["init_weights"] is None
