@@ -1,5 +1,7 @@
 # Two entry points: `make demo` (the main job) and `make test` (set up + whole suite).
 # Each creates .venv from the requirements when it is missing or out of date.
+# The interpreter .venv is made with: the first python3.11 on PATH (README: an optimised
+# build runs the Python-heavy tools faster; `rm -rf .venv` before choosing another).
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
