@@ -45,12 +45,16 @@ def test_flags_and_keyword_arguments_build_the_same_settings(runner):
     module = importlib.import_module(runner)
     own_argv, own_kwargs = RUNNER_ARGV[runner]
     argv = [f"{runner}.py", "--vocab_file=v", "--bert_config_file=c", "--output_dir=o",
-            "--do_train", "--do_eval", *own_argv,
+            "--do_train", "--do_eval", "--seed=7", *own_argv,
             *(f"--{name}={value}" for name, value in SHARED.items())]
     from_flags = _parsed(module, argv)
     from_kwargs = module.COMMAND.settings(vocab_file="v", bert_config_file="c",
                                           output_dir="o", do_train=True, do_eval=True,
+                                          runtime=from_flags.finetuning.runtime,
                                           **own_kwargs, **SHARED)
+    # The runtime's seed alone is the one run's seed (weights, dropout and input order),
+    # from a program as from `--seed` (docs/run_classifier.md's library use).
+    assert from_flags.finetuning.seeds == from_kwargs.finetuning.seeds == (7,)
     assert type(from_flags.finetuning.loop) is LoopSettings
     assert from_flags.finetuning.loop == from_kwargs.finetuning.loop
     assert {k: v for k, v in _shared(from_flags.finetuning.loop).items()
