@@ -288,12 +288,12 @@ def settings_from(**kwargs) -> tuple[FinetuningRun, dict]:
     Accepts every `FinetuningRun` field and every `LoopSettings` one by name
     (`learning_rate=`, `save_checkpoints_steps=`, `dtype=`, ...: `training.settings.settings_of`,
     as pretraining). A tuple of learning rates, batch sizes or epochs makes a grid, as
-    comma-separated flag values do. Without `seeds`, the runtime's seed is the one run's
-    seed, as `--seed` alone is on the command line (`training.flags.parse_seeds`).
+    comma-separated flag values do. No `seeds` (or none given to `--seeds`): one run with
+    the runtime's seed (`--seed`; None: unseeded).
     """
-    runtime = kwargs.get("runtime")
-    if "seeds" not in kwargs and runtime is not None and runtime.seed is not None:
-        kwargs["seeds"] = (runtime.seed,)
+    if not kwargs.get("seeds"):
+        runtime = kwargs.get("runtime")
+        kwargs["seeds"] = (runtime.seed if runtime is not None else None,)
     # A sequence of learning rates, batch sizes or epochs is a grid, as on the command line.
     values = {name: kwargs.get(name, default) for name, default in (
         ("learning_rate", 5e-5), ("train_batch_size", 32), ("num_train_epochs", 3.0))}

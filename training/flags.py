@@ -298,8 +298,9 @@ def define_bucketing_flags():
 
 
 def parse_seeds(values=FLAGS) -> tuple:
-    """--seeds as a tuple of ints, or (--seed,) when empty (None: unseeded); refused as the
-    grid flags refuse their values (an empty item, a repeat), or outside NumPy's seeds."""
+    """--seeds as a tuple of ints (empty: one run with --seed, `finetuning.settings_from`);
+    refused as the grid flags refuse their values (an empty item, a repeat), or outside
+    NumPy's seeds."""
     items = [str(item).strip() for item in values.seeds or ()]
     spelled = ",".join(items)
     seeds = []
@@ -315,7 +316,7 @@ def parse_seeds(values=FLAGS) -> tuple:
         seeds.append(seed)
     if len(set(seeds)) != len(seeds):
         raise flags.ValidationError(f"--seeds={spelled}: a seed is repeated")
-    return tuple(seeds) or (values.seed,)
+    return tuple(seeds)
 
 
 def runtime_config(values=FLAGS) -> RuntimeConfig:
