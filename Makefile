@@ -12,10 +12,11 @@ PYTEST_ARGS ?=
 # `--no-loadscope-reorder`: the modules in collection order, the longest first
 # (tests/conftest.py `LONGEST_MODULES`), not xdist's default of the most tests first;
 # what several modules read is built once per session: tests/conftest.py `built_once`).
-# Most tests use one core, but many wait on processes they start (kills, serving, paper
-# blocks): on a 2-core machine 3 workers keep both cores busy (whole suite, one session:
-# 1,038 s with 3, 1,178 s with 2; 193% CPU). TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 3
+# Two: on a 2-core machine the processes the tests start (kills, serving, paper blocks)
+# keep both cores busy while a test waits, and a third worker only adds contention (whole
+# suite, AMD Zen 3, 2026-11-30: 1,363 s and 2,553 CPU-s with 2 workers; 1,403 and 1,496 s,
+# 2,755 and 2,892 CPU-s in two runs with 3). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast bench clean
 
