@@ -126,16 +126,6 @@ class _BertAdamBase(keras.optimizers.Optimizer):
             return list(grads_and_vars)
         return super()._all_reduce_sum_gradients(grads_and_vars)
 
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        # Keras' optimizer also tracks the model's variables (`_trainable_variables`); a
-        # checkpoint names each variable by its shortest path, which would then be
-        # "optimizer/_trainable_variables/N" instead of "model/encoder/...". Leave the
-        # model's variables to the model, so checkpoint keys stay readable and loadable by
-        # name (modeling.checkpoints).
-        children = super()._trackable_children(save_type, **kwargs)
-        children.pop("_trainable_variables", None)
-        return children
-
     def get_config(self):
         config = super().get_config()
         config.pop("weight_decay", None)

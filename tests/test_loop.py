@@ -83,7 +83,7 @@ def test_checkpoints_every_save_steps_with_model_optimizer_step(trained):
         "ckpt-100", "ckpt-50"]
     names = [n for n, _ in tf.train.list_variables(os.path.join(out, "ckpt-100"))]
     assert any(n.startswith("model/encoder/") for n in names)
-    slots = [n for n in names if n.startswith("optimizer/_variables/")]
+    slots = [n for n in names if n.startswith("optimizer/variables/")]
     assert len(slots) >= 2 * len(trained["model"].trainable_variables)  # m and v
     # Every model variable is named by its model path (the loader reads names).
     assert not any(n.startswith("optimizer/_trainable_variables") for n in names)

@@ -94,7 +94,7 @@ POSITIONS = "model/encoder/embeddings/position_embeddings/.ATTRIBUTES/VARIABLE_V
 def _slot(path, which):
     """The Adam moment (`which`: "m" or "v") of the position table in a checkpoint."""
     names = [n for n, _ in tf.train.list_variables(path)
-             if n.startswith("optimizer/_variables/")]
+             if n.startswith("optimizer/variables/")]
     shape = _tensor(path, POSITIONS).shape
     found = [_tensor(path, n) for n in names if _tensor(path, n).shape == shape]
     assert len(found) == 2, names  # m then v: the only slots of this shape

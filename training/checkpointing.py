@@ -1,14 +1,18 @@
 """Owns training checkpoints: what is saved, where each worker writes, and safe resumption.
 
-The object graph is `tf.train.Checkpoint(model=model, optimizer=optimizer, step=global_step,
-rng=Checkpoint(states=[...]))` (plus `loss_scale=Checkpoint(dynamic_scale, step_counter)`
+The object graph is `tf.train.Checkpoint(model=model, optimizer=Checkpoint(variables=[...]),
+step=global_step, rng=Checkpoint(states=[...]))` (plus `loss_scale=Checkpoint(dynamic_scale, step_counter)`
 when training in float16, and `input=Checkpoint(iterator, identity)`, the position of the
 training input, once training starts: `input_position`, and `divergence=Checkpoint(start,
 steps, recent)`, the loop's divergence check), written by a
 `tf.train.CheckpointManager` as `output_dir/ckpt-<step>.{index,data-*}`. `rng` holds the
 states of the model's Keras seed generators (dropout): Keras does not put them in a
 `tf.train.Checkpoint` of the model, and a resumed run must draw the dropout masks the
-uninterrupted run would have drawn.
+uninterrupted run would have drawn. `optimizer` holds the optimizer's variables (its step
+count and moments, `optimizer_state`), not the Keras optimizer, which also tracks the model's
+variables: a checkpoint names each variable by its shortest path, which would then be
+"optimizer/_trainable_variables/N" instead of "model/encoder/...", and the checkpoint's keys
+would stop being the names `modeling.checkpoints` reads.
 
 Crash safety: a checkpoint's files are complete before the manager rewrites the small
 `checkpoint` state file, and that file is replaced atomically (write + rename), so a process
@@ -58,7 +62,7 @@ def make_checkpoint(model, optimizer, step, loss_scale_optimizer=None,
                     divergence=None) -> tf.train.Checkpoint:
     """The checkpoint object graph used by every runner (see module docstring);
     `divergence`: the loop's divergence check state (`training.loop`)."""
-    objects = {"model": model, "optimizer": optimizer, "step": step}
+    objects = {"model": model, "optimizer": optimizer_state(optimizer), "step": step}
     if divergence is not None:
         objects["divergence"] = divergence
     states = seed_generator_states(model)
@@ -66,11 +70,20 @@ def make_checkpoint(model, optimizer, step, loss_scale_optimizer=None,
         objects["rng"] = tf.train.Checkpoint(states=states)
     if loss_scale_optimizer is not None:
         # Only the scale's own state: the wrapper also tracks the model's variables, which
-        # would take over their checkpoint names (see modeling.optimization).
+        # would take over their checkpoint names (as the optimizer, `optimizer_state`).
         objects["loss_scale"] = tf.train.Checkpoint(
             dynamic_scale=_tf_variable(loss_scale_optimizer.dynamic_scale),
             step_counter=_tf_variable(loss_scale_optimizer.step_counter))
     return tf.train.Checkpoint(**objects)
+
+
+def optimizer_state(optimizer) -> tf.train.Checkpoint:
+    """The built `optimizer`'s variables (step count, moments) in their order, as the
+    checkpoint's `optimizer` (see module docstring)."""
+    if not optimizer.built:
+        raise ValueError("build the optimizer on the model's variables before checkpointing "
+                         "it: an unbuilt optimizer has no moments to save")
+    return tf.train.Checkpoint(variables=[_tf_variable(v) for v in optimizer.variables])
 
 
 def seed_generator_states(model) -> list:
