@@ -60,8 +60,8 @@ SQUAD_DOC_STRIDE = 128
 
 
 def _own_settings(values) -> dict:
-    """This runner's flags as `SquadSettings` keyword arguments (checked by the family's
-    `validate` when the run starts)."""
+    """This runner's flags as `SquadSettings` keyword arguments (checked by its `validate`
+    when the run starts)."""
     return dict(train_file=values.train_file, predict_file=values.predict_file,
                 doc_stride=values.doc_stride, max_query_length=values.max_query_length,
                 n_best_size=values.n_best_size, max_answer_length=values.max_answer_length,
@@ -72,7 +72,7 @@ def _own_settings(values) -> dict:
 
 
 def _task_settings(**values):
-    from tasks.squad.task import SquadSettings
+    from tasks.squad.data import SquadSettings
 
     return SquadSettings(**values)
 
@@ -84,8 +84,9 @@ def _family(task, max_seq_length):
 
 
 def _check(cfg) -> None:
-    """The original's validate_flags_or_throw for the SQuAD flags (UserError)."""
-    _family(cfg.task, cfg.finetuning.max_seq_length).validate(cfg.finetuning)
+    """The original's validate_flags_or_throw for the SQuAD flags (UserError), before
+    TensorFlow is loaded."""
+    cfg.task.validate(cfg.finetuning)
 
 
 def _finish(result: dict, family) -> dict:

@@ -43,6 +43,7 @@ from modeling.config import BertConfig  # noqa: E402
 from tasks.classification import processors  # noqa: E402
 from tasks.classification.task import ClassificationFamily, ClassificationSettings  # noqa: E402
 from training import distribution, finetuning, input_pipeline, trainer_setup  # noqa: E402
+from training.flags import default_bucket_boundaries  # noqa: E402
 from training.settings import LoopConfig  # noqa: E402
 
 POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
@@ -200,7 +201,7 @@ def main():
     parser.add_argument("--config", default="", help="(internal) one task:size:dtype")
     parser.add_argument("--print_lengths", action="store_true", help="(internal)")
     args = parser.parse_args()
-    buckets = input_pipeline.default_bucket_boundaries(args.max_seq_length)
+    buckets = default_bucket_boundaries(args.max_seq_length)
     if args.config:  # one configuration, in its own process (memory is returned after it)
         root = args.data_root
         data = {"root": root, "single": os.path.join(root, "single"),

@@ -30,7 +30,8 @@ from modeling.config import BertConfig  # noqa: E402
 from profile_train_step import profile  # noqa: E402
 from tasks.classification import processors  # noqa: E402
 from tasks.classification.task import ClassificationFamily, ClassificationSettings  # noqa: E402
-from training import distribution, finetuning, input_pipeline, trainer_setup  # noqa: E402
+from training import distribution, finetuning, trainer_setup  # noqa: E402
+from training.flags import default_bucket_boundaries  # noqa: E402
 from training.settings import LoopConfig  # noqa: E402
 
 
@@ -49,7 +50,7 @@ def main():
     layers, hidden, heads = SIZES[args.size]
     config = BertConfig(vocab_size=8000, hidden_size=hidden, num_hidden_layers=layers,
                         num_attention_heads=heads, intermediate_size=4 * hidden)
-    buckets = input_pipeline.default_bucket_boundaries(128)
+    buckets = default_bucket_boundaries(128)
     settings, _ = finetuning.settings_from(
         vocab_file=data["vocab"], bert_config_file="unused", output_dir=root,
         max_seq_length=128, do_train=True, do_predict=True, train_batch_size=args.batch_size,

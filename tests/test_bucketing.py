@@ -13,6 +13,7 @@ import tensorflow as tf
 from data_prep import features as features_lib
 from tests import test_loop_support as S
 from tests.conftest import TINY_VOCAB, write_vocab
+from training import flags as flags_lib
 from training import input_pipeline
 from tests.test_loop_support import read_eval_results
 
@@ -94,11 +95,11 @@ def test_ids_outside_the_models_tables_name_the_feature(tmp_path):
 
 
 def test_default_and_given_boundaries():
-    assert input_pipeline.default_bucket_boundaries(128) == (16, 32, 64, 128)
-    assert input_pipeline.default_bucket_boundaries(384) == (16, 32, 64, 128, 256, 384)
-    assert input_pipeline.check_bucket_boundaries([64, 32], 128) == (32, 64, 128)
+    assert flags_lib.default_bucket_boundaries(128) == (16, 32, 64, 128)
+    assert flags_lib.default_bucket_boundaries(384) == (16, 32, 64, 128, 256, 384)
+    assert flags_lib.check_bucket_boundaries([64, 32], 128) == (32, 64, 128)
     with pytest.raises(ValueError, match="--bucket_boundaries=300"):
-        input_pipeline.check_bucket_boundaries([300], 128)
+        flags_lib.check_bucket_boundaries([300], 128)
 
 
 # ------------------------------------------------------------- through the runners

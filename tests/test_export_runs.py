@@ -31,7 +31,8 @@ def runner_metadata(run_type, data_dir):
 
         family = ClassificationFamily(ClassificationSettings("sts-b", str(data_dir)), SEQ)
     elif run_type == "squad":
-        from tasks.squad.task import SquadFamily, SquadSettings
+        from tasks.squad.data import SquadSettings
+        from tasks.squad.task import SquadFamily
 
         family = SquadFamily(SquadSettings(**SQUAD_SETTINGS), SEQ)
     elif run_type == "multiple_choice":

@@ -19,7 +19,7 @@ documented inline.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar
 
 from absl import flags
 
@@ -472,8 +472,6 @@ class FinetuningCommand:
 
 def bucket_boundaries(values, max_seq_length: int) -> tuple:
     """--bucket_by_length / --bucket_boundaries as the run's buckets (() = off)."""
-    from training import input_pipeline
-
     if not _bucketing(values):  # TPUs want one static shape unless asked otherwise.
         return ()  # --bucket_boundaries is refused then (`SHARED_MODES`)
     if values.bucket_boundaries:
@@ -484,7 +482,27 @@ def bucket_boundaries(values, max_seq_length: int) -> tuple:
                 f"--bucket_boundaries={','.join(values.bucket_boundaries)}: integers "
                 "expected") from None
         try:
-            return input_pipeline.check_bucket_boundaries(given, max_seq_length)
-        except ValueError as err:
+            return check_bucket_boundaries(given, max_seq_length)
+        except UserError as err:
             raise flags.ValidationError(str(err)) from None
-    return input_pipeline.default_bucket_boundaries(max_seq_length)
+    return default_bucket_boundaries(max_seq_length)
+
+
+def default_bucket_boundaries(max_seq_length: int) -> tuple[int, ...]:
+    """Powers of two from 16 below max_seq_length, then max_seq_length: (16, 32, 64, 128)."""
+    out, length = [], 16
+    while length < max_seq_length:
+        out.append(length)
+        length *= 2
+    return tuple(out) + (int(max_seq_length),)
+
+
+def check_bucket_boundaries(boundaries: Sequence[int], max_seq_length: int) -> tuple:
+    """Sorted, unique boundaries ending at max_seq_length; UserError naming the flag."""
+    values = sorted({int(b) for b in boundaries})
+    if not values or values[0] < 1 or values[-1] > max_seq_length:
+        raise UserError(f"--bucket_boundaries={','.join(map(str, boundaries))}: lengths must "
+                        f"be in [1, --max_seq_length={max_seq_length}]")
+    if values[-1] != max_seq_length:
+        values.append(int(max_seq_length))
+    return tuple(values)

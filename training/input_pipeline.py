@@ -222,15 +222,6 @@ def records_input_identity(config: RecordsConfig, batch_size: int) -> dict:
     }
 
 
-def default_bucket_boundaries(max_seq_length: int) -> tuple[int, ...]:
-    """Powers of two from 16 below max_seq_length, then max_seq_length: (16, 32, 64, 128)."""
-    out, length = [], 16
-    while length < max_seq_length:
-        out.append(length)
-        length *= 2
-    return tuple(out) + (int(max_seq_length),)
-
-
 def bucket_batch_size(batch_size: int, length: int, max_seq_length: int) -> int:
     """Rows of an evaluation or prediction batch of length bucket `length`.
 
@@ -242,17 +233,6 @@ def bucket_batch_size(batch_size: int, length: int, max_seq_length: int) -> int:
     `batch_size` rows in every bucket: its batch size is an optimisation setting.
     """
     return int(batch_size) * max(1, int(max_seq_length) // int(length))
-
-
-def check_bucket_boundaries(boundaries: Sequence[int], max_seq_length: int) -> tuple:
-    """Sorted, unique boundaries ending at max_seq_length; UserError naming the flag."""
-    values = sorted({int(b) for b in boundaries})
-    if not values or values[0] < 1 or values[-1] > max_seq_length:
-        raise UserError(f"--bucket_boundaries={','.join(map(str, boundaries))}: lengths must "
-                        f"be in [1, --max_seq_length={max_seq_length}]")
-    if values[-1] != max_seq_length:
-        values.append(int(max_seq_length))
-    return tuple(values)
 
 
 def finetuning_records(config: RecordsConfig, *, batch_size: int, is_training: bool,

@@ -267,6 +267,42 @@ def read_squad_examples(
 
 
 @dataclasses.dataclass(frozen=True)
+class SquadSettings:
+    """SQuAD's own settings (run_squad.py's flags of the same names); TensorFlow-free, so
+    that run_squad.py refuses bad flags before it loads TensorFlow."""
+
+    train_file: str | None = None
+    predict_file: str | None = None
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    verbose_logging: bool = False
+    version_2_with_negative: bool = False
+    null_score_diff_threshold: float = 0.0
+    bilstm_units: int = 0
+
+    def validate(self, run) -> None:
+        """The original's validate_flags_or_throw for these settings and the shared ones
+        of `run` (a `training.finetuning.FinetuningRun`); raises UserError."""
+        if not run.do_train and not run.do_predict and not run.do_eval:
+            raise UserError("At least one of `do_train` or `do_predict` must be True.")
+        if run.do_train and not self.train_file:
+            raise UserError("If `do_train` is True, then `train_file` must be specified.")
+        if (run.do_predict or run.do_eval) and not self.predict_file:
+            flag = "do_predict" if run.do_predict else "do_eval"
+            raise UserError(f"If `{flag}` is True, then `predict_file` must be specified.")
+        if run.max_seq_length <= self.max_query_length + 3:
+            raise UserError(
+                f"The max_seq_length ({run.max_seq_length}) must be greater than "
+                f"max_query_length ({self.max_query_length}) + 3")
+        if self.doc_stride < 1:
+            raise UserError(f"--doc_stride={self.doc_stride} must be at least 1")
+        if self.bilstm_units < 0:
+            raise UserError(f"--bilstm_units={self.bilstm_units} must be 0 (none) or more")
+
+
+@dataclasses.dataclass(frozen=True)
 class WindowConfig:
     """How examples are cut into fixed-length model inputs."""
 

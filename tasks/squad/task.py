@@ -60,22 +60,6 @@ class SpanTask(Task):
 
 
 @dataclasses.dataclass(frozen=True)
-class SquadSettings:
-    """SQuAD's own settings (run_squad.py's flags of the same names)."""
-
-    train_file: str | None = None
-    predict_file: str | None = None
-    doc_stride: int = 128
-    max_query_length: int = 64
-    n_best_size: int = 20
-    max_answer_length: int = 30
-    verbose_logging: bool = False
-    version_2_with_negative: bool = False
-    null_score_diff_threshold: float = 0.0
-    bilstm_units: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
 class SquadExportMetadata(ExportMetadata):
     """`export_metadata.json` of a SQuAD run: the shared fields plus the windows and the
     answer selection the run used, so that its export serves what it predicted.
@@ -113,7 +97,7 @@ class SquadFamily(finetuning.TaskFamily):
 
     name = "squad"
 
-    def __init__(self, settings: SquadSettings, max_seq_length: int):
+    def __init__(self, settings: data.SquadSettings, max_seq_length: int):
         self.settings = settings
         self.max_seq_length = max_seq_length
         self.window = data.WindowConfig(max_seq_length, settings.doc_stride,
@@ -128,25 +112,6 @@ class SquadFamily(finetuning.TaskFamily):
         # identity of the original's model is unchanged.
         bilstm = self.settings.bilstm_units
         return {"task": "squad", **({"bilstm_units": bilstm} if bilstm else {})}
-
-    def validate(self, run) -> None:
-        """The original's validate_flags_or_throw for the SQuAD flags; raises UserError."""
-        cfg = self.settings
-        if not run.do_train and not run.do_predict and not run.do_eval:
-            raise UserError("At least one of `do_train` or `do_predict` must be True.")
-        if run.do_train and not cfg.train_file:
-            raise UserError("If `do_train` is True, then `train_file` must be specified.")
-        if (run.do_predict or run.do_eval) and not cfg.predict_file:
-            flag = "do_predict" if run.do_predict else "do_eval"
-            raise UserError(f"If `{flag}` is True, then `predict_file` must be specified.")
-        if run.max_seq_length <= cfg.max_query_length + 3:
-            raise UserError(
-                f"The max_seq_length ({run.max_seq_length}) must be greater than "
-                f"max_query_length ({cfg.max_query_length}) + 3")
-        if cfg.doc_stride < 1:
-            raise UserError(f"--doc_stride={cfg.doc_stride} must be at least 1")
-        if cfg.bilstm_units < 0:
-            raise UserError(f"--bilstm_units={cfg.bilstm_units} must be 0 (none) or more")
 
     def check_files(self, run) -> None:
         """Raises UserError naming the flag of an input file that does not exist."""
