@@ -119,7 +119,7 @@ MODES = (
 
 
 def _task_settings(**values):
-    from tasks.classification.task import ClassificationSettings
+    from tasks.classification.data import ClassificationSettings
 
     return ClassificationSettings(**values)
 

@@ -72,7 +72,7 @@ def _own_settings(values) -> dict:
 def _task_settings(label_list=None, **values):
     """`TaggingSettings`, --label_list (comma-separated, or a sequence) as a tuple."""
     from tasks.tagging import data
-    from tasks.tagging.task import TaggingSettings
+    from tasks.tagging.data import TaggingSettings
 
     return TaggingSettings(label_list=data.parse_label_list(label_list) if label_list
                            else None, **values)

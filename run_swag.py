@@ -75,7 +75,7 @@ def _own_settings(values) -> dict:
 
 
 def _task_settings(**values):
-    from tasks.multiple_choice.task import MultipleChoiceSettings
+    from tasks.multiple_choice.data import MultipleChoiceSettings
 
     return MultipleChoiceSettings(**values)
 

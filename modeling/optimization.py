@@ -29,22 +29,14 @@ gradient. Optimizers built here therefore skip Keras' own cross-replica sum
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import numbers
 import types
-from typing import Sequence
 
 import keras
-from absl import logging
 import tensorflow as tf
 from keras import ops
 
-from data_prep.cli import UserError
-
-# Path fragments of variables that get no weight decay, as in the original (which matched
-# TF1 names such as "bert/encoder/layer_0/output/LayerNorm/gamma" and ".../dense/bias").
-DEFAULT_NO_DECAY = ("LayerNorm", "layer_norm", "bias")
+from modeling.config import DEFAULT_NO_DECAY, OptimizerConfig
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -329,61 +321,6 @@ class BertLamb(_BertAdamBase):
             ratio = ops.where(usable, w_norm / ops.where(usable, r_norm, 1.0), 1.0)
             update = ratio * update
         self.assign_sub(variable, lr * update)
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
-    """What `create_optimizer` needs; runners fill it from flags."""
-
-    learning_rate: float = 5e-5
-    num_train_steps: int = 100000
-    num_warmup_steps: int = 10000
-    optimizer: str = "adamw"  # or "adamw_bias_corrected", "lamb" (`create_optimizer`)
-    weight_decay_rate: float = 0.01
-    clip_norm: float = 1.0  # global-norm clipping; <= 0 disables it
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    epsilon: float = 1e-6
-    no_decay_patterns: Sequence[str] = DEFAULT_NO_DECAY
-
-    def __post_init__(self):
-        """Every config is checked when built, whoever builds it."""
-        self.validate()
-        if self.num_warmup_steps > self.num_train_steps:
-            # Accepted, as the original accepts it (its schedule never leaves warmup), but
-            # said: the peak rate is never reached.
-            logging.warning(
-                "--num_warmup_steps=%d exceeds --num_train_steps=%d: the learning rate never "
-                "leaves warmup (it reaches %.3g x --learning_rate at the last step)",
-                self.num_warmup_steps, self.num_train_steps,
-                self.num_train_steps / self.num_warmup_steps)
-
-    def validate(self) -> None:
-        """Raises UserError naming the setting (its runners' flag of the same name) when a
-        value cannot train: a rate of -1 climbs the loss, NaN poisons every weight.
-
-        The one check of these settings, for every runner: building the config runs it.
-        """
-        rate = self.learning_rate
-        if not _finite_number(rate) or rate <= 0:
-            raise UserError(f"--learning_rate={rate}: the learning rate must be a positive, "
-                            "finite number")
-        for name in ("num_train_steps", "num_warmup_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-                raise UserError(f"--{name}={value} must be a whole number >= 0")
-        if not _finite_number(self.weight_decay_rate) or self.weight_decay_rate < 0:
-            raise UserError(f"--weight_decay_rate={self.weight_decay_rate} must be a finite "
-                            "number >= 0")
-        if not _finite_number(self.clip_norm):
-            raise UserError(f"--clip_norm={self.clip_norm} must be a finite number (<= 0 "
-                            "turns clipping off)")
-
-
-def _finite_number(value) -> bool:
-    """True for a real number that is neither NaN nor infinite (bools are not numbers)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and \
-        math.isfinite(value)
 
 
 def create_optimizer(config: OptimizerConfig, *, pre_reduced_gradients=True):

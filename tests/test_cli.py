@@ -449,11 +449,29 @@ def test_each_command_s_wiring_as_a_process(tool, tmp_path):
     result = run_cli(tool, *args, cwd=str(tmp_path), stdin=stdin,
                      env={"PYTHONPROFILEIMPORTTIME": "1"})
     _one_error_line(result, tool, expected)
+    loaded_tensorflow = "tensorflow" in _imported(result)
+    assert loaded_tensorflow == (tool in ANSWERED_AFTER_TENSORFLOW), tool
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runner", ["run_classifier", "run_squad", "run_ner", "run_swag"])
+def test_a_fine_tuning_runner_checks_its_settings_before_loading_tensorflow(runner, tmp_path):
+    """A rate that cannot train is refused in a fraction of a second: the task's, the
+    loop's and the optimizer's settings are all built and checked before TensorFlow loads
+    (SQuAD's task settings, the length buckets and the optimizer's config loaded it)."""
+    result = run_cli(runner, *REQUIRED[runner], "--learning_rate=-1", cwd=str(tmp_path),
+                     env={"PYTHONPROFILEIMPORTTIME": "1"})
+    _one_error_line(result, runner, "--learning_rate=-1.0: the learning rate must be a "
+                    "positive, finite number")
+    assert "tensorflow" not in _imported(result)
+
+
+def _imported(result) -> set:
+    """The modules a process started with PYTHONPROFILEIMPORTTIME imported (its log)."""
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()
                 if line.startswith("import time:")}
     assert "data_prep.cli" in imported  # the log is there
-    loaded_tensorflow = "tensorflow" in imported
-    assert loaded_tensorflow == (tool in ANSWERED_AFTER_TENSORFLOW), tool
+    return imported
 
 
 def test_conlleval_reports_through_the_shell(tmp_path):

@@ -7,7 +7,7 @@ fields, and both are built the same way, from keyword arguments named as the fla
 Each run builds its `LoopConfig` from them when it starts (`LoopConfig.for_run`:
 pretraining once, fine-tuning per grid point and seed). Building `LoopSettings` checks the
 loop's periods and counts (`check_loop_settings`); `LoopConfig.optimizer_config()` checks
-the optimizer's (`modeling.optimization.OptimizerConfig`), each once.
+the optimizer's (`modeling.config.OptimizerConfig`), each once.
 """
 
 from __future__ import annotations
@@ -96,11 +96,11 @@ class LoopConfig(LoopSettings):
         return cls(**{**shared_settings(settings), **run})
 
     def optimizer_config(self):
-        """The `modeling.optimization.OptimizerConfig` of these settings; building it
+        """The `modeling.config.OptimizerConfig` of these settings; building it
         checks them (UserError naming the flag: `OptimizerConfig.validate`)."""
-        from modeling import optimization
+        from modeling.config import OptimizerConfig
 
-        return optimization.OptimizerConfig(
+        return OptimizerConfig(
             learning_rate=self.learning_rate, num_train_steps=self.num_train_steps,
             num_warmup_steps=self.num_warmup_steps, optimizer=self.optimizer,
             weight_decay_rate=self.weight_decay_rate, clip_norm=self.clip_norm)

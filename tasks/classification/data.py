@@ -30,6 +30,46 @@ from tasks.common.pairs import pack_pair
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 from tasks.common.windows import DocSpan, doc_spans_for
 
+# --long_document's modes (docs/run_classifier.md#long-documents).
+LONG_DOCUMENT_MODES = ("truncate", "head_tail", "windows")
+# --max_windows_per_document's default: a document of up to 8 windows (about 4 windows'
+# worth of text at the default half-window stride) costs 8 encoder passes.
+DEFAULT_MAX_WINDOWS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationSettings:
+    """The classification task's own settings (run_classifier.py's task flags).
+
+    Attributes:
+      task_name: normalised GLUE/XNLI task name or "custom".
+      data_dir: the task's data directory.
+      xnli_language: XNLI's language.
+      custom: `tasks.classification.processors.CustomDataConfig` for task "custom".
+      skip_bad_rows: skip malformed rows (counted) instead of failing on the first.
+      long_document: how a text longer than max_seq_length is read: "truncate" (the
+        original: its first tokens) or "head_tail" (its first `head_tokens` and its last
+        tokens; single-text tasks only).
+        or "windows" (all of it, through windows pooled into one prediction,
+        `modeling.models.BertDocumentClassifier`; single-text tasks only).
+      head_tokens: head_tail's head; None: `data.default_head_tokens(max_seq_length)`.
+      doc_stride: windows: tokens between window starts; None: a whole window's text
+        (windows side by side).
+      max_windows_per_document: windows: a text needing more is refused (file and line).
+      window_pooling: windows: "max_ends", "max", "mean" or "attention" (`WINDOW_POOLINGS`).
+    """
+
+    task_name: str
+    data_dir: str
+    xnli_language: str = "zh"
+    custom: "processors.CustomDataConfig | None" = None
+    skip_bad_rows: bool = False
+    long_document: str = "truncate"
+    head_tokens: "int | None" = None
+    doc_stride: "int | None" = None
+    max_windows_per_document: int = DEFAULT_MAX_WINDOWS
+    window_pooling: str = "max_ends"
+
 # Bump when the records or the metadata change meaning: old caches are then rebuilt.
 CACHE_FORMAT_VERSION = 2
 # How many skipped rows the metadata JSON lists one by one (all are counted).

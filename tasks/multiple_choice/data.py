@@ -79,6 +79,15 @@ SWAG = ChoiceFormat()
 
 
 @dataclasses.dataclass(frozen=True)
+class MultipleChoiceSettings:
+    """The task's own settings (run_swag.py's task flags)."""
+
+    data_dir: str
+    format: ChoiceFormat = SWAG
+    task_name: str = "swag"
+
+
+@dataclasses.dataclass(frozen=True)
 class ChoiceExample:
     """One multiple-choice example: context, question, endings, label index (None: unknown)."""
 

@@ -21,16 +21,8 @@ from absl import logging
 from data_prep import fileio
 from tasks.common.classifier_task import ClassifierTask, test_results_text
 from tasks.multiple_choice import data
+from tasks.multiple_choice.data import MultipleChoiceSettings
 from training import finetuning, input_pipeline
-
-
-@dataclasses.dataclass(frozen=True)
-class MultipleChoiceSettings:
-    """The task's own settings (run_swag.py's task flags)."""
-
-    data_dir: str
-    format: data.ChoiceFormat = data.SWAG
-    task_name: str = "swag"
 
 
 class MultipleChoiceFamily(finetuning.TaskFamily):

@@ -44,6 +44,33 @@ from data_prep.cli import UserError
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 from tasks.common.windows import doc_spans_for, max_context_span_index
 
+DEFAULT_FEATURE_LAYERS = "concat_last_four"  # the paper's best feature-based row
+DEFAULT_LSTM_UNITS = 768
+
+
+@dataclasses.dataclass(frozen=True)
+class TaggingSettings:
+    """The tagging task's own settings (run_ner.py's task flags).
+
+    Attributes:
+      data_dir: train.txt / dev.txt / test.txt (or eng.train / eng.testa / eng.testb,
+        valid.txt for dev).
+      label_list: label names in id order; None: the training file's tags, "O" first.
+      document_context: fill each window with the sentence's document neighbours.
+      doc_stride: pieces between windows of a long sentence (None: half a window).
+      feature_based: freeze the encoder, train a BiLSTM on its activations (Table 7).
+      feature_layers: which activations (`modeling.models.FEATURE_LAYERS`).
+      lstm_units: units per direction of the two BiLSTM layers.
+    """
+
+    data_dir: str
+    label_list: tuple | None = None
+    document_context: bool = False
+    doc_stride: int | None = None
+    feature_based: bool = False
+    feature_layers: str = DEFAULT_FEATURE_LAYERS
+    lstm_units: int = DEFAULT_LSTM_UNITS
+
 DOCSTART = "-DOCSTART-"
 OUTSIDE = "O"
 UNKNOWN_PIECE = "[UNK]"

@@ -68,13 +68,8 @@ from data_prep.tf_tokenization import pack_segments, substrings
 from modeling.export import families, registry, serving
 from modeling.export.metadata import ExportError
 from tasks.tagging import data, metrics
-from tasks.tagging.task import (
-    DEFAULT_FEATURE_LAYERS,
-    DEFAULT_LSTM_UNITS,
-    MODEL_TYPE,
-    TaggingExportMetadata,
-    build_tagging_model,
-)
+from tasks.tagging.data import DEFAULT_FEATURE_LAYERS, DEFAULT_LSTM_UNITS
+from tasks.tagging.task import MODEL_TYPE, TaggingExportMetadata, build_tagging_model
 
 
 @dataclasses.dataclass(frozen=True)

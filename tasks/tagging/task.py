@@ -31,11 +31,10 @@ from data_prep.cli import UserError
 from modeling import losses
 from modeling.export.metadata import METADATA_FILE, ExportMetadata
 from tasks.tagging import data, metrics
+from tasks.tagging.data import DEFAULT_FEATURE_LAYERS, DEFAULT_LSTM_UNITS, TaggingSettings
 from training import finetuning, input_pipeline
 from training.loop import Task
 
-DEFAULT_FEATURE_LAYERS = "concat_last_four"  # the paper's best feature-based row
-DEFAULT_LSTM_UNITS = 768
 # The serving family that exports a tagging run (`tasks.tagging.export`, which reads it
 # from here: the run's metadata names it, and the serving module imports this one).
 MODEL_TYPE = "tagger"
@@ -64,30 +63,6 @@ class TaggingTask(Task):
 
     def progress(self, totals):
         return [("accuracy", "acc", totals["correct_sum"] / max(totals["token_count"], 1.0))]
-
-
-@dataclasses.dataclass(frozen=True)
-class TaggingSettings:
-    """The tagging task's own settings (run_ner.py's task flags).
-
-    Attributes:
-      data_dir: train.txt / dev.txt / test.txt (or eng.train / eng.testa / eng.testb,
-        valid.txt for dev).
-      label_list: label names in id order; None: the training file's tags, "O" first.
-      document_context: fill each window with the sentence's document neighbours.
-      doc_stride: pieces between windows of a long sentence (None: half a window).
-      feature_based: freeze the encoder, train a BiLSTM on its activations (Table 7).
-      feature_layers: which activations (`modeling.models.FEATURE_LAYERS`).
-      lstm_units: units per direction of the two BiLSTM layers.
-    """
-
-    data_dir: str
-    label_list: tuple | None = None
-    document_context: bool = False
-    doc_stride: int | None = None
-    feature_based: bool = False
-    feature_layers: str = DEFAULT_FEATURE_LAYERS
-    lstm_units: int = DEFAULT_LSTM_UNITS
 
 
 @dataclasses.dataclass(frozen=True)
