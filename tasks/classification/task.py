@@ -18,8 +18,7 @@ import tensorflow as tf
 from data_prep.cli import UserError
 from modeling.export.metadata import ExportMetadata
 from tasks.classification import data, metrics, processors
-from tasks.classification.data import (DEFAULT_MAX_WINDOWS, LONG_DOCUMENT_MODES,
-                                       ClassificationSettings)
+from tasks.classification.data import LONG_DOCUMENT_MODES, ClassificationSettings
 from tasks.common.classifier_task import ClassifierTask, test_results_text
 from training import finetuning, input_pipeline
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import tensorflow as tf
-
 from data_prep.cli import UserError
 from modeling import losses
 from modeling.export.metadata import ExportMetadata
