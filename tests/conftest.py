@@ -140,19 +140,49 @@ def tiny_vocab_file(tmp_path):
     return write_vocab(tmp_path / "vocab.txt")
 
 
+# This repository's packages. A serving process (`run_isolated`, predict_saved_model.py)
+# must import none of them: `python -I` keeps the repository off sys.path, but the editable
+# install `make` sets up (`pip install -e .`) still finds them through its import hook, so
+# such a process logs its imports (`isolated_argv`) and `assert_no_project_imports` reads
+# the log.
+PROJECT_PACKAGES = frozenset(name for name in os.listdir(REPO_ROOT)
+                             if os.path.isfile(os.path.join(REPO_ROOT, name, "__init__.py")))
+
+
+def isolated_argv(script: str, *args) -> list:
+    """The command line of `script` in an isolated process (`python -I`: no PYTHONPATH,
+    no script folder on sys.path), its imports logged on stderr (`-X importtime`)."""
+    return [sys.executable, "-I", "-X", "importtime", script, *args]
+
+
+def imported_modules(stderr: str) -> set:
+    """The modules a process imported, from its `-X importtime` log on stderr."""
+    return {line.split("|")[-1].strip() for line in stderr.splitlines()
+            if line.startswith("import time:")}
+
+
+def assert_no_project_imports(stderr: str) -> None:
+    """The isolated process whose log is `stderr` imported no module of this repository."""
+    imported = imported_modules(stderr)
+    assert "encodings" in imported, "no import log: start the process with isolated_argv"
+    ours = sorted(name for name in imported if name.split(".")[0] in PROJECT_PACKAGES)
+    assert not ours, f"the isolated process imported this repository's modules: {ours}"
+
+
 def run_isolated(work, script: str, args) -> dict:
-    """Runs `script` (Python source) in a fresh `python -I` process in the folder `work`,
-    with no PYTHONPATH, so it sees none of this repository's modules: the way a serving
-    process uses an export. `args` goes to it as JSON (argv[1]); the script writes an
-    .npz (argv[2]), returned as a dict of numpy arrays."""
+    """Runs `script` (Python source) in a fresh isolated process in the folder `work`,
+    with no PYTHONPATH, and checks that it imported none of this repository's modules:
+    the way a serving process uses an export. `args` goes to it as JSON (argv[1]); the
+    script writes an .npz (argv[2]), returned as a dict of numpy arrays."""
     import numpy as np
 
     (work / "args.json").write_text(json.dumps(args, ensure_ascii=False), encoding="utf-8")
     (work / "script.py").write_text(script, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-I", "script.py", "args.json", "out.npz"],
+    result = subprocess.run(isolated_argv("script.py", "args.json", "out.npz"),
                             cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert_no_project_imports(result.stderr)
     with np.load(work / "out.npz", allow_pickle=True) as data:
         return dict(data)

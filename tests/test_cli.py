@@ -18,7 +18,7 @@ from data_prep import cli as shell
 from data_prep import lifecycle
 from tests import test_loop_support as S
 from tests.clis import TOOLS, call_main, program, run_cli
-from tests.conftest import TINY_VOCAB, write_vocab
+from tests.conftest import TINY_VOCAB, imported_modules, write_vocab
 from tests.test_flags_used import RUNNERS as REQUIRED  # each runner's required flags
 
 RUNNERS = ("run_pretraining", "run_classifier", "run_squad", "run_ner", "run_swag",
@@ -468,8 +468,7 @@ def test_a_fine_tuning_runner_checks_its_settings_before_loading_tensorflow(runn
 
 def _imported(result) -> set:
     """The modules a process started with PYTHONPROFILEIMPORTTIME imported (its log)."""
-    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()
-                if line.startswith("import time:")}
+    imported = imported_modules(result.stderr)
     assert "data_prep.cli" in imported  # the log is there
     return imported
 

@@ -153,16 +153,19 @@ def export_and_serve(model_type, run_dir, work_dir, serve_flags):
     lines)."""
     import json
 
+    from tests.conftest import assert_no_project_imports, isolated_argv
+
     export_dir = os.path.join(work_dir, "export")
     result = call_main("export_saved_model", model_type=model_type, init_checkpoint=run_dir,
                        export_dir=export_dir)
     assert result.code == 0, (result.stderr + result.log)[-3000:]
     out_json = os.path.join(work_dir, "served.json")
     proc = subprocess.run(
-        [sys.executable, "-I", os.path.join(REPO_ROOT, "predict_saved_model.py"),
-         f"--export_dir={export_dir}", f"--output_json={out_json}", *serve_flags],
+        isolated_argv(os.path.join(REPO_ROOT, "predict_saved_model.py"),
+                      f"--export_dir={export_dir}", f"--output_json={out_json}", *serve_flags),
         env=runner_env(), cwd=work_dir, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_no_project_imports(proc.stderr)
     with open(out_json, encoding="utf-8") as f:
         return json.load(f), proc.stdout.strip().splitlines()
 

@@ -17,7 +17,7 @@ import keras
 import pytest
 
 import predict_saved_model
-from conftest import REPO_ROOT, write_vocab
+from conftest import REPO_ROOT, assert_no_project_imports, isolated_argv, write_vocab
 from modeling.export import families, writer
 from modeling.models import BertClassifier, BertSpanLabeler
 from test_export import SEQ, VOCAB, _config
@@ -45,8 +45,10 @@ def _cli(args, cwd):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
     script = os.path.join(REPO_ROOT, "predict_saved_model.py")
-    return subprocess.run([sys.executable, "-I", script, *args], cwd=cwd, env=env,
-                          capture_output=True, timeout=300)
+    result = subprocess.run(isolated_argv(script, *args), cwd=cwd, env=env,
+                            capture_output=True, timeout=300)
+    assert_no_project_imports(result.stderr.decode("utf-8", "replace"))
+    return result
 
 
 def _error_line(stderr: bytes) -> str:
