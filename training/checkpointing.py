@@ -1,10 +1,10 @@
 """Owns training checkpoints: what is saved, where each worker writes, and safe resumption.
 
 The object graph is `tf.train.Checkpoint(model=model, optimizer=Checkpoint(variables=[...]),
-step=global_step, rng=Checkpoint(states=[...]))` (plus `loss_scale=Checkpoint(dynamic_scale, step_counter)`
-when training in float16, and `input=Checkpoint(iterator, identity)`, the position of the
-training input, once training starts: `input_position`, and `divergence=Checkpoint(start,
-steps, recent)`, the loop's divergence check), written by a
+step=global_step, rng=Checkpoint(states=[...]))` (plus `loss_scale=Checkpoint(dynamic_scale,
+step_counter)` when training in float16, and `input=Checkpoint(iterator, identity)`, the
+position of the training input, once training starts: `input_position`, and
+`divergence=Checkpoint(start, steps, recent)`, the loop's divergence check), written by a
 `tf.train.CheckpointManager` as `output_dir/ckpt-<step>.{index,data-*}`. `rng` holds the
 states of the model's Keras seed generators (dropout): Keras does not put them in a
 `tf.train.Checkpoint` of the model, and a resumed run must draw the dropout masks the
