@@ -347,6 +347,12 @@ def _tracked(variables):
     return tf.train.Checkpoint(**{f"v{i}": v.value for i, v in enumerate(variables)})
 
 
+def test_an_unbuilt_optimizer_is_not_checkpointed():
+    """It has no moments yet: its checkpoint would silently hold only the step count."""
+    with pytest.raises(ValueError, match="build the optimizer"):
+        checkpointing.optimizer_state(optimization.AdamWeightDecay(learning_rate=0.1))
+
+
 @pytest.mark.parametrize("make", [
     lambda: optimization.BertLamb(learning_rate=0.05, weight_decay_rate=0.01),
     lambda: optimization.AdamWeightDecay(learning_rate=0.05, bias_correction=True)],
