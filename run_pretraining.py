@@ -6,7 +6,7 @@ objectives: `--next_sentence_prediction=false`, `--objective=ltr`; Table 8's mas
 with dynamic masking: `--mask_token_rate`, `--random_token_rate`) and its two-phase
 schedule (Appendix A.2: `--phase2_input_file`, 90% of the steps at `--max_seq_length`, the
 rest at `--phase2_max_seq_length`, one run). The runner only parses flags into a
-`training.pretraining.PretrainingRun` and calls `training.pretraining.run`:
+`training.settings.PretrainingRun` and calls `training.pretraining.run`:
 
     python run_pretraining.py --input_file=out/*.tfrecord --output_dir=/tmp/pretrain \\
       --bert_config_file=bert_config.json --do_train --do_eval --train_batch_size=32 \\
@@ -16,16 +16,12 @@ rest at `--phase2_max_seq_length`, one run). The runner only parses flags into a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from absl import flags
 
 from data_prep import cli as shell
 from data_prep.pretraining_data.config import MASKING_SETTINGS
 from training import flags as common_flags
-
-if TYPE_CHECKING:  # imported when the command runs (it loads TensorFlow)
-    from training.pretraining import Phase2, PretrainingRun
+from training.settings import Phase2, PretrainingRun, settings_of
 
 FLAGS = flags.FLAGS
 
@@ -106,9 +102,8 @@ common_flags.use_defaults(DEFAULTS)
 
 
 def run_config_from_flags(values=FLAGS) -> PretrainingRun:
-    """Validates the flags and turns them into a `PretrainingRun`."""
-    from training.settings import settings_of
-
+    """Validates the flags and turns them into a `PretrainingRun` (whose building checks
+    the loop's and the optimizer's settings): all before TensorFlow loads."""
     common_flags.use_defaults(DEFAULTS, values)
     common_flags.refuse_grids(values, ("learning_rate", "train_batch_size"), "run_pretraining.py")
     common_flags.check_modes(values, MODES)
@@ -126,15 +121,12 @@ def run_config_from_flags(values=FLAGS) -> PretrainingRun:
         raise shell.FlagError(f"--max_eval_steps={values.max_eval_steps} must be at least 1 (the "
                               "eval batches to read)")
     objective, next_sentence_prediction = _objective_from_flags(values)
-    # TensorFlow loads from here: the flags' own checks above answer at once.
-    from training.pretraining import PretrainingRun
-    from training.record_checks import split_patterns
-
     phase2 = _phase2_from_flags(values)
     settings, _ = settings_of(
         PretrainingRun, **common_flags.loop_settings(values),
         bert_config_file=values.bert_config_file,
-        input_patterns=split_patterns(values.input_file), output_dir=values.output_dir,
+        input_patterns=common_flags.split_patterns(values.input_file),
+        output_dir=values.output_dir,
         init_checkpoint=values.init_checkpoint, max_seq_length=values.max_seq_length,
         max_predictions_per_seq=values.max_predictions_per_seq, do_train=values.do_train,
         do_eval=values.do_eval, train_batch_size=values.train_batch_size,
@@ -174,9 +166,6 @@ def _phase2_from_flags(values) -> Phase2 | None:
     """The second phase from the --phase2_* flags (None without --phase2_input_file, whose
     companions are then refused: `MODES`): phase 1 is 90% of the steps unless
     --phase1_steps."""
-    from training.pretraining import Phase2
-    from training.record_checks import split_patterns
-
     if not values.phase2_input_file:
         return None
     start = (values.phase1_steps if values.phase1_steps is not None
@@ -195,7 +184,7 @@ def _phase2_from_flags(values) -> Phase2 | None:
                         ("phase2_train_batch_size", batch)):
         if value < 1:
             raise shell.FlagError(f"--{name}={value} must be positive")
-    return Phase2(split_patterns(values.phase2_input_file), start,
+    return Phase2(common_flags.split_patterns(values.phase2_input_file), start,
                   values.phase2_max_seq_length, predictions, batch)
 
 

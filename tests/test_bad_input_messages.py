@@ -21,7 +21,7 @@ from tests.conftest import TINY_VOCAB, write_vocab
 
 def _pretraining_cfg(records, out, config, **overrides):
     from training.execution import RuntimeConfig
-    from training.pretraining import PretrainingRun
+    from training.settings import PretrainingRun
     from training.settings import settings_of
 
     values = dict(num_train_steps=40, iterations_per_loop=2, save_checkpoints_steps=100,

@@ -135,7 +135,9 @@ def test_an_input_that_is_a_directory_names_the_flag(tmp_path):
 
 
 def test_split_patterns():
-    assert record_checks.split_patterns("a/*.tfrecord, gs://b/c*,") == ("a/*.tfrecord", "gs://b/c*")
+    from training.flags import split_patterns
+
+    assert split_patterns("a/*.tfrecord, gs://b/c*,") == ("a/*.tfrecord", "gs://b/c*")
 
 
 def test_weights_parse_as_float(files):

@@ -77,7 +77,7 @@ def test_run_classifier_on_ram_paths(ram_env):
 
 def test_run_pretraining_on_ram_paths(ram_env):
     import run_pretraining
-    from training.pretraining import PretrainingRun
+    from training.settings import PretrainingRun
     from training.settings import settings_of
 
     records = f"{ROOT}/records/part-0.tfrecord"

@@ -77,9 +77,7 @@ def test_pretraining_and_finetuning_take_the_same_settings_from_the_same_flags()
         "--do_train", "--task_name=mrpc", "--data_dir=d", *shared])
     assert type(pretraining.loop) is type(finetuning.finetuning.loop)
     assert _shared(pretraining.loop) == _shared(finetuning.finetuning.loop)
-    from training.pretraining import loop_config_of
-
-    optimizer = loop_config_of(pretraining).optimizer_config()
+    optimizer = pretraining.loop_config().optimizer_config()
     assert (optimizer.learning_rate, optimizer.num_train_steps, optimizer.num_warmup_steps,
             optimizer.optimizer) == (3e-5, 50, 5, "lamb")
 
@@ -103,13 +101,13 @@ def test_each_setting_has_one_home_and_one_type():
     import typing
 
     import run_pretraining
-    from training import finetuning, pretraining
+    from training import finetuning
     from training.execution import RuntimeConfig
     from training.flags import TaskRun
-    from training.settings import LoopConfig, LoopSettings
+    from training.settings import LoopConfig, LoopSettings, PretrainingRun
 
     loop = {f.name for f in dataclasses.fields(LoopSettings)}
-    for run_type in (pretraining.PretrainingRun, finetuning.FinetuningRun):
+    for run_type in (PretrainingRun, finetuning.FinetuningRun):
         fields = {f.name: f.type for f in dataclasses.fields(run_type)}
         assert fields["loop"] == "LoopSettings", run_type
         assert not loop & set(fields), (run_type, loop & set(fields))
@@ -120,7 +118,7 @@ def test_each_setting_has_one_home_and_one_type():
     cfg = _parsed(run_pretraining, [
         "run_pretraining.py", "--bert_config_file=c", "--input_file=r", "--output_dir=o",
         "--do_train", "--num_train_steps=50", "--train_batch_size=6", "--dtype=bfloat16"])
-    built = pretraining.loop_config_of(cfg)
+    built = cfg.loop_config()
     assert isinstance(built, LoopConfig) and built.dtype == "bfloat16"
     assert (built.output_dir, built.num_train_steps, built.train_batch_size) == ("o", 50, 6)
 

@@ -319,6 +319,11 @@ def parse_seeds(values=FLAGS) -> tuple:
     return tuple(seeds)
 
 
+def split_patterns(value: str) -> tuple[str, ...]:
+    """A comma-separated list of globs (--input_file) as a tuple, blanks dropped."""
+    return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
 def runtime_config(values=FLAGS) -> RuntimeConfig:
     """Reads the shared runtime flags; `use_tpu` means the tpu strategy."""
     strategy = values.distribution_strategy

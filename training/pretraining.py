@@ -1,6 +1,7 @@
-"""Owns a pretraining run: its config, the checks of its records, model and output_dir, training phase by phase, evaluation.
+"""Owns a pretraining run: the checks of its records, model and output_dir, training phase by phase, evaluation.
 
-`run_pretraining.py` parses its flags into a `PretrainingRun` and calls `run`; tests and
+`run_pretraining.py` parses its flags into a `PretrainingRun` (`training.settings`, free of
+TensorFlow, so that bad settings are refused before it loads) and calls `run`; tests and
 programs can build a `PretrainingRun` themselves. The objectives are the paper's Table 5
 (masked LM with or without next sentence prediction, a left-to-right LM), the masking
 split its Table 8 (dynamic masking), and `phase2` its two-phase schedule (Appendix A.2).
@@ -20,60 +21,13 @@ from data_prep.features import RecordSchema
 from data_prep.pretraining_data.config import MASKING_SETTINGS
 from modeling import losses
 from training import loop, trainer_setup
-from training.execution import RuntimeConfig, setup_runtime
-from training.settings import LoopConfig, LoopSettings
-
-
-@dataclasses.dataclass(frozen=True)
-class Phase2:
-    """The second phase of a two-phase run (the paper's Appendix A.2): from step
-    `start_step` to num_train_steps on other records, longer ones."""
-
-    input_patterns: tuple
-    start_step: int
-    max_seq_length: int
-    max_predictions_per_seq: int
-    train_batch_size: int
-
-
-@dataclasses.dataclass(frozen=True)
-class PretrainingRun:
-    """Everything one pretraining run needs, read from flags once
-    (`training.settings.settings_of`, as fine-tuning's settings)."""
-
-    bert_config_file: str
-    input_patterns: tuple
-    output_dir: str
-    init_checkpoint: str | None
-    max_seq_length: int
-    max_predictions_per_seq: int
-    do_train: bool
-    do_eval: bool
-    train_batch_size: int
-    eval_batch_size: int
-    input_compression: str
-    runtime: RuntimeConfig
-    num_train_steps: int = 100000
-    num_warmup_steps: int = 10000
-    max_eval_steps: int = 100
-    # The loop's and the optimizer's shared settings (the run's LoopConfig: `loop_config`).
-    loop: LoopSettings = LoopSettings()
-    # Dynamic masking (unmasked records): None where the flag was not given.
-    vocab_file: str | None = None
-    masked_lm_prob: float | None = None
-    do_whole_word_mask: bool | None = None
-    mask_token_rate: float | None = None
-    random_token_rate: float | None = None
-    # The objective (the paper's Table 5) and the optional second phase (Appendix A.2).
-    next_sentence_prediction: bool = True
-    objective: str = "mlm"
-    phase2: Phase2 | None = None
+from training.execution import setup_runtime
+from training.settings import LoopConfig, PretrainingRun
 
 
 def run(cfg: PretrainingRun) -> dict:
     """Trains and/or evaluates; returns the eval results (empty without do_eval)."""
-    loop_config = loop_config_of(cfg)
-    loop_config.optimizer_config()  # checks the optimizer's flags (UserError) before any work
+    loop_config = cfg.loop_config()
     strategy = setup_runtime(cfg.runtime, cfg.loop.dtype)  # First: multi-worker needs it so.
 
     from training import distribution, output_claim
@@ -94,14 +48,6 @@ def run(cfg: PretrainingRun) -> dict:
         return _train_and_evaluate(cfg, loop_config, strategy, bert_config, claimed)
     finally:
         claimed.release()
-
-
-def loop_config_of(cfg: PretrainingRun) -> LoopConfig:
-    """The run's loop: its shared settings with its output_dir, steps and batch sizes."""
-    return LoopConfig.for_run(
-        cfg.loop, output_dir=cfg.output_dir, num_train_steps=cfg.num_train_steps,
-        num_warmup_steps=cfg.num_warmup_steps, train_batch_size=cfg.train_batch_size,
-        eval_batch_size=cfg.eval_batch_size, max_eval_steps=cfg.max_eval_steps)
 
 
 def model_config(cfg: PretrainingRun):

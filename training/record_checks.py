@@ -26,11 +26,6 @@ from data_prep.cli import UserError
 from training import dynamic_masking
 
 
-def split_patterns(value: str) -> tuple[str, ...]:
-    """Splits a comma-separated list of globs, dropping blanks."""
-    return tuple(p.strip() for p in value.split(",") if p.strip())
-
-
 # Summaries create_pretraining_data writes beside its records (`_NAME.summary.json`, which
 # `NAME*` does not match), skipped wherever a wider glob such as `DIR/*` finds them.
 NOT_RECORDS_SUFFIX = ".summary.json"

@@ -1,13 +1,13 @@
-"""Owns how to train: `LoopSettings` (the loop's and optimizer's settings every run of a command shares) and `LoopConfig` (one run's: those plus its own output_dir, steps and batch sizes), for pretraining and fine-tuning alike.
+"""Owns how to train: `LoopSettings` (the loop's and optimizer's settings every run of a command shares), `LoopConfig` (one run's: those plus its own output_dir, steps and batch sizes) and `PretrainingRun` (a pretraining run's settings).
 
-A run's settings (`training.pretraining.PretrainingRun`,
-`training.finetuning.FinetuningRun`) hold a `LoopSettings` as `loop` beside their own
-fields, and both are built the same way, from keyword arguments named as the flags
-(`settings_of`; the runners pass `training.flags.loop_settings` and their other flags).
-Each run builds its `LoopConfig` from them when it starts (`LoopConfig.for_run`:
-pretraining once, fine-tuning per grid point and seed). Building `LoopSettings` checks the
-loop's periods and counts (`check_loop_settings`); `LoopConfig.optimizer_config()` checks
-the optimizer's (`modeling.config.OptimizerConfig`), each once.
+A run's settings (`PretrainingRun` here, `training.finetuning.FinetuningRun`) hold a
+`LoopSettings` as `loop` beside their own fields, and both are built the same way, from
+keyword arguments named as the flags (`settings_of`; the runners pass
+`training.flags.loop_settings` and their other flags). Each run builds its `LoopConfig`
+from them (`LoopConfig.for_run`: pretraining once, fine-tuning per grid point and seed).
+Building `LoopSettings` checks the loop's periods and counts (`check_loop_settings`);
+`LoopConfig.optimizer_config()` checks the optimizer's (`modeling.config.OptimizerConfig`),
+each once, before TensorFlow loads (this module and its imports are TensorFlow-free).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from data_prep.cli import UserError
+from training.execution import RuntimeConfig
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -132,3 +133,61 @@ def check_loop_settings(**settings: int) -> None:
     for name, value in settings.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"--{name}={value} must be a whole number >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase2:
+    """The second phase of a two-phase run (the paper's Appendix A.2): from step
+    `start_step` to num_train_steps on other records, longer ones."""
+
+    input_patterns: tuple
+    start_step: int
+    max_seq_length: int
+    max_predictions_per_seq: int
+    train_batch_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingRun:
+    """Everything one pretraining run needs (`training.pretraining.run`), read from flags
+    once (`settings_of`, as fine-tuning's settings). Building it checks the optimizer's
+    settings (UserError naming the flag), so run_pretraining.py refuses them before
+    TensorFlow loads."""
+
+    bert_config_file: str
+    input_patterns: tuple
+    output_dir: str
+    init_checkpoint: str | None
+    max_seq_length: int
+    max_predictions_per_seq: int
+    do_train: bool
+    do_eval: bool
+    train_batch_size: int
+    eval_batch_size: int
+    input_compression: str
+    runtime: RuntimeConfig
+    num_train_steps: int = 100000
+    num_warmup_steps: int = 10000
+    max_eval_steps: int = 100
+    # The loop's and the optimizer's shared settings (the run's LoopConfig: `loop_config`).
+    loop: LoopSettings = LoopSettings()
+    # Dynamic masking (unmasked records): None where the flag was not given.
+    vocab_file: str | None = None
+    masked_lm_prob: float | None = None
+    do_whole_word_mask: bool | None = None
+    mask_token_rate: float | None = None
+    random_token_rate: float | None = None
+    # The objective (the paper's Table 5) and the optional second phase (Appendix A.2).
+    next_sentence_prediction: bool = True
+    objective: str = "mlm"
+    phase2: Phase2 | None = None
+
+    def __post_init__(self):
+        self.loop_config().optimizer_config()
+
+    def loop_config(self) -> LoopConfig:
+        """The run's loop: its shared settings with its output_dir, steps and batch sizes."""
+        return LoopConfig.for_run(
+            self.loop, output_dir=self.output_dir, num_train_steps=self.num_train_steps,
+            num_warmup_steps=self.num_warmup_steps, train_batch_size=self.train_batch_size,
+            eval_batch_size=self.eval_batch_size, max_eval_steps=self.max_eval_steps)
