@@ -223,7 +223,7 @@ def test_an_internal_value_error_keeps_its_traceback(tool, monkeypatch, tmp_path
         result, prog = call_main(tool, argv, stdin="a O O\n"), program(tool)
     assert result.code == 1, result.stderr[-3000:]
     assert "Traceback (most recent call last)" in result.stderr, result.stderr[-3000:]
-    assert f"in internal\n    raise ValueError(\"injected defect\")" in result.stderr
+    assert "in internal\n    raise ValueError(\"injected defect\")" in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         f"{prog}: {INTERNAL}ValueError: injected defect"), result.stderr[-3000:]
 
@@ -454,11 +454,13 @@ def test_each_command_s_wiring_as_a_process(tool, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("runner", ["run_classifier", "run_squad", "run_ner", "run_swag"])
-def test_a_fine_tuning_runner_checks_its_settings_before_loading_tensorflow(runner, tmp_path):
+@pytest.mark.parametrize("runner", ["run_pretraining", "run_classifier", "run_squad", "run_ner",
+                                    "run_swag"])
+def test_a_training_runner_checks_its_settings_before_loading_tensorflow(runner, tmp_path):
     """A rate that cannot train is refused in a fraction of a second: the task's, the
     loop's and the optimizer's settings are all built and checked before TensorFlow loads
-    (SQuAD's task settings, the length buckets and the optimizer's config loaded it)."""
+    (SQuAD's task settings, the length buckets, the optimizer's config and pretraining's
+    settings loaded it)."""
     result = run_cli(runner, *REQUIRED[runner], "--learning_rate=-1", cwd=str(tmp_path),
                      env={"PYTHONPROFILEIMPORTTIME": "1"})
     _one_error_line(result, runner, "--learning_rate=-1.0: the learning rate must be a "
