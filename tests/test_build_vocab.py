@@ -183,7 +183,7 @@ def test_cli_bad_input_fails_clearly(tmp_path, case):
     flags.setdefault("output_file", str(output))
     result = call_main("build_vocab", **flags)
     assert result.code == 1
-    assert f"build_vocab: error: " in result.stderr and expected in result.stderr, result.stderr
+    assert "build_vocab: error: " in result.stderr and expected in result.stderr, result.stderr
     assert not output.exists()
     assert [p for p in os.listdir(tmp_path) if ".tmp" in p] == []
 

@@ -409,7 +409,7 @@ def test_cli_bad_flags_exit_non_zero(run_dir, tmp_path, flags, message):
     flags = [f.format(tmp=tmp_path, run=d) for f in flags]
     result = call_main("export_saved_model", [*flags, f"--export_dir={tmp_path / 'out'}"])
     assert result.code == 1
-    assert f"export_saved_model.py: error: " in result.stderr and message in result.stderr, \
+    assert "export_saved_model.py: error: " in result.stderr and message in result.stderr, \
         result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()

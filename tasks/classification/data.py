@@ -24,6 +24,7 @@ from data_prep import features as features_lib
 from data_prep import fileio
 from data_prep import tokenization
 from data_prep.cli import UserError
+from tasks.classification import processors
 from tasks.classification.examples import DataFormatError, InputExample, PaddingInputExample
 from tasks.classification.readers import TableProcessor
 from tasks.common.pairs import pack_pair
@@ -48,10 +49,10 @@ class ClassificationSettings:
       custom: `tasks.classification.processors.CustomDataConfig` for task "custom".
       skip_bad_rows: skip malformed rows (counted) instead of failing on the first.
       long_document: how a text longer than max_seq_length is read: "truncate" (the
-        original: its first tokens) or "head_tail" (its first `head_tokens` and its last
-        tokens; single-text tasks only).
-        or "windows" (all of it, through windows pooled into one prediction,
-        `modeling.models.BertDocumentClassifier`; single-text tasks only).
+        original: its first tokens), "head_tail" (its first `head_tokens` and its last
+        tokens; single-text tasks only) or "windows" (all of it, through windows pooled
+        into one prediction, `modeling.models.BertDocumentClassifier`; single-text tasks
+        only).
       head_tokens: head_tail's head; None: `data.default_head_tokens(max_seq_length)`.
       doc_stride: windows: tokens between window starts; None: a whole window's text
         (windows side by side).
