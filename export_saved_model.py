@@ -197,13 +197,12 @@ def build_serving_config(ckpt_dir: str):
         if config is None:
             raise FlagError("--bert_config_file is required: no bert_config.json / "
                             f"config.json beside {FLAGS.init_checkpoint}")
-    try:  # a grown model served with its old vocab would never see its new words
-        trainer_setup.check_vocab_fits(
-            vocab_file, config, f"--bert_config_file={FLAGS.bert_config_file}"
-            if FLAGS.bert_config_file else f"the config beside {FLAGS.init_checkpoint}",
-            checkpoints.vocab_for(FLAGS.init_checkpoint))
-    except ValueError as err:
-        raise FlagError(str(err)) from None
+    # A grown model served with its old vocab would never see its new words (VocabError,
+    # bad input; anything else raised here is a defect and keeps its traceback).
+    trainer_setup.check_vocab_fits(
+        vocab_file, config, f"--bert_config_file={FLAGS.bert_config_file}"
+        if FLAGS.bert_config_file else f"the config beside {FLAGS.init_checkpoint}",
+        checkpoints.vocab_for(FLAGS.init_checkpoint))
     do_lower_case = FLAGS.do_lower_case
     if do_lower_case is None:
         do_lower_case = meta.do_lower_case if meta is not None else True

@@ -684,6 +684,7 @@ def test_the_runners_refuse_a_vocab_that_does_not_fit_naming_both_sizes(base, gr
                            **flags)
         assert result.code == 1 and (f"has {old} tokens but the config beside" in
                                      result.stderr), (tool, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr, (tool, result.stderr[-2000:])
 
 
 # ------------------------------------------------------------------------ the workflow
