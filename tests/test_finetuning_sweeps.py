@@ -476,6 +476,37 @@ def _mrpc_run(mrpc, out, data=None, **overrides):
     return rc.COMMAND.settings(**values)
 
 
+def test_an_unreadable_record_redoes_the_run_and_a_defect_keeps_its_traceback(tmp_path,
+                                                                           monkeypatch):
+    """A run_results.json that is not JSON, or JSON of another shape, "cannot be read": the
+    run is done again. An error while comparing a sound record is a defect and propagates
+    (it passed for an unreadable file, and the finished run was redone)."""
+    from training import output_claim, sweeps
+
+    request = {"do_train": True, "splits": ["train.tsv", "dev.tsv"],
+               "hparams": {"learning_rate": 1e-3}}
+    result = {"seed": 1, "global_step": 6, "num_train_steps": 6, "eval": {"dev": {}},
+              "outputs": [], "model_dir": str(tmp_path)}
+    path = tmp_path / sweeps.RESULTS_FILE
+    for text in ("{not JSON", "[]", '{"request": []}',
+                 json.dumps({"request": request, **result, "outputs": "eval_results.txt"}),
+                 json.dumps({"request": {**request, "splits": "train.tsv"}, **result}),
+                 json.dumps({"request": request, "outputs": [], "model_dir": "."})):
+        path.write_text(text)
+        assert sweeps.earlier(str(tmp_path), request) == (None, True), text
+    sweeps.write_finished(str(tmp_path), request, result)
+    found, redo = sweeps.earlier(str(tmp_path), request)
+    assert (found["skipped"], found["global_step"], redo) == (True, 6, False)
+
+    def defect(old, new, prefix=""):
+        raise TypeError("a defect in the comparison")
+
+    monkeypatch.setattr(output_claim, "identity_differences", defect)
+    for skip in (True, False):
+        with pytest.raises(TypeError, match="a defect in the comparison"):
+            sweeps.earlier(str(tmp_path), request, skip=skip)
+
+
 @pytest.fixture(scope="module")
 def finished_kept(mrpc):
     """A finished tiny MRPC run (`_mrpc_run`'s settings: ckpt-4, ckpt-6) and a copy of it

@@ -136,6 +136,24 @@ def _changed(old: dict, new: dict) -> str:
     return ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
 
 
+def _read_record(path: str) -> dict | None:
+    """A run_results.json as `write_finished` writes it, or None when the file is not one
+    (not JSON, or JSON of another shape: damaged or edited by hand). Checked here, so that
+    an error while comparing a sound record is a defect with its traceback, not a reason
+    to redo the run."""
+    try:
+        record = json.loads(fileio.read_text(path))
+    except ValueError:
+        return None
+    sound = (isinstance(record, dict) and isinstance(record.get("request"), dict)
+             and isinstance(record["request"].get("splits", []), list)
+             and isinstance(record.get("outputs"), list)
+             and all(isinstance(name, str) for name in record["outputs"])
+             and isinstance(record.get("model_dir"), str)
+             and {"seed", "global_step", "num_train_steps", "eval"} <= set(record))
+    return record if sound else None
+
+
 def earlier(directory: str, request: dict, *, skip: bool = True) -> tuple[dict | None, bool]:
     """What an earlier run left in `directory`: (its result when it finished, or failed,
     with the same request (run_results.json, all its outputs in place), else None; True
@@ -149,15 +167,14 @@ def earlier(directory: str, request: dict, *, skip: bool = True) -> tuple[dict |
     path = os.path.join(directory, RESULTS_FILE)
     if not fileio.exists(path):
         return None, False
-    try:
-        record = json.loads(fileio.read_text(path))
-        old = record["request"]
-        changed = _changed(old, request) if skip else (
-            _changed(_training_part(old), _training_part(request))
-            if request.get("do_train") else "")
-    except (ValueError, KeyError, TypeError, AttributeError):
+    record = _read_record(path)
+    if record is None:
         logging.warning("%s cannot be read: the run is done again, from its start", path)
         return None, True
+    old = record["request"]
+    changed = _changed(old, request) if skip else (
+        _changed(_training_part(old), _training_part(request))
+        if request.get("do_train") else "")
     if changed:
         logging.warning("%s: finished with other settings or data (%s): the run is done "
                         "again, from its start (what it made is removed first)", path,
