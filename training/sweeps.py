@@ -204,27 +204,17 @@ def remove_run(directory: str) -> None:
     """Removes what the earlier run made in `directory`, by name, so that it is done again
     from its initial checkpoint, never from the final state of a run with other settings
     or data: its own checkpoints (`checkpointing.remove_checkpoints`), the files its
-    record lists (`training.run_files`: summaries, outputs, best/; for a run of an earlier
-    version without that record, the outputs and best/ its run_results.json names), then
-    the record, then run_results.json, last: a kill in between leaves it, and the next
-    run removes the rest. Anything else in the directory (a user's notes or plots, a
-    folder the run did not make) stays; a folder of the run's files that holds others'
-    too is kept, and the log says so. Call it only while owning the directory."""
+    record lists (`training.run_files`: summaries, outputs, best/), then the record, then
+    run_results.json, last: a kill in between leaves it, and the next run removes the
+    rest. Anything else in the directory (a user's notes or plots, a folder the run did
+    not make) stays; a folder of the run's files that holds others' too is kept, and the
+    log says so. Call it only while owning the directory."""
     from training import checkpointing, run_files
 
-    path = os.path.join(directory, RESULTS_FILE)
-    try:
-        finished = json.loads(fileio.read_text(path))
-    except (ValueError, OSError):
-        finished = {}
     removed = checkpointing.remove_checkpoints(directory)
-    if run_files.exists(directory):
-        names = run_files.read(directory)["files"]
-    else:  # an earlier version's run: what its run_results.json names
-        names = list(finished.get("outputs", [])) + (
-            ["best"] if finished.get("model_dir") == "best" else [])
-    names = [n for n in names if n and n != RESULTS_FILE and not (
-        fileio.is_url(n) or os.path.isabs(n) or ".." in n.split("/"))]
+    names = [n for n in run_files.read(directory)["files"]
+             if n and n != RESULTS_FILE and not (
+                 fileio.is_url(n) or os.path.isabs(n) or ".." in n.split("/"))]
     for name in names:
         target = os.path.join(directory, name)
         if fileio.exists(target):
@@ -239,7 +229,7 @@ def remove_run(directory: str) -> None:
             else:
                 fileio.remove(target)
     run_files.remove_record(directory)
-    fileio.remove(path)
+    fileio.remove(os.path.join(directory, RESULTS_FILE))
     logging.warning("%s: removed what the earlier run made: %s%s", directory,
                     ", ".join(_relative(p, directory) for p in removed) or "nothing else",
                     f"; kept {', '.join(kept)} (it holds files the run did not write)"
