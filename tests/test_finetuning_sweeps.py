@@ -776,6 +776,26 @@ def test_a_nan_dev_metric_picks_no_best_checkpoint_and_says_so(mrpc, tmp_path, c
     del rc
 
 
+def test_a_best_folder_the_run_did_not_make_is_refused_and_left_as_it_is(mrpc, tmp_path):
+    """--keep_best_checkpoint keeps the best checkpoint in OUTPUT_DIR/best and replaces
+    what is there: a best/ the run did not record making (here a user's, in a new output
+    directory) is refused before any training, naming it, and left byte for byte."""
+    import run_classifier as rc
+
+    from training import finetuning
+
+    out = tmp_path / "out"
+    (out / "best").mkdir(parents=True)
+    (out / "best" / "notes.txt").write_text("mine\n")
+    cfg = _mrpc_run(mrpc, out, keep_best_checkpoint=True)
+    with pytest.raises(finetuning.FinetuningError,
+                       match=rf"{out / 'best'} exists but this run did not make it"):
+        rc.run(cfg)
+    assert sorted(p.name for p in (out / "best").iterdir()) == ["notes.txt"]
+    assert (out / "best" / "notes.txt").read_text() == "mine\n"
+    assert not list(out.glob("ckpt-*"))
+
+
 def test_a_finished_run_from_other_weights_under_the_same_path_is_done_again(mrpc, tmp_path,
                                                                            caplog):
     """A finished run's record named its --init_checkpoint by path alone: once more

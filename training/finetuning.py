@@ -664,13 +664,10 @@ class _BestKeeper:
 
     def _check_ours(self) -> None:
         """Refuses a best/ the run did not make: it would be replaced (writes nothing).
-        Ours: recorded (`training.run_files`), or, in a directory of an earlier version
-        without that record, holding best_checkpoint.json."""
+        Ours: recorded (`training.run_files`; `on_checkpoint` records it before writing)."""
         from training import run_files
 
-        if not fileio.exists(self.dir) or run_files.owns(self.run_dir, "best") or (
-                not run_files.exists(self.run_dir)
-                and fileio.exists(os.path.join(self.dir, BEST_STATE_FILE))):
+        if not fileio.exists(self.dir) or run_files.owns(self.run_dir, "best"):
             return
         raise FinetuningError(
             f"{self.dir} exists but this run did not make it (not in "
