@@ -21,8 +21,7 @@ from tests.conftest import TINY_VOCAB, write_vocab
 
 def _pretraining_cfg(records, out, config, **overrides):
     from training.execution import RuntimeConfig
-    from training.settings import PretrainingRun
-    from training.settings import settings_of
+    from training.settings import PretrainingRun, settings_of
 
     values = dict(num_train_steps=40, iterations_per_loop=2, save_checkpoints_steps=100,
                   learning_rate=1e-3, num_warmup_steps=0)
@@ -61,6 +60,40 @@ def test_a_damaged_record_in_the_middle_names_the_file_and_record(shards, tmp_pa
         run_pretraining.run(_pretraining_cfg([str(tmp_path / "data-*.tfrecord")],
                                              tmp_path / "out", config))
     assert record_checks.find_damaged_record([good]) is None
+
+
+def test_compressed_and_plain_records_in_one_run_are_refused_naming_them(shards, tmp_path):
+    """One reader reads one compression: GZIP records beside uncompressed ones are refused
+    before any work, naming the files (as a one-line error from the command line)."""
+    import tensorflow as tf
+
+    good, _ = shards
+    with tf.io.TFRecordWriter(str(tmp_path / "data-9.tfrecord.gz"), options="GZIP") as out:
+        for record in tf.data.TFRecordDataset(good):
+            out.write(record.numpy())
+    result = call_main(
+        "run_pretraining", input_file=f"{good},{tmp_path}/data-9.tfrecord.gz",
+        output_dir=tmp_path / "out", bert_config_file=S.write_config(tmp_path / "c.json"),
+        do_train="true", train_batch_size=4, num_train_steps=4, max_seq_length=S.SEQ,
+        max_predictions_per_seq=S.PREDS, distribution_strategy="one_device")
+    assert result.code == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("run_pretraining.py: error: input files mix compressed and "
+                           "uncompressed records: ") and "data-9.tfrecord.gz" in last, last
+    assert not list((tmp_path / "out").glob("ckpt-*"))
+
+
+def test_evaluating_without_weights_is_refused_naming_both_sources(shards, tmp_path):
+    """--do_eval alone with no checkpoint in output_dir and no --init_checkpoint would
+    evaluate random weights: refused, naming both."""
+    from data_prep.cli import UserError
+
+    good, _ = shards
+    with pytest.raises(UserError, match=r"nothing to evaluate or predict with: no checkpoint "
+                                        r"in .*out and no --init_checkpoint"):
+        _run_pretraining([good], tmp_path / "out", S.write_config(tmp_path / "c.json"),
+                         do_train=False, do_eval=True)
+    assert not list((tmp_path / "out").glob("ckpt-*"))
 
 
 def test_a_truncated_file_names_the_file(shards, tmp_path):
