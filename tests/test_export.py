@@ -403,10 +403,19 @@ def test_metadata_round_trip_and_errors(tmp_path):
     (["--init_checkpoint={run}", "--num_labels=2", "--label_list=a,b,c"],
      "label count mismatch"),
     (["--init_checkpoint={run}", "--label_list=a,b"], "classifier head"),
+    (["--init_checkpoint={run}", "--metadata_file={tmp}/none.json"],
+     "--metadata_file={tmp}/none.json: no such file"),
+    (["--init_checkpoint={bare}", "--label_list=a,b,c"],
+     "--bert_config_file is required: no bert_config.json / config.json beside {bare}"),
 ])
 def test_cli_bad_flags_exit_non_zero(run_dir, tmp_path, flags, message):
+    import shutil
+
     d, _ = run_dir
-    flags = [f.format(tmp=tmp_path, run=d) for f in flags]
+    bare = tmp_path / "weights_alone"  # the checkpoint without its config and metadata
+    shutil.copytree(d, bare, ignore=shutil.ignore_patterns("*.json"))
+    flags = [f.format(tmp=tmp_path, run=d, bare=bare) for f in flags]
+    message = message.format(tmp=tmp_path, bare=bare)
     result = call_main("export_saved_model", [*flags, f"--export_dir={tmp_path / 'out'}"])
     assert result.code == 1
     assert "export_saved_model.py: error: " in result.stderr and message in result.stderr, \
