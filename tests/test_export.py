@@ -424,6 +424,13 @@ def test_cli_bad_flags_exit_non_zero(run_dir, tmp_path, flags, message):
     assert not (tmp_path / "out").exists()
 
 
+def test_cli_without_export_dir_is_refused_in_one_line(tmp_path):
+    result = call_main("export_saved_model", [f"--init_checkpoint={tmp_path}"])
+    assert result.code == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "export_saved_model.py: error: --export_dir is required")
+
+
 # --------------------------------------------------------------------------- --overwrite
 
 
