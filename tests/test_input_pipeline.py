@@ -134,11 +134,6 @@ def test_an_input_that_is_a_directory_names_the_flag(tmp_path):
     assert record_checks.list_files([data + "/*"]) == [data + "/a.tfrecord"]
 
 
-def test_split_patterns():
-    from training.flags import split_patterns
-
-    assert split_patterns("a/*.tfrecord, gs://b/c*,") == ("a/*.tfrecord", "gs://b/c*")
-
 
 def test_weights_parse_as_float(files):
     ds = ip.pretraining_dataset(_config([files["plain"][0]]), batch_size=40, is_training=False)

@@ -12,7 +12,6 @@ import json
 import os
 import random
 
-import numpy as np
 import pytest
 import tensorflow as tf
 

@@ -123,6 +123,12 @@ def test_each_setting_has_one_home_and_one_type():
     assert (built.output_dir, built.num_train_steps, built.train_batch_size) == ("o", 50, 6)
 
 
+
+def test_input_file_lists_split_on_commas_dropping_blanks():
+    from training.flags import split_patterns
+
+    assert split_patterns("a/*.tfrecord, gs://b/c*,") == ("a/*.tfrecord", "gs://b/c*")
+
 # --- Flags that do not apply to the chosen mode (issue 38 #6) ------------------------------
 
 # (runner, argv choosing a mode, a flag of another mode, that mode as the error names it)
