@@ -545,6 +545,16 @@ def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weigh
 
     out, fresh = finished, tmp_path / "fresh"
     old = _weights(str(out / "ckpt-6"))
+    # Redone from the earlier run's own checkpoint, it would remove its --init_checkpoint
+    # first (then save its own ckpt-6 there): refused before anything is touched.
+    before = S.tree(out)
+    for init in (out / "ckpt-6", out):
+        with pytest.raises(finetuning.FinetuningError,
+                           match=f"--init_checkpoint={init} is {out / 'ckpt-6'}, made by "
+                                 "the earlier run"):
+            rc.run(_mrpc_run(mrpc, out, skip_finished=True, warmup_proportion=0.5,
+                             init_checkpoint=str(init)))
+        assert S.tree(out) == before
     # The user's files beside the run's: a plot in eval/, notes in train/, a best/ the run
     # never made (it ran without --keep_best_checkpoint). Before (issue 38) the redo
     # removed eval/, train/ and best/ whole and said it removed "what the earlier run made".

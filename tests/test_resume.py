@@ -26,7 +26,8 @@ from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
 from tests.test_bucketing import _records as bucketing_records
-from training import checkpointing, distribution, dynamic_masking, input_pipeline, pretraining
+from training import (checkpointing, distribution, dynamic_masking, input_pipeline, pretraining,
+                      run_files)
 from training.loop import TrainingLoop
 from training.settings import LoopConfig
 
@@ -111,6 +112,7 @@ def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(data, strategy, t
     for path in tf.io.gfile.glob(str(tmp_path / "whole" / "ckpt-4") + ".*"):
         tf.io.gfile.copy(path, str(tmp_path / "resumed" / os.path.basename(path)))
     tf.compat.v1.train.update_checkpoint_state(str(tmp_path / "resumed"), "ckpt-4")
+    run_files.add(str(tmp_path / "resumed"), checkpoints=["ckpt-4"])  # its saver's record
     resumed_model, resumed = _make(strategy, tmp_path / "resumed", accumulation=accumulation,
                                    model_seed=99)  # other initial weights and dropout seeds
     assert resumed.restore_or_initialize() == 4

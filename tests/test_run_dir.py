@@ -167,18 +167,21 @@ def test_another_bert_config_in_a_trained_dir_is_refused(env, trained, tmp_path)
 
 def test_checkpoints_of_another_model_without_an_identity_are_refused(env, trained,
                                                                       tmp_path):
-    """A directory from before run identities existed: the restore itself refuses."""
+    """Another run's checkpoints and state file copied by hand into a directory, without
+    its identity or record: the state file is not this run's (its saves would replace it,
+    its rotation delete what it names), refused before anything is written."""
     import shutil
 
     import run_classifier as rc
-    from training.checkpointing import CheckpointRestoreError
+    from training.checkpointing import StateFileError
 
     copy = tmp_path / "old"
     shutil.copytree(trained, copy)
     for name in (output_claim.IDENTITY_FILE, "run_results.json", "run_files.json"):
-        os.remove(copy / name)  # none of them existed then
+        os.remove(copy / name)
     before = _snapshot(copy)
-    with pytest.raises(CheckpointRestoreError, match="do not fit this model"):
+    with pytest.raises(StateFileError, match=f"{copy / 'checkpoint'} is not a checkpoint "
+                                             "state file of this run .it lists "):
         rc.run(_cfg(env, copy, labels=("neg", "pos", "meh")))
     assert _snapshot(copy) == before
 
@@ -374,17 +377,26 @@ def test_a_refused_pretraining_run_leaves_the_dir_to_the_rightful_run(pretrained
 
 
 # What TensorFlow 2.21 leaves when a save is killed (training/checkpointing.py says where
-# each name comes from; test_a_killed_save_is_cleaned_up_by_the_next_owner makes one).
+# each name comes from; test_a_killed_save_is_cleaned_up_by_the_next_owner makes one), in
+# run directories whose record (training/run_files.py) names ckpt-7, ckpt-8, ckpt-9 at the
+# top and ckpt-4 in a sweep's seed_3/.
 LEFTOVERS = ["ckpt-7_temp/part-00000-of-00001.data-00000-of-00001.tempstate1234567",
              "ckpt-8_temp/part-00000-of-00001.index",
              "ckpt-9_temp/",
              "checkpoint.tmp" + "0123456789abcdef" * 2,
-             "workertemp_worker_1/ckpt-5.index",
-             "seed_3/best/ckpt_temp/part-00000-of-00002.data-00001-of-00002"]
+             "seed_3/ckpt-4_temp/part-00000-of-00002.data-00001-of-00002"]
 REMOVED = ["ckpt-7_temp", "ckpt-8_temp", "ckpt-9_temp", "checkpoint.tmp" + "0123456789abcdef" * 2,
-           "workertemp_worker_1", "seed_3/best/ckpt_temp"]
+           "seed_3/ckpt-4_temp"]
+# Look-alikes the run did not make (names it never recorded, a user's files, another
+# run's directory, what lies behind a symbolic link): all kept.
 NOT_LEFTOVERS = ["ckpt-3.index", "checkpoint", "notes_temp/readme.txt", "train.tf_record",
-                 "seed_3/ckpt-6_temp.txt", "checkpoint.tmp-notes"]
+                 "seed_3/ckpt-6_temp.txt", "checkpoint.tmp-notes",
+                 "ckpt-10_temp/part-00000-of-00001.index", "ckpt-7_temp.d/x",
+                 "workertemp_alice_1/thesis.tex", "plots_temp/",
+                 "nested_run/.run.lock", "nested_run/checkpoint.tmp" + "ab" * 16,
+                 "nested_run/ckpt-7_temp/part-00000-of-00001.index",
+                 "seed_3/diverged/1/ckpt-4_temp/part-00000-of-00001.index"]
+OUTSIDE = ["checkpoint.tmp" + "cd" * 16, "ckpt-7_temp/part-00000-of-00001.index"]
 
 
 def _make(root, names):
@@ -399,22 +411,45 @@ def _make(root, names):
 
 
 def test_the_next_owner_removes_what_killed_saves_left_and_says_so(tmp_path, caplog):
-    _make(tmp_path, LEFTOVERS + NOT_LEFTOVERS)
-    claimed = output_claim.claim(str(tmp_path), {"a": 1})
+    from training import run_files
+
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    _make(out, LEFTOVERS + NOT_LEFTOVERS)
+    _make(elsewhere, OUTSIDE)
+    (out / "linked").symlink_to(elsewhere, target_is_directory=True)
+    run_files.add(str(out), checkpoints=["ckpt-7", "ckpt-8", "ckpt-9"])
+    for folder in ("seed_3", "nested_run", "linked"):
+        run_files.add(str(out / folder), checkpoints=["ckpt-4", "ckpt-7"])
+    claimed = output_claim.claim(str(out), {"a": 1})
     for name in LEFTOVERS:  # the claim alone removes nothing: the run may be refused
-        assert (tmp_path / name).exists(), name
+        assert (out / name).exists(), name
     with caplog.at_level("WARNING"):
         claimed.commit()
     claimed.release()
     for name in REMOVED:
-        assert not (tmp_path / name).exists(), name
+        assert not (out / name).exists(), name
     for name in NOT_LEFTOVERS:
-        assert (tmp_path / name).exists(), name
-    assert (tmp_path / "seed_3" / "best").is_dir()
+        assert (out / name).exists(), name
+    for name in OUTSIDE:
+        assert (elsewhere / name).exists(), name
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "a killed run did not finish" in logged
     for name in REMOVED:
-        assert str(tmp_path / name) in logged, name
+        assert str(out / name) in logged, name
+
+
+def test_a_non_chief_saver_removes_its_own_leftover_folder_only(tmp_path):
+    """A non-chief worker writes in `workertemp_<its tag>/` (removed after each save); a
+    kill leaves it, and that worker's next saver removes it, by its own name."""
+    import tensorflow as tf
+
+    from training import checkpointing
+
+    _make(tmp_path, ["workertemp_worker_1/ckpt-5.index", "workertemp_worker_2/ckpt-5.index"])
+    checkpointing.CheckpointSaver(tf.train.Checkpoint(v=tf.Variable(1.0)), str(tmp_path),
+                                  is_chief=False, worker_tag="worker_1")
+    assert not (tmp_path / "workertemp_worker_1").exists()
+    assert (tmp_path / "workertemp_worker_2" / "ckpt-5.index").exists()
 
 
 def test_another_models_directory_keeps_its_leftovers(tmp_path):
@@ -430,23 +465,26 @@ def test_a_run_removes_what_a_killed_save_left_in_its_dir(env, trained, caplog):
     """Through the runner: an eval run in a trained directory (its owner now) removes a
     killed save's shard folder."""
     import run_classifier as rc
+    from training import run_files
 
-    _make(trained, [LEFTOVERS[0]])
+    name = sorted(run_files.read(str(trained))["checkpoints"])[-1]  # a save it recorded
+    _make(trained, [f"{name}_temp/part-00000-of-00001.index"])
     with caplog.at_level("WARNING"):
         rc.run(_cfg(env, trained, do_train=False))
-    assert not (trained / "ckpt-7_temp").exists()
-    assert "ckpt-7_temp" in "\n".join(r.getMessage() for r in caplog.records)
+    assert not (trained / f"{name}_temp").exists()
+    assert f"{name}_temp" in "\n".join(r.getMessage() for r in caplog.records)
 
 
 SAVER = """
 import sys
 import tensorflow as tf
+from training import checkpointing
 big = [tf.Variable(tf.zeros([32 * 1024 * 1024])) for _ in range(4)]  # 4 x 128 MB
-manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=big), sys.argv[1], max_to_keep=1)
+saver = checkpointing.CheckpointSaver(tf.train.Checkpoint(v=big), sys.argv[1], max_to_keep=1)
 step = 0
 while True:
     step += 1
-    manager.save(checkpoint_number=step)
+    saver.save(step)
 """
 
 
@@ -481,3 +519,112 @@ def test_a_killed_save_is_cleaned_up_by_the_next_owner(tmp_path):
     claimed.release()
     assert not [n for n in os.listdir(out) if n.endswith("_temp")], os.listdir(out)
     assert sorted(n for n in os.listdir(out) if n.endswith(".index")) == complete
+
+
+def _saved(directory, steps):
+    """A run's saves in `directory` (its CheckpointSaver: recorded, then written)."""
+    import tensorflow as tf
+
+    from training import checkpointing
+
+    saver = checkpointing.CheckpointSaver(tf.train.Checkpoint(v=tf.Variable(1.0)),
+                                          str(directory))
+    return [saver.save(step) for step in steps]
+
+
+def test_removing_or_setting_aside_checkpoints_moves_only_their_files(tmp_path):
+    """A redo removes, a divergence sets aside, the run's checkpoints by TensorFlow's file
+    names (`.index`, `.data-NNNNN-of-NNNNN`): a user's `ckpt-6.index.bak` or
+    `ckpt-6.notes.txt` beside them stays where it is."""
+    from training import checkpointing
+
+    mine = ["ckpt-2.notes.txt", "ckpt-4.index.bak", "ckpt-4.README"]
+    _saved(tmp_path, [2, 4])
+    _make(tmp_path, mine)
+    moved = checkpointing.set_aside(str(tmp_path), from_step=4)
+    assert moved == [str(tmp_path / "diverged" / "1" / "ckpt-4")]
+    assert sorted(os.listdir(tmp_path / "diverged" / "1")) == [
+        "ckpt-4.data-00000-of-00001", "ckpt-4.index"]
+    removed = checkpointing.remove_checkpoints(str(tmp_path))
+    assert sorted(os.path.basename(p) for p in removed) == [
+        "checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    for name in mine:
+        assert (tmp_path / name).read_bytes() == b"x", name
+
+
+def test_a_state_file_the_run_did_not_write_is_refused_and_kept(tmp_path):
+    """A `checkpoint` file naming another directory's checkpoint, or one the run never
+    saved, or no checkpoint state at all (a user's text file): never resumed from, never
+    replaced, never rotated away; a run that recorded none of it refuses it. A run that
+    did record checkpoints there gets its state file rebuilt from them instead."""
+    import shutil
+
+    import tensorflow as tf
+
+    from training import checkpointing
+
+    other = tmp_path / "other"
+    _saved(other, [6])
+    states = {
+        "outside": lambda d: tf.compat.v1.train.update_checkpoint_state(
+            str(d), str(other / "ckpt-6")),
+        "unsaved": lambda d: (shutil.copy(other / "ckpt-6.index", d),
+                              shutil.copy(other / "ckpt-6.data-00000-of-00001", d),
+                              tf.compat.v1.train.update_checkpoint_state(str(d), "ckpt-6")),
+        "text": lambda d: (d / "checkpoint").write_text("my checkpoint notes\n"),
+    }
+    before = S.tree(other)
+    for name, write in states.items():
+        out = tmp_path / name
+        out.mkdir()
+        write(out)
+        kept = S.tree(out)
+        with pytest.raises(checkpointing.StateFileError,
+                           match=f"{out / 'checkpoint'} is not a checkpoint state file of "
+                                 "this run"):
+            checkpointing.check_state_file(str(out))
+        with pytest.raises(checkpointing.StateFileError):
+            _saved(out, [2])  # the chief's saver (its manager would read the state file)
+        assert checkpointing.checkpoints_newest_first(str(out)) == []
+        assert S.tree(out) == kept, name
+    assert S.tree(other) == before
+    # The run's own directory, its state file naming a checkpoint from elsewhere: rebuilt
+    # from the run's record, the other checkpoint left alone after rotation.
+    own = tmp_path / "own"
+    _saved(own, [2])
+    tf.compat.v1.train.update_checkpoint_state(str(own), str(other / "ckpt-6"))
+    assert checkpointing.checkpoints_newest_first(str(own)) == [str(own / "ckpt-2")]
+    _saved(own, [4, 5, 6, 7, 8, 9])
+    assert S.tree(other) == before
+
+
+def test_a_damaged_record_never_names_what_is_not_the_runs(tmp_path):
+    """run_files.json edited by hand or damaged: names that are no plain path under the
+    directory (`.`, `./`, `a/.`, `..`, absolute, a checkpoint not named ckpt-<N>) are
+    dropped, so a redo removes nothing for them."""
+    from training import run_files, sweeps
+
+    out, outside = tmp_path / "out", tmp_path / "outside.txt"
+    _make(out, ["notes.txt", "plots/a.png", "eval/events.out.tfevents.1"])
+    outside.write_text("mine")
+    (out / run_files.RECORD_FILE).write_text(json.dumps({
+        "files": [".", "./", "plots/.", "..", "../outside.txt", str(outside), "",
+                  "eval/events.out.tfevents.1"],
+        "checkpoints": ["..", "../ckpt-1", "ckpt-1/..", "."]}))
+    assert run_files.read(str(out)) == {"checkpoints": [],
+                                        "files": ["eval/events.out.tfevents.1"]}
+    sweeps.remove_run(str(out))
+    assert sorted(S.tree(out)) == ["notes.txt", "plots/", "plots/a.png"]
+    assert outside.read_text() == "mine"
+
+
+def test_a_refused_run_removes_only_what_its_claim_created(tmp_path):
+    """The claim created runs/a/mrpc (and runs/a); meanwhile another run made runs/a/sst.
+    Released without a commit, it removes its output_dir, and runs/a only if empty."""
+    claimed = output_claim.claim(str(tmp_path / "runs" / "a" / "mrpc"), {"a": 1})
+    _make(tmp_path, ["runs/a/sst/ckpt-6.index", "runs/a/mrpc/train.tf_record"])
+    claimed.release()
+    assert sorted(S.tree(tmp_path / "runs")) == ["a/", "a/sst/", "a/sst/ckpt-6.index"]
+    claimed = output_claim.claim(str(tmp_path / "new" / "b"), {"a": 1})
+    claimed.release()
+    assert not (tmp_path / "new").exists()

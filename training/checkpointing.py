@@ -24,11 +24,15 @@ interrupted by hand), and to the `ckpt-<N>.index` files on disk, newest first, w
 state file itself is empty or unreadable (a power cut before TensorFlow's unsynced
 rename reached the disk); `CheckpointSaver` then rewrites the state file from them.
 
-A run acts only on its own checkpoints (`own_checkpoints`): those its state file lists
-and those `training.run_files` records (the saver records each name before saving it).
-A `ckpt-<N>` in the directory that is neither (a user's, e.g. the `--init_checkpoint`
-copied there) is never restored, overwritten, rotated, moved or removed: a run whose own
-saves would reuse its name is refused at its start (`check_no_foreign`). A run that
+A run acts only on its own checkpoints (`own_checkpoints`): those `training.run_files`
+records (the saver records each name before saving it). A `ckpt-<N>` in the directory
+that is not (a user's, e.g. the `--init_checkpoint` copied there) is never restored,
+overwritten, rotated, moved or removed: a run whose own saves would reuse its name is
+refused at its start (`check_no_foreign`). Its state file lists only those; a
+`checkpoint` file naming others (copied from another run, edited by hand) or none at all
+is not used, and a run that recorded no checkpoint refuses it (`check_state_file`)
+rather than let its saves replace it and the CheckpointManager's rotation delete what it
+names. A run that
 diverged moves its checkpoints whose weights led there into a new numbered folder
 `output_dir/diverged/<n>/` (`set_aside`, called by `training.loop`), so that a rerun
 resumes the newest sound one; they leave the record, kept for the user.
@@ -40,8 +44,10 @@ each save, as TensorFlow's multi-worker guide prescribes.
 A save killed midway (kill -9, a preempted VM) leaves TensorFlow's temporaries: the
 `<prefix>_temp/` folder the shards are written into before they are merged (the size of
 a checkpoint: hundreds of MB for BERT-base), a `checkpoint.tmp<hex>` state file, and our
-non-chief `workertemp_*` folders. Nothing of TensorFlow removes them later;
-`remove_killed_save_leftovers` does, for the next run that owns the directory.
+non-chief `workertemp_<task>_<id>/` folders. Nothing of TensorFlow removes them later;
+`remove_killed_save_leftovers` does, for the next run that owns the directory, by the
+names the run recorded (never a pattern over the directory), and each non-chief worker
+removes its own `workertemp_` folder when its saver is made.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -110,6 +117,8 @@ class CheckpointSaver:
                                                                   f"workertemp_{worker_tag}")
         if is_chief:
             repair_state_file(directory)
+        elif tf.io.gfile.exists(self._write_dir):  # this worker's, left by a killed save
+            tf.io.gfile.rmtree(self._write_dir)
         self.manager = tf.train.CheckpointManager(
             checkpoint, self._write_dir, max_to_keep=max_to_keep if is_chief else 1)
 
@@ -136,13 +145,23 @@ def _sync_checkpoint(prefix: str) -> None:
     paths; object stores have no fsync), so that a power cut cannot lose a checkpoint
     the state file already lists."""
     directory = os.path.dirname(prefix)
-    for path in tf.io.gfile.glob(prefix + ".*") + [os.path.join(directory, "checkpoint")]:
+    for path in checkpoint_files(prefix) + [os.path.join(directory, "checkpoint")]:
         if tf.io.gfile.exists(path):
             fileio.sync(path)
     fileio.sync_directory(directory)
 
 
 _CHECKPOINT_INDEX = re.compile(r"ckpt-(\d+)\.index")
+
+
+def checkpoint_files(prefix: str) -> list[str]:
+    """The files of the checkpoint `prefix` that are there: its `.index` and its
+    `.data-NNNNN-of-NNNNN` shards, by TensorFlow's names (never another file whose name
+    merely starts with the prefix, such as a user's `ckpt-6.notes.txt`)."""
+    name = re.escape(os.path.basename(prefix))
+    files = re.compile(name + r"\.(index|data-\d{5}-of-\d{5})")
+    return [path for path in tf.io.gfile.glob(prefix + ".*")
+            if files.fullmatch(os.path.basename(path))]
 
 
 def checkpoints_on_disk(directory: str) -> list[str]:
@@ -160,13 +179,9 @@ def checkpoints_on_disk(directory: str) -> list[str]:
 
 def own_checkpoints(directory: str) -> list[str]:
     """Prefixes of the run's own checkpoints in `directory` whose files are there, newest
-    first: those its state file lists and those `run_files` records (see the module
-    docstring); never a `ckpt-<N>` the run did not write."""
-    state, _ = _read_state(directory)
-    listed = {os.path.basename(p) for p in (state.all_model_checkpoint_paths if state else ())}
-    if state and state.model_checkpoint_path:
-        listed.add(os.path.basename(state.model_checkpoint_path))
-    names = listed | set(run_files.read(directory)["checkpoints"])
+    first: those `run_files` records (see the module docstring); never a `ckpt-<N>` the
+    run did not write."""
+    names = set(run_files.read(directory)["checkpoints"])
     return [p for p in checkpoints_on_disk(directory) if os.path.basename(p) in names]
 
 
@@ -203,7 +218,7 @@ def remove_checkpoints(directory: str) -> list[str]:
     removed = []
     own = own_checkpoints(directory)
     for prefix in own:
-        for path in sorted(tf.io.gfile.glob(prefix + ".*"), key=lambda p: p.endswith(".index")):
+        for path in sorted(checkpoint_files(prefix), key=lambda p: p.endswith(".index")):
             tf.io.gfile.remove(path)  # the index last: what a kill leaves is still found
             removed.append(path)
     state_file = os.path.join(directory, "checkpoint")
@@ -224,16 +239,55 @@ def _read_state(directory: str):
     if state is None and tf.io.gfile.exists(os.path.join(directory, "checkpoint")):
         # TensorFlow logs a parse (or read) error and returns None, as for no file at all.
         return None, ValueError("not a checkpoint state (garbled)")
+    if state is not None:
+        # The run's state file names the run's checkpoints (TensorFlow joins relative
+        # names onto the directory). One naming others' (a checkpoint elsewhere, one the
+        # run did not save: copied from another run, edited by hand) is not used: the
+        # run would resume from them and the CheckpointManager's rotation delete them.
+        recorded = set(run_files.read(directory)["checkpoints"])
+        listed = [*state.all_model_checkpoint_paths, state.model_checkpoint_path]
+        foreign = [p for p in listed if p and not (
+            _same_dir(os.path.dirname(p), directory) and os.path.basename(p) in recorded)]
+        if foreign:
+            return None, ValueError(f"it lists {foreign[0]}, which this run did not save "
+                                    f"in {directory}")
     return state, None
 
 
+def _same_dir(a: str, b: str) -> bool:
+    if fileio.is_url(a) or fileio.is_url(b):
+        return a.rstrip("/") == b.rstrip("/")
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
+class StateFileError(UserError):
+    """output_dir holds a `checkpoint` file that is not this run's state file (it cannot
+    be read and the run recorded no checkpoint there): the first save would replace it."""
+
+
+def check_state_file(directory: str) -> None:
+    """Raises StateFileError when `directory` holds a `checkpoint` file that is not the
+    run's state file: unreadable, or naming checkpoints the run did not save there
+    (`_read_state`), while the run recorded no checkpoint there. Writes nothing."""
+    _, err = _read_state(directory)
+    if err is not None and not run_files.read(directory)["checkpoints"]:
+        state_file = os.path.join(directory, "checkpoint")
+        raise StateFileError(
+            f"{state_file} is not a checkpoint state file of this run ({err}): its saves "
+            f"would replace it. Move it out of {directory}, or choose another output "
+            "directory (a checkpoint to start from goes to --init_checkpoint)")
+
+
 def repair_state_file(directory: str) -> bool:
-    """Rewrites an unreadable `checkpoint` state file from the run's recorded checkpoints
-    on disk (oldest first, newest as the latest), with a warning; returns True when it did. A readable
-    or missing state file is left alone. Call it only while owning the directory."""
+    """Rewrites an unreadable `checkpoint` state file (or one naming checkpoints the run
+    did not save there) from the run's recorded checkpoints on disk (oldest first, newest
+    as the latest), with a warning; returns True when it did. A sound or missing state file
+    is left alone; one the run cannot have written is refused (`check_state_file`), never
+    removed. Call it only while owning the directory."""
     state, err = _read_state(directory)
     if err is None:
         return False
+    check_state_file(directory)
     found = own_checkpoints(directory)
     state_file = os.path.join(directory, "checkpoint")
     logging.warning("%s cannot be read (%s): rebuilding it from the run's %d checkpoint(s) "
@@ -254,31 +308,42 @@ def repair_state_file(directory: str) -> bool:
 # What a killed save leaves (TensorFlow 2.21): `functional_saver` writes each shard as
 # `<prefix>_temp/part-NNNNN-of-NNNNN.{index,data-NNNNN-of-NNNNN}` (through BundleWriter's
 # `.tempstate<N>` names) before merging them into `<prefix>.*`;
-# `file_io.atomic_write_string_to_file` writes the state file as `checkpoint.tmp<uuid hex>`;
-# `CheckpointSaver` writes a non-chief worker's checkpoints in `workertemp_<task>_<id>/`.
-_SHARD_TEMP_DIR = re.compile(r".+_temp")
+# `file_io.atomic_write_string_to_file` writes the state file as `checkpoint.tmp<uuid hex>`.
+# (A non-chief worker's `workertemp_<task>_<id>/` is removed by that worker's next saver.)
 _SHARD_TEMP_FILE = re.compile(r"part-\d+-of-\d+\.(index|data-\d+-of-\d+)(\.tempstate\d+)?")
 _STATE_TEMP_FILE = re.compile(r"checkpoint\.tmp[0-9a-f]{32}")
-_WORKER_TEMP_DIR = re.compile(r"workertemp_\w+_\d+")
 
 
-def _killed_save_leftovers(directory: str) -> list[str]:
-    """Paths under `directory` (at any depth) that only a killed checkpoint save leaves."""
+def _run_directories(directory: str, other_claims: Sequence[str]) -> list[str]:
+    """`directory` and the folders below it, never through a symbolic link nor into a
+    folder holding one of `other_claims` (another run's claimed directory)."""
+    found = [directory]
+    for name in tf.io.gfile.listdir(directory):
+        path = os.path.join(directory, name.rstrip("/"))
+        if (not fileio.is_url(path) and os.path.islink(path)) or not tf.io.gfile.isdir(path):
+            continue
+        if not any(tf.io.gfile.exists(os.path.join(path, c)) for c in other_claims):
+            found += _run_directories(path, other_claims)
+    return found
+
+
+def _killed_save_leftovers(directory: str, other_claims: Sequence[str]) -> list[str]:
+    """What killed saves of the run left, by the names its record gives: in each run
+    directory (`directory` or a sweep's folder below it) holding a `training.run_files`
+    record, the `<ckpt-N>_temp/` folder of each checkpoint it recorded (holding nothing
+    but shard files) and the state file's `checkpoint.tmp<hex>` temporaries."""
     found = []
-    for parent, subdirs, files in tf.io.gfile.walk(directory):
-        keep = []
-        for name in subdirs:
-            name = name.rstrip("/")
-            path = os.path.join(parent, name)
-            if _WORKER_TEMP_DIR.fullmatch(name):
+    for folder in _run_directories(directory, other_claims):
+        recorded = run_files.read(folder)["checkpoints"]
+        if not recorded:
+            continue
+        for name in recorded:
+            path = os.path.join(folder, f"{name}_temp")
+            if tf.io.gfile.isdir(path) and _only_shard_temporaries(path):
                 found.append(path)
-            elif _SHARD_TEMP_DIR.fullmatch(name) and _only_shard_temporaries(path):
-                found.append(path)
-            else:
-                keep.append(name)
-        subdirs[:] = keep  # not into what goes
-        found.extend(os.path.join(parent, name) for name in files
-                     if _STATE_TEMP_FILE.fullmatch(name))
+        found.extend(os.path.join(folder, name.rstrip("/"))
+                     for name in tf.io.gfile.listdir(folder)
+                     if _STATE_TEMP_FILE.fullmatch(name.rstrip("/")))
     return found
 
 
@@ -288,16 +353,18 @@ def _only_shard_temporaries(path: str) -> bool:
     return all(_SHARD_TEMP_FILE.fullmatch(name.rstrip("/")) for name in names)
 
 
-def remove_killed_save_leftovers(directory: str) -> list[str]:
-    """Removes what killed checkpoint saves left under `directory`; returns the paths.
+def remove_killed_save_leftovers(directory: str, other_claims: Sequence[str] = ()) -> list[str]:
+    """Removes what killed checkpoint saves of the run left under `directory`
+    (`_killed_save_leftovers`); returns the paths.
 
     Call it only while owning the directory (its run lock held, `training.output_claim`): a
-    live run's save in progress looks the same.
+    live run's save in progress looks the same. `other_claims`: the names of the files
+    that mark another run's directory (never entered).
     """
     if not tf.io.gfile.isdir(directory):
         return []
     removed = []
-    for path in _killed_save_leftovers(directory):
+    for path in _killed_save_leftovers(directory, other_claims):
         try:
             if tf.io.gfile.isdir(path):
                 tf.io.gfile.rmtree(path)
@@ -376,7 +443,7 @@ def set_aside(directory: str, from_step: int) -> list[str]:
     tf.io.gfile.makedirs(target)
     moved = []
     for prefix in moving:
-        for path in tf.io.gfile.glob(prefix + ".*"):
+        for path in checkpoint_files(prefix):
             tf.io.gfile.rename(path, os.path.join(target, os.path.basename(path)))
         moved.append(os.path.join(target, os.path.basename(prefix)))
     fileio.sync_directory(directory)

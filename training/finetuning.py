@@ -449,6 +449,8 @@ def run(settings: FinetuningRun, family) -> dict:
 
                 request = sweeps.request(point_settings, family, prepared, seed)
                 earlier, redo = sweeps.earlier(directory, request, skip=skip_finished)
+                if redo:
+                    _check_redo_keeps(directory, point_settings.init_checkpoint)
 
                 def commit(directory=directory, point_settings=point_settings, redo=redo):
                     """Takes output_dir for the run (what an earlier run with other settings
@@ -636,6 +638,27 @@ def _run_one(settings: FinetuningRun, family: TaskFamily, prepared: PreparedData
 
 
 BEST_STATE_FILE = "best_checkpoint.json"
+
+
+def _check_redo_keeps(directory: str, init_checkpoint: str | None) -> None:
+    """Refuses to redo a run whose --init_checkpoint is among what the earlier run made in
+    `directory` (its checkpoints, best/): the redo removes them first, then saves its own
+    under the same names."""
+    from modeling import checkpoints
+
+    if not init_checkpoint:
+        return
+    try:
+        _, location = checkpoints.resolve(init_checkpoint)
+    except checkpoints.CheckpointError:
+        return  # refused with its reason when it is loaded
+    made = [p for p in sweeps.made_by_run(directory) if fileio.is_within(location, p)]
+    if made:
+        raise FinetuningError(
+            f"--init_checkpoint={init_checkpoint} is {made[0]}, made by the earlier run in "
+            f"{directory}, which this run does again from its start with other settings: it "
+            "would remove it first. Copy it out of that directory and pass its new path, or "
+            "choose another --output_dir")
 
 
 class _BestKeeper:

@@ -251,7 +251,10 @@ class TrainingLoop:
         Raises:
           checkpointing.CheckpointCollisionError: output_dir holds a checkpoint the run did
             not write under the name of one it would save.
+          checkpointing.StateFileError: output_dir holds a `checkpoint` file the run did
+            not write.
         """
+        checkpointing.check_state_file(self.config.output_dir)
         path = None if fresh else checkpointing.restore_latest(self.checkpoint,
                                                                self.config.output_dir)
         self._restored_path = path

@@ -141,12 +141,18 @@ class RunDir:
         if self._created and not self._committed:
             from absl import logging
 
-            # Created by this claim and held under its lock since: all in it is this run's.
+            # output_dir, created by this claim and held under its lock since, is this
+            # run's; a folder above it that the claim created too goes only when empty
+            # (another run may have made its own output_dir in it meanwhile).
+            folder = os.path.abspath(self.output_dir)
             try:
-                fileio.remove(self._created)
+                fileio.remove(folder)
+                folder = os.path.dirname(folder)
+                while fileio.is_within(folder, self._created) and not fileio.listdir(folder):
+                    fileio.remove(folder)
+                    folder = os.path.dirname(folder)
             except OSError as err:
-                logging.warning("Could not remove %s, created by this run: %s",
-                                self._created, err)
+                logging.warning("Could not remove %s, created by this run: %s", folder, err)
 
     # -------------------------------------------------------------------- identity
     def _stored_identity(self):
@@ -185,7 +191,8 @@ class RunDir:
             if self._stored_identity() is None:
                 fileio.write_text(self.identity_path,
                                   json.dumps(self.identity, indent=2, sort_keys=True) + "\n")
-            checkpointing.remove_killed_save_leftovers(self.output_dir)
+            checkpointing.remove_killed_save_leftovers(self.output_dir,
+                                                       (LOCK_FILE, IDENTITY_FILE))
         self._committed = True
 
 

@@ -8,27 +8,28 @@ record lists names relative to the directory:
 
 * `checkpoints`: the `ckpt-<N>` prefixes the run saved, each added BEFORE its save (a
   kill during the save leaves a name recorded whose files may be partial or missing,
-  never files of the run unrecorded); with the checkpoints its `checkpoint` state file
-  lists (the CheckpointManager's own record), they are the run's checkpoints;
+  never files of the run unrecorded): the run's checkpoints (its `checkpoint` state
+  file, the CheckpointManager's own record, lists only them);
 * `files`: the other files and directories it wrote (TensorBoard event files, result
   and prediction files, `best/`, `run_results.json`), each added when written (before,
   where the name is known in advance).
 
 Set-aside checkpoints are handed over to the user: they leave the record (and are never
 touched again). The record is rewritten all-or-nothing (`data_prep.fileio`); only the
-chief of a multi-worker run writes it. A directory without it (a run of an earlier
-version) owns the checkpoints its state file lists.
+chief of a multi-worker run writes it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 
 from data_prep import fileio
 
 RECORD_FILE = "run_files.json"
 _KINDS = ("checkpoints", "files")
+_CHECKPOINT = re.compile(r"ckpt-\d+")
 
 
 def _path(directory: str) -> str:
@@ -42,7 +43,10 @@ def exists(directory: str) -> bool:
 
 def read(directory: str) -> dict:
     """{"checkpoints": [...], "files": [...]} the record lists (empty lists: no record;
-    an unreadable one is taken as empty: nothing is known to be the run's)."""
+    an unreadable one is taken as empty: nothing is known to be the run's). A name that
+    is no plain path under the directory (absolute, a URL, with an empty, `.` or `..`
+    part; a checkpoint not named `ckpt-<N>`: a record damaged or edited by hand) is
+    dropped: nothing outside the run's own names is ever removed for it."""
     record = {kind: [] for kind in _KINDS}
     if not exists(directory):
         return record
@@ -52,8 +56,17 @@ def read(directory: str) -> dict:
         return record
     for kind in _KINDS:
         if isinstance(stored, dict) and isinstance(stored.get(kind), list):
-            record[kind] = [str(name) for name in stored[kind]]
+            record[kind] = [name for name in stored[kind] if _plain(name, kind)]
     return record
+
+
+def _plain(name, kind: str) -> bool:
+    """True for a name a run records: relative, inside the directory, no `.`/`..` part."""
+    if not isinstance(name, str) or fileio.is_url(name) or os.path.isabs(name):
+        return False
+    if kind == "checkpoints":
+        return _CHECKPOINT.fullmatch(name) is not None
+    return all(part not in ("", ".", "..") for part in name.split("/"))
 
 
 def _write(directory: str, record: dict) -> None:

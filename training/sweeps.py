@@ -200,6 +200,15 @@ def earlier(directory: str, request: dict, *, skip: bool = True) -> tuple[dict |
     return result, False
 
 
+def made_by_run(directory: str) -> list[str]:
+    """What `remove_run` removes of `directory`: the run's own checkpoints (prefixes) and
+    the files and folders its record lists (`training.run_files`)."""
+    from training import checkpointing, run_files
+
+    return checkpointing.own_checkpoints(directory) + [
+        os.path.join(directory, name) for name in run_files.read(directory)["files"]]
+
+
 def remove_run(directory: str) -> None:
     """Removes what the earlier run made in `directory`, by name, so that it is done again
     from its initial checkpoint, never from the final state of a run with other settings
@@ -212,9 +221,7 @@ def remove_run(directory: str) -> None:
     from training import checkpointing, run_files
 
     removed = checkpointing.remove_checkpoints(directory)
-    names = [n for n in run_files.read(directory)["files"]
-             if n and n != RESULTS_FILE and not (
-                 fileio.is_url(n) or os.path.isabs(n) or ".." in n.split("/"))]
+    names = [n for n in run_files.read(directory)["files"] if n != RESULTS_FILE]
     for name in names:
         target = os.path.join(directory, name)
         if fileio.exists(target):
