@@ -40,8 +40,9 @@ convention, kept here so serving needs nothing but TensorFlow): an input string 
 valid UTF-8 (bytes the shell passed that are not UTF-8, or a lone surrogate), an input
 the export refuses (e.g. a context needing more windows than the export's
 max_context_windows: the message names the input), an --output_json that is a directory
-or cannot be written, an --input_file line that is not what the model takes (file and
-line named). Ctrl-C ends it with one line and status 130, SIGTERM with status 143, as
+or cannot be written, or that is the --input_file or a file inside --export_dir (writing
+it would destroy the inputs or the export; checked before any work), an --input_file line
+that is not what the model takes (file and line named). Ctrl-C ends it with one line and status 130, SIGTERM with status 143, as
 every command (the --output_json temporary removed).
 """
 
@@ -114,9 +115,11 @@ def _check_utf8(args) -> None:
                                  "inputs must be UTF-8 text") from None
 
 
-def _check_output(path: str) -> None:
+def _check_output(path: str, input_file: str, export_dir: str) -> None:
     """Raises UsageError, before any work, for an --output_json that cannot be written
-    (a directory, a missing or read-only folder)."""
+    (a directory, a missing or read-only folder) or must not be: the --input_file (`-` is
+    stdin, not a file) or a file inside --export_dir. Names are compared as the files they
+    reach (relative or absolute, through symbolic links)."""
     import tensorflow as tf
 
     if not path:
@@ -124,10 +127,26 @@ def _check_output(path: str) -> None:
     folder = os.path.dirname(path.rstrip("/")) or "."
     if tf.io.gfile.isdir(path):
         raise UsageError(f"--output_json={path} is a directory; give a file name")
+    if input_file and input_file != "-" and _within(path, input_file):
+        raise UsageError(f"--output_json={path} is the --input_file ({input_file}); writing "
+                         "it would destroy the inputs: give another file name")
+    if _within(path, export_dir):
+        raise UsageError(f"--output_json={path} lies inside --export_dir={export_dir}; "
+                         "writing it would alter the export: give a file outside it")
     if not tf.io.gfile.isdir(folder):
         raise UsageError(f"--output_json={path}: the folder {folder} does not exist")
     if "://" not in path and not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"--output_json={path}: the folder {folder} is not writable")
+
+
+def _within(path: str, other: str) -> bool:
+    """True when `path` is `other` or lies inside it: local names resolved (relative or
+    absolute, symbolic links), URLs compared as written."""
+    if "://" in path or "://" in other:
+        path, other = path.rstrip("/"), other.rstrip("/")
+        return path == other or path.startswith(other + "/")
+    path, other = os.path.realpath(path), os.path.realpath(other)
+    return os.path.commonpath([path, other]) == other
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -427,7 +446,7 @@ def _run(argv) -> int:
     import tensorflow_text  # noqa: F401  -- registers the ops the graph uses
 
     try:
-        _check_output(args.output_json)
+        _check_output(args.output_json, args.input_file, args.export_dir)
     except UsageError as err:
         return _error(str(err))
     try:

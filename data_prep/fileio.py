@@ -580,6 +580,11 @@ def _fsync(path: str, directory: bool) -> None:
 
 
 def _replace_directory(temp: str, final: str, allowed: bool) -> None:
+    if not is_url(final) and os.path.islink(final):
+        # Both ways below would replace the link itself, then fail removing it as the
+        # previous directory: refused before either (callers refuse it first, by flag).
+        raise OutputError(f"{final} is a symbolic link to {os.readlink(final)}; it is not "
+                          "replaced (give the directory itself)")
     if not exists(final):
         rename(temp, final, overwrite=False)
         return

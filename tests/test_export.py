@@ -523,6 +523,91 @@ def test_overwrite_swaps_in_the_new_export_and_cleans_stale_temporaries(served, 
     assert len(set(np.round(expected.numpy(), 5))) > 3  # the score depends on the text
 
 
+def test_overwrite_refuses_a_symlinked_export_dir_and_keeps_the_link(run_dir, served,
+                                                                     tmp_path):
+    """Issue: --export_dir=current --overwrite, `current` a link to a previous export,
+    swapped the link itself for the new export, then failed removing it (an internal
+    error, status 1, with the new export committed, the user's link gone and a stray
+    temporary link beside it). Now refused before any work, naming the link and where it
+    points; nothing changes. The swap below the check refuses a link too."""
+    import shutil
+
+    from data_prep import fileio
+
+    d, _ = run_dir
+    real = tmp_path / "exports" / "v1"
+    shutil.copytree(served["dirs"] / "classifier", real)
+    link = tmp_path / "current"
+    link.symlink_to(real)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "to_empty").symlink_to(tmp_path / "empty")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nothing")
+
+    def state():
+        return (sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")),
+                os.readlink(link), (real / "saved_model.pb").read_bytes())
+
+    before = state()
+    result = call_main("export_saved_model", init_checkpoint=d, export_dir=link,
+                       overwrite="true")
+    assert result.code == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"export_saved_model.py: error: --export_dir={link} is a symbolic link to {real}; "
+        f"refusing to replace a link: give the directory itself (--export_dir={real})")
+    vocab = write_vocab(tmp_path / "vocab.txt", VOCAB)
+    serving = families.serving_config("classifier", vocab, True, SEQ, labels=tuple(LABELS))
+    for target in (link, tmp_path / "to_empty", tmp_path / "dangling"):
+        for overwrite in (True, False):
+            with pytest.raises(ExportError, match=f"={target} is a symbolic link to "):
+                writer.export_saved_model(BertClassifier(_config(), len(LABELS)), serving,
+                                          str(target), overwrite=overwrite)
+    (tmp_path / "vocab.txt").unlink()
+    with pytest.raises(fileio.OutputError, match=f"{link} is a symbolic link to {real}; "):
+        with fileio.AtomicOutputs([str(link)], replace_directories=True) as out:
+            os.makedirs(os.path.join(out.temp(str(link)), "variables"))
+    assert state() == before
+
+
+def test_overwrite_keeps_a_previous_export_holding_a_users_file(served, tmp_path):
+    """Issue: --overwrite deleted a user's file put inside a previous export (notes in its
+    assets.extra/), as only the top-level names were checked. An export is now what the
+    exporter writes at every depth (tf.saved_model.save's files, the assets its graph
+    names, the marker): anything else is named and the directory refused, even with
+    --overwrite."""
+    import shutil
+
+    exp = tmp_path / "exp"
+    shutil.copytree(served["dirs"] / "classifier", exp)
+    hub = tmp_path / "hub"
+    for part in ("encoder", "preprocessor"):
+        shutil.copytree(served["dirs"] / "classifier", hub / part)
+        (hub / part / "assets.extra" / "export_metadata.json").write_text(
+            json.dumps({"model_type": f"hub_{part}"}))
+    assert writer.export_kind(str(exp)) == "classifier"
+    assert writer.export_kind(str(hub)) == "hub"
+    users = [exp / "assets.extra" / "MY_NOTES.md", exp / "assets" / "notes.txt",
+             exp / "variables" / "variables.data-00000-of-00001.bak",
+             exp / "assets.extra" / "mine" / "plot.png", exp / "variables" / "mine" / "x",
+             hub / "encoder" / "assets.extra" / "MY_NOTES.md"]
+    for path in users:
+        root = hub if hub in path.parents else exp
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("how I trained this\n")
+        shown = str(path.relative_to(root))
+        if path.parent.name == "mine":
+            shown = str(path.parent.relative_to(root))
+        assert writer.export_kind(str(root)) is None, path
+        with pytest.raises(ExportError, match=f"it holds: {shown}, which the exporter does "
+                           "not write.*even with --overwrite"):
+            writer.check_export_dir(str(root), overwrite=True)
+        assert path.read_text() == "how I trained this\n"
+        path.unlink()
+        if path.parent.name == "mine":
+            path.parent.rmdir()
+    assert writer.export_kind(str(exp)) == "classifier"
+    assert writer.export_kind(str(hub)) == "hub"
+
+
 @pytest.mark.parametrize("where,message", [
     ("run", "is the directory of --init_checkpoint"),
     ("parent", "contains the directory of --init_checkpoint"),

@@ -130,6 +130,54 @@ def test_output_json_in_a_read_only_folder_is_refused(exports, tmp_path, capsys)
     assert code == 1 and "is not writable" in capsys.readouterr().err
 
 
+def test_output_json_that_is_the_input_file_or_inside_the_export_is_refused(
+        exports, tmp_path, capsys, monkeypatch):
+    """Issue: --output_json naming the --input_file replaced the user's inputs with the
+    JSON, and one inside --export_dir (its saved_model.pb) destroyed the export, both with
+    status 0. Now one error line before any work (nothing served), whichever name reaches
+    the file: relative, absolute, through a symbolic link; `-` is stdin, not a file."""
+    import hashlib
+    import shutil
+
+    export = tmp_path / "export"
+    shutil.copytree(exports["classifier"], export)  # a copy: the old code destroyed it
+    (tmp_path / "export_link").symlink_to(export)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat sat .\n", encoding="utf-8")
+    (tmp_path / "alias.txt").symlink_to(texts)
+    monkeypatch.chdir(tmp_path)
+
+    def tree():
+        return {str(p.relative_to(tmp_path)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+
+    before = tree()
+    cases = [  # (--export_dir, --input_file, --output_json, message)
+        (export, "texts.txt", texts, "is the --input_file (texts.txt)"),
+        (export, str(texts), "./texts.txt", f"is the --input_file ({texts})"),
+        (export, "texts.txt", "alias.txt", "is the --input_file (texts.txt)"),
+        (export, "texts.txt", export / "saved_model.pb", f"lies inside --export_dir={export}"),
+        ("export_link", "texts.txt", "export/assets.extra/served.json",
+         "lies inside --export_dir=export_link"),
+        (export, "texts.txt", "export_link/variables/variables.index",
+         f"lies inside --export_dir={export}"),
+    ]
+    for export_dir, input_file, output, message in cases:
+        code = predict_saved_model.main([f"--export_dir={export_dir}",
+                                         f"--input_file={input_file}",
+                                         f"--output_json={output}"])
+        out, err = capsys.readouterr()
+        assert code == 1 and out == "", (output, out, err)
+        assert err.startswith(f"predict_saved_model.py: error: --output_json={output} "
+                              f"{message}") and err.count("\n") == 1, (output, err)
+        assert tree() == before, output
+    # stdin is no file: an --output_json named "-" is a file like any other.
+    lines = _served_lines([f"--export_dir={export}", "--input_file=-", "--output_json=-"],
+                          capsys, b"the cat sat .\n", monkeypatch)
+    assert len(lines) == 1 and json.loads((tmp_path / "-").read_text())["predictions"]
+    assert texts.read_text(encoding="utf-8") == "the cat sat .\n"
+
+
 def test_output_json_is_written_all_or_nothing(exports, tmp_path, capsys, monkeypatch):
     """A failure while writing (a read-only or full disk, found only then) leaves the
     previous file as it was and no temporary; a success replaces it whole."""
