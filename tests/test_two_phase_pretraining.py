@@ -21,6 +21,7 @@ import tensorflow as tf
 from tests import test_loop_support as S
 from tests.clis import call_main
 from tests.test_loop_support import read_eval_results
+from training import run_files
 
 SHORT, LONG = (16, 3), (32, 5)  # (max_seq_length, max_predictions_per_seq) per phase
 BATCH = 8
@@ -133,8 +134,8 @@ def test_phase_two_starts_at_the_boundary_and_resumes_exactly(records, whole, tm
     below). Phase 2 without saying which input came before is refused, naming it. A run
     stopped at the boundary holds what the uninterrupted one saved there (its phase 1 is
     the same steps, and a phase ends with a checkpoint): here its directory is that
-    checkpoint alone, as a run of an earlier version left it (the checkpoints its state
-    file lists are its own), with the run's identity."""
+    checkpoint alone, with the run's identity and its record of the checkpoint
+    (training/run_files.py)."""
     done, _ = whole
     out = tmp_path / "boundary"
     out.mkdir()
@@ -142,6 +143,7 @@ def test_phase_two_starts_at_the_boundary_and_resumes_exactly(records, whole, tm
             str(done / "run_identity.json")]:
         tf.io.gfile.copy(path, str(out / os.path.basename(path)))
     tf.compat.v1.train.update_checkpoint_state(str(out), "ckpt-30")
+    run_files.add(str(out), checkpoints=["ckpt-30"])
     refused = call_main("run_pretraining", **_without_phase_two(_flags(
         records, out, input_file=records["long"], max_seq_length=LONG[0],
         max_predictions_per_seq=LONG[1])))
