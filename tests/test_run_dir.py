@@ -628,3 +628,44 @@ def test_a_refused_run_removes_only_what_its_claim_created(tmp_path):
     claimed = output_claim.claim(str(tmp_path / "new" / "b"), {"a": 1})
     claimed.release()
     assert not (tmp_path / "new").exists()
+
+
+def test_a_truncated_checkpoint_falls_back_to_the_one_before(tmp_path):
+    """A data file cut short (a copy interrupted by hand): TensorFlow's reader raises
+    IndexError there; the restore uses the checkpoint before it, then refuses in one
+    line when none is left, as for any unreadable checkpoint."""
+    import tensorflow as tf
+
+    from training import checkpointing
+
+    _saved(tmp_path, [2, 4])
+    for step in (4, 2):
+        data = tmp_path / f"ckpt-{step}.data-00000-of-00001"
+        data.write_bytes(data.read_bytes()[:3])
+        checkpoint = tf.train.Checkpoint(v=tf.Variable(0.0))
+        if step == 4:
+            assert checkpointing.restore_latest(checkpoint, str(tmp_path)) == str(
+                tmp_path / "ckpt-2")
+        else:
+            with pytest.raises(checkpointing.CheckpointRestoreError,
+                               match="do not fit this model .newest .*ckpt-4"):
+                checkpointing.restore_latest(checkpoint, str(tmp_path))
+
+
+def test_a_damaged_record_is_refused_naming_it(env, trained, tmp_path):
+    """run_files.json garbled: what the run wrote is unknown, so the run refuses in one
+    line naming the record (not its own state file as someone else's), touching nothing."""
+    import shutil
+
+    import run_classifier as rc
+    from training import run_files
+
+    copy = tmp_path / "copy"
+    shutil.copytree(trained, copy)
+    for garbage in ("garbage{", "[1, 2]", '{"checkpoints": "ckpt-6"}'):
+        (copy / run_files.RECORD_FILE).write_text(garbage)
+        before = _snapshot(copy)
+        with pytest.raises(run_files.RecordError,
+                           match=f"{copy / run_files.RECORD_FILE} cannot be read"):
+            rc.run(_cfg(env, copy, do_train=False))
+        assert _snapshot(copy) == before

@@ -483,7 +483,7 @@ def restore_latest(checkpoint: tf.train.Checkpoint, directory: str) -> str | Non
     for path in paths:
         try:
             checkpoint.restore(path).expect_partial()
-        except (tf.errors.OpError, ValueError) as err:
+        except (tf.errors.OpError, ValueError, IndexError) as err:  # IndexError: truncated
             logging.warning("Checkpoint %s cannot be read (%s); trying an older one.", path,
                             err)
             errors.append((path, err))

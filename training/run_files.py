@@ -26,6 +26,7 @@ import os
 import re
 
 from data_prep import fileio
+from data_prep.cli import UserError
 
 RECORD_FILE = "run_files.json"
 _KINDS = ("checkpoints", "files")
@@ -41,22 +42,36 @@ def exists(directory: str) -> bool:
     return fileio.exists(_path(directory))
 
 
+class RecordError(UserError):
+    """The directory's run_files.json cannot be read (damaged or edited by hand)."""
+
+
 def read(directory: str) -> dict:
-    """{"checkpoints": [...], "files": [...]} the record lists (empty lists: no record;
-    an unreadable one is taken as empty: nothing is known to be the run's). A name that
-    is no plain path under the directory (absolute, a URL, with an empty, `.` or `..`
-    part; a checkpoint not named `ckpt-<N>`: a record damaged or edited by hand) is
-    dropped: nothing outside the run's own names is ever removed for it."""
+    """{"checkpoints": [...], "files": [...]} the record lists (empty lists: no record).
+    A name that is no plain path under the directory (absolute, a URL, with an empty, `.`
+    or `..` part; a checkpoint not named `ckpt-<N>`: edited by hand) is dropped: nothing
+    outside the run's own names is ever removed for it.
+
+    Raises:
+      RecordError when the record is not a JSON object of lists: what the run wrote is
+      then unknown (never taken as nothing: its own checkpoints would look foreign).
+    """
     record = {kind: [] for kind in _KINDS}
     if not exists(directory):
         return record
+    path = _path(directory)
     try:
-        stored = json.loads(fileio.read_text(_path(directory)))
-    except (ValueError, OSError):
-        return record
+        stored = json.loads(fileio.read_text(path))
+    except ValueError as err:  # not JSON, or not UTF-8
+        stored = err
+    if not (isinstance(stored, dict)
+            and all(isinstance(stored.get(kind, []), list) for kind in _KINDS)):
+        why = stored if isinstance(stored, ValueError) else "not a JSON object of lists"
+        raise RecordError(
+            f"{path} cannot be read ({why}): it records which checkpoints and files in "
+            f"{directory} the run wrote. Restore it, or choose another output directory")
     for kind in _KINDS:
-        if isinstance(stored, dict) and isinstance(stored.get(kind), list):
-            record[kind] = [name for name in stored[kind] if _plain(name, kind)]
+        record[kind] = [name for name in stored.get(kind, []) if _plain(name, kind)]
     return record
 
 
