@@ -84,6 +84,9 @@ def test_identity_differences_are_named(tmp_path):
     assert "bert_config.hidden_size: 32 there, 64 now" in message
     assert "labels: ['0', '1'] there, ['1', '0'] now" in message
     assert not (tmp_path / output_claim.LOCK_FILE).exists()  # a refused claim keeps no lock
+    # No checkpoint there (a run that failed before its first save): said, not "overwritten".
+    assert "It saved no checkpoint" in message and "would be overwritten" not in message
+    assert f"delete {tmp_path / output_claim.IDENTITY_FILE}" in message
 
 
 # --------------------------------------------------------------------- runner level

@@ -174,10 +174,16 @@ class RunDir:
         if differences:
             listed = "; ".join(f"{key}: {old!r} there, {new!r} now"
                                for key, old, new in differences[:8])
+            from training import checkpointing
+
+            why = ("Its checkpoints would be overwritten" if checkpointing.checkpoints_on_disk(
+                self.output_dir) else "It saved no checkpoint (it stopped before its first "
+                f"save, or only evaluated), but its files are there; if it is not wanted, "
+                f"delete {self.identity_path}")
             raise RunDirError(
                 f"{self.flag}={self.output_dir} holds a run of another model ({listed}). "
-                f"Its checkpoints would be overwritten; choose another {self.flag}, or delete "
-                f"the directory if that run is no longer wanted")
+                f"{why}; choose another {self.flag}, or delete the directory if that run is "
+                "no longer wanted")
 
     def commit(self) -> None:
         """Takes the directory for this run, once every check of the run has passed: writes
