@@ -80,6 +80,11 @@ def _task_settings(**values):
     return MultipleChoiceSettings(**values)
 
 
+def _check(cfg) -> None:
+    """The task settings against the run's modes (UserError), before any file is read."""
+    cfg.task.validate(cfg.finetuning)
+
+
 def _family(task, max_seq_length):
     from tasks.multiple_choice.task import MultipleChoiceFamily
 
@@ -90,7 +95,7 @@ def _family(task, max_seq_length):
 # flag is not given (training/flags.py `use_defaults`).
 DEFAULTS = {"task_name": "swag"}
 COMMAND = common_flags.FinetuningCommand("run_swag.py", _own_settings, _task_settings,
-                                         _family, DEFAULTS, modes=MODES)
+                                         _family, DEFAULTS, check=_check, modes=MODES)
 run, run_config_from_flags, main = COMMAND.run, COMMAND.settings_from_flags, COMMAND.main
 
 

@@ -16,6 +16,7 @@ from tasks.classification import examples as ce
 from tasks.classification import processors
 from tasks.common import pairs
 from data_prep import tokenization
+from data_prep.cli import UserError
 from original_bert import original_module
 
 # --- Reference: the original run_classifier's readers and conversion ---------------------
@@ -381,6 +382,21 @@ def test_custom_regression_and_column_errors(tmp_path):
     wrong = processors.CustomDataConfig(text_a_column="sentence", label_column="y")
     with pytest.raises(ce.DataFormatError, match="'sentence' not found in header"):
         processors.get_processor("custom", custom=wrong).get_train_examples(str(tmp_path))
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(delimiter="::"), "--delimiter must be one character, got '::'"),
+    # A repeated label built a head with a class no label maps to (pos -> 2, neg -> 1).
+    (dict(labels="pos,neg,pos"), r"^--label_list repeats \['pos'\]$"),
+    (dict(labels=("b", "a", "b", "a", "c")), r"^--label_list repeats \['a', 'b'\]$"),
+    # Regression has no labels: the list was parsed and then ignored.
+    (dict(labels="a,b", is_regression=True),
+     r"^--label_list=a,b with --is_regression: regression has no labels"),
+], ids=["delimiter", "repeated_label", "repeated_labels", "labels_for_regression"])
+def test_custom_settings_are_refused_in_one_line_naming_the_flag(settings, message):
+    with pytest.raises(UserError, match=message) as err:
+        processors.CustomDataConfig(text_a_column="text", label_column="y", **settings)
+    assert "\n" not in str(err.value)
 
 
 def test_a_regression_label_whose_square_overflows_names_the_file_and_line(tmp_path):

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from data_prep.cli import UserError
 from tests import forkserver
 from tests import test_loop_support as S
 from tests.clis import call_main
@@ -168,15 +169,50 @@ def test_seeds_keep_the_best_checkpoint_on_your_own_jsonl(env, tmp_path):
     assert _results(out / "eval_results.txt")["eval_accuracy"] == best["eval_accuracy"]
 
 
-def test_bad_input_is_refused_before_training(env, tmp_path):
-    d = tmp_path / "bad"
-    d.mkdir()
-    (d / "train.csv").write_text("sent1,sent2,ending0,ending1\nx,y,a,b\n", encoding="utf-8")
-    result = call_main("run_swag", _argv(dict(env, data=str(d)), tmp_path / "out",
-                                         do_eval="false", do_predict="false"))
+CUSTOM_WITHOUT_LABELS = dict(task_name="custom", context_column="sent1",
+                             ending_columns="ending0,ending1,ending2,ending3")
+
+
+@pytest.mark.parametrize("train_csv, overrides, message", [
+    ("sent1,sent2,ending0,ending1\nx,y,a,b\n", dict(do_eval="false", do_predict="false"),
+     "train.csv:1: no column 'ending2'"),
+    # No --label_column: training and evaluating on placeholder labels (all 0) ran and
+    # wrote an eval_accuracy; prediction alone needs no labels.
+    (None, dict(CUSTOM_WITHOUT_LABELS, do_eval="false", do_predict="false"),
+     "--label_column is required with --do_train (the right ending"),
+    (None, dict(CUSTOM_WITHOUT_LABELS, do_train="false"),
+     "--label_column is required with --do_eval (the right ending"),
+    (None, dict(CUSTOM_WITHOUT_LABELS, do_predict="false"),
+     "--label_column is required with --do_train and --do_eval"),
+], ids=["missing_column", "train_without_labels", "eval_without_labels",
+        "train_and_eval_without_labels"])
+def test_bad_input_is_refused_before_training(env, tmp_path, train_csv, overrides, message):
+    data_dir = env["data"]
+    if train_csv is not None:
+        (tmp_path / "bad").mkdir()
+        (tmp_path / "bad" / "train.csv").write_text(train_csv, encoding="utf-8")
+        data_dir = str(tmp_path / "bad")
+    result = call_main("run_swag", _argv(dict(env, data=data_dir), tmp_path / "out",
+                                         **overrides))
     assert result.code == 1
-    assert "train.csv:1: no column 'ending2'" in result.stderr, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()  # one line, no traceback
+    assert line.startswith("run_swag.py: error: ") and message in line, line
     assert not (tmp_path / "out").exists()  # a refused run leaves no directory it made
+
+
+def test_predicting_alone_needs_no_label_column(env, tmp_path):
+    """The check of bad input above lets --do_predict alone through without labels."""
+    import run_swag
+    from tasks.multiple_choice import data
+
+    fmt = data.ChoiceFormat(context="sent1", endings=("ending0", "ending1"), label=None)
+    settings = dict(data_dir=env["data"], format=fmt, task_name="custom",
+                    vocab_file=env["vocab"], bert_config_file=env["config"],
+                    output_dir=str(tmp_path / "out"))
+    run_swag._check(run_swag.COMMAND.settings(**settings, do_predict=True))
+    with pytest.raises(UserError, match="--label_column is required with --do_eval"):
+        run_swag.run(run_swag.COMMAND.settings(**settings, do_eval=True, do_predict=True))
+    assert not (tmp_path / "out").exists()
 
 
 def test_gradient_accumulation_with_length_buckets_equals_the_whole_batch(env, tmp_path):

@@ -132,9 +132,9 @@ class CustomDataConfig:
       text_b_column: column of the second text for pair tasks, or None.
       delimiter: one character; also "tab", "\\t", "comma", "semicolon", "pipe".
       has_header: whether the first row names the columns.
-      labels: label names in id order; None infers them from train (sorted, numerically
-        when all are integers).
-      is_regression: labels are float scores (labels is then ignored).
+      labels: label names in id order, each once; None infers them from train (sorted,
+        numerically when all are integers).
+      is_regression: labels are float scores (`labels` must then be None).
       quotechar: csv quote character; "auto" means '"' for comma-separated files and
         none (quotes are text) otherwise; "" or None disables quoting.
       file_names: split -> file name relative to data_dir.
@@ -164,8 +164,21 @@ class CustomDataConfig:
             object.__setattr__(self, "labels", labels or None)
         elif self.labels is not None:
             object.__setattr__(self, "labels", tuple(str(x) for x in self.labels) or None)
+        if self.labels is not None:
+            self._check_labels()
         if self.text_b_column == "":
             object.__setattr__(self, "text_b_column", None)
+
+    def _check_labels(self) -> None:
+        """Refuses (UserError) label names a run would mis-read: a list given for a
+        regression (no labels to name) or a name given twice (a head with a class no
+        label maps to)."""
+        if self.is_regression:
+            raise UserError(f"--label_list={','.join(self.labels)} with --is_regression: "
+                            "regression has no labels; drop --label_list")
+        repeated = sorted({label for label in self.labels if self.labels.count(label) > 1})
+        if repeated:
+            raise UserError(f"--label_list repeats {repeated}")
 
 
 def custom_processor(config: CustomDataConfig) -> TableProcessor:

@@ -86,6 +86,15 @@ class MultipleChoiceSettings:
     format: ChoiceFormat = SWAG
     task_name: str = "swag"
 
+    def validate(self, run) -> None:
+        """Refuses (UserError) what these settings cannot do in the modes of `run` (a
+        `training.finetuning.FinetuningRun`): training or evaluating without labels."""
+        if self.format.label is None and (run.do_train or run.do_eval):
+            modes = " and ".join(f"--{name}" for name in ("do_train", "do_eval")
+                                 if getattr(run, name))
+            raise UserError(f"--label_column is required with {modes} (the right ending of "
+                            "each example); only --do_predict reads files without labels")
+
 
 @dataclasses.dataclass(frozen=True)
 class ChoiceExample:
