@@ -206,6 +206,8 @@ def build_serving_config(ckpt_dir: str):
     do_lower_case = FLAGS.do_lower_case
     if do_lower_case is None:
         do_lower_case = meta.do_lower_case if meta is not None else True
+    # Served with the other casing, the model would see other tokens than it learned.
+    trainer_setup.check_vocab_tokens(vocab_file, do_lower_case)
     try:
         serving = family.config_class(
             vocab_file=vocab_file, do_lower_case=do_lower_case, max_seq_length=max_seq_length,

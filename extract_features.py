@@ -251,7 +251,7 @@ def run():
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required")
     from data_prep import fileio
-    from data_prep.tokenization import ENCODING_TOKENS, FullTokenizer, VocabError, check_vocab
+    from data_prep.tokenization import FullTokenizer
     from training import flags as common_flags
     from training import trainer_setup
     from modeling import checkpoints
@@ -288,11 +288,8 @@ def run():
     if max_seq_length > config.max_position_embeddings:
         raise app.UsageError(f"--max_seq_length {max_seq_length} exceeds "
                              f"max_position_embeddings {config.max_position_embeddings}")
-    try:
-        tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=text.do_lower_case)
-        check_vocab(tokenizer.vocab, vocab_file, required=ENCODING_TOKENS)
-    except VocabError as err:
-        raise VocabError(f"--vocab_file: {err}") from None
+    trainer_setup.check_vocab_tokens(vocab_file, text.do_lower_case)  # tokens and casing
+    tokenizer = FullTokenizer(vocab_file=vocab_file, do_lower_case=text.do_lower_case)
     trainer_setup.check_vocab_fits(  # a grown model read with its old vocab, or the reverse
         vocab_file, config, f"--bert_config_file={FLAGS.bert_config_file}"
         if FLAGS.bert_config_file else f"the config beside {FLAGS.init_checkpoint}",

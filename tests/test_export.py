@@ -407,6 +407,10 @@ def test_metadata_round_trip_and_errors(tmp_path):
      "--metadata_file={tmp}/none.json: no such file"),
     (["--init_checkpoint={bare}", "--label_list=a,b,c"],
      "--bert_config_file is required: no bert_config.json / config.json beside {bare}"),
+    # The run's vocab capitalised (same size): served lower-cased, as the run's metadata
+    # says, no capitalised token would ever match (a train/serve skew).
+    (["--init_checkpoint={run}", "--vocab_file={tmp}/cased_vocab.txt"],
+     "--do_lower_case=true but vocab file"),
 ])
 def test_cli_bad_flags_exit_non_zero(run_dir, tmp_path, flags, message):
     import shutil
@@ -414,6 +418,9 @@ def test_cli_bad_flags_exit_non_zero(run_dir, tmp_path, flags, message):
     d, _ = run_dir
     bare = tmp_path / "weights_alone"  # the checkpoint without its config and metadata
     shutil.copytree(d, bare, ignore=shutil.ignore_patterns("*.json"))
+    (tmp_path / "cased_vocab.txt").write_text("".join(
+        (token if token.startswith("[") else token.capitalize()) + "\n"
+        for token in (d / "vocab.txt").read_text().splitlines()))
     flags = [f.format(tmp=tmp_path, run=d, bare=bare) for f in flags]
     message = message.format(tmp=tmp_path, bare=bare)
     result = call_main("export_saved_model", [*flags, f"--export_dir={tmp_path / 'out'}"])

@@ -250,6 +250,10 @@ BAD_RUNS = {
     "npy_without_pooling": (b"the cat\n", {"output_format": "npy"},
                             "--output_format=npy needs one vector per line"),
     "bad_pooling": (b"the cat\n", {"pooling": "sum"}, "--pooling"),
+    # A cased vocab read lower-cased (the default): its capitalised tokens never match.
+    "cased_vocab_lower_cased": (b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nThe\nCat\n",
+                                {"vocab_file": "input.txt"},
+                                "--do_lower_case=true but vocab file"),
 }
 
 
