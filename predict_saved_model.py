@@ -452,7 +452,8 @@ def _run(argv) -> int:
     try:
         model = tf.saved_model.load(args.export_dir)
     except (OSError, ValueError) as err:
-        return _error(f"cannot load {args.export_dir}: {err}")
+        return _error(f"cannot load {args.export_dir}: "
+                      + "; ".join(line.strip() for line in str(err).splitlines() if line.strip()))
     if args.signature not in model.signatures:
         return _error(f"no signature {args.signature!r} in {args.export_dir} (it has: "
                       f"{', '.join(sorted(model.signatures))})")

@@ -135,11 +135,12 @@ class BertConfig:
                 f"num_attention_heads ({self.num_attention_heads})")
         for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            if not _finite_number(value) or not 0 <= value < 1:
                 raise ConfigError(f"BertConfig.{key} must be a number in [0, 1), found {value!r}")
         rng = self.initializer_range
-        if isinstance(rng, bool) or not isinstance(rng, (int, float)) or rng <= 0:
-            raise ConfigError(f"BertConfig.initializer_range must be > 0, found {rng!r}")
+        if not _finite_number(rng) or rng <= 0:
+            raise ConfigError(
+                f"BertConfig.initializer_range must be a finite number > 0, found {rng!r}")
         if not isinstance(self.causal_attention, bool):
             raise ConfigError("BertConfig.causal_attention must be true or false, found "
                               f"{self.causal_attention!r}")
@@ -172,8 +173,7 @@ class BertConfig:
           require_all: if True every key of ``GOOGLE_KEYS`` must be present; otherwise only
             ``vocab_size`` is required and the rest default to BERT-base.
         """
-        if not isinstance(values, Mapping):
-            raise ConfigError(f"{source}: expected a JSON object, found {type(values).__name__}")
+        _require_object(values, source)
         required = GOOGLE_KEYS if require_all else ("vocab_size",)
         missing = [k for k in required if k not in values]
         if missing:
@@ -226,6 +226,7 @@ class BertConfig:
                 path = os.path.join(path, "config.json")
             source = path
             config = _read_json(path)
+        _require_object(config, source)
         model_type = config.get("model_type", "bert")
         if model_type != "bert":
             raise ConfigError(f"{source}: model_type {model_type!r} is not a BERT")
@@ -235,7 +236,9 @@ class BertConfig:
                 f"{source}: position_embedding_type {position_type!r} is not supported "
                 "(only 'absolute', as in the original BERT)")
         eps = config.get("layer_norm_eps", LAYER_NORM_EPSILON)
-        if abs(float(eps) - LAYER_NORM_EPSILON) > 1e-15:
+        if not _finite_number(eps):
+            raise ConfigError(f"{source}: layer_norm_eps must be a finite number, found {eps!r}")
+        if abs(eps - LAYER_NORM_EPSILON) > 1e-15:
             raise ConfigError(
                 f"{source}: layer_norm_eps {eps} differs from BERT's {LAYER_NORM_EPSILON}")
         act = config.get("hidden_act", "gelu")
@@ -272,6 +275,12 @@ class BertConfig:
                  layer_norm_eps=LAYER_NORM_EPSILON, position_embedding_type="absolute",
                  pad_token_id=0)
         return d
+
+
+def _require_object(values: Any, source: str) -> None:
+    """ConfigError naming ``source`` unless the config is a JSON object (a mapping)."""
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{source}: expected a JSON object, found {type(values).__name__}")
 
 
 def _read_json(path: str) -> Any:

@@ -91,3 +91,24 @@ def test_hf_config_translation_errors(tmp_path):
         BertConfig.from_hf_config(dict(vocab_size=10, model_type="roberta"))
     with pytest.raises(ValueError, match="hidden_act 'quick_gelu'"):
         BertConfig.from_hf_config(dict(vocab_size=10, hidden_act="quick_gelu"))
+
+
+@pytest.mark.parametrize("config_changes, weight_changes, vocab_blamed", [
+    (dict(hidden_size=64, intermediate_size=128), {}, False),  # config too wide
+    (dict(vocab_size=109), dict(vocab_size=99), True),  # a grown vocab: rows differ only
+])
+def test_embedding_mismatch_blames_vocab_only_for_rows(tmp_path, config_changes,
+                                                       weight_changes, vocab_blamed):
+    config_dict = tiny_config_dict(**config_changes)
+    weights = random_hf_weights(tiny_config_dict(**weight_changes), seed=7)
+    directory = write_hf_dir(tmp_path / "hf", weights, config_dict, "gelu")
+    model = BertPretrainer(BertConfig.from_hf_config(str(directory)))
+    with pytest.raises(CheckpointError) as raised:
+        load_pretrained(str(directory), model)
+    message = str(raised.value)
+    expected = (config_dict["vocab_size"], config_dict["hidden_size"])
+    found = weights["bert.embeddings.word_embeddings.weight"].shape
+    assert (f"word_embeddings.weight: checkpoint {list(found)} vs model {list(expected)}"
+            in message)
+    assert ("has a vocab of" in message) == vocab_blamed
+    assert ("vocab_size=" in message) == vocab_blamed

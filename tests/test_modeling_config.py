@@ -63,11 +63,46 @@ def test_hf_config_file_and_directory(tmp_path):
     (dict(vocab_size=-3), r"vocab_size must be positive"),
     (dict(intermediate_size=3.5), r"intermediate_size must be an int, found 3.5"),
     (dict(hidden_dropout_prob=1.0), r"hidden_dropout_prob must be a number in \[0, 1\)"),
-    (dict(initializer_range=0), r"initializer_range must be > 0"),
+    (dict(initializer_range=0), r"initializer_range must be a finite number > 0"),
+    (dict(initializer_range=float("nan")), r"cfg.json: .*initializer_range must be a finite"),
+    (dict(initializer_range=float("inf")), r"cfg.json: .*initializer_range must be a finite"),
+    (dict(hidden_dropout_prob=float("nan")), r"cfg.json: .*hidden_dropout_prob must be a number"),
+    (dict(attention_probs_dropout_prob=float("-inf")),
+     r"cfg.json: .*attention_probs_dropout_prob must be a number"),
 ])
 def test_validation_messages(changes, message):
     with pytest.raises(ConfigError, match=message):
         BertConfig.from_dict(dict(GOOGLE_BASE, **changes), source="cfg.json")
+
+
+def test_nan_initializer_range_in_a_file_is_refused(tmp_path):
+    # json reads the literal NaN; the run would otherwise fail later, blaming the learning rate.
+    path = tmp_path / "bert_config.json"
+    path.write_text(json.dumps(dict(GOOGLE_BASE, initializer_range=float("nan"))))
+    assert "NaN" in path.read_text()
+    with pytest.raises(ConfigError, match=r"bert_config.json: BertConfig.initializer_range "
+                                          r"must be a finite number > 0, found nan"):
+        BertConfig.from_json_file(str(path))
+
+
+@pytest.mark.parametrize("text, message", [
+    (json.dumps(dict(GOOGLE_BASE, layer_norm_eps="abc")),
+     r"layer_norm_eps must be a finite number, found 'abc'"),
+    (json.dumps(dict(GOOGLE_BASE, layer_norm_eps=None)),
+     r"layer_norm_eps must be a finite number, found None"),
+    (json.dumps(dict(GOOGLE_BASE, layer_norm_eps=True)),
+     r"layer_norm_eps must be a finite number, found True"),
+    (json.dumps(dict(GOOGLE_BASE, layer_norm_eps=float("nan"))),
+     r"layer_norm_eps must be a finite number, found nan"),
+    (json.dumps(dict(GOOGLE_BASE, layer_norm_eps=1e-5)), r"layer_norm_eps 1e-05 differs"),
+    (json.dumps([dict(GOOGLE_BASE, model_type="bert")]), r"expected a JSON object, found list"),
+    ("3", r"expected a JSON object, found int"),
+])
+def test_bad_hf_config_files(tmp_path, text, message):
+    (tmp_path / "config.json").write_text(text)
+    for read in (BertConfig.from_hf_config, BertConfig.from_config_file):
+        with pytest.raises(ConfigError, match=str(tmp_path / "config.json") + ": " + message):
+            read(str(tmp_path / "config.json"))
 
 
 def test_missing_keys_are_listed(tmp_path):

@@ -8,6 +8,7 @@ and status 130."""
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,6 +100,20 @@ def test_a_lone_surrogate_is_named(exports, capsys):
     assert code == 1
     assert ("--text #2: U+D800 is a lone surrogate, not a character (at character 1)"
             in capsys.readouterr().err)
+
+
+def test_an_export_without_its_variables_is_one_error_line(exports, tmp_path, capsys):
+    """TensorFlow's load error spans two lines ("... Failed to find any matching files"
+    then "You may be trying to load on a different device ..."): printed as one."""
+    broken = tmp_path / "no_variables"
+    shutil.copytree(exports["classifier"], broken)
+    shutil.rmtree(broken / "variables")
+    code = predict_saved_model.main([f"--export_dir={broken}", "--text=hi"])
+    assert code == 1
+    err = capsys.readouterr().err
+    line = _error_line(err.encode())
+    assert f"cannot load {broken}:" in line and "variables" in line, line
+    assert line in err.splitlines()[-1], err  # nothing of the message after it
 
 
 def test_output_json_that_cannot_be_written_is_refused_before_any_work(exports, tmp_path,

@@ -7,11 +7,14 @@ with test_squad_postprocess.py.
 import json
 import os
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from tasks.squad import data as squad
 from data_prep import reference_tokenization, tokenization
+from data_prep.cli import UserError
 from tests.conftest import write_vocab
 
 # Contexts with punctuation, accents, numbers, quotes and dashes; long enough together to
@@ -178,6 +181,15 @@ def test_malformed_json_names_file_and_line(tmp_path):
     path.write_text('{"version": "1.1",\n "data": [}', encoding="utf-8")
     with pytest.raises(squad.SquadFormatError, match=r"bad\.json: not valid JSON \(line 2"):
         squad.read_squad_examples(str(path), is_training=False)
+
+
+def test_a_file_that_is_not_utf8_names_file_line_and_byte(tmp_path):
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"version": "1.1",\n "data": ["caf\xe9"]}')
+    with pytest.raises(UserError, match=r"latin1\.json:2: invalid UTF-8 at byte offset 33 "):
+        squad.read_squad_examples(str(path), is_training=True)
+    with pytest.raises(UserError, match=r"latin1\.json:2: invalid UTF-8"):
+        squad.load_squad_json(str(path))
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
@@ -350,6 +362,25 @@ def test_impossible_training_positions_are_cls(tmp_path):
     examples, _ = squad.examples_from_json(data, is_training=True, version_2_with_negative=True)
     (feature,) = squad.convert_examples_to_features(examples, tokenizer, is_training=True)
     assert (feature.start_position, feature.end_position, feature.is_impossible) == (0, 0, True)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(n_best_size=0), r"--n_best_size=0 must be a positive whole number"),
+    (dict(max_answer_length=-1), r"--max_answer_length=-1 must be a positive whole number"),
+    (dict(doc_stride=0), r"--doc_stride=0 must be at least 1"),
+])
+@pytest.mark.parametrize("do_predict", [False, True])
+def test_settings_are_refused_before_any_work(tmp_path, changes, message, do_predict):
+    """Answer settings too, though only prediction uses them: a training run must not
+    spend its hours before they are refused."""
+    run = SimpleNamespace(do_train=True, do_predict=do_predict, do_eval=False,
+                          max_seq_length=48)
+    settings = squad.SquadSettings(train_file="t.json", predict_file="p.json",
+                                   max_query_length=12, **changes)
+    with pytest.raises(UserError, match=message):
+        settings.validate(run)
+    squad.SquadSettings(train_file="t.json", predict_file="p.json",
+                        max_query_length=12).validate(run)
 
 
 def test_window_config_validation():

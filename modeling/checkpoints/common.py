@@ -47,7 +47,11 @@ class LoadReport:
     def add_mismatch(self, name: str, found, expected) -> None:
         """Records a tensor whose checkpoint shape is not the model's."""
         self.mismatched.append(f"{name}: checkpoint {list(found)} vs model {list(expected)}")
-        if "word_embeddings" in name and not self.vocab_rows:
+        # Only a table that differs in its row count alone is a vocab mismatch; a width
+        # difference is a wrong hidden_size, reported as the shape mismatch it is.
+        found, expected = list(found), list(expected)
+        if ("word_embeddings" in name and not self.vocab_rows and len(found) == len(expected) >= 1
+                and found[0] != expected[0] and found[1:] == expected[1:]):
             self.vocab_rows = (found[0], expected[0])
 
     @property

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import os
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
@@ -26,7 +27,7 @@ from absl import logging
 
 from data_prep import features as features_lib
 from data_prep import fileio
-from data_prep import reference_tokenization, tokenization
+from data_prep import reference_tokenization, text_input, tokenization
 from data_prep.cli import UserError
 from tasks.common.record_cache import CachedRecords, RecordCache, cache_key
 from tasks.common.windows import doc_spans_for, max_context_span_index
@@ -96,10 +97,12 @@ def split_context(text: str) -> tuple[list[str], list[int]]:
 
 
 def _read_text(path: str) -> str:
-    """A local or remote (gs://...) file's text."""
+    """A local or remote (gs://...) file's text; invalid UTF-8 raises
+    `text_input.InputError` naming the file, line and byte offset."""
     if not fileio.exists(path):
         raise FileNotFoundError(f"{path!r} not found")
-    return fileio.read_text(path)
+    with fileio.open_file(path, "rb") as f:
+        return text_input.decode_utf8(f.read(), path)
 
 
 def load_squad_json(input_file: str) -> dict:
@@ -300,6 +303,16 @@ class SquadSettings:
             raise UserError(f"--doc_stride={self.doc_stride} must be at least 1")
         if self.bilstm_units < 0:
             raise UserError(f"--bilstm_units={self.bilstm_units} must be 0 (none) or more")
+        check_answer_settings(self.n_best_size, self.max_answer_length)
+
+
+def check_answer_settings(n_best_size: int, max_answer_length: int) -> None:
+    """The one check of answer extraction's settings (run_squad.py's flags of the same
+    names), run before any work and again by `postprocess.PostprocessConfig`; raises
+    UserError naming the flag."""
+    for flag, value in (("n_best_size", n_best_size), ("max_answer_length", max_answer_length)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise UserError(f"--{flag}={value} must be a positive whole number")
 
 
 @dataclasses.dataclass(frozen=True)

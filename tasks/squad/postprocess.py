@@ -21,8 +21,7 @@ import numpy as np
 from absl import logging
 
 from data_prep import fileio, tokenization
-from data_prep.cli import UserError
-from tasks.squad.data import SquadExample, SquadFeature
+from tasks.squad.data import SquadExample, SquadFeature, check_answer_settings
 
 # The original's initial "minimum null score": large and positive.
 _NO_NULL_SCORE = 1000000
@@ -39,11 +38,7 @@ class PostprocessConfig:
     verbose_logging: bool = False
 
     def __post_init__(self):
-        if self.n_best_size < 1 or self.max_answer_length < 1:
-            raise UserError(
-                f"n_best_size ({self.n_best_size}) and max_answer_length "
-                f"({self.max_answer_length}) must be positive"
-            )
+        check_answer_settings(self.n_best_size, self.max_answer_length)
 
 
 @dataclasses.dataclass
