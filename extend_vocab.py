@@ -78,6 +78,9 @@ def _check_flags():
     if FLAGS.num_new_words is not None and (FLAGS.num_new_words < 1 or not FLAGS.corpus):
         raise cli.FlagError(f"--num_new_words={FLAGS.num_new_words} needs --corpus and at "
                             "least 1")
+    if FLAGS["seed"].present and FLAGS.init != "random":
+        raise cli.FlagError(f"--seed only applies with --init=random (--init={FLAGS.init} "
+                            "draws nothing)")
     if FLAGS.pad_vocab_to_multiple_of is not None and FLAGS.pad_vocab_to_multiple_of < 1:
         raise cli.FlagError(f"--pad_vocab_to_multiple_of={FLAGS.pad_vocab_to_multiple_of}: "
                             "must be at least 1")

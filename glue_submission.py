@@ -67,7 +67,10 @@ def _modes(values) -> tuple:
             for flag in module_flags}
     return (common_flags.OnlyWith(tuple(sorted(ours - {"output_dir", "collect_only"})),
                                   "a run that trains, not with --collect_only",
-                                  lambda flag_values: not flag_values.collect_only),)
+                                  lambda flag_values: not flag_values.collect_only),
+            common_flags.OnlyWith(("wnli",), "WNLI in --tasks",
+                                  lambda flag_values: any(name.strip().lower() == "wnli"
+                                                          for name in flag_values.tasks)))
 
 
 @dataclasses.dataclass(frozen=True)

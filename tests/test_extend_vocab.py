@@ -580,6 +580,7 @@ def test_a_bad_words_file_is_refused_naming_its_line(base, tmp_path, text, messa
      "--pad_vocab_to_multiple_of=0: must be at least 1"),
     ({"pad_vocab_to_multiple_of": 8}, "--pad_vocab_to_multiple_of pads an appended vocab"),
     ({"vocab_file": "bad_vocab"}, "has 5 tokens but the config beside --input="),
+    ({"seed": 3}, "--seed only applies with --init=random (--init=mean draws nothing)"),
 ])
 def test_bad_flags_are_refused(base, tmp_path, flags, message):
     words = tmp_path / "words.txt"

@@ -157,6 +157,7 @@ OUT_OF_MODE = [
     ("run_pretraining", [], "--phase2_train_batch_size=8", "--phase2_input_file"),
     ("run_pretraining", [], "--num_tpu_cores=4", "--distribution_strategy=tpu"),
     ("glue_submission", ["--collect_only"], "--learning_rate=1e-5", "a run that trains"),
+    ("glue_submission", ["--tasks=MRPC,RTE"], "--wnli=finetune", "WNLI in --tasks"),
 ]
 
 
