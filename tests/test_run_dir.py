@@ -672,3 +672,34 @@ def test_a_damaged_record_is_refused_naming_it(env, trained, tmp_path):
                            match=f"{copy / run_files.RECORD_FILE} cannot be read"):
             rc.run(_cfg(env, copy, do_train=False))
         assert _snapshot(copy) == before
+
+
+def test_a_users_model_file_in_output_dir_is_refused_and_kept(env, tmp_path):
+    """output_dir holding a vocab.txt, bert_config.json or export_metadata.json the run
+    did not write and that differs from the one it would write: refused before the run
+    takes the directory (only the feature caches are there, as for any refusal after the
+    data is read: docs/finetuning.md), the file kept. The same file (the --vocab_file
+    itself, a copy of the config in another layout) is taken as it is."""
+    import run_classifier as rc
+    from data_prep.cli import UserError
+
+    for name, text in (("vocab.txt", "[PAD]\nmine\n"), ("bert_config.json", "{}\n"),
+                       ("export_metadata.json", '{"labels": ["a"]}\n')):
+        out = tmp_path / name
+        out.mkdir()
+        (out / name).write_text(text)
+        with pytest.raises(UserError, match=f"{out / name} exists, was not written by this "
+                                            "run and differs"):
+            rc.run(_cfg(env, out, do_eval=False))
+        assert (out / name).read_text() == text
+        assert not [n for n in os.listdir(out) if n != name and not n.startswith("train.")]
+    same = tmp_path / "same"
+    same.mkdir()
+    (same / "vocab.txt").write_bytes(open(env["vocab"], "rb").read())
+    config = json.loads(open(env["config"]).read())
+    (same / "bert_config.json").write_text(json.dumps(config, indent=4))  # another layout
+    from training import trainer_setup
+    from modeling.config import BertConfig
+
+    trainer_setup.check_model_files(str(same), BertConfig.from_json_file(env["config"]),
+                                    env["vocab"], None)

@@ -400,7 +400,7 @@ def run(settings: FinetuningRun, family) -> dict:
     # First: multi-worker wants it.
     strategy = setup_runtime(settings.runtime, settings.loop.dtype)
 
-    from training import distribution, output_claim, record_checks
+    from training import distribution, output_claim, record_checks, run_files
 
     bert_config = trainer_setup.load_bert_config(settings.bert_config_file, settings.max_seq_length)
     trainer_setup.check_vocab_fits(
@@ -451,6 +451,10 @@ def run(settings: FinetuningRun, family) -> dict:
                 earlier, redo = sweeps.earlier(directory, request, skip=skip_finished)
                 if redo:
                     _check_redo_keeps(directory, point_settings.init_checkpoint)
+                if chief:  # the files its commit writes: never over a user's own
+                    trainer_setup.check_model_files(directory, bert_config,
+                                                    settings.vocab_file,
+                                                    family.export_metadata(point_settings))
 
                 def commit(directory=directory, point_settings=point_settings, redo=redo):
                     """Takes output_dir for the run (what an earlier run with other settings
@@ -460,6 +464,7 @@ def run(settings: FinetuningRun, family) -> dict:
                     if chief:
                         if redo:
                             sweeps.remove_run(directory)
+                        run_files.add(directory, files=trainer_setup.MODEL_FILES)
                         trainer_setup.write_model_files(directory, bert_config,
                                                         settings.vocab_file,
                                                         family.export_metadata(point_settings))

@@ -209,6 +209,39 @@ def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bo
     return start_step
 
 
+MODEL_FILES = ("bert_config.json", "vocab.txt", "export_metadata.json")
+
+
+def check_model_files(directory: str, bert_config, vocab_file: str, metadata) -> None:
+    """Raises UserError naming the file when `directory` holds one of the `MODEL_FILES`
+    that the run did not write (`training.run_files`) and that says something else than the
+    one `write_model_files` would write there (the same config, vocab or metadata is
+    taken as it is: e.g. output_dir holding the --vocab_file). Writes nothing."""
+    import json
+
+    from data_prep import fileio
+    from modeling.config import BertConfig
+    from training import run_files
+
+    def same(name: str, path: str) -> bool:
+        try:
+            if name == "vocab.txt":
+                return fileio.sha256(path) == fileio.sha256(vocab_file)
+            if name == "bert_config.json":
+                return BertConfig.from_json_file(path) == bert_config
+            return json.loads(fileio.read_text(path)) == json.loads(metadata.to_json())
+        except (UserError, ValueError):  # unreadable: not the file the run would write
+            return False
+
+    for name in MODEL_FILES:
+        path = os.path.join(directory, name)
+        if fileio.exists(path) and not run_files.owns(directory, name) and not same(name, path):
+            raise UserError(
+                f"{path} exists, was not written by this run and differs from the {name} it "
+                f"writes beside its checkpoints: it would be replaced. Move it out of "
+                f"{directory}, or choose another output directory")
+
+
 def write_model_files(directory: str, bert_config, vocab_file: str, metadata) -> None:
     """bert_config.json, vocab.txt and export_metadata.json beside the checkpoints."""
     import tensorflow as tf
