@@ -247,17 +247,12 @@ def _read_state(directory: str):
         recorded = set(run_files.read(directory)["checkpoints"])
         listed = [*state.all_model_checkpoint_paths, state.model_checkpoint_path]
         foreign = [p for p in listed if p and not (
-            _same_dir(os.path.dirname(p), directory) and os.path.basename(p) in recorded)]
+            fileio.same_path(os.path.dirname(p), directory) and os.path.basename(p) in recorded)]
         if foreign:
             return None, ValueError(f"it lists {foreign[0]}, which this run did not save "
                                     f"in {directory}")
     return state, None
 
-
-def _same_dir(a: str, b: str) -> bool:
-    if fileio.is_url(a) or fileio.is_url(b):
-        return a.rstrip("/") == b.rstrip("/")
-    return os.path.abspath(a) == os.path.abspath(b)
 
 
 class StateFileError(UserError):
