@@ -6,6 +6,7 @@ each setting has one home (issue 39 #2)."""
 
 import dataclasses
 import importlib
+import json
 
 import pytest
 from absl import flags
@@ -192,3 +193,19 @@ def test_every_mode_table_names_flags_of_its_runner(runner):
     module = importlib.import_module(runner)
     for rule in (*common_flags.SHARED_MODES, *module.MODES):
         assert set(rule.flags) <= set(flags.FLAGS), (rule, set(rule.flags) - set(flags.FLAGS))
+
+
+def test_a_sequence_longer_than_the_position_table_names_the_flag_and_the_config(tmp_path):
+    """The original's message, with the flag and the file that set the limit."""
+    from data_prep.cli import UserError
+    from tests import test_loop_support as S
+    from training import trainer_setup
+
+    config = S.write_config(tmp_path / "bert_config.json")
+    limit = json.loads(open(config).read())["max_position_embeddings"]
+    with pytest.raises(UserError, match=(
+            rf"^--max_seq_length={limit + 1}: cannot use sequence length {limit + 1} because "
+            rf"the BERT model was only trained up to sequence length {limit} "
+            rf"\(max_position_embeddings in {config}\)$")):
+        trainer_setup.load_bert_config(config, limit + 1)
+    assert trainer_setup.load_bert_config(config, limit).max_position_embeddings == limit

@@ -32,8 +32,10 @@ def load_bert_config(bert_config_file: str, max_seq_length: int):
     bert_config = BertConfig.from_config_file(bert_config_file)
     if max_seq_length > bert_config.max_position_embeddings:
         raise UserError(
-            f"Cannot use sequence length {max_seq_length} because the BERT model was "
-            f"only trained up to sequence length {bert_config.max_position_embeddings}")
+            f"--max_seq_length={max_seq_length}: cannot use sequence length {max_seq_length} "
+            "because the BERT model was only trained up to sequence length "
+            f"{bert_config.max_position_embeddings} (max_position_embeddings in "
+            f"{bert_config_file})")
     return bert_config
 
 
