@@ -143,10 +143,12 @@ def job_from_flags(values=FLAGS) -> DataJob:
     config = config_from_flags(values)
     input_files = expand_inputs(values.input_file)
     try:
-        tokenization.check_vocab(tokenization.load_vocab(values.vocab_file),
-                                 values.vocab_file)
+        vocab = tokenization.load_vocab(values.vocab_file)
+        tokenization.check_vocab(vocab, values.vocab_file)
     except tokenization.VocabError as err:
         raise UserError(f"--vocab_file: {err}") from None
+    # Text cased the other way than the vocab was learned would miss its tokens.
+    tokenization.check_case(vocab, values.vocab_file, values.do_lower_case)
     outputs = output_paths(values.output_file, values.num_output_shards)
     summary_path = summary_path_for(values.output_file)
     check_output_names(outputs, summary_path, input_files, values.vocab_file)

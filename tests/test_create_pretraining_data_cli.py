@@ -335,13 +335,17 @@ def test_no_nsp_and_table_8_rates_from_the_command_line(tmp_path, vocab_file):
 def test_bad_vocab_and_output_paths(tmp_path, vocab_file):
     corpus = write_corpus(tmp_path / "c.txt", 5, 5)
     malformed = write_vocab(tmp_path / "malformed.txt", ["[PAD]", "[UNK]", "the", "cat"])
-    for vocab, expected in [(str(tmp_path / "missing.txt"), "missing.txt"),
-                            (malformed, "[CLS]")]:
+    # A cased vocab read lower-cased (the default): its capitalised tokens never match.
+    cased = write_vocab(tmp_path / "cased.txt", [t if t.startswith("[") else t.capitalize()
+                                                 for t in dict.fromkeys(TINY_VOCAB)])
+    for vocab, expected in [(str(tmp_path / "missing.txt"), "--vocab_file: "),
+                            (malformed, "--vocab_file: "),
+                            (cased, "--do_lower_case=true but vocab file")]:
         done = clis.call_main("create_pretraining_data", input_file=corpus,
                               output_file=tmp_path / "o.tfrecord", vocab_file=vocab,
                               num_workers=1)
-        assert done.code == 1 and "--vocab_file" in done.stderr
-        assert expected in done.stderr
+        assert done.code == 1 and expected in done.stderr, done.stderr[-2000:]
+        assert os.path.basename(vocab) in done.stderr and "Traceback" not in done.stderr
     unwritable = tmp_path / "no_such_dir" / "o.tfrecord"
     done = clis.call_main("create_pretraining_data", input_file=corpus,
                           output_file=unwritable, vocab_file=vocab_file, num_workers=1)
