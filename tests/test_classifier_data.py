@@ -392,7 +392,11 @@ def test_custom_regression_and_column_errors(tmp_path):
     # Regression has no labels: the list was parsed and then ignored.
     (dict(labels="a,b", is_regression=True),
      r"^--label_list=a,b with --is_regression: regression has no labels"),
-], ids=["delimiter", "repeated_label", "repeated_labels", "labels_for_regression"])
+    # An empty name was dropped without a word (run_ner refuses it).
+    (dict(labels="pos,,neg"), r"^--label_list=pos,,neg: empty label names$"),
+    (dict(labels=("pos", " ")), r"^--label_list=pos, : empty label names$"),
+], ids=["delimiter", "repeated_label", "repeated_labels", "labels_for_regression",
+        "empty_label", "blank_label"])
 def test_custom_settings_are_refused_in_one_line_naming_the_flag(settings, message):
     with pytest.raises(UserError, match=message) as err:
         processors.CustomDataConfig(text_a_column="text", label_column="y", **settings)

@@ -160,8 +160,8 @@ class CustomDataConfig:
             quotechar = '"' if delimiter == "," else None
         object.__setattr__(self, "quotechar", quotechar or None)
         if isinstance(self.labels, str):
-            labels = tuple(label.strip() for label in self.labels.split(",") if label.strip())
-            object.__setattr__(self, "labels", labels or None)
+            labels = tuple(label.strip() for label in self.labels.split(","))
+            object.__setattr__(self, "labels", labels if self.labels.strip() else None)
         elif self.labels is not None:
             object.__setattr__(self, "labels", tuple(str(x) for x in self.labels) or None)
         if self.labels is not None:
@@ -171,11 +171,13 @@ class CustomDataConfig:
 
     def _check_labels(self) -> None:
         """Refuses (UserError) label names a run would mis-read: a list given for a
-        regression (no labels to name) or a name given twice (a head with a class no
-        label maps to)."""
+        regression (no labels to name), an empty name (`pos,,neg`), or a name given twice
+        (a head with a class no label maps to)."""
         if self.is_regression:
             raise UserError(f"--label_list={','.join(self.labels)} with --is_regression: "
                             "regression has no labels; drop --label_list")
+        if not all(label.strip() for label in self.labels):
+            raise UserError(f"--label_list={','.join(self.labels)}: empty label names")
         repeated = sorted({label for label in self.labels if self.labels.count(label) > 1})
         if repeated:
             raise UserError(f"--label_list repeats {repeated}")
