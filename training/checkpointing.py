@@ -32,10 +32,9 @@ refused at its start (`check_no_foreign`). Its state file lists only those; a
 `checkpoint` file naming others (copied from another run, edited by hand) or none at all
 is not used, and a run that recorded no checkpoint refuses it (`check_state_file`)
 rather than let its saves replace it and the CheckpointManager's rotation delete what it
-names. A run that
-diverged moves its checkpoints whose weights led there into a new numbered folder
-`output_dir/diverged/<n>/` (`set_aside`, called by `training.loop`), so that a rerun
-resumes the newest sound one; they leave the record, kept for the user.
+names. A run that diverged moves its checkpoints whose weights led there into a new
+numbered folder `output_dir/diverged/<n>/` (`set_aside`, called by `training.loop`), so
+that a rerun resumes the newest sound one; they leave the record, kept for the user.
 
 Multi-worker: every worker must call `save` (the save may involve collectives); only the
 chief writes into `output_dir`, the others into a temporary directory that is deleted after
@@ -252,7 +251,6 @@ def _read_state(directory: str):
             return None, ValueError(f"it lists {foreign[0]}, which this run did not save "
                                     f"in {directory}")
     return state, None
-
 
 
 class StateFileError(UserError):

@@ -10,6 +10,7 @@ from typing import Callable
 from absl import logging
 
 from data_prep.cli import UserError
+from modeling.export.metadata import METADATA_FILE
 
 
 def check_batch(name: str, global_batch: int, replicas: int, accumulation: int = 1) -> None:
@@ -211,7 +212,7 @@ def restore_or_init(trainer, model, init_checkpoint: str | None, *, do_train: bo
     return start_step
 
 
-MODEL_FILES = ("bert_config.json", "vocab.txt", "export_metadata.json")
+MODEL_FILES = ("bert_config.json", "vocab.txt", METADATA_FILE)
 
 
 def check_model_files(directory: str, bert_config, vocab_file: str, metadata) -> None:
