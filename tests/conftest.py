@@ -120,6 +120,35 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_MODULES)))
 
 
+_XLA_CACHE = []  # the folder pytest_configure made (in the process that made it)
+
+
+def pytest_configure(config):
+    """One XLA compilation cache for the test run (TensorFlow's documented
+    `--tf_xla_persistent_cache_directory` in TF_XLA_FLAGS), shared by the pytest-xdist
+    workers and every process the tests start: the XLA-fused gradient kernels
+    (modeling/transformer.py, modeling/activations.py) are otherwise compiled again in
+    each fresh process, ~1 CPU-s a run. TensorFlow writes each entry to a temporary
+    name, renames it, and loads one only if its HLO equals the one compiling; the
+    executable is the one a compilation makes. Made by the first process to configure
+    (the controller, whose environment the workers inherit); removed at its end."""
+    if "--tf_xla_persistent_cache_directory" in os.environ.get("TF_XLA_FLAGS", ""):
+        return
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="bert-tests-xla-cache-")
+    _XLA_CACHE.append(folder)
+    os.environ["TF_XLA_FLAGS"] = " ".join(filter(None, (
+        os.environ.get("TF_XLA_FLAGS", ""), f"--tf_xla_persistent_cache_directory={folder}")))
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    for folder in _XLA_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_tf_data_autotuning():
     """tf.data's autotuning model off in every input pipeline this process builds (and the
