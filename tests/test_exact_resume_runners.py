@@ -49,6 +49,7 @@ from tests.conftest import TINY_VOCAB, write_vocab
 pytestmark = pytest.mark.slow
 
 
+
 def _losses(event_dir):
     """{step: [every logged loss]} from the train summaries of every run in the directory
     (a SIGKILL may cut the last event: what precedes it is read)."""
@@ -197,10 +198,11 @@ def data(pretraining_records, tmp_path_factory):
     d = tmp_path_factory.mktemp("exact_resume")
     return {"vocab": pretraining_records["vocab"],
             "unmasked": S.unmasked_records(tmp_path_factory, pretraining_records),
-            "config": S.write_config(d / "bert_config.json", vocab_size=120, dropout=0.1)}
+            "config": S.write_config(d / "bert_config.json", vocab_size=120, dropout=0.1,
+                                     num_hidden_layers=1)}
 
 
-STEPS = 30
+STEPS = 20  # 4 checkpoints; the kill (seed 25: at step 13) has 3 past ckpt-10 to rerun
 
 
 def _pretraining(data, out, **overrides):
@@ -261,7 +263,8 @@ def test_a_resume_with_another_batch_size_is_refused(data, reference, tmp_path):
 
 def _classifier_command(root, out, long_document="truncate"):
     """run_classifier's command on custom data of varied lengths (two length buckets;
-    windows: 1 to 3 windows of 14 tokens per text, 7 apart, in records of 4)."""
+    windows: 1 to 3 windows of 14 tokens per text, 7 apart, in records of 4): 48 texts,
+    2.5 epochs of batches of 4 (30 steps), a one-layer model with dropout."""
     rng = random.Random(3)
     words = ["the", "a", "big", "red", "far", "away", "on", "in", "to", "and"]
     data = root / "data"
@@ -277,11 +280,11 @@ def _classifier_command(root, out, long_document="truncate"):
                                                encoding="utf-8")
     vocab = write_vocab(root / "vocab.txt")
     config = S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB),
-                            dropout=0.1)
+                            dropout=0.1, num_hidden_layers=1)
     flags = dict(task_name="custom", data_dir=data, vocab_file=vocab, bert_config_file=config,
                  output_dir=out, text_a_column="text", label_column="label",
                  label_list="neg,pos", do_train="true", do_eval="false",
-                 max_seq_length=32, train_batch_size=4, num_train_epochs=5.0,
+                 max_seq_length=32, train_batch_size=4, num_train_epochs=2.5,
                  learning_rate=1e-3, save_checkpoints_steps=5, iterations_per_loop=1,
                  log_steps=1, distribution_strategy="one_device", seed=2)
     if long_document == "windows":
@@ -301,10 +304,13 @@ def test_classifier_with_length_buckets_stopped_and_killed_equals_the_uninterrup
     reference = tmp_path / "reference"
     code, log = _run(_classifier_command(tmp_path, reference, "windows"))
     assert code == 0, log[-3000:]
-    steps = 60  # 48 examples / 4 x 5 epochs
+    steps = 30  # 48 examples / 4 x 2.5 epochs: 6 checkpoints
     out = tmp_path / "killed"
+    # Seed 34: SIGTERM after step 12 (the clean stop saves its step, past ckpt-10), then
+    # SIGKILL of the resumed run after step 17 (the steps past ckpt-15 run again), 13
+    # steps and 3 checkpoints before its end: the kill lands on a fast machine too.
     landed, lost = _killed_and_resumed(_classifier_command(tmp_path, out, "windows"), out,
-                                       random.Random(27), [signal.SIGTERM, signal.SIGKILL],
+                                       random.Random(34), [signal.SIGTERM, signal.SIGKILL],
                                        steps)
     assert landed == 2, "a run finished before its signal: the test checked little"
     assert lost, "the kill came right after a checkpoint: no step was run again"

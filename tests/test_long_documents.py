@@ -33,8 +33,9 @@ def _documents(rng, vocab_size, windows_per_document, max_windows=5, seq=8):
 def test_document_classifier_encodes_only_present_windows(pooling):
     """A batch of documents of 1, 3 and 0 windows in records of 5 costs 4 encoder rows,
     not 15, and each document's logits are those it has alone without padding windows,
-    eagerly and under XLA (--jit_compile)."""
-    config = BertConfig.from_dict(tiny_config_dict())
+    eagerly and under XLA (--jit_compile). (One layer: the windows are gathered and
+    pooled outside the encoder, whose depth changes nothing here but its XLA compile.)"""
+    config = BertConfig.from_dict(tiny_config_dict(num_hidden_layers=1))
     model = BertDocumentClassifier(config, 2, pooling=pooling)
     inputs = _documents(np.random.default_rng(0), config.vocab_size, [1, 3, 0])
     rows = []
@@ -216,9 +217,11 @@ def test_recomputed_chunks_have_the_values_and_gradients_of_plain_backprop():
 def test_document_classifier_trains_chunk_by_chunk_as_at_once():
     """Training (no dropout: same values whatever the masks): documents of 3, 1, 0 and 5
     windows encoded 2 at a time give the logits and gradients of encoding all at once,
-    eagerly and under XLA (--jit_compile)."""
+    eagerly and under XLA (--jit_compile). (One layer: the chunks are the encoder's
+    calls, whatever its depth, which changes nothing here but the XLA compile's time.)"""
     config = BertConfig.from_dict(tiny_config_dict(hidden_dropout_prob=0.0,
-                                                   attention_probs_dropout_prob=0.0))
+                                                   attention_probs_dropout_prob=0.0,
+                                                   num_hidden_layers=1))
     inputs = _documents(np.random.default_rng(1), config.vocab_size, [3, 1, 0, 5])
     results = []
     for chunk, jit in ((0, False), (2, False), (2, True)):

@@ -20,12 +20,17 @@ PREDS = 5
 VOCAB = 60
 
 
-def tiny_config_dict(vocab_size=VOCAB, dropout=0.0):
+def tiny_config_dict(vocab_size=VOCAB, dropout=0.0, **overrides):
+    """The tests' tiny bert_config (2 layers of 32), with `overrides` (other keys' values).
+    `num_hidden_layers=1` where what a test proves does not depend on the depth (signals,
+    resume, paths, redo, refusals): a tiny run's cost is mostly tracing its model's graph,
+    ~30% less with one layer than with two."""
     return {
         "vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 2,
         "num_attention_heads": 2, "intermediate_size": 64, "hidden_act": "gelu",
         "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout,
         "max_position_embeddings": 128, "type_vocab_size": 2, "initializer_range": 0.02,
+        **overrides,
     }
 
 

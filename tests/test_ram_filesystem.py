@@ -34,8 +34,10 @@ def _write(path, text):
 def ram_env():
     rng = random.Random(0)
     vocab = _write(f"{ROOT}/model/vocab.txt", "\n".join(TINY_VOCAB) + "\n")
+    # One layer (pre_config.json too): where the files are does not depend on the depth.
     config = _write(f"{ROOT}/model/bert_config.json",
-                    json.dumps(S.tiny_config_dict(vocab_size=len(TINY_VOCAB))))
+                    json.dumps(S.tiny_config_dict(vocab_size=len(TINY_VOCAB),
+                                               num_hidden_layers=1)))
     words = ["the", "cat", "dog", "sat", "on", "a", "mat", "ran", "far", "away"]
     rows = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) + " ."
             for _ in range(24)]
@@ -82,7 +84,8 @@ def test_run_pretraining_on_ram_paths(ram_env):
     records = f"{ROOT}/records/part-0.tfrecord"
     tf.io.gfile.makedirs(os.path.dirname(records))
     S.write_records(records, S.synthetic_instances(16))
-    config = _write(f"{ROOT}/model/pre_config.json", json.dumps(S.tiny_config_dict()))
+    config = _write(f"{ROOT}/model/pre_config.json",
+                    json.dumps(S.tiny_config_dict(num_hidden_layers=1)))
     out = f"{ROOT}/pretraining_out"
     cfg, _ = settings_of(
         PretrainingRun, bert_config_file=config,

@@ -42,7 +42,7 @@ def _call(cwd, script, **flags):
 def _tiny_model(cwd, vocab_tokens=TINY_VOCAB):
     """vocab.txt and bert_config.json in cwd; their flags, relative."""
     write_vocab(cwd / "vocab.txt", vocab_tokens)
-    S.write_config(cwd / "bert_config.json", vocab_size=len(vocab_tokens))
+    S.write_config(cwd / "bert_config.json", vocab_size=len(vocab_tokens), num_hidden_layers=1)
     return dict(vocab_file="vocab.txt", bert_config_file="bert_config.json")
 
 
@@ -53,7 +53,7 @@ def _tiny_model(cwd, vocab_tokens=TINY_VOCAB):
 def _pretraining(cwd):
     (cwd / "data").mkdir()
     S.write_records(cwd / "data" / "records.tfrecord", S.synthetic_instances(32))
-    S.write_config(cwd / "bert_config.json")
+    S.write_config(cwd / "bert_config.json", num_hidden_layers=1)
     common = dict(input_file="data/records.tfrecord", bert_config_file="bert_config.json",
                   max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, learning_rate=1e-3,
                   num_warmup_steps=0, max_eval_steps=2, **QUICK)
