@@ -310,7 +310,8 @@ def _run(argv):
 def test_one_command_writes_the_whole_submission_and_a_rerun_trains_nothing(tmp_path):
     write_glue(tmp_path / "glue")
     write_vocab(tmp_path / "vocab.txt")
-    S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB),
+                   num_hidden_layers=1)
     out = tmp_path / "out"
     code, log = _run(_command(tmp_path, out))
     assert code == 0, log[-4000:]
@@ -354,7 +355,8 @@ def test_wnli_finetune_trains_wnli_like_any_other_task(tmp_path):
     predictions are a submission file the server takes."""
     write_glue(tmp_path / "glue")
     write_vocab(tmp_path / "vocab.txt")
-    S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB),
+                   num_hidden_layers=1)
     out = tmp_path / "out"
     code, log = _run(_command(tmp_path, out, "--tasks=WNLI", "--wnli=finetune"))
     assert code == 0, log[-4000:]

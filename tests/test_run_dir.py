@@ -315,12 +315,11 @@ def test_a_run_refused_at_its_init_checkpoint_leaves_the_dir_to_the_rightful_run
     from modeling.checkpoints import CheckpointError
     from tests.conftest import TINY_VOCAB
 
-    wide = tmp_path / "wide.json"
-    wide.write_text(json.dumps({**S.tiny_config_dict(vocab_size=len(TINY_VOCAB)),
-                                "hidden_size": 64}))
+    wide = S.write_config(tmp_path / "wide.json", vocab_size=len(TINY_VOCAB),
+                             hidden_size=64)
     out = tmp_path / "out"
     with pytest.raises(CheckpointError):
-        rc.run(_cfg(env, out, bert_config_file=str(wide), init_checkpoint=str(trained)))
+        rc.run(_cfg(env, out, bert_config_file=wide, init_checkpoint=str(trained)))
     assert not out.exists()
     result = rc.run(_cfg(env, out, init_checkpoint=str(trained)))
     assert result["runs"][0]["global_step"] > 0
@@ -329,7 +328,7 @@ def test_a_run_refused_at_its_init_checkpoint_leaves_the_dir_to_the_rightful_run
 
 
 def test_a_run_refused_for_its_feature_layers_leaves_the_dir_to_the_rightful_run(tmp_path):
-    """run_ner --feature_based with layers a 2-layer model lacks is refused when the model
+    """run_ner --feature_based with layers a 1-layer model lacks is refused when the model
     is built; the rightful run then gets the directory."""
     import random
 
@@ -348,7 +347,7 @@ def test_a_run_refused_for_its_feature_layers_leaves_the_dir_to_the_rightful_run
         return run_ner.COMMAND.settings(
             data_dir=str(data), vocab_file=write_vocab(tmp_path / "vocab.txt"),
             bert_config_file=S.write_config(tmp_path / "bert_config.json",
-                                            vocab_size=len(TINY_VOCAB)),
+                                               vocab_size=len(TINY_VOCAB)),
             output_dir=str(out), max_seq_length=16, do_train=True, train_batch_size=4,
             num_train_epochs=1.0, learning_rate=1e-3, feature_based=True,
             feature_layers=layers, lstm_units=8,
@@ -368,10 +367,9 @@ def test_a_refused_pretraining_run_leaves_the_dir_to_the_rightful_run(pretrained
     from tests.test_bad_input_messages import _pretraining_cfg
 
     records, first = pretrained["records"], pretrained["out"]
-    wide = tmp_path / "wide.json"
-    wide.write_text(json.dumps({**S.tiny_config_dict(), "hidden_size": 64}))
+    wide = S.write_config(tmp_path / "wide.json", hidden_size=64)
     out = tmp_path / "out"
-    refused = _pretraining_cfg([records], out, str(wide), num_train_steps=2)
+    refused = _pretraining_cfg([records], out, wide, num_train_steps=2)
     with pytest.raises(CheckpointError):  # its model does not fit the init checkpoint
         run_pretraining.run(dataclasses.replace(refused, init_checkpoint=str(first)))
     assert not out.exists()
