@@ -133,7 +133,8 @@ def run_dir(tmp_path_factory):
 def served(run_dir, tmp_path_factory):
     """Exports a classifier (CLI), an encoder and a SQuAD model (library; its windows up to
     LONG_CONTEXT_WINDOWS, for the long-context tests), then serves all three from one fresh
-    process with no project code on its path."""
+    process with no project code on its path. That process first measures the SQuAD
+    export's request memory (`MEMORY_SCRIPT`, before it loads or serves anything else)."""
     d, _ = run_dir
     out = tmp_path_factory.mktemp("exports")
     result = _cli(f"--init_checkpoint={d}", f"--export_dir={out / 'classifier'}")
@@ -167,9 +168,12 @@ def served(run_dir, tmp_path_factory):
             "serving_default": {"question": questions, "context": contexts},
             "preprocess": {"question": questions, "context": contexts}}},
     }
-    outputs = run_isolated(tmp_path_factory.mktemp("elsewhere"), SERVE_SCRIPT, calls)
+    work = tmp_path_factory.mktemp("elsewhere")
+    (work / "memory_args.json").write_text(json.dumps([str(out / "squad"), MEMORY_REPEATS]))
+    outputs = run_isolated(work, MEMORY_SCRIPT + SERVE_SCRIPT, calls)
+    memory = json.loads((work / "memory.json").read_text())
     return dict(outputs=outputs, encoder=encoder, squad=squad, vocab=str(d / "vocab.txt"),
-                dirs=out, texts=texts, pairs=pairs, contexts=contexts)
+                dirs=out, texts=texts, pairs=pairs, contexts=contexts, memory=memory)
 
 
 def _python_probabilities(model, vocab, texts, pairs):
@@ -634,21 +638,28 @@ def test_cli_overwrite_never_touches_the_checkpoint(run_dir, where, message):
 
 # --------------------------------------------------------------------------- SQuAD limits
 
+# The first part of `served`'s serving process, run before it loads or serves anything
+# else (what a process of its own measured): the peak RSS growth of one request to the
+# SQuAD export for each context of `MEMORY_REPEATS` sentences, from memory_args.json in the
+# process's folder to memory.json there ({windows: MB}).
+MEMORY_REPEATS = [400, 1600]
 MEMORY_SCRIPT = textwrap.dedent("""
-    import json, resource, sys
+    import json, resource
     import tensorflow_text  # noqa: F401
     import tensorflow as tf
 
-    serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+    directory, repeats_list = json.load(open("memory_args.json", encoding="utf-8"))
+    serve = tf.saved_model.load(directory).signatures["serving_default"]
     def peak_mb():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     serve(question=tf.constant(["who sat?"]), context=tf.constant(["the cat sat."]))
     base, growth = peak_mb(), {}
-    for repeats in map(int, sys.argv[2:]):
+    for repeats in repeats_list:
         context = " ".join(["the cat sat on the mat far away"] * repeats)
         out = serve(question=tf.constant(["who sat?"]), context=tf.constant([context]))
         growth[int(out["window_example_index"].shape[0])] = peak_mb() - base
-    print(json.dumps(growth))
+    json.dump(growth, open("memory.json", "w", encoding="utf-8"))
+    del serve, out
 """)
 
 
@@ -683,23 +694,16 @@ def test_squad_long_context_equals_python_and_limit_is_enforced(served):
 
 
 @pytest.mark.slow
-def test_squad_request_memory_grows_linearly_with_the_context(served, tmp_path):
-    """Peak RSS growth of one request, in a fresh process, for ~200 and ~800 windows.
+def test_squad_request_memory_grows_linearly_with_the_context(served):
+    """Peak RSS growth of one request, in a fresh process (`served`'s, measured before it
+    does anything else: `MEMORY_SCRIPT`), for ~200 and ~800 windows.
 
     The quadratic version held [windows, seq, windows] float64 tensors (and a copy of the
     whole context per window): with this script and export it grew +47 MB at 200 windows
     and +644 MB at 800 (x14 for x4 windows); the linear one +10 MB and +38 MB (x3.7). The
     bounds (300 MB, and x2.5 the linear extrapolation) leave room for allocator noise and
     fail for the quadratic version on both counts."""
-    directory = str(served["dirs"] / "squad")
-    script = tmp_path / "memory.py"
-    script.write_text(MEMORY_SCRIPT, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-I", str(script), directory, "400", "1600"],
-                            capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    growth = {int(k): v for k, v in json.loads(result.stdout.strip().splitlines()[-1]).items()}
+    growth = {int(k): v for k, v in served["memory"].items()}
     (small, g_small), (large, g_large) = sorted(growth.items())
     assert 150 <= small <= 250 and large >= 4 * small - 10 and large <= LONG_CONTEXT_WINDOWS
     assert g_large < 300, growth

@@ -6,9 +6,6 @@ in-graph entity decoding equal to `tasks.tagging.metrics.chunks`; the word split
 the original BasicTokenizer's with offsets into the raw text."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 import types
 from pathlib import Path
@@ -92,7 +89,9 @@ def served(tmp_path_factory):
     """Two run directories (fine-tuned IOB2; feature-based IOBES with a weighted sum of
     all layers) exported with the CLI, served from one fresh isolated process: the
     fine-tuned one from its run's metadata (with --max_context_windows), the feature-based
-    one from a copy without metadata and its settings as flags (`FEATURE_FLAGS`)."""
+    one from a copy without metadata and its settings as flags (`FEATURE_FLAGS`). That
+    process first measures the fine-tuned export's request memory (`MEMORY_SCRIPT`, before
+    it loads or serves anything else)."""
     import shutil
 
     root = tmp_path_factory.mktemp("tagger")
@@ -125,8 +124,11 @@ def served(tmp_path_factory):
         calls[name] = {"dir": str(root / f"export_{name}"), "calls": {
             "serving_default": {"text": TEXTS}, "preprocess": {"text": TEXTS},
             "tag_words": {"words": padded}}}
-    outputs = run_isolated(tmp_path_factory.mktemp("elsewhere"), SERVE_SCRIPT, calls)
-    return {"outputs": outputs, "models": {"fine": fine, "feature": feature},
+    work = tmp_path_factory.mktemp("elsewhere")
+    (work / "memory_args.json").write_text(json.dumps([calls["fine"]["dir"], MEMORY_WORDS]))
+    outputs = run_isolated(work, MEMORY_SCRIPT + SERVE_SCRIPT, calls)
+    return {"outputs": outputs, "memory": json.loads((work / "memory.json").read_text()),
+            "models": {"fine": fine, "feature": feature},
             "labels": {"fine": IOB2, "feature": IOBES}, "padded": padded, "split": split,
             "vocab": str(runs["fine"] / "vocab.txt"), "bare": bare,
             "dirs": {name: calls[name]["dir"] for name in runs}, "runs": runs}
@@ -449,40 +451,40 @@ def test_predict_saved_model_shows_entities_per_input(served, tmp_path, capsys):
     assert f"{rows[0]['entity_text'][0]!r} {rows[0]['entity_type'][0]}" in lines[0]
 
 
+# The first part of `served`'s serving process, run before it loads or serves anything
+# else (what a process of its own measured): the peak RSS growth of one request to the
+# fine-tuned export for each text of `MEMORY_WORDS` words, from memory_args.json in the
+# process's folder to memory.json there ({words: MB}).
+MEMORY_WORDS = [4000, 16000]
 MEMORY_SCRIPT = textwrap.dedent("""
-    import json, resource, sys
+    import json, resource
     import tensorflow_text  # noqa: F401
     import tensorflow as tf
 
-    serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+    directory, words_list = json.load(open("memory_args.json", encoding="utf-8"))
+    serve = tf.saved_model.load(directory).signatures["serving_default"]
     def peak_mb():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     serve(text=tf.constant(["the cat sat."]))
     base, growth = peak_mb(), {}
-    for words in map(int, sys.argv[2:]):
+    for words in words_list:
         out = serve(text=tf.constant([" ".join(["the cat sat on the mat ."] * (words // 7))]))
         growth[int(out["word_tag"].shape[0])] = peak_mb() - base
-    print(json.dumps(growth))
+    json.dump(growth, open("memory.json", "w", encoding="utf-8"))
+    del serve, out
 """)
 
 
 @pytest.mark.slow
-def test_request_memory_grows_linearly_with_the_text(served, tmp_path):
-    """Peak RSS growth of one request, in a fresh process, for ~4k and ~16k words (~800
-    and ~3200 windows). A version that sliced word and entity texts with
-    tf.strings.substr on a copy of the whole text per slice grew +60 MB and +930 MB (x15
-    for x4 words); the linear one +15 MB and +67 MB. The bounds (300 MB, and x2.5 the
-    linear extrapolation) leave room for allocator noise and fail for the quadratic one."""
-    directory = served["dirs"]["fine"]  # exported with MAX_CONTEXT_WINDOWS
-    script = tmp_path / "memory.py"
-    script.write_text(MEMORY_SCRIPT, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-I", str(script), directory, "4000",
-                             "16000"], check=False, capture_output=True, text=True, env=env,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    growth = {int(k): v for k, v in json.loads(result.stdout.strip().splitlines()[-1]).items()}
+def test_request_memory_grows_linearly_with_the_text(served):
+    """Peak RSS growth of one request, in a fresh process (`served`'s, measured before it
+    does anything else: `MEMORY_SCRIPT`), for ~4k and ~16k words (~800 and ~3200 windows;
+    the fine-tuned export allows MAX_CONTEXT_WINDOWS). A version that sliced word and
+    entity texts with tf.strings.substr on a copy of the whole text per slice grew +60 MB
+    and +930 MB (x15 for x4 words); the linear one +15 MB and +67 MB. The bounds (300 MB,
+    and x2.5 the linear extrapolation) leave room for allocator noise and fail for the
+    quadratic one."""
+    growth = {int(k): v for k, v in served["memory"].items()}
     (small, g_small), (large, g_large) = sorted(growth.items())
     assert 3900 <= small <= 4000 and large >= 4 * small - 10
     assert g_large < 300, growth

@@ -44,9 +44,11 @@ pytestmark = pytest.mark.slow
 # SIGTERM anytime: before its handler exists or after; a SIGKILL before the writing
 # leaves what a run that never started leaves (its moments in the writing are the
 # stratified ones; a start-up kill -9 of a CLI is test_fault_injection_runners.py's).
-KILLS = [(signal.SIGTERM, "anytime"),
-         (signal.SIGKILL, "writing"), (signal.SIGTERM, "writing"),
-         (signal.SIGKILL, "writing"), (signal.SIGTERM, "writing")]
+# The writing kills stratified in thirds of the temporary's life: SIGKILL in the first
+# (the save), SIGTERM in the second, SIGKILL in the last (the save's end, the swap, the
+# old one's removal); a signal that missed the writing is tried again (MISSED_RETRIES).
+KILLS = [(signal.SIGTERM, "anytime"), (signal.SIGKILL, "writing"),
+         (signal.SIGTERM, "writing"), (signal.SIGKILL, "writing")]
 MISSED_RETRIES = 4
 
 
@@ -229,7 +231,7 @@ def test_kill_at_random_moments_leaves_the_old_or_the_new_export(tmp_path):
 
     # The kills landed, mid-export for each signal; the final rerun succeeds and cleans up.
     print(f"full run {full:.1f}s, writing {writing:.2f}s; kills:", outcomes)
-    assert sum(o.landed for o in outcomes) >= len(KILLS) - 2, outcomes
+    assert sum(o.landed for o in outcomes) >= len(KILLS) - 1, outcomes
     assert sum(o.mid_export for o in outcomes) >= 2, outcomes
     assert {o.signal for o in outcomes if o.mid_export} == {"SIGKILL", "SIGTERM"}, outcomes
     new = "b" if current == "a" else "a"
