@@ -125,22 +125,6 @@ def test_a_successful_run_ends_with_its_logs_flushed_and_no_worker_left(tmp_path
     assert len(read_records([out])) == summary["instances"] > 100
 
 
-def test_profile_file_is_written(tmp_path, vocab_file):
-    """absl's --profile_file dumps the profile from an atexit handler: the run must end as
-    Python programs end for it to be written (as for `python -m cProfile` and coverage)."""
-    import pstats
-
-    corpus = write_corpus(tmp_path / "corpus.txt", 60, 6)
-    profile = tmp_path / "run.prof"
-    done = run_process(f"--input_file={corpus}", f"--output_file={tmp_path / 'out.tfrecord'}",
-                       f"--vocab_file={vocab_file}", "--num_workers=2", "--chunk_size_mb=0.002",
-                       f"--profile_file={profile}", *SMALL)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert profile.exists() and profile.stat().st_size > 0
-    functions = {name for _, _, name in pstats.Stats(str(profile)).stats}
-    assert {"main", "generate", "write_all"} <= functions
-
-
 # Calls the console script's run() as a program would, then reports what ran afterwards:
 # the code after the call, its `finally`, an atexit handler, and a file it never flushed.
 CALLER = """
@@ -160,13 +144,22 @@ finally:
 
 
 def test_run_returns_control_to_its_caller(tmp_path, vocab_file):
+    """run() returns to the program that called it (the code after the call, its
+    `finally`, its atexit handlers and its unflushed files all run), with the workers
+    reaped; and absl's --profile_file, which dumps the profile from an atexit handler, is
+    written: the run ends as Python programs end (as for `python -m cProfile` and
+    coverage)."""
+    import pstats
+
     corpus = write_corpus(tmp_path / "corpus.txt", 60, 7)
     out = tmp_path / "out.tfrecord"
     log = tmp_path / "caller.log"
+    profile = tmp_path / "run.prof"
     done = subprocess.run(
         [sys.executable, "-c", CALLER, str(log), f"--input_file={corpus}",
          f"--output_file={out}", f"--vocab_file={vocab_file}", "--num_workers=2",
-         "--chunk_size_mb=0.002", *SMALL], cwd=ROOT, capture_output=True, text=True,
+         "--chunk_size_mb=0.002", f"--profile_file={profile}", *SMALL], cwd=ROOT,
+        capture_output=True, text=True,
         timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT))
     assert done.returncode == 0, done.stderr[-3000:]
     # The workers are reaped before run() returns (generate shuts its pool down).
@@ -174,6 +167,9 @@ def test_run_returns_control_to_its_caller(tmp_path, vocab_file):
                                         "atexit handler ran"], done.stderr[-3000:]
     assert log.read_text() == "finally ran\n"
     assert len(read_records([str(out)])) > 10
+    assert profile.exists() and profile.stat().st_size > 0
+    functions = {name for _, _, name in pstats.Stats(str(profile)).stats}
+    assert {"main", "generate", "write_all"} <= functions
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")

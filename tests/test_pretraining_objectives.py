@@ -317,38 +317,85 @@ def test_run_pretraining_reads_the_studies_flags():
 # ------------------------------------------------------------ the runners, end to end
 
 
+# The tiny runs of the objectives that this module and test_pretraining_outputs both
+# read: built once per session (conftest `built_once`).
+STUDIES_RUN_FLAGS = dict(
+    max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, train_batch_size=8,
+    eval_batch_size=8, learning_rate=1e-3, num_train_steps=6, num_warmup_steps=2,
+    iterations_per_loop=3, log_steps=3, save_checkpoints_steps=6, max_eval_steps=2, seed=1,
+    do_train="true", do_eval="true")
+
+
+def studies_flags(config, out, **changes):
+    """run_pretraining's flags of a studies run (6 steps, progress at 3 and 6, one
+    checkpoint, two eval batches) with `config` into `out`; an LTR run (it predicts every
+    token) without --max_predictions_per_seq, which it refuses."""
+    flags = dict(STUDIES_RUN_FLAGS, bert_config_file=config, output_dir=str(out))
+    flags.update(changes)
+    if flags.get("objective") == "ltr":
+        del flags["max_predictions_per_seq"]
+    return flags
+
+
+def _build_studies(root):
+    import pathlib
+
+    from tests import test_run_squad
+    from tests.conftest import TINY_VOCAB
+
+    root = pathlib.Path(root)
+    no_nsp = ["--next_sentence_prediction=false"]
+    S.make_records_with_cli(root / "masked", extra=no_nsp)
+    S.make_records_with_cli(root / "unmasked", extra=no_nsp + ["--dynamic_masking"])
+    S.make_records_with_cli(root / "pairs", dupe_factor=1, extra=["--dynamic_masking"])
+    S.make_records_with_cli(root / "masked_pairs", dupe_factor=1)
+    config = S.write_config(root / "bert_config.json", vocab_size=max(
+        len(test_run_squad._vocab_tokens()), len(TINY_VOCAB)))
+    for name, changes in (
+            ("ltr", dict(input_file=str(root / "unmasked" / "records.tfrecord-*"),
+                         objective="ltr")),
+            ("no_nsp", dict(input_file=str(root / "masked" / "records.tfrecord-*"),
+                            next_sentence_prediction="false"))):
+        code, log = S.run_runner(**studies_flags(config, root / name, **changes))
+        assert code == 0, log[-4000:]
+        (root / f"{name}.log").write_text(log, encoding="utf-8")
+
+
+def studies_runs(tmp_path_factory):
+    """create_pretraining_data's records without next-sentence pairs, masked and unmasked
+    (--dynamic_masking), and with pairs (dupe_factor 1) unmasked and masked; a tiny config
+    (vocab_size: the pretraining and the SQuAD test vocabularies both fit); and two
+    run_pretraining runs of it in this process (`studies_flags`): the left-to-right LM
+    (`--objective=ltr`) on the unmasked records and the masked LM alone
+    (`--next_sentence_prediction=false`) on the masked ones, each with its output (LOG
+    file beside it). Built once per session; read only."""
+    from tests.conftest import built_once
+
+    root = built_once(tmp_path_factory, "test_pretraining_objectives-studies",
+                      _build_studies)
+    glob_of = {name: str(root / name / "records.tfrecord-*")
+               for name in ("masked", "unmasked", "pairs", "masked_pairs")}
+    return dict(glob_of, root=root, vocab=str(root / "masked" / "vocab.txt"),
+                config=str(root / "bert_config.json"), ltr=root / "ltr",
+                ltr_log=(root / "ltr.log").read_text(encoding="utf-8"),
+                no_nsp=root / "no_nsp",
+                no_nsp_log=(root / "no_nsp.log").read_text(encoding="utf-8"))
+
+
 @pytest.fixture(scope="module")
 def studies(tmp_path_factory):
     """Records made without next-sentence pairs (B always follows A), masked and unmasked
-    (--dynamic_masking), and unmasked pairs, by create_pretraining_data; a config whose vocabulary covers both
-    the pretraining and the SQuAD test vocabularies."""
+    (--dynamic_masking), and unmasked pairs, by create_pretraining_data; a config whose
+    vocabulary covers both the pretraining and the SQuAD test vocabularies; the LTR run
+    and the masked-LM-alone run of them (`studies_runs`: built once per session, shared
+    with test_pretraining_outputs; read only)."""
     from tests import test_run_squad as Q
-    from tests.conftest import TINY_VOCAB
 
-    root = tmp_path_factory.mktemp("studies")
-    no_nsp = ["--next_sentence_prediction=false"]
-    masked, vocab = S.make_records_with_cli(root / "masked", extra=no_nsp)
-    unmasked, _ = S.make_records_with_cli(root / "unmasked",
-                                          extra=no_nsp + ["--dynamic_masking"])
-    pairs, _ = S.make_records_with_cli(root / "pairs", dupe_factor=1,
-                                       extra=["--dynamic_masking"])
-    squad_tokens = Q._vocab_tokens()
-    config = S.write_config(root / "bert_config.json",
-                            vocab_size=max(len(squad_tokens), len(TINY_VOCAB)))
-    return {"root": root, "masked": masked, "unmasked": unmasked, "pairs": pairs,
-            "vocab": vocab, "config": config, "squad_tokens": squad_tokens}
+    return dict(studies_runs(tmp_path_factory), squad_tokens=Q._vocab_tokens())
 
 
 def _pretrain_flags(studies, out, **changes):
-    flags = dict(bert_config_file=studies["config"], output_dir=str(out),
-                 max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS, train_batch_size=8,
-                 eval_batch_size=8, learning_rate=1e-3, num_train_steps=6, num_warmup_steps=2,
-                 iterations_per_loop=3, log_steps=3, save_checkpoints_steps=6,
-                 max_eval_steps=2, seed=1, do_train="true", do_eval="true")
-    flags.update(changes)
-    if flags.get("objective") == "ltr":  # it predicts every token: the flag is refused
-        del flags["max_predictions_per_seq"]
-    return flags
+    return studies_flags(studies["config"], out, **changes)
 
 
 def _pretrain(studies, out, **changes):
@@ -361,14 +408,16 @@ def test_no_nsp_runs_report_no_next_sentence_figures(studies, tmp_path):
     another Table 8 split, on unmasked ones: the masked LM's figures and perplexity, no
     next-sentence figure anywhere; NSP asked of records without pairs is refused naming
     the flag, and the LTR model of pair records too."""
-    runs_ = {"static": dict(input_file=studies["masked"]),
-             "dynamic": dict(input_file=studies["unmasked"], vocab_file=studies["vocab"],
-                             mask_token_rate=1.0, random_token_rate=0.0)}
-    for name, flags in runs_.items():
-        rc, log = _pretrain(studies, tmp_path / name, next_sentence_prediction="false",
-                            **flags)
-        assert rc == 0, log[-4000:]
-        results = read_eval_results(tmp_path / name / "eval_results.txt")
+    # The static run is the shared one (`studies_runs`: these flags on
+    # the masked records); the dynamic one runs here.
+    rc, log = _pretrain(studies, tmp_path / "dynamic", next_sentence_prediction="false",
+                        input_file=studies["unmasked"], vocab_file=studies["vocab"],
+                        mask_token_rate=1.0, random_token_rate=0.0)
+    assert rc == 0, log[-4000:]
+    runs_ = {"static": (studies["no_nsp"], studies["no_nsp_log"]),
+             "dynamic": (tmp_path / "dynamic", log)}
+    for name, (out, log) in runs_.items():
+        results = read_eval_results(out / "eval_results.txt")
         assert sorted(results) == ["global_step", "loss", "masked_lm_accuracy",
                                    "masked_lm_loss", "masked_lm_perplexity"], name
         assert results["masked_lm_perplexity"] == pytest.approx(
@@ -396,9 +445,7 @@ def test_ltr_model_fine_tuned_with_a_bilstm_exports_and_serves(studies, tmp_path
     from tests import test_run_squad as Q
     from tests.conftest import write_vocab
 
-    ltr = tmp_path / "ltr"
-    rc, log = _pretrain(studies, ltr, input_file=studies["unmasked"], objective="ltr")
-    assert rc == 0, log[-4000:]
+    ltr, log = studies["ltr"], studies["ltr_log"]  # these flags with --objective=ltr
     saved = json.loads((ltr / "bert_config.json").read_text())
     assert saved["causal_attention"] is True
     results = read_eval_results(ltr / "eval_results.txt")

@@ -1,5 +1,6 @@
 """What a pretraining run writes, used as a user uses it (issue 30): a tiny left-to-right
-(`--objective=ltr`) and a No NSP run of `run_pretraining.main` in this process, converted
+(`--objective=ltr`) and a No NSP run of `run_pretraining.main` in this process (shared
+with test_pretraining_objectives: its `studies_runs`), converted
 to every checkpoint format and used as `--init_checkpoint` with a config of the other
 attention direction; and the runner's refusals of what it would ignore, misread or
 report from nothing (flags checked in-process, before any work).
@@ -23,7 +24,8 @@ from tests.clis import call_main
 from training import pretraining, trainer_setup
 from tests.test_loop_support import read_eval_results
 
-# Four steps, one checkpoint, two eval batches: enough to have a run's outputs.
+# The flags of the runs refused before any work (the runs read:
+# test_pretraining_objectives.studies_runs).
 RUN_FLAGS = dict(max_seq_length=S.SEQ, train_batch_size=8, eval_batch_size=8,
                  num_train_steps=4, num_warmup_steps=1, iterations_per_loop=2, log_steps=2,
                  save_checkpoints_steps=4, max_eval_steps=2, seed=1, learning_rate=1e-3,
@@ -45,33 +47,27 @@ def pretrain(**values):
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
     """create_pretraining_data's records without next-sentence pairs, unmasked (for the
-    LTR LM) and masked (for the masked LM alone), and a tiny config."""
-    root = tmp_path_factory.mktemp("pretraining_outputs")
-    no_nsp = ["--next_sentence_prediction=false"]
-    unmasked, vocab = S.make_records_with_cli(root / "unmasked",
-                                              extra=no_nsp + ["--dynamic_masking"])
-    masked, _ = S.make_records_with_cli(root / "masked", extra=no_nsp)
-    pairs, _ = S.make_records_with_cli(root / "pairs", dupe_factor=1)
-    config = S.write_config(root / "bert_config.json", vocab_size=120)
-    return {"root": root, "unmasked": unmasked, "masked": masked, "pairs": pairs,
-            "vocab": vocab, "config": config}
+    LTR LM) and masked (for the masked LM alone), masked records with pairs, a tiny
+    config, and the two runs of them: test_pretraining_objectives.studies_runs (built
+    once per session, shared with test_pretraining_objectives; read only)."""
+    from tests.test_pretraining_objectives import studies_runs
+
+    runs = studies_runs(tmp_path_factory)
+    return dict(runs, pairs=runs["masked_pairs"])
 
 
 @pytest.fixture(scope="module")
 def ltr_run(records):
-    out = records["root"] / "ltr"
-    pretrain(input_file=records["unmasked"], bert_config_file=records["config"],
-             output_dir=out, objective="ltr", **RUN_FLAGS)
-    return out
+    """A tiny `--objective=ltr` run of run_pretraining.main in this process, on the
+    unmasked records (test_pretraining_objectives.studies_flags: 6 steps, one checkpoint)."""
+    return records["ltr"]
 
 
 @pytest.fixture(scope="module")
 def no_nsp_run(records):
-    out = records["root"] / "no_nsp"
-    pretrain(input_file=records["masked"], bert_config_file=records["config"],
-             output_dir=out, next_sentence_prediction="false",
-             max_predictions_per_seq=S.PREDS, **RUN_FLAGS)
-    return out
+    """A tiny `--next_sentence_prediction=false` run of run_pretraining.main in this
+    process, on the masked records (test_pretraining_objectives.studies_flags)."""
+    return records["no_nsp"]
 
 
 def _weights(path, config, **objective):
@@ -159,7 +155,7 @@ def test_an_ltr_run_records_its_direction_and_refuses_the_other(ltr_run, records
         saved = json.loads((ltr_run / name).read_text())
         assert saved.get("bert_config", saved)["causal_attention"] is True, name
     plain = BertConfig.from_json_file(records["config"])
-    for checkpoint in (ltr_run, ltr_run / "ckpt-4"):
+    for checkpoint in (ltr_run, ltr_run / "ckpt-6"):
         with pytest.raises(UserError, match=rf"is a left-to-right .*\({ltr_run}/"
                                              r"bert_config.json\) but --bert_config_file="):
             trainer_setup.check_attention_of(str(checkpoint), plain, records["config"])
