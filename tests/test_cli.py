@@ -422,12 +422,23 @@ def test_the_help_shows_the_default_the_runner_uses(runner):
 # --------------------------------------------------------------------------- processes
 
 
+# The runners that train: their wiring case is a rate that cannot train, refused in a
+# fraction of a second: the task's, the loop's and the optimizer's settings are all built
+# and checked before TensorFlow loads (SQuAD's task settings, the length buckets, the
+# optimizer's config and pretraining's settings loaded it). Their BAD_INPUT lines are
+# checked in this process (`test_bad_input_is_one_line_and_status_1`).
+TRAINING_RUNNERS = ("run_pretraining", "run_classifier", "run_squad", "run_ner", "run_swag")
+
+
 def _wiring_case(tool, tmp_path):
     """(args, expected text) of a bad input each command refuses after its start-up."""
     if tool == "create_pretraining_data":  # issue 30 #7 as a process: a gs:// output
         vocab = write_vocab(tmp_path / "vocab.txt")
         return ([f"--input_file={vocab}", f"--output_file={GS}/x.tfrecord",
                  f"--vocab_file={vocab}"], f"--output_file={GS}/x.tfrecord: ")
+    if tool in TRAINING_RUNNERS:
+        return ([*REQUIRED[tool], "--learning_rate=-1"],
+                "--learning_rate=-1.0: the learning rate must be a positive, finite number")
     argv, expected = BAD_INPUT[tool]
     return argv, expected
 
@@ -443,7 +454,9 @@ ANSWERED_AFTER_TENSORFLOW = {"create_pretraining_data", "export_saved_model"}
 @pytest.mark.parametrize("tool", sorted(TOOLS))
 def test_each_command_s_wiring_as_a_process(tool, tmp_path):
     """The program a user starts: status 1, one `prog: error:` line, no traceback; and
-    whether it loaded TensorFlow first (Python's own import log, -X importtime)."""
+    whether it loaded TensorFlow first (Python's own import log, -X importtime): a
+    training runner refuses a rate that cannot train before it loads TensorFlow
+    (`TRAINING_RUNNERS`)."""
     args, expected = _wiring_case(tool, tmp_path)
     stdin = "a B-X B-X\nb O\n" if tool == "conlleval" else None
     result = run_cli(tool, *args, cwd=str(tmp_path), stdin=stdin,
@@ -451,21 +464,6 @@ def test_each_command_s_wiring_as_a_process(tool, tmp_path):
     _one_error_line(result, tool, expected)
     loaded_tensorflow = "tensorflow" in _imported(result)
     assert loaded_tensorflow == (tool in ANSWERED_AFTER_TENSORFLOW), tool
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("runner", ["run_pretraining", "run_classifier", "run_squad", "run_ner",
-                                    "run_swag"])
-def test_a_training_runner_checks_its_settings_before_loading_tensorflow(runner, tmp_path):
-    """A rate that cannot train is refused in a fraction of a second: the task's, the
-    loop's and the optimizer's settings are all built and checked before TensorFlow loads
-    (SQuAD's task settings, the length buckets, the optimizer's config and pretraining's
-    settings loaded it)."""
-    result = run_cli(runner, *REQUIRED[runner], "--learning_rate=-1", cwd=str(tmp_path),
-                     env={"PYTHONPROFILEIMPORTTIME": "1"})
-    _one_error_line(result, runner, "--learning_rate=-1.0: the learning rate must be a "
-                    "positive, finite number")
-    assert "tensorflow" not in _imported(result)
 
 
 def _imported(result) -> set:
