@@ -19,6 +19,12 @@ from tests.clis import call_main
 from tests.conftest import TINY_VOCAB, write_vocab
 
 
+def _write_config(path, **kwargs):
+    """The tests' tiny bert_config with one layer: what they prove (refusals, messages) does
+    not depend on the depth, and a run that gets as far as tracing its model is cheaper."""
+    return S.write_config(path, num_hidden_layers=1, **kwargs)
+
+
 def _pretraining_cfg(records, out, config, **overrides):
     from training.execution import RuntimeConfig
     from training.settings import PretrainingRun, settings_of
@@ -58,7 +64,7 @@ def test_a_damaged_record_in_the_middle_names_the_file_and_record(shards, tmp_pa
 
     good, bad = shards
     _damage(bad)
-    config = S.write_config(tmp_path / "bert_config.json")
+    config = _write_config(tmp_path / "bert_config.json")
     result = call_main(
         "run_pretraining", input_file=str(tmp_path / "data-*.tfrecord"),
         output_dir=tmp_path / "out", bert_config_file=config, do_train="true",
@@ -82,7 +88,7 @@ def test_compressed_and_plain_records_in_one_run_are_refused_naming_them(shards,
             out.write(record.numpy())
     result = call_main(
         "run_pretraining", input_file=f"{good},{tmp_path}/data-9.tfrecord.gz",
-        output_dir=tmp_path / "out", bert_config_file=S.write_config(tmp_path / "c.json"),
+        output_dir=tmp_path / "out", bert_config_file=_write_config(tmp_path / "c.json"),
         do_train="true", train_batch_size=4, num_train_steps=4, max_seq_length=S.SEQ,
         max_predictions_per_seq=S.PREDS, distribution_strategy="one_device")
     assert result.code == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
@@ -100,7 +106,7 @@ def test_evaluating_without_weights_is_refused_naming_both_sources(shards, tmp_p
     good, _ = shards
     with pytest.raises(UserError, match=r"nothing to evaluate or predict with: no checkpoint "
                                         r"in .*out and no --init_checkpoint"):
-        _run_pretraining([good], tmp_path / "out", S.write_config(tmp_path / "c.json"),
+        _run_pretraining([good], tmp_path / "out", _write_config(tmp_path / "c.json"),
                          do_train=False, do_eval=True)
     assert not list((tmp_path / "out").glob("ckpt-*"))
 
@@ -126,7 +132,7 @@ def test_ids_beyond_the_vocab_name_input_ids_vocab_size_and_the_file(tmp_path):
             instance[name] = [int(t) % 40 for t in instance[name]]
     instances[21]["input_ids"][5] = 47
     records = S.write_records(tmp_path / "data.tfrecord", instances)
-    config = S.write_config(tmp_path / "bert_config.json", vocab_size=40)
+    config = _write_config(tmp_path / "bert_config.json", vocab_size=40)
     with pytest.raises(record_checks.RecordFileError) as info:
         _run_pretraining([records], tmp_path / "out", config)
     assert str(info.value).startswith(
@@ -237,7 +243,7 @@ def test_masked_and_unmasked_records_in_one_run_are_refused_naming_one_of_each(
     unmasked = _unmasked(tmp_path / ("b.tfrecord" if masked_first else "a.tfrecord"),
                          instances)
     vocab = write_vocab(tmp_path / "vocab.txt")
-    config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    config = _write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
     for vocab_file in (None, vocab):  # as masked records, or as unmasked ones
         with pytest.raises(record_checks.RecordFileError) as info:
             _run_pretraining([str(tmp_path / "*.tfrecord")], tmp_path / "out", config,
@@ -251,7 +257,7 @@ def test_masked_and_unmasked_records_in_one_run_are_refused_naming_one_of_each(
 def test_records_of_another_length_name_the_file_and_the_flag(tmp_path):
     from training import record_checks
 
-    config = S.write_config(tmp_path / "bert_config.json")
+    config = _write_config(tmp_path / "bert_config.json")
     short = S.write_records(tmp_path / "a.tfrecord", S.synthetic_instances(8))
     long = S.write_records(tmp_path / "b.tfrecord", S.synthetic_instances(8, seq=64), seq=64)
     with pytest.raises(record_checks.RecordFileError,
@@ -280,7 +286,7 @@ def test_a_later_record_of_another_length_names_the_file_and_record(tmp_path):
         for i, instance in enumerate(S.synthetic_instances(12) + S.synthetic_instances(
                 4, seq=64)):
             writer.write((long if i >= 12 else short).encode(instance))
-    config = S.write_config(tmp_path / "bert_config.json")
+    config = _write_config(tmp_path / "bert_config.json")
     with pytest.raises(record_checks.RecordFileError,
                        match=rf"{path}: record 12 has input_ids of length 64 but "
                              r"--max_seq_length expects 32"):
@@ -291,7 +297,7 @@ def test_ids_beyond_the_vocab_in_the_first_record_name_the_file_and_flag(shards,
     from training import record_checks
 
     good, _ = shards
-    config = S.write_config(tmp_path / "bert_config.json", vocab_size=40)
+    config = _write_config(tmp_path / "bert_config.json", vocab_size=40)
     with pytest.raises(record_checks.RecordFileError,
                        match=rf"{good}: first record has input_ids id \d+, beyond "
                              rf"vocab_size=40 of --bert_config_file={config}"):
@@ -306,7 +312,7 @@ def test_dynamic_masking_refuses_a_vocab_smaller_than_the_records_ids(tmp_path):
 
     records = _unmasked(tmp_path / "pairs.tfrecord", S.synthetic_instances(16))
     vocab = write_vocab(tmp_path / "small_vocab.txt", TINY_VOCAB[:30])
-    config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    config = _write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
     with pytest.raises(record_checks.RecordFileError,
                        match=rf"{records}: first record has input_ids id \d+, beyond the 30 "
                              rf"tokens of --vocab_file={vocab}"):
@@ -325,7 +331,7 @@ def test_a_later_record_beyond_the_masking_vocab_names_the_file_and_record(tmp_p
     instances[10]["input_ids"][3] = 55
     records = _unmasked(tmp_path / "pairs.tfrecord", instances)
     vocab = write_vocab(tmp_path / "small_vocab.txt", TINY_VOCAB[:40])
-    config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    config = _write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
     assert max(np.max(i["input_ids"]) for i in instances[11:]) < 60
     with pytest.raises(record_checks.RecordFileError) as info:
         _run_pretraining([records], tmp_path / "out", config, vocab_file=vocab)
@@ -337,7 +343,7 @@ def test_a_later_record_beyond_the_masking_vocab_names_the_file_and_record(tmp_p
 @pytest.mark.parametrize("case", ["max_seq_length", "vocab_size"])
 def test_the_cli_says_what_does_not_fit_in_one_line(shards, tmp_path, case):
     good, _ = shards
-    config = S.write_config(tmp_path / "bert_config.json",
+    config = _write_config(tmp_path / "bert_config.json",
                             vocab_size=40 if case == "vocab_size" else S.VOCAB)
     result = call_main(
         "run_pretraining", input_file=good, output_dir=tmp_path / "out",
@@ -368,7 +374,7 @@ def test_finetuning_refuses_a_vocab_larger_than_the_model_before_any_work(tmp_pa
     from training.execution import RuntimeConfig
 
     vocab = write_vocab(tmp_path / "vocab.txt")
-    config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) - 9)
+    config = _write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) - 9)
     cfg = run_classifier.COMMAND.settings(
         task_name="custom", data_dir=_pair_data(tmp_path / "data"), vocab_file=vocab,
         bert_config_file=config, output_dir=str(tmp_path / "out"), max_seq_length=16,
@@ -389,7 +395,8 @@ def test_finetuning_records_beyond_the_models_tables_are_a_one_line_error(tmp_pa
     import json
 
     config = tmp_path / "bert_config.json"
-    config.write_text(json.dumps({**S.tiny_config_dict(vocab_size=len(TINY_VOCAB)),
+    config.write_text(json.dumps({**S.tiny_config_dict(vocab_size=len(TINY_VOCAB),
+                                                       num_hidden_layers=1),
                                   "type_vocab_size": 1}))
     result = call_main(
         "run_classifier", ["--task_name=custom",
@@ -419,7 +426,7 @@ def our_checkpoint(tmp_path_factory):
     from modeling.encoder import BertEncoder
 
     directory = tmp_path_factory.mktemp("ours")
-    config = BertConfig.from_json_file(S.write_config(directory / "bert_config.json"))
+    config = BertConfig.from_json_file(_write_config(directory / "bert_config.json"))
     checkpoints.save_ours(BertEncoder(config), str(directory), config)
     return directory
 
@@ -471,7 +478,7 @@ def test_pretraining_input_without_records_is_refused_in_one_line(tmp_path, case
         pattern = str(tmp_path / ("a.tfrecord" if case == "0 bytes" else "*.tfrecord"))
     result = call_main(
         "run_pretraining", input_file=pattern, output_dir=tmp_path / "out",
-        bert_config_file=S.write_config(tmp_path / "bert_config.json"), do_train="true",
+        bert_config_file=_write_config(tmp_path / "bert_config.json"), do_train="true",
         train_batch_size=4, num_train_steps=4, max_seq_length=S.SEQ,
         max_predictions_per_seq=S.PREDS, distribution_strategy="one_device")
     assert result.code == 1, result.stderr[-2000:]
@@ -573,7 +580,7 @@ def test_a_vocab_without_the_special_tokens_is_refused_in_one_line(runner, tmp_p
         from modeling.config import BertConfig
         from modeling.encoder import BertEncoder
 
-        config = S.write_config(tmp_path / "bert_config.json")
+        config = _write_config(tmp_path / "bert_config.json")
         checkpoints.save_ours(BertEncoder(BertConfig.from_json_file(config)),
                               str(tmp_path / "ckpt"), BertConfig.from_json_file(config))
         argv = [f"--input_file={vocab}", f"--output_file={tmp_path / 'features.jsonl'}",
@@ -619,7 +626,7 @@ def test_eval_from_a_checkpoint_without_the_task_head_is_refused(tmp_path):
     from modeling.config import BertConfig
     from modeling.models import BertPretrainer
 
-    config = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
+    config = _write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB))
     bert_config = BertConfig.from_json_file(config)
     prefix = checkpoints.export_tf1_checkpoint(BertPretrainer(bert_config), bert_config,
                                                str(tmp_path / "pretrained"))

@@ -8,6 +8,8 @@ eagerly on the Python path's features at max_seq_length (their heads only softma
 argmax the logits). Tokenized signatures return the caller's width (zeros where only
 padding was cut). (The hub encoder's: test_export_hub, on its export.)"""
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
@@ -19,7 +21,8 @@ from modeling.export import families, serving
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier, BertMultipleChoice, BertSpanLabeler
 from tasks.tagging.task import build_tagging_model
-from test_export import VOCAB, _config, python_features
+from test_export import VOCAB, python_features
+from test_export import _config as _two_layers
 from test_export_multiple_choice import _python_features as choice_features
 
 SEQ = 64
@@ -32,10 +35,18 @@ ENDINGS = [["ran far away.", "sat.", ""], ["the end", "Καλημέρα", "你�
 FAMILIES = ("classifier", "encoder", "squad", "multiple_choice", "tagger")
 
 
+def _config(layers=1):
+    """test_export's tiny config; one layer where the depth proves nothing (the width cut
+    and its padded reference are per position at any depth), two for the encoder, whose
+    every layer's outputs are returned and checked."""
+    return dataclasses.replace(_two_layers(), num_hidden_layers=layers)
+
+
 def _model(model_type):
     keras.utils.set_random_seed(31)
+    if model_type == "encoder":
+        return BertEncoder(_config(layers=2))
     return {"classifier": lambda: BertClassifier(_config(), 3),
-            "encoder": lambda: BertEncoder(_config()),
             "squad": lambda: BertSpanLabeler(_config()),
             "multiple_choice": lambda: BertMultipleChoice(_config()),
             "tagger": lambda: build_tagging_model(_config(), 3)}[model_type]()

@@ -193,7 +193,8 @@ def test_the_runners_flag_reaches_every_pipeline_of_a_run(pretraining_records, t
     finished = ip._finished  # noqa: SLF001 - what every builder ends with
     monkeypatch.setattr(ip, "_finished", lambda dataset, deterministic, autotune=True: (
         seen.append(autotune), finished(dataset, deterministic, autotune))[1])
-    config = S.write_config(tmp_path / "bert_config.json", vocab_size=120)
+    # One layer: the flag's wiring does not depend on the depth.
+    config = S.write_config(tmp_path / "bert_config.json", vocab_size=120, num_hidden_layers=1)
     done = call_main("run_pretraining", input_file=pretraining_records["pattern"],
                      bert_config_file=config, output_dir=tmp_path / "pretraining",
                      max_seq_length=S.SEQ, max_predictions_per_seq=S.PREDS,
@@ -206,7 +207,8 @@ def test_the_runners_flag_reaches_every_pipeline_of_a_run(pretraining_records, t
     done = call_main("run_classifier", task_name="MRPC",
                      data_dir=write_mrpc(tmp_path / "mrpc", random.Random(0), 8, 4),
                      vocab_file=vocab, bert_config_file=S.write_config(
-                         tmp_path / "c.json", vocab_size=len(open(vocab).read().split())),
+                         tmp_path / "c.json", vocab_size=len(open(vocab).read().split()),
+                         num_hidden_layers=1),
                      output_dir=tmp_path / "mrpc_out", max_seq_length=32, do_train="true",
                      do_eval="true", do_predict="true", train_batch_size=4,
                      num_train_epochs=1.0, tf_data_autotune="false")

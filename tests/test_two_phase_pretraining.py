@@ -32,7 +32,8 @@ def records(tmp_path_factory):
     root = tmp_path_factory.mktemp("phases")
     short, vocab = S.make_records_with_cli(root / "seq16", seq=SHORT[0], preds=SHORT[1])
     long, _ = S.make_records_with_cli(root / "seq32", seq=LONG[0], preds=LONG[1], seed=2)
-    config = S.write_config(root / "bert_config.json", vocab_size=120, dropout=0.1)
+    config = S.write_config(root / "bert_config.json", vocab_size=120, dropout=0.1,
+                            num_hidden_layers=1)  # the phases' carry-over: any depth
     return {"short": short, "long": long, "config": config, "root": root}
 
 
