@@ -682,15 +682,18 @@ def test_a_users_model_file_in_output_dir_is_refused_and_kept(env, tmp_path):
     import run_classifier as rc
     from data_prep.cli import UserError
 
-    for name, text in (("vocab.txt", "[PAD]\nmine\n"), ("bert_config.json", "{}\n"),
-                       ("export_metadata.json", '{"labels": ["a"]}\n')):
-        out = tmp_path / name
+    for i, (name, data) in enumerate((
+            ("vocab.txt", b"[PAD]\nmine\n"), ("bert_config.json", b"{}\n"),
+            ("export_metadata.json", b'{"labels": ["a"]}\n'),
+            ("export_metadata.json", b"my notes, not JSON\n"),  # unreadable: not the run's
+            ("bert_config.json", b"\xff\xfe binary\n"))):
+        out = tmp_path / f"{i}"
         out.mkdir()
-        (out / name).write_text(text)
+        (out / name).write_bytes(data)
         with pytest.raises(UserError, match=f"{out / name} exists, was not written by this "
                                             "run and differs"):
             rc.run(_cfg(env, out, do_eval=False))
-        assert (out / name).read_text() == text
+        assert (out / name).read_bytes() == data
         assert not [n for n in os.listdir(out) if n != name and not n.startswith("train.")]
     same = tmp_path / "same"
     same.mkdir()

@@ -233,7 +233,7 @@ def check_model_files(directory: str, bert_config, vocab_file: str, metadata) ->
             if name == "bert_config.json":
                 return BertConfig.from_json_file(path) == bert_config
             return json.loads(fileio.read_text(path)) == json.loads(metadata.to_json())
-        except (UserError, ValueError):  # unreadable: not the file the run would write
+        except (UserError, json.JSONDecodeError, UnicodeDecodeError):  # unreadable: not ours
             return False
 
     for name in MODEL_FILES:
