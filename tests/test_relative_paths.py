@@ -8,10 +8,17 @@ extract_features.py, convert_checkpoint.py) are given it relative too.
 Every command runs in its folder with relative paths only, in this process
 (`tests.clis.call_main`, the working directory changed for the call); the data come from
 the runners' own tests' helpers.
+
+Each runner's first invocation is made once per session (`tests.conftest.built_once`) and
+read, on a copy, both here and by tests/test_run_dir.py (the trained classifier and
+pretraining directories its refusals are tried in: `first_run`).
 """
 
+import functools
+import json
 import os
 import random
+import shutil
 
 import pytest
 
@@ -21,7 +28,7 @@ from tests import test_run_ner as ner_tests
 from tests import test_run_squad as squad_tests
 from tests import test_run_swag as swag_tests
 from tests.clis import call_main
-from tests.conftest import TINY_VOCAB, write_vocab
+from tests.conftest import TINY_VOCAB, built_once, write_vocab
 from tests.test_multiple_choice_data import swag_row, write_swag
 
 pytestmark = pytest.mark.slow
@@ -105,18 +112,36 @@ CASES = {"pretraining": _pretraining, "classifier": _classifier, "squad": _squad
          "ner": _ner, "swag": _swag}
 
 
+CASE_FILE = "case.json"
+
+
+def _first_run(kind, cwd):
+    """Fills `cwd` with `kind`'s files and its first invocation, into the relative
+    `run1`."""
+    script, common, first, second = CASES[kind](cwd)
+    (cwd / CASE_FILE).write_text(json.dumps([script, common, first, second]))
+    code, log = _call(cwd, script, output_dir="run1", **common, **first)
+    assert code == 0, log[-4000:]
+
+
+def first_run(tmp_path_factory, kind):
+    """The folder of `kind`'s first invocation (its files, run1 and case.json), built once
+    per session and shared by every worker: read it, or work on a `shutil.copytree`."""
+    return built_once(tmp_path_factory, f"test_relative_paths-{kind}",
+                      functools.partial(_first_run, kind))
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """kind -> a runner's first invocation, in a folder of its own, into the relative
-    `run1` (made once per kind, on first use)."""
+    """kind -> a copy of the runner's first invocation's folder (`first_run`), in which
+    this module's tests run the next commands (made once per kind, on first use)."""
     done = {}
 
     def get(kind):
         if kind not in done:
-            cwd = tmp_path_factory.mktemp(kind)
-            script, common, first, second = CASES[kind](cwd)
-            code, log = _call(cwd, script, output_dir="run1", **common, **first)
-            assert code == 0, log[-4000:]
+            cwd = tmp_path_factory.mktemp(kind) / "cwd"
+            shutil.copytree(first_run(tmp_path_factory, kind), cwd)
+            script, common, _, second = json.loads((cwd / CASE_FILE).read_text())
             done[kind] = {"cwd": cwd, "script": script, "common": common, "second": second}
         return done[kind]
     return get

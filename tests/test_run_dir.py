@@ -13,6 +13,9 @@ claims nothing: no identity or model files, and the directory it created is gone
 rightful run then gets it; the next owner of a directory removes what killed checkpoint
 saves left (exactly TensorFlow's names, and a real save killed with SIGKILL); checkpoints
 whose files were moved are not called another model's.
+
+The trained classifier and pretraining directories are tests/test_relative_paths.py's
+first runs of those runners (`first_run`: built once per session), read here on copies.
 """
 
 import dataclasses
@@ -109,8 +112,11 @@ def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("run_dir")
     from tests.conftest import TINY_VOCAB
 
+    # The files of tests/test_relative_paths.py's classifier case (one layer: no refusal
+    # depends on the depth), whose first run is `trained`.
     return {"root": root, "vocab": write_vocab(root / "vocab.txt"),
-            "config": S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB)),
+            "config": S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB),
+                                     num_hidden_layers=1),
             "data": _custom_data(root / "data")}
 
 
@@ -137,12 +143,26 @@ def _snapshot(directory):
 
 
 @pytest.fixture(scope="module")
-def trained(env):
-    """A trained classifier run's output_dir (no eval: its checkpoints are what count)."""
-    import run_classifier as rc
+def first_runs(tmp_path_factory):
+    """kind -> tests/test_relative_paths.py's folder of that runner's first run (built once
+    per session: read only)."""
+    from tests.test_relative_paths import first_run
 
-    out = env["root"] / "trained"
-    rc.run(_cfg(env, out, do_eval=False))
+    return lambda kind: first_run(tmp_path_factory, kind)
+
+
+@pytest.fixture(scope="module")
+def trained(env, first_runs, tmp_path_factory):
+    """A trained classifier run's output_dir (no eval: its checkpoints are what count): a
+    copy of tests/test_relative_paths.py's first classifier run, whose files are env's."""
+    import shutil
+
+    folder = first_runs("classifier")
+    assert (folder / "bert_config.json").read_text() == open(env["config"]).read()
+    assert (folder / "vocab.txt").read_text() == open(env["vocab"]).read()
+    assert S.tree(folder / "data") == S.tree(env["root"] / "data")
+    out = tmp_path_factory.mktemp("trained") / "trained"
+    shutil.copytree(folder / "run1", out)
     return out
 
 
@@ -161,7 +181,8 @@ def test_another_bert_config_in_a_trained_dir_is_refused(env, trained, tmp_path)
     from tests.conftest import TINY_VOCAB
 
     before = _snapshot(trained)
-    bigger = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) + 1)
+    bigger = S.write_config(tmp_path / "bert_config.json", vocab_size=len(TINY_VOCAB) + 1,
+                            num_hidden_layers=1)
     vocab = write_vocab(tmp_path / "vocab.txt", TINY_VOCAB + ["extra"])  # fits the config
     with pytest.raises(output_claim.RunDirError, match=r"bert_config.vocab_size"):
         rc.run(_cfg(env, trained, bert_config_file=bigger, vocab_file=vocab))
@@ -253,17 +274,15 @@ def test_eval_without_any_weights_is_refused(env, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
-    """A 2-step pretraining run's output_dir (``out``) and its records (``records``)."""
-    import run_pretraining
-    from tests.test_bad_input_messages import _pretraining_cfg
+def pretrained(first_runs, tmp_path_factory):
+    """A 4-step pretraining run's output_dir (``out``: a copy of
+    tests/test_relative_paths.py's first pretraining run) and its records (``records``)."""
+    import shutil
 
-    root = tmp_path_factory.mktemp("pretrained")
-    records = S.write_records(root / "records.tfrecord", S.synthetic_instances(16))
-    out = root / "out"
-    run_pretraining.run(_pretraining_cfg([records], out, S.write_config(root / "a.json"),
-                                         num_train_steps=2))
-    return {"out": out, "records": records}
+    folder = first_runs("pretraining")
+    out = tmp_path_factory.mktemp("pretrained") / "out"
+    shutil.copytree(folder / "run1", out)
+    return {"out": out, "records": str(folder / "data" / "records.tfrecord")}
 
 
 def test_run_pretraining_refuses_another_models_dir(pretrained, tmp_path):
@@ -274,10 +293,11 @@ def test_run_pretraining_refuses_another_models_dir(pretrained, tmp_path):
 
     out = pretrained["out"]
     before = _snapshot(out)
-    assert "ckpt-2.index" in before
+    assert "ckpt-4.index" in before
     with pytest.raises(output_claim.RunDirError, match="bert_config.hidden_dropout_prob"):
         run_pretraining.run(_pretraining_cfg(
-            [pretrained["records"]], out, S.write_config(tmp_path / "b.json", dropout=0.1),
+            [pretrained["records"]], out, S.write_config(tmp_path / "b.json", dropout=0.1,
+                                                         num_hidden_layers=1),
             num_train_steps=2))
     assert _snapshot(out) == before
 
@@ -316,7 +336,7 @@ def test_a_run_refused_at_its_init_checkpoint_leaves_the_dir_to_the_rightful_run
     from tests.conftest import TINY_VOCAB
 
     wide = S.write_config(tmp_path / "wide.json", vocab_size=len(TINY_VOCAB),
-                             hidden_size=64)
+                          hidden_size=64, num_hidden_layers=1)
     out = tmp_path / "out"
     with pytest.raises(CheckpointError):
         rc.run(_cfg(env, out, bert_config_file=wide, init_checkpoint=str(trained)))
@@ -347,7 +367,7 @@ def test_a_run_refused_for_its_feature_layers_leaves_the_dir_to_the_rightful_run
         return run_ner.COMMAND.settings(
             data_dir=str(data), vocab_file=write_vocab(tmp_path / "vocab.txt"),
             bert_config_file=S.write_config(tmp_path / "bert_config.json",
-                                               vocab_size=len(TINY_VOCAB)),
+                                            vocab_size=len(TINY_VOCAB), num_hidden_layers=1),
             output_dir=str(out), max_seq_length=16, do_train=True, train_batch_size=4,
             num_train_epochs=1.0, learning_rate=1e-3, feature_based=True,
             feature_layers=layers, lstm_units=8,
@@ -367,14 +387,14 @@ def test_a_refused_pretraining_run_leaves_the_dir_to_the_rightful_run(pretrained
     from tests.test_bad_input_messages import _pretraining_cfg
 
     records, first = pretrained["records"], pretrained["out"]
-    wide = S.write_config(tmp_path / "wide.json", hidden_size=64)
+    wide = S.write_config(tmp_path / "wide.json", hidden_size=64, num_hidden_layers=1)
     out = tmp_path / "out"
     refused = _pretraining_cfg([records], out, wide, num_train_steps=2)
     with pytest.raises(CheckpointError):  # its model does not fit the init checkpoint
         run_pretraining.run(dataclasses.replace(refused, init_checkpoint=str(first)))
     assert not out.exists()
-    run_pretraining.run(_pretraining_cfg([records], out, S.write_config(tmp_path / "b.json"),
-                                         num_train_steps=2))
+    run_pretraining.run(_pretraining_cfg([records], out, S.write_config(
+        tmp_path / "b.json", num_hidden_layers=1), num_train_steps=2))
     assert "ckpt-2.index" in os.listdir(out)
 
 
