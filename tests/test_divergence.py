@@ -29,10 +29,16 @@ def _largest_weight(prefix):
                for name in reader.get_variable_to_shape_map() if name.startswith("model/"))
 
 
-def test_nan_gradients_after_a_checkpoint_set_it_aside_and_name_the_one_before(
+def test_nan_gradients_set_a_checkpoint_aside_and_ctrl_c_in_the_last_save_says_so(
         data, strategy, tmp_path):  # noqa: F811
     """ckpt-10's weights give NaN gradients at step 11: a rerun from it would fail there
-    forever, so it is moved into diverged/ and the error names ckpt-5."""
+    forever, so it is moved into diverged/ and the error names ckpt-5. The rerun resumes
+    ckpt-5 and, with the poison gone, trains to the end, where a Ctrl-C arrives while its
+    last checkpoint (ckpt-20) is written: the checkpoint is complete, and the run stops
+    with the line every other stop prints (before: exit 130 and no word)."""
+    import logging
+    import signal
+
     _, trainer = _make(strategy, tmp_path, steps=20, save=5, ipl=5)
     trainer.restore_or_initialize()
     _poisoned_gradients(trainer, 10)  # the global step is 10 while step 11 runs
@@ -46,12 +52,35 @@ def test_nan_gradients_after_a_checkpoint_set_it_aside_and_name_the_one_before(
     assert _steps(tmp_path) == [5]
     assert not glob.glob(str(tmp_path / "ckpt-10.*"))
     assert glob.glob(str(tmp_path / "diverged" / "1" / "ckpt-10.index"))
-    # A rerun resumes ckpt-5 and, with the poison gone, trains to the end.
+    # A rerun resumes ckpt-5 and, with the poison gone, trains to the end (ckpt-20).
     _, again = _make(strategy, tmp_path, steps=20, save=5, ipl=5)
     assert again.restore_or_initialize() == 5
+    manager = again.saver.manager
+    save = manager.save
+
+    def interrupted_save(*args, **kwargs):
+        if kwargs.get("checkpoint_number") == 20:  # the last save
+            os.kill(os.getpid(), signal.SIGINT)  # held until the save is complete
+        return save(*args, **kwargs)
+    manager.save = interrupted_save
     make, identity = _input(data, again)
-    again.train(make, input_identity=identity)
-    assert _steps(tmp_path)[-1] == 20
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("absl").addHandler(handler)
+    # Ctrl-C as a terminal gives it (a background test run starts with SIGINT ignored).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            again.train(make, input_identity=identity)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        logging.getLogger("absl").removeHandler(handler)
+    assert stopped.value.code == 130
+    said = [r.getMessage() for r in records if r.getMessage().startswith("Stopping at step")]
+    assert said == [f"Stopping at step 20 on signal 2: saved {tmp_path / 'ckpt-20'}; a "
+                    "restart with the same command resumes from step 20"]
+    assert _steps(tmp_path)[-1] == 20  # complete: a resume finds it
 
 
 def _pretraining(data, out, **flags):  # noqa: F811
@@ -259,42 +288,6 @@ def test_a_regression_with_outlier_targets_trains_at_a_sane_rate(tmp_path):
         runtime=RuntimeConfig("one_device", seed=1))  # its step 1 draws no outlier
     result = rc.run(cfg)
     assert result["best_run"]["global_step"] == 12
-
-
-def test_ctrl_c_during_the_last_save_says_so(data, strategy, tmp_path):  # noqa: F811
-    """A Ctrl-C that arrives while the last checkpoint is written: the checkpoint is
-    complete, and the run stops with the line every other stop prints (before: exit 130
-    and no word)."""
-    import logging
-    import signal
-
-    _, trainer = _make(strategy, tmp_path, steps=4, save=4, ipl=4)
-    trainer.restore_or_initialize()
-    manager = trainer.saver.manager
-    save = manager.save
-
-    def interrupted_save(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGINT)  # held until the save is complete
-        return save(*args, **kwargs)
-    manager.save = interrupted_save
-    make, identity = _input(data, trainer)
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logging.getLogger("absl").addHandler(handler)
-    # Ctrl-C as a terminal gives it (a background test run starts with SIGINT ignored).
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(SystemExit) as stopped:
-            trainer.train(make, input_identity=identity)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        logging.getLogger("absl").removeHandler(handler)
-    assert stopped.value.code == 130
-    said = [r.getMessage() for r in records if r.getMessage().startswith("Stopping at step")]
-    assert said == [f"Stopping at step 4 on signal 2: saved {tmp_path / 'ckpt-4'}; a restart "
-                    "with the same command resumes from step 4"]
-    assert _steps(tmp_path) == [4]
 
 
 @pytest.mark.slow

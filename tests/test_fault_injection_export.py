@@ -35,7 +35,7 @@ from modeling.export.metadata import ExportMetadata, write_export_metadata
 from modeling.models import BertClassifier
 from test_export import (LABELS, SEQ, TEXTS, VOCAB, _config, _save_like_training,
                          python_features)
-from tests import forkserver
+from tests.clis import call_main
 
 pytestmark = pytest.mark.slow
 
@@ -235,12 +235,12 @@ def test_kill_at_random_moments_leaves_the_old_or_the_new_export(tmp_path):
     assert sum(o.mid_export for o in outcomes) >= 2, outcomes
     assert {o.signal for o in outcomes if o.mid_export} == {"SIGKILL", "SIGTERM"}, outcomes
     new = "b" if current == "a" else "a"
-    # Nobody signals the last run: forked from one TensorFlow import (tests/forkserver.py).
-    last = forkserver.run(
-        [sys.executable, os.path.join(REPO_ROOT, "export_saved_model.py"),
-         f"--init_checkpoint={run_a if new == 'a' else run_b}", f"--export_dir={target}",
-         "--overwrite=true"], {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, REPO_ROOT)
-    assert last.returncode == 0, last.stderr[-3000:]
+    # Nobody signals the last run: the CLI in this process (tests/clis.py; the processes
+    # above are the killed ones), the temporaries it removes being those of dead processes.
+    last = call_main("export_saved_model", [
+        f"--init_checkpoint={run_a if new == 'a' else run_b}", f"--export_dir={target}",
+        "--overwrite=true"], cwd=REPO_ROOT)
+    assert last.code == 0, (last.stderr + last.log)[-3000:]
     assert _which(_served(target), references) == new
     assert os.listdir(out) == ["export"], outcomes
     assert _snapshot(runs) == inputs  # the checkpoints exported from are untouched

@@ -235,10 +235,12 @@ def test_run_classifier_survives_kills(tmp_path):
     # (the task's `_predict`, where a signal lands) and write their file with the same
     # all-or-nothing writer (`fileio.write_texts`), so SIGTERM's clean-up and kill -9's
     # leftovers are the same in both.
+    # The run killed while predicting predicts only (an evaluation before it would only
+    # delay the moment; eval_results.txt is then the rerun's to write).
     for sig, phase in ((signal.SIGKILL, "eval"), (signal.SIGTERM, "predict")):
         marker, path = phases[phase]
         path.unlink(missing_ok=True)
-        proc = _start(command(do_train="false"))
+        proc = _start(command(do_train="false", do_eval=str(phase == "eval").lower()))
         returncode, output, was_killed = _kill_at(
             proc, sig, rng.uniform(0.1, 0.3) * durations[phase], marker,
             in_progress=lambda path=path: not path.exists())

@@ -533,17 +533,60 @@ def finished(finished_kept):
     return out
 
 
+@pytest.fixture(scope="module")
+def other_kept(mrpc):
+    """A finished tiny MRPC run outside a sweep with other data and settings than
+    `_mrpc_run`'s: every train label flipped (a data folder of its own),
+    --learning_rate=1e-3, --warmup_proportion=0.5 (ckpt-4, ckpt-6), and a copy of it
+    (read only, file times kept). Redone on train.tsv as it was with `_mrpc_run`'s
+    settings, it is the module's finished run (`finished_kept`)."""
+    import shutil
+
+    import run_classifier as rc
+
+    data = mrpc["root"] / "other_MRPC"
+    shutil.copytree(mrpc["data"], data)
+    original = (data / "train.tsv").read_bytes()
+    lines = original.decode().split("\n")
+    lines[1:] = [("1" if line[:1] == "0" else "0") + line[1:] if line else line
+                 for line in lines[1:]]
+    (data / "train.tsv").write_text("\n".join(lines))
+    flipped = ((data / "train.tsv").read_bytes(), (data / "train.tsv").stat().st_mtime_ns)
+    out, kept = mrpc["root"] / "other", mrpc["root"] / "other.kept"
+    rc.run(_mrpc_run(mrpc, out, data, learning_rate=1e-3, warmup_proportion=0.5))
+    shutil.copytree(out, kept)
+    return out, kept, data, flipped, original
+
+
+@pytest.fixture
+def other(other_kept):
+    """`other_kept`'s run as it was, at its own path, with its data as it trained on them
+    (train.tsv flipped, its file time too), for a test to redo: (its folder, the data
+    folder, train.tsv as it was before the flip)."""
+    import shutil
+
+    out, kept, data, (flipped, mtime_ns), original = other_kept
+    shutil.rmtree(out)
+    shutil.copytree(kept, out)
+    (data / "train.tsv").write_bytes(flipped)
+    os.utime(data / "train.tsv", ns=(mtime_ns, mtime_ns))
+    return out, data, original
+
+
 @pytest.mark.slow
 def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weights(
-        mrpc, finished, tmp_path, caplog):
-    """A finished run of a sweep (run_results.json) rerun with another --warmup_proportion
-    trains again from the start: its checkpoints and outputs equal a fresh run's with the
-    new settings, never the old run's final state evaluated under the new settings. What
-    it removes first is what the run made, by name: the user's files stay."""
+        mrpc, finished_kept, other, caplog):
+    """A finished run rerun as a sweep's (--skip_finished: run_results.json) with another
+    --warmup_proportion (here also another rate and training data: `other`) trains again
+    from the start: its checkpoints and outputs equal a fresh run's with the new settings
+    (the module's finished run), never the old run's final state evaluated under the new
+    settings. What it removes first is what the run made, by name: the user's files
+    stay."""
     import run_classifier as rc
     from training import finetuning
 
-    out, fresh = finished, tmp_path / "fresh"
+    out, data, original = other
+    fresh = finished_kept[1]
     old = _weights(str(out / "ckpt-6"))
     # Redone from the earlier run's own checkpoint, it would remove its --init_checkpoint
     # first (then save its own ckpt-6 there): refused before anything is touched.
@@ -552,8 +595,8 @@ def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weigh
         with pytest.raises(finetuning.FinetuningError,
                            match=f"--init_checkpoint={init} is {out / 'ckpt-6'}, made by "
                                  "the earlier run"):
-            rc.run(_mrpc_run(mrpc, out, skip_finished=True, warmup_proportion=0.5,
-                             init_checkpoint=str(init)))
+            rc.run(_mrpc_run(mrpc, out, data, skip_finished=True, learning_rate=1e-3,
+                             warmup_proportion=0.5, init_checkpoint=str(init)))
         assert S.tree(out) == before
     # The user's files beside the run's: a plot in eval/, notes in train/, a best/ the run
     # never made (it ran without --keep_best_checkpoint). Before (issue 38) the redo
@@ -562,16 +605,19 @@ def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weigh
     for name, content in mine.items():
         (out / name).parent.mkdir(exist_ok=True)
         (out / name).write_bytes(content)
+    (data / "train.tsv").write_bytes(original)
     with caplog.at_level("WARNING"):
-        redone = rc.run(_mrpc_run(mrpc, out, skip_finished=True, warmup_proportion=0.5))
+        redone = rc.run(_mrpc_run(mrpc, out, data, skip_finished=True))
     assert not redone["best_run"].get("skipped")
+    changed = [r.getMessage() for r in caplog.records
+               if "finished with other settings or data (" in r.getMessage()]
+    assert "warmup_proportion" in changed[-1], changed  # (before it: the refusals')
     assert {name: (out / name).read_bytes() for name in mine} == mine
     said = [r.getMessage() for r in caplog.records if "removed what the earlier run" in
             r.getMessage()]
     assert len(said) == 1 and "ckpt-6.index" in said[0] and "eval/events.out" in said[0]
     assert "kept eval/, train/ (it holds files the run did not write)" in said[0]
     assert not any(name.split("/")[-1] in said[0] for name in mine)
-    rc.run(_mrpc_run(mrpc, fresh, warmup_proportion=0.5))
     expected = _weights(str(fresh / "ckpt-6"))
     found = _weights(str(out / "ckpt-6"))
     assert sorted(found) == sorted(expected)
@@ -580,16 +626,16 @@ def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weigh
     assert any(not np.array_equal(old[name], found[name]) for name in found)
     assert (out / "eval_results.txt").read_bytes() == (fresh / "eval_results.txt").read_bytes()
     with open(out / "run_results.json") as f:
-        assert json.load(f)["request"]["warmup_proportion"] == 0.5
+        assert json.load(f)["request"]["warmup_proportion"] == _mrpc_run(
+            mrpc, out).finetuning.warmup_proportion != 0.5
     # A rerun of the same settings still skips it.
-    again = rc.run(_mrpc_run(mrpc, out, skip_finished=True, warmup_proportion=0.5))
+    again = rc.run(_mrpc_run(mrpc, out, data, skip_finished=True))
     assert again["best_run"].get("skipped")
     # --keep_best_checkpoint would replace the user's best/: refused, nothing written.
     before = S.tree(out)
     with pytest.raises(finetuning.FinetuningError, match="best exists but this run did "
                                                          "not make it"):
-        rc.run(_mrpc_run(mrpc, out, skip_finished=True, warmup_proportion=0.5,
-                         keep_best_checkpoint=True))
+        rc.run(_mrpc_run(mrpc, out, data, skip_finished=True, keep_best_checkpoint=True))
     assert S.tree(out) == before
 
 
@@ -659,17 +705,34 @@ def _diverging_family(plan):
 
 
 @pytest.mark.slow
-def test_a_diverging_grid_point_is_recorded_as_failed_and_the_sweep_goes_on(mrpc, tmp_path):
+def test_a_diverging_grid_point_is_recorded_as_failed_and_a_nan_dev_metric_picks_no_best(
+        mrpc, tmp_path, caplog):
     """2 learning rates, the first diverges: recorded as failed (grid_results.tsv says
     why), the second trains and is kept. A rerun with the same settings tries neither
-    again; a grid whose every point diverges fails naming the reason, table written."""
+    again; a grid whose every point diverges fails naming the reason, table written.
+
+    Issue 38, in the same sweep (--keep_best_checkpoint): a dev metric that is NaN at
+    every checkpoint of the second point's run (e.g. Pearson over one label value) was
+    kept as the best (score -inf in the log, nan in the file). Now NaN is never a
+    candidate: a warning per checkpoint, no best/, eval and predict on the final
+    weights."""
     import run_classifier as rc
     from training import finetuning
 
     out = tmp_path / "out"
-    cfg = _mrpc_run(mrpc, out, learning_rate=(2e-3, 1e-3))
-    result = finetuning.run(cfg.finetuning, _diverging_family([True, False])(cfg.task, SEQ))
+    cfg = _mrpc_run(mrpc, out, learning_rate=(2e-3, 1e-3), keep_best_checkpoint=True)
+    family = _scripted_family(_diverging_family([True, False]),
+                              {4: float("nan"), 6: float("nan")})(cfg.task, SEQ)
+    family.seen = []
+    with caplog.at_level("WARNING"):
+        result = finetuning.run(cfg.finetuning, family)
     assert result["best_point"]["learning_rate"] == 1e-3
+    # The NaN dev metric (the second point's run; the first stopped at step 1).
+    kept = out / "lr0.001_bs4_ep1.0"
+    assert family.seen == [4, 6] and not (kept / "best").exists()
+    assert caplog.text.count("is nan (undefined on this dev set") == 2
+    assert "No checkpoint had a dev eval_acc_and_f1" in caplog.text and "-inf" not in caplog.text
+    assert result["best_run"]["global_step"] == 6 and result["best_run"]["model_dir"] == str(kept)
     table = _read_table(out / "grid_results.tsv")
     assert [row["dir"] for row in table] == ["lr0.002_bs4_ep1.0", "lr0.001_bs4_ep1.0"]
     assert [row["best"] for row in table] == ["0", "1"]
@@ -700,34 +763,25 @@ def test_a_diverging_grid_point_is_recorded_as_failed_and_the_sweep_goes_on(mrpc
 
 @pytest.mark.slow
 def test_a_finished_single_run_rerun_with_other_data_or_rate_is_done_again(
-        mrpc, finished_kept, tmp_path, caplog):
+        mrpc, finished_kept, other, caplog):
     """Issue 38: a finished run outside a sweep, rerun after train.tsv was relabelled (or
     with another --learning_rate), "resumed" its last checkpoint, trained nothing and
     exited 0 with the old model. Now it is done again from its initial weights (the
     sweeps' rule): the model equals a fresh run's on the new data and rate; the log names
-    each thing that changed (the training data and the rate: every one is compared). The
-    same command again resumes (evaluates, trains nothing). Here the first run trains on
-    every label flipped at --learning_rate=1e-3 and the rerun on train.tsv as it was at
-    2e-3: the fresh run of those is the module's finished run."""
-    import shutil
-
+    each thing that changed (the training data, the rate and the warmup: every one is
+    compared). The same command again resumes (evaluates, trains nothing). Here the first
+    run (`other`) trained on every label flipped at --learning_rate=1e-3 and
+    --warmup_proportion=0.5 and the rerun is on train.tsv as it was with `_mrpc_run`'s
+    settings: the fresh run of those is the module's finished run."""
     import run_classifier as rc
 
-    data = tmp_path / "MRPC"
-    shutil.copytree(mrpc["data"], data)
-    original = (data / "train.tsv").read_bytes()
-    lines = original.decode().split("\n")
-    lines[1:] = [("1" if line[:1] == "0" else "0") + line[1:] if line else line
-                 for line in lines[1:]]
-    (data / "train.tsv").write_text("\n".join(lines))
-    out = tmp_path / "out"
-    rc.run(_mrpc_run(mrpc, out, data, learning_rate=1e-3))
+    out, data, original = other
     old = _weights(str(out / "ckpt-6"))
     (data / "train.tsv").write_bytes(original)
     with caplog.at_level("WARNING"):
         rc.run(_mrpc_run(mrpc, out, data))
-    assert ("finished with other settings or data (hparams.learning_rate, train)"
-            in caplog.text), caplog.text
+    assert ("finished with other settings or data (hparams.learning_rate, train, "
+            "warmup_proportion)" in caplog.text), caplog.text
     redone = _weights(str(out / "ckpt-6"))
     expected = _weights(str(finished_kept[1] / "ckpt-6"))
     assert sorted(redone) == sorted(expected)
@@ -756,30 +810,6 @@ def test_a_single_run_into_a_sweeps_directory_is_refused_writing_nothing(mrpc,
                        match="holds a grid sweep \\(grid_results.tsv\\): a single run"):
         rc.run(_mrpc_run(mrpc, uninterrupted, learning_rate=2e-3))
     assert S.tree(uninterrupted) == before
-
-
-@pytest.mark.slow
-def test_a_nan_dev_metric_picks_no_best_checkpoint_and_says_so(mrpc, tmp_path, caplog):
-    """Issue 38: a dev metric that is NaN at every checkpoint (e.g. Pearson over one label
-    value) was kept as the best (score -inf in the log, nan in the file). Now NaN is never
-    a candidate: a warning per checkpoint, no best/, eval and predict on the final
-    weights."""
-    import run_classifier as rc
-    from tasks.classification.task import ClassificationFamily
-    from training import finetuning
-
-    out = tmp_path / "out"
-    cfg = _mrpc_run(mrpc, out, keep_best_checkpoint=True)
-    family = _scripted_family(ClassificationFamily, {4: float("nan"), 6: float("nan")})(
-        cfg.task, SEQ)
-    family.seen = []
-    with caplog.at_level("WARNING"):
-        result = finetuning.run(cfg.finetuning, family)
-    assert family.seen == [4, 6] and not (out / "best").exists()
-    assert caplog.text.count("is nan (undefined on this dev set") == 2
-    assert "No checkpoint had a dev eval_acc_and_f1" in caplog.text and "-inf" not in caplog.text
-    assert result["best_run"]["global_step"] == 6 and result["best_run"]["model_dir"] == str(out)
-    del rc
 
 
 def test_a_best_folder_the_run_did_not_make_is_refused_and_left_as_it_is(mrpc, tmp_path):

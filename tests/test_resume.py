@@ -95,54 +95,55 @@ def unmasked(data, tmp_path_factory):
     return dict(data, unmasked=S.unmasked_records(tmp_path_factory, data))
 
 
-def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(data, strategy, tmp_path):
-    """Dropout on, gradient accumulation over 2 micro-batches, killed after step 6
-    (checkpoint 4), resumed to 12 into other initial weights and dropout seeds: the same
-    per-step losses (step 5 run again) and the same final weights and optimizer state, bit
-    for bit. The killed run's directory is what such a run leaves: the checkpoint of step
-    4, which the uninterrupted run saved too (the same steps); real kills of real runs,
-    and what a killed run leaves, are tests/test_exact_resume_runners.py's."""
-    accumulation = 2
-    model, trainer = _make(strategy, tmp_path / "whole", accumulation=accumulation)
-    trainer.restore_or_initialize()
-    make, identity = _input(data, trainer)
-    whole = _losses(trainer.train(make, input_identity=identity))
-    assert sorted(whole) == list(range(1, 13))
-
-    (tmp_path / "resumed").mkdir()
-    for path in tf.io.gfile.glob(str(tmp_path / "whole" / "ckpt-4") + ".*"):
-        tf.io.gfile.copy(path, str(tmp_path / "resumed" / os.path.basename(path)))
-    tf.compat.v1.train.update_checkpoint_state(str(tmp_path / "resumed"), "ckpt-4")
-    run_files.add(str(tmp_path / "resumed"), checkpoints=["ckpt-4"])  # its saver's record
-    resumed_model, resumed = _make(strategy, tmp_path / "resumed", accumulation=accumulation,
-                                   model_seed=99)  # other initial weights and dropout seeds
-    assert resumed.restore_or_initialize() == 4
-    make, identity = _input(data, resumed)
-    after = _losses(resumed.train(make, input_identity=identity))
-    assert sorted(after) == list(range(5, 13))
-    for step, loss in after.items():
-        assert loss == whole[step], (step, loss, whole[step])
-    for a, b in zip(model.weights, resumed_model.weights):
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
-    assert tf.train.latest_checkpoint(str(tmp_path / "resumed")).endswith("ckpt-12")
-    ours = _variables(str(tmp_path / "resumed" / "ckpt-12"))
-    reference = _variables(str(tmp_path / "whole" / "ckpt-12"))
-    assert sorted(ours) == sorted(reference) and any(k.startswith("rng/") for k in ours)
-    for name, value in reference.items():
-        np.testing.assert_array_equal(ours[name], value, err_msg=name)
-
-
 @pytest.fixture(scope="module")
 def trained(data, strategy, tmp_path_factory):
-    """One unseeded run of 40 steps, a checkpoint every 10 (read only: a test that resumes
-    it works on `_copy`): {"dir", "identity" of its input, "seed" it drew}."""
+    """One unseeded run of 40 steps, a checkpoint every 10, dropout on, gradient
+    accumulation over 2 micro-batches, one step per call (a loss per step) (read only: a
+    test that resumes it works on `_copy`): {"dir", "identity" of its input, "seed" it
+    drew, "losses" {step: loss}}. The uninterrupted run that
+    test_a_killed_and_resumed_run_equals_the_uninterrupted_one resumes a copy of."""
     out = tmp_path_factory.mktemp("trained")
-    _, trainer = _make(strategy, out, steps=40, save=10, ipl=10)
+    _, trainer = _make(strategy, out, steps=40, save=10, accumulation=2)
     trainer.restore_or_initialize()
     make, identity = _input(data, trainer, seed=None)
     assert isinstance(identity["seed"], int)
-    trainer.train(make, input_identity=identity)
-    return {"dir": out, "identity": identity, "seed": identity["seed"]}
+    losses = _losses(trainer.train(make, input_identity=identity))
+    assert sorted(losses) == list(range(1, 41))
+    return {"dir": out, "identity": identity, "seed": identity["seed"], "losses": losses}
+
+
+def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(data, strategy, trained,
+                                                               tmp_path):
+    """Dropout on, gradient accumulation over 2 micro-batches, an unseeded input, killed
+    after step 10 (before checkpoint 20), resumed to 40 into other initial weights and
+    dropout seeds, with the input seed the run drew: the same per-step losses and the same
+    final weights and optimizer state, bit for bit. The killed run's directory is what
+    such a run leaves: the checkpoint of step 10, which the uninterrupted run (`trained`)
+    saved too (the same steps); real kills of real runs, and what a killed run leaves, are
+    tests/test_exact_resume_runners.py's."""
+    whole = trained["losses"]
+    (tmp_path / "resumed").mkdir()
+    for path in tf.io.gfile.glob(str(trained["dir"] / "ckpt-10") + ".*"):
+        tf.io.gfile.copy(path, str(tmp_path / "resumed" / os.path.basename(path)))
+    tf.compat.v1.train.update_checkpoint_state(str(tmp_path / "resumed"), "ckpt-10")
+    run_files.add(str(tmp_path / "resumed"), checkpoints=["ckpt-10"])  # its saver's record
+    _, resumed = _make(strategy, tmp_path / "resumed", steps=40, save=10, accumulation=2,
+                       model_seed=99)  # other initial weights and dropout seeds
+    assert resumed.restore_or_initialize() == 10
+    make, identity = _input(data, resumed, seed=None)
+    assert identity == trained["identity"]  # the seed the run drew
+    after = _losses(resumed.train(make, input_identity=identity))
+    assert sorted(after) == list(range(11, 41))
+    for step, loss in after.items():
+        assert loss == whole[step], (step, loss, whole[step])
+    assert tf.train.latest_checkpoint(str(tmp_path / "resumed")).endswith("ckpt-40")
+    ours = _variables(str(tmp_path / "resumed" / "ckpt-40"))
+    reference = _variables(str(trained["dir"] / "ckpt-40"))
+    assert sorted(ours) == sorted(reference) and any(k.startswith("rng/") for k in ours)
+    assert any(k.startswith("model/") for k in ours)  # the final weights, bit for bit
+    assert any(k.startswith("optimizer/") for k in ours)
+    for name, value in reference.items():
+        np.testing.assert_array_equal(ours[name], value, err_msg=name)
 
 
 def _copy(trained, tmp_path):

@@ -129,22 +129,29 @@ def _assert_same_checkpoint(path, expected_path):
                                       err_msg=name)
 
 
+def _stopped_at(done, step, out):
+    """A directory `out` holding what a copy of the uninterrupted run `done` stopped right
+    after its checkpoint `step` holds (the same steps: the same checkpoint): that
+    checkpoint alone, with the run's identity and its record of the checkpoint
+    (training/run_files.py)."""
+    out.mkdir()
+    for path in tf.io.gfile.glob(str(done / f"ckpt-{step}") + ".*") + [
+            str(done / "run_identity.json")]:
+        tf.io.gfile.copy(path, str(out / os.path.basename(path)))
+    tf.compat.v1.train.update_checkpoint_state(str(out), f"ckpt-{step}")
+    run_files.add(str(out), checkpoints=[f"ckpt-{step}"])
+    return out
+
+
 def test_phase_two_starts_at_the_boundary_and_resumes_exactly(records, whole, tmp_path):
     """Stopped at the boundary (the phase-1 checkpoint, ckpt-30) and restarted: the same
-    final weights and optimizer state, bit for bit (stopped inside either phase: the kills
+    final weights and optimizer state, bit for bit (stopped inside either phase: the test
     below). Phase 2 without saying which input came before is refused, naming it. A run
     stopped at the boundary holds what the uninterrupted one saved there (its phase 1 is
     the same steps, and a phase ends with a checkpoint): here its directory is that
-    checkpoint alone, with the run's identity and its record of the checkpoint
-    (training/run_files.py)."""
+    checkpoint alone (`_stopped_at`)."""
     done, _ = whole
-    out = tmp_path / "boundary"
-    out.mkdir()
-    for path in tf.io.gfile.glob(str(done / "ckpt-30") + ".*") + [
-            str(done / "run_identity.json")]:
-        tf.io.gfile.copy(path, str(out / os.path.basename(path)))
-    tf.compat.v1.train.update_checkpoint_state(str(out), "ckpt-30")
-    run_files.add(str(out), checkpoints=["ckpt-30"])
+    out = _stopped_at(done, 30, tmp_path / "boundary")
     refused = call_main("run_pretraining", **_without_phase_two(_flags(
         records, out, input_file=records["long"], max_seq_length=LONG[0],
         max_predictions_per_seq=LONG[1])))
@@ -157,13 +164,17 @@ def test_phase_two_starts_at_the_boundary_and_resumes_exactly(records, whole, tm
 
 
 @pytest.mark.slow
-def test_two_phases_in_one_run_killed_in_each_phase_resume_exactly(records, whole, tmp_path):
+def test_two_phases_in_one_run_stopped_in_each_phase_resume_exactly(records, whole,
+                                                                    tmp_path):
     """One command, 30 steps at length 16 then 15 at 32: its phase-2 steps read the
     long records (eval too), rows 16-31 of the position table get no gradient in phase 1
     (Adam's moments stay exactly 0 there; only the decoupled weight decay scales them,
     as in the original) and do in phase 2 (every element), rows 32+ never; the same run
-    SIGKILLed inside each phase (resumed from a phase-1 checkpoint, then from a phase-2
-    one before the end) and restarted ends with the same checkpoint, bit for bit."""
+    stopped inside each phase (resumed from a phase-1 checkpoint by a process that
+    crosses the boundary and is SIGKILLed inside phase 2, then from a phase-2 one before
+    the end) ends with the same checkpoint, bit for bit. What a kill leaves besides the
+    checkpoint it resumes from does not depend on the phase (the phase-2 kill here;
+    tests/test_exact_resume_runners.py)."""
     whole, log = whole
     assert "phase 2 from step 30" in log
     steps = [s for s, _, _ in S.parse_progress(log)]
@@ -195,11 +206,14 @@ def test_two_phases_in_one_run_killed_in_each_phase_resume_exactly(records, whol
     moved = _tensor(end, POSITIONS)[SHORT[0]:LONG[0]] / after[SHORT[0]:LONG[0]]
     assert np.ptp(moved) > 1e-2  # trained: no longer one common factor
 
-    killed = tmp_path / "killed"
+    # Stopped inside phase 1 (after ckpt-10: what a run killed there resumes from, as
+    # `_stopped_at` holds it), resumed by a process that crosses the boundary and is
+    # SIGKILLed inside phase 2 (after ckpt-35), restarted: the same end, bit for bit.
+    killed = _stopped_at(whole, 10, tmp_path / "killed")
     flags = _flags(records, killed, do_eval="false")  # compared by its checkpoint alone
-    _run_until(flags, "ckpt-10")
-    assert 0 < _resumed_at(_run_until(flags, "ckpt-35")) < 30  # the kill was in phase 1
+    log = _run_until(flags, "ckpt-35")
+    assert _resumed_at(log) == 10 and "phase 2 from step 30" in log, log[-4000:]
     rc, log = S.run_runner(**flags)
     assert rc == 0, log[-4000:]
-    assert 30 < _resumed_at(log) < 45, log[-4000:]  # the second kill was in phase 2
+    assert 30 < _resumed_at(log) < 45, log[-4000:]  # the kill was in phase 2
     _assert_same_checkpoint(str(killed / "ckpt-45"), end)
