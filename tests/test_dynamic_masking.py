@@ -470,7 +470,7 @@ def test_run_pretraining_trains_on_unmasked_records(prose, tmp_path):
     vocab_size = len(open(prose["vocab"], encoding="utf-8").read().split())
     config = tmp_path / "bert_config.json"
     config.write_text(json.dumps(dict(
-        vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        vocab_size=vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=64, hidden_act="gelu", hidden_dropout_prob=0.1,
         attention_probs_dropout_prob=0.1, max_position_embeddings=SEQ, type_vocab_size=2,
         initializer_range=0.02)))

@@ -56,7 +56,10 @@ SERVE_SCRIPT = textwrap.dedent("""
     args = json.load(open(sys.argv[1], encoding="utf-8"))
     out = {}
     for name, spec in args.items():
-        loaded = tf.saved_model.load(spec["dir"])
+        # An export a script before this one loaded (LOADED: {dir: loaded}) is served from
+        # that load: one load of each export per process.
+        loaded = globals().get("LOADED", {}).get(spec["dir"]) or tf.saved_model.load(
+            spec["dir"])
         for sig, inputs in spec["calls"].items():
             fn = loaded.signatures[sig]
             feed = {k: tf.constant(v, tf.string if np.asarray(v).dtype.kind in "UO"
@@ -649,7 +652,8 @@ MEMORY_SCRIPT = textwrap.dedent("""
     import tensorflow as tf
 
     directory, repeats_list = json.load(open("memory_args.json", encoding="utf-8"))
-    serve = tf.saved_model.load(directory).signatures["serving_default"]
+    LOADED = {directory: tf.saved_model.load(directory)}  # SERVE_SCRIPT serves it after
+    serve = LOADED[directory].signatures["serving_default"]
     def peak_mb():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     serve(question=tf.constant(["who sat?"]), context=tf.constant(["the cat sat."]))

@@ -31,6 +31,13 @@ def strategy():
     return distribution.get_strategy("one_device")
 
 
+def _one_layer():
+    """The tiny config with one layer: for the tests whose proof does not depend on the
+    depth (accumulation, divergence, eval arithmetic, LAMB's updates); a tiny run's cost is
+    mostly tracing its graph. The learning run (`trained`) keeps two."""
+    return BertConfig(**S.tiny_config_dict(vocab_size=120, num_hidden_layers=1))
+
+
 def _make(strategy, output_dir, *, steps=100, lr=1e-3, batch=16, accumulation=1, ipl=10,
           save=50, log=10, config=None, max_eval_steps=3):
     with strategy.scope():
@@ -121,7 +128,7 @@ def test_train_summaries_are_written(trained):
 
 def _weights_after(strategy, records, out, accumulation, init):
     model, trainer = _make(strategy, out, steps=3, batch=8, accumulation=accumulation, ipl=3,
-                           save=3, log=3)
+                           save=3, log=3, config=_one_layer())
     model.set_weights(init)
     trainer.train(_dataset_fn(records, 8, True, seed=5))
     return [w.numpy() for w in model.weights]
@@ -129,7 +136,7 @@ def _weights_after(strategy, records, out, accumulation, init):
 
 def test_gradient_accumulation_equals_the_full_batch(strategy, records, tmp_path):
     # Every record has 5 predictions, so per-micro-batch normalisation equals the full batch's.
-    init_model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120)))
+    init_model = BertPretrainer(_one_layer())
     init = [w.numpy() for w in init_model.weights]
     full = _weights_after(strategy, records, tmp_path / "k1", 1, init)
     accumulated = _weights_after(strategy, records, tmp_path / "k2", 2, init)
@@ -141,7 +148,7 @@ def test_gradient_accumulation_equals_the_full_batch(strategy, records, tmp_path
 
 
 def test_non_finite_loss_stops_with_the_step(strategy, records, tmp_path):
-    _, trainer = _make(strategy, tmp_path, steps=20, ipl=5, save=5, log=5)
+    _, trainer = _make(strategy, tmp_path, steps=20, ipl=5, save=5, log=5, config=_one_layer())
     step = trainer.global_step
     real_loss = trainer.loss_fn
 
@@ -177,9 +184,10 @@ def _log_softmax(x):
 
 
 def test_eval_of_a_checkpoint_matches_numpy(strategy, records, tmp_path):
-    source, source_loop = _make(strategy, tmp_path)
+    source, source_loop = _make(strategy, tmp_path, config=_one_layer())
     source_loop.saver.save(0)  # "a given checkpoint": fresh weights at step 0
-    model, trainer = _make(strategy, tmp_path)  # different random weights until restored
+    model, trainer = _make(strategy, tmp_path,  # different random weights until restored
+                           config=_one_layer())
     assert trainer.restore_or_initialize() == 0
     results = trainer.evaluate(_dataset_fn(records, 8, False))
     written = read_eval_results(os.path.join(str(tmp_path), "eval_results.txt"))
@@ -278,7 +286,7 @@ def test_loop_requires_pre_reduced_optimizer(strategy, tmp_path):
 
 def test_lamb_trains_in_the_loop(strategy, records, tmp_path):
     with strategy.scope():
-        model = BertPretrainer(BertConfig(**S.tiny_config_dict(vocab_size=120)))
+        model = BertPretrainer(_one_layer())
         pretraining.build_pretraining_model(model, S.SEQ, S.PREDS)
         opt = optimization.create_optimizer(optimization.OptimizerConfig(
             optimizer="lamb", learning_rate=1e-2, num_train_steps=10, num_warmup_steps=0))

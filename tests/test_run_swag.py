@@ -50,11 +50,12 @@ def env(tmp_path_factory):
     write_swag(data / "test.csv", [swag_row(*e[:4]) for e in dev], labels=False)
     return {"root": root, "data": str(data), "dev_labels": [e[4] for e in dev], "dev": dev,
             "vocab": write_vocab(root / "vocab.txt"),
-            # Two layers for the trained run (it must learn); one where the depth proves
-            # nothing (best-seed bookkeeping, gradient equality): less graph to trace.
-            "config": S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB)),
-            "config_1_layer": S.write_config(root / "bert_config_1_layer.json",
-                                             vocab_size=len(TINY_VOCAB), num_hidden_layers=1)}
+            # One layer everywhere: what the trained run must learn (the right ending alone
+            # says "home") one layer learns (above the 0.75 accuracy bar below), and nothing here is checked
+            # layer by layer; a run's (an export's, a mirrored predict's) cost is mostly
+            # tracing its graph.
+            "config": S.write_config(root / "bert_config.json", vocab_size=len(TINY_VOCAB),
+                                     num_hidden_layers=1)}
 
 
 def _argv(env, out, **overrides):
@@ -162,7 +163,7 @@ def test_seeds_keep_the_best_checkpoint_on_your_own_jsonl(env, tmp_path):
     out = tmp_path / "out"
     result = run_swag.run(run_swag.COMMAND.settings(
         data_dir=str(d), format=fmt, task_name="custom", vocab_file=env["vocab"],
-        bert_config_file=env["config_1_layer"], output_dir=str(out), max_seq_length=16,
+        bert_config_file=env["config"], output_dir=str(out), max_seq_length=16,
         do_train=True, do_eval=True, train_batch_size=8, eval_batch_size=4,
         learning_rate=3e-3, num_train_epochs=2.0, save_checkpoints_steps=6, seeds=(1, 2),
         keep_best_checkpoint=True, bucket_boundaries=(8, 16),
@@ -229,7 +230,7 @@ def test_gradient_accumulation_with_length_buckets_equals_the_whole_batch(env, t
 
     whole, accumulated, batch = S.accumulated_and_whole_gradients(
         run_swag.COMMAND, data_dir=env["data"], vocab_file=env["vocab"],
-        bert_config_file=env["config_1_layer"], output_dir=str(tmp_path), do_train=True,
+        bert_config_file=env["config"], output_dir=str(tmp_path), do_train=True,
         max_seq_length=16, train_batch_size=8, learning_rate=2e-3,
         bucket_boundaries=(8, 16), runtime=RuntimeConfig("one_device", seed=1))
     assert batch["input_ids"].shape[:2] == (8, 4)
