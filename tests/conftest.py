@@ -90,24 +90,23 @@ def prose(tmp_path_factory):
 
 # The modules of 10 s or more, longest first (the whole suite's --durations on a 2-core
 # Intel Xeon (family 6 model 207), 2026-12-01: each module's setups and calls summed;
-# together 88% of its time), started first: under `--dist loadfile` (with
+# together 86% of its time), started first: under `--dist loadfile` (with
 # `--no-loadscope-reorder`: xdist's default hands out the modules with the most tests
 # first) each worker takes the next module in collection order, so the last ones handed
 # out are short and no long one runs on alone at the end while the other workers wait.
 LONGEST_MODULES = (
     "test_paper_commands.py", "test_finetuning_sweeps.py", "test_run_classifier.py",
-    "test_extend_vocab.py", "test_divergence.py", "test_run_ner.py",
-    "test_exact_resume_runners.py", "test_sentence_embeddings.py", "test_run_pretraining.py",
+    "test_extend_vocab.py", "test_sentence_embeddings.py", "test_exact_resume_runners.py",
+    "test_divergence.py", "test_run_ner.py", "test_demo.py", "test_export_tagger.py",
     "test_beam_pretraining_data.py", "test_fault_injection_export.py",
-    "test_two_phase_pretraining.py", "test_demo.py", "test_long_documents.py",
-    "test_export_tagger.py", "test_fault_injection_runners.py",
-    "test_pretraining_objectives.py", "test_resume.py", "test_glue_submission.py",
-    "test_run_swag.py", "test_export.py", "test_run_dir.py",
-    "test_fault_injection_pretraining_data.py", "test_loop.py", "test_dynamic_masking.py",
-    "test_relative_paths.py", "test_predict_saved_model.py", "test_run_squad.py",
-    "test_bad_input_messages.py", "test_export_width.py", "test_loop_precision.py",
-    "test_export_hub.py", "test_create_pretraining_data_cli.py", "test_cli.py",
-    "test_extract_features.py",
+    "test_fault_injection_runners.py", "test_glue_submission.py",
+    "test_pretraining_objectives.py", "test_run_pretraining.py", "test_export.py",
+    "test_run_swag.py", "test_long_documents.py",
+    "test_fault_injection_pretraining_data.py", "test_two_phase_pretraining.py",
+    "test_resume.py", "test_export_hub.py", "test_run_dir.py", "test_loop_precision.py",
+    "test_predict_saved_model.py", "test_dynamic_masking.py", "test_relative_paths.py",
+    "test_loop.py", "test_run_squad.py", "test_export_width.py", "test_extract_features.py",
+    "test_create_pretraining_data_cli.py", "test_bad_input_messages.py",
 )
 
 
