@@ -327,6 +327,25 @@ def tree(directory, skip=()):
     return out
 
 
+def stopped_at(done, step, out):
+    """A directory `out` holding what a run stopped right after its checkpoint `step`
+    resumes from, made from the uninterrupted run `done` (the same steps: the same
+    checkpoint): that checkpoint alone, with the run's identity when it has one and its
+    saver's record of the checkpoint (training/run_files.py). Real kills of real runs, and
+    what else a killed run leaves, are tests/test_exact_resume_runners.py's."""
+    import tensorflow as tf
+
+    from training import run_files
+
+    out.mkdir()
+    for path in tf.io.gfile.glob(str(done / f"ckpt-{step}") + ".*") + tf.io.gfile.glob(
+            str(done / "run_identity.json")):
+        tf.io.gfile.copy(path, str(out / os.path.basename(path)))
+    tf.compat.v1.train.update_checkpoint_state(str(out), f"ckpt-{step}")
+    run_files.add(str(out), checkpoints=[f"ckpt-{step}"])
+    return out
+
+
 def unmasked_records(tmp_path_factory, pretraining_records):
     """The glob of unmasked records (create_pretraining_data --dynamic_masking, in this
     process, 2 shards) of the conftest corpus (`pretraining_records`), built once per

@@ -26,8 +26,7 @@ from modeling.config import BertConfig
 from modeling.models import BertPretrainer
 from tests import test_loop_support as S
 from tests.test_bucketing import _records as bucketing_records
-from training import (checkpointing, distribution, dynamic_masking, input_pipeline, pretraining,
-                      run_files)
+from training import checkpointing, distribution, dynamic_masking, input_pipeline, pretraining
 from training.loop import TrainingLoop
 from training.settings import LoopConfig
 
@@ -122,11 +121,7 @@ def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(data, strategy, t
     saved too (the same steps); real kills of real runs, and what a killed run leaves, are
     tests/test_exact_resume_runners.py's."""
     whole = trained["losses"]
-    (tmp_path / "resumed").mkdir()
-    for path in tf.io.gfile.glob(str(trained["dir"] / "ckpt-10") + ".*"):
-        tf.io.gfile.copy(path, str(tmp_path / "resumed" / os.path.basename(path)))
-    tf.compat.v1.train.update_checkpoint_state(str(tmp_path / "resumed"), "ckpt-10")
-    run_files.add(str(tmp_path / "resumed"), checkpoints=["ckpt-10"])  # its saver's record
+    S.stopped_at(trained["dir"], 10, tmp_path / "resumed")
     _, resumed = _make(strategy, tmp_path / "resumed", steps=40, save=10, accumulation=2,
                        model_seed=99)  # other initial weights and dropout seeds
     assert resumed.restore_or_initialize() == 10

@@ -21,7 +21,6 @@ import tensorflow as tf
 from tests import test_loop_support as S
 from tests.clis import call_main
 from tests.test_loop_support import read_eval_results
-from training import run_files
 
 SHORT, LONG = (16, 3), (32, 5)  # (max_seq_length, max_predictions_per_seq) per phase
 BATCH = 8
@@ -129,29 +128,15 @@ def _assert_same_checkpoint(path, expected_path):
                                       err_msg=name)
 
 
-def _stopped_at(done, step, out):
-    """A directory `out` holding what a copy of the uninterrupted run `done` stopped right
-    after its checkpoint `step` holds (the same steps: the same checkpoint): that
-    checkpoint alone, with the run's identity and its record of the checkpoint
-    (training/run_files.py)."""
-    out.mkdir()
-    for path in tf.io.gfile.glob(str(done / f"ckpt-{step}") + ".*") + [
-            str(done / "run_identity.json")]:
-        tf.io.gfile.copy(path, str(out / os.path.basename(path)))
-    tf.compat.v1.train.update_checkpoint_state(str(out), f"ckpt-{step}")
-    run_files.add(str(out), checkpoints=[f"ckpt-{step}"])
-    return out
-
-
 def test_phase_two_starts_at_the_boundary_and_resumes_exactly(records, whole, tmp_path):
     """Stopped at the boundary (the phase-1 checkpoint, ckpt-30) and restarted: the same
     final weights and optimizer state, bit for bit (stopped inside either phase: the test
     below). Phase 2 without saying which input came before is refused, naming it. A run
     stopped at the boundary holds what the uninterrupted one saved there (its phase 1 is
     the same steps, and a phase ends with a checkpoint): here its directory is that
-    checkpoint alone (`_stopped_at`)."""
+    checkpoint alone (`S.stopped_at`)."""
     done, _ = whole
-    out = _stopped_at(done, 30, tmp_path / "boundary")
+    out = S.stopped_at(done, 30, tmp_path / "boundary")
     refused = call_main("run_pretraining", **_without_phase_two(_flags(
         records, out, input_file=records["long"], max_seq_length=LONG[0],
         max_predictions_per_seq=LONG[1])))
@@ -207,9 +192,9 @@ def test_two_phases_in_one_run_stopped_in_each_phase_resume_exactly(records, who
     assert np.ptp(moved) > 1e-2  # trained: no longer one common factor
 
     # Stopped inside phase 1 (after ckpt-10: what a run killed there resumes from, as
-    # `_stopped_at` holds it), resumed by a process that crosses the boundary and is
+    # `S.stopped_at` holds it), resumed by a process that crosses the boundary and is
     # SIGKILLed inside phase 2 (after ckpt-35), restarted: the same end, bit for bit.
-    killed = _stopped_at(whole, 10, tmp_path / "killed")
+    killed = S.stopped_at(whole, 10, tmp_path / "killed")
     flags = _flags(records, killed, do_eval="false")  # compared by its checkpoint alone
     log = _run_until(flags, "ckpt-35")
     assert _resumed_at(log) == 10 and "phase 2 from step 30" in log, log[-4000:]
