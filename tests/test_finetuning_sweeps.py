@@ -625,9 +625,10 @@ def test_a_finished_run_redone_with_other_settings_starts_from_its_initial_weigh
         np.testing.assert_array_equal(found[name], value, err_msg=name)
     assert any(not np.array_equal(old[name], found[name]) for name in found)
     assert (out / "eval_results.txt").read_bytes() == (fresh / "eval_results.txt").read_bytes()
+    default_warmup = _mrpc_run(mrpc, out).finetuning.warmup_proportion
+    assert default_warmup != 0.5  # the redo's setting, not the earlier run's
     with open(out / "run_results.json") as f:
-        assert json.load(f)["request"]["warmup_proportion"] == _mrpc_run(
-            mrpc, out).finetuning.warmup_proportion != 0.5
+        assert json.load(f)["request"]["warmup_proportion"] == default_warmup
     # A rerun of the same settings still skips it.
     again = rc.run(_mrpc_run(mrpc, out, data, skip_finished=True))
     assert again["best_run"].get("skipped")
