@@ -210,7 +210,7 @@ def test_run_classifier_survives_kills(tmp_path):
 
     rng = random.Random(11)
 
-    # The killed runs evaluate and predict only. Eval runs from the restore to
+    # The killed runs do not train: one evaluates, one predicts. Eval runs from the restore to
     # eval_results.txt, predict from "Predicting" to test_results.tsv. The uninterrupted
     # run that trains the weights they read (one epoch: 12 steps) times both (its eval
     # from its last checkpoint's save: the same evaluation of the same weights), then
@@ -235,8 +235,8 @@ def test_run_classifier_survives_kills(tmp_path):
     # (the task's `_predict`, where a signal lands) and write their file with the same
     # all-or-nothing writer (`fileio.write_texts`), so SIGTERM's clean-up and kill -9's
     # leftovers are the same in both.
-    # The run killed while predicting predicts only (an evaluation before it would only
-    # delay the moment; eval_results.txt is then the rerun's to write).
+    # The run killed while predicting does not evaluate first (that would only delay the
+    # moment; eval_results.txt is then the rerun's to write).
     for sig, phase in ((signal.SIGKILL, "eval"), (signal.SIGTERM, "predict")):
         marker, path = phases[phase]
         path.unlink(missing_ok=True)
