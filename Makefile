@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # keep both cores busy while a test waits, and a third worker only adds contention (whole
 # suite, AMD Zen 3, 2026-11-30, two runs each: 1,222 and 1,363 s, 2,326 and 2,553 CPU-s
 # with 2 workers; 1,403 and 1,496 s, 2,755 and 2,892 CPU-s with 3; Intel Xeon, 2026-12-01:
-# 525 and 554 s with 2, 562 s with 3). TEST_WORKERS=0: one process.
+# 525, 554 and 564 s with 2, 562 s with 3). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast bench clean
