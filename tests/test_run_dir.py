@@ -21,6 +21,7 @@ first runs of those runners (`first_run`: built once per session), read here on 
 import dataclasses
 import json
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -158,8 +159,8 @@ def trained(env, first_runs, tmp_path_factory):
     import shutil
 
     folder = first_runs("classifier")
-    assert (folder / "bert_config.json").read_text() == open(env["config"]).read()
-    assert (folder / "vocab.txt").read_text() == open(env["vocab"]).read()
+    assert (folder / "bert_config.json").read_text() == pathlib.Path(env["config"]).read_text()
+    assert (folder / "vocab.txt").read_text() == pathlib.Path(env["vocab"]).read_text()
     assert S.tree(folder / "data") == S.tree(env["root"] / "data")
     out = tmp_path_factory.mktemp("trained") / "trained"
     shutil.copytree(folder / "run1", out)
@@ -717,8 +718,8 @@ def test_a_users_model_file_in_output_dir_is_refused_and_kept(env, tmp_path):
         assert not [n for n in os.listdir(out) if n != name and not n.startswith("train.")]
     same = tmp_path / "same"
     same.mkdir()
-    (same / "vocab.txt").write_bytes(open(env["vocab"], "rb").read())
-    config = json.loads(open(env["config"]).read())
+    (same / "vocab.txt").write_bytes(pathlib.Path(env["vocab"]).read_bytes())
+    config = json.loads(pathlib.Path(env["config"]).read_text())
     (same / "bert_config.json").write_text(json.dumps(config, indent=4))  # another layout
     from training import trainer_setup
     from modeling.config import BertConfig
